@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Newline-delimited JSON framing of the control channel (see ctlproto.h). */
+#include "ctlproto.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void pbox_linebuf_init(struct pbox_linebuf *lb)
+{
+	memset(lb, 0, sizeof(*lb));
+}
+
+void pbox_linebuf_free(struct pbox_linebuf *lb)
+{
+	free(lb->buf);
+	memset(lb, 0, sizeof(*lb));
+}
+
+long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd)
+{
+	long total = 0;
+
+	/* Drop what was already returned. */
+	if (lb->start > 0) {
+		memmove(lb->buf, lb->buf + lb->start, lb->len - lb->start);
+		lb->len -= lb->start;
+		lb->start = 0;
+	}
+	for (;;) {
+		ssize_t n;
+
+		if (lb->cap - lb->len < 4096) {
+			size_t ncap = lb->cap ? lb->cap * 2 : 16384;
+			char *nb;
+
+			if (ncap > PBOX_CTL_MAX_LINE + 1) {
+				if (memchr(lb->buf, '\n', lb->len) != NULL) {
+					return total > 0 ? total : -EAGAIN;
+				}
+				return -E2BIG;
+			}
+			nb = realloc(lb->buf, ncap);
+			if (nb == NULL) {
+				return -ENOMEM;
+			}
+			lb->buf = nb;
+			lb->cap = ncap;
+		}
+		n = read(fd, lb->buf + lb->len, lb->cap - lb->len - 1);
+		if (n > 0) {
+			lb->len += (size_t)n;
+			total += n;
+			continue;
+		}
+		if (n == 0) {
+			return total > 0 ? total : 0;
+		}
+		if (errno == EINTR) {
+			continue;
+		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			return total > 0 ? total : -EAGAIN;
+		}
+		return -errno;
+	}
+}
+
+char *pbox_linebuf_next(struct pbox_linebuf *lb)
+{
+	char *line, *nl;
+
+	if (lb->buf == NULL || lb->start >= lb->len) {
+		return NULL;
+	}
+	line = lb->buf + lb->start;
+	nl = memchr(line, '\n', lb->len - lb->start);
+	if (nl == NULL) {
+		return NULL;
+	}
+	*nl = '\0';
+	lb->start = (size_t)(nl - lb->buf) + 1;
+	return line;
+}
+
+int pbox_ctl_send(int fd, const json_t *obj, int timeout_ms)
+{
+	char *s = json_dumps(obj, JSON_COMPACT);
+	size_t len, off = 0;
+	int rc = 0;
+
+	if (s == NULL) {
+		return -ENOMEM;
+	}
+	len = strlen(s);
+	s[len] = '\n'; /* json_dumps leaves room for the terminator we overwrite */
+	len++;
+	while (off < len) {
+		ssize_t n = write(fd, s + off, len - off);
+
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&p, 1, timeout_ms) <= 0) {
+				rc = -ETIMEDOUT;
+				break;
+			}
+			continue;
+		}
+		rc = n < 0 ? -errno : -EIO;
+		break;
+	}
+	free(s);
+	return rc;
+}
+
+json_t *pbox_ctl_error(int err, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return json_pack("{s:b, s:i, s:s}", "ok", 0, "errno", err, "error", msg);
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The single validation entry point of every pbox receiver (appliance cores, DPDK lcores,
+ * libpbox nodes): header decode (pbox_wire_decode) plus every field checked against the
+ * admitted job the datagram names.
+ *
+ * Thread safety: pure functions over caller-owned data.
+ */
+#ifndef PBOX_WIRE_CHECK_H
+#define PBOX_WIRE_CHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <pbox/wire.h>
+
+#include "jobdesc.h"
+
+enum pbox_role {
+	PBOX_ROLE_APPLIANCE, /* accepts PUSH, PULL, INIT from admitted workers */
+	PBOX_ROLE_WORKER,    /* accepts DATA, ACK, ERROR from the appliance */
+};
+
+/* What a receiver knows about one admitted job. */
+struct pbox_wire_job {
+	uint32_t id;
+	const struct pbox_jobdesc *desc;
+	/* APPLIANCE: the session cookie of each rank (0: rank not admitted).
+	 * WORKER: cookies[0] is this worker's own session cookie. */
+	const uint64_t *cookies;
+	/* Whether INIT is accepted (server-optimizer jobs, from rank 0 only). */
+	bool accepts_init;
+};
+
+/* Look up an admitted job by namespace id; NULL if none. */
+typedef const struct pbox_wire_job *(*pbox_wire_lookup_fn)(void *arg, uint32_t job);
+
+/*
+ * Check a decoded message against its job for a receiver in role: direction and sender
+ * rank, cookie, chunk id and chunk_len, fragment on the job's fragment grid with the exact
+ * length that fragment must have, INIT rules. Returns PBOX_DROP_NONE or the reason.
+ */
+enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbox_wire_job *job,
+				      enum pbox_role role);
+
+/*
+ * Decode buf (len bytes), find the job with lookup, and check. On PBOX_DROP_NONE, *m is
+ * the message and *jobp its job; otherwise the datagram must be dropped (and counted).
+ */
+enum pbox_drop_reason pbox_wire_validate(const void *buf, size_t len, enum pbox_role role,
+					 pbox_wire_lookup_fn lookup, void *lookup_arg,
+					 struct pbox_msg *m, const struct pbox_wire_job **jobp);
+
+#endif /* PBOX_WIRE_CHECK_H */

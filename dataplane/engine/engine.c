@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The per-core chunk engine (see engine.h for the protocol rules). */
+#include "engine.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/bitmap.h"
+#include "common/log.h"
+
+/* Everything one datagram's handling needs, resolved once. */
+struct ctx {
+	struct pbox_engine *e;
+	const struct pbox_job *job;
+	const struct pbox_jobdesc *d;
+	struct pbox_core_job *cj;
+	struct pbox_chunk_state *cs;
+	const struct pbox_chunk_desc *cd;
+	const struct pbox_msg *m;
+};
+
+static void drop(struct pbox_engine *e, enum pbox_drop_reason r)
+{
+	PBOX_STAT_ADD(e->stats, drops[r], 1);
+}
+
+static void flush_refs(struct pbox_engine *e)
+{
+	if (e->tx_refs != 0) {
+		e->tx->flush(e->tx_ctx);
+		e->tx_refs = 0;
+	}
+}
+
+void pbox_engine_flush(struct pbox_engine *e)
+{
+	e->tx->flush(e->tx_ctx);
+	e->tx_refs = 0;
+}
+
+static void xmit(struct ctx *x, uint32_t rank, struct pbox_msg *m, const void *payload)
+{
+	const struct pbox_peer *to = &x->cj->peers[rank];
+	struct pbox_wire_hdr h;
+
+	if (to->port == 0) {
+		/* The rank never reached this core, so there is nowhere to answer. */
+		PBOX_STAT_ADD(x->e->stats, tx_errors, 1);
+		return;
+	}
+	m->job = x->job->wire.id;
+	m->sender = PBOX_SENDER_APPLIANCE;
+	m->cookie = x->job->wire.cookies[rank];
+	m->chunk = x->cs->id;
+	m->chunk_len = x->cd->bytes;
+	pbox_wire_encode(m, &h);
+	if (x->e->tx->send(x->e->tx_ctx, to, &h, payload, m->frag_len) != 0) {
+		PBOX_STAT_ADD(x->e->stats, tx_errors, 1);
+		return;
+	}
+	if (payload != NULL) {
+		x->e->tx_refs++;
+	}
+	PBOX_STAT_ADD(x->e->stats, tx_pkts, 1);
+	PBOX_STAT_ADD(x->e->stats, tx_bytes, PBOX_WIRE_HDR_LEN + m->frag_len);
+}
+
+static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone)
+{
+	struct pbox_msg m = {
+		.type = PBOX_MSG_ACK,
+		.encoding = PBOX_ENC_NONE,
+		.iter = iter,
+		.arg0 = x->m->seq,
+		.arg1 = ndone,
+	};
+
+	xmit(x, rank, &m, NULL);
+	PBOX_STAT_ADD(x->e->stats, acks, 1);
+}
+
+static void send_error(struct ctx *x, int err)
+{
+	struct pbox_msg m = {
+		.type = PBOX_MSG_ERROR,
+		.encoding = PBOX_ENC_NONE,
+		.iter = x->m->iter,
+		.arg0 = (uint32_t)err,
+		.arg1 = x->m->type,
+	};
+
+	xmit(x, x->m->sender, &m, NULL);
+	PBOX_STAT_ADD(x->e->stats, errors_sent, 1);
+}
+
+/* Send the whole result buffer of the chunk to rank, labelled with iter/version. */
+static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const float *buf,
+			bool resend)
+{
+	const uint8_t *p = (const uint8_t *)buf;
+
+	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+		struct pbox_msg m = {
+			.type = PBOX_MSG_DATA,
+			.encoding = PBOX_ENC_F32,
+			.flags = resend ? PBOX_F_RETRANSMIT : 0,
+			.iter = label,
+			.frag_off = f * x->d->frag_bytes,
+			.frag_len = pbox_frag_len(x->d, x->cd->bytes, f),
+			.arg0 = x->d->nworkers,
+		};
+
+		xmit(x, rank, &m, p + m.frag_off);
+	}
+	if (resend) {
+		PBOX_STAT_ADD(x->e->stats, replies_resent, 1);
+	}
+}
+
+static bool server_opt(const struct ctx *x)
+{
+	return x->job->mode == PBOX_MODE_SERVER_OPT;
+}
+
+/* The result that answers requests for the current version / a completed slot. */
+static void send_current(struct ctx *x, uint32_t rank, const struct pbox_slot *sl, bool resend)
+{
+	if (server_opt(x)) {
+		send_result(x, rank, x->cs->version, x->cs->model, resend);
+	} else {
+		send_result(x, rank, sl->iter, sl->acc, resend);
+	}
+}
+
+/*
+ * Finalise fragment f of slot sl (the chunk's current iteration): reduce the sources and
+ * either run the optimizer into the model (server-optimizer) or write the sum / mean into
+ * the accumulator (aggregate). src are the fragment-local source pointers.
+ */
+static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const float *const *src,
+			  unsigned nsrc)
+{
+	uint32_t off = f * x->d->frag_bytes / 4;
+	uint32_t n = pbox_frag_len(x->d, x->cd->bytes, f) / 4;
+
+	flush_refs(x->e); /* queued replies may point at the memory we are about to write */
+	if (server_opt(x)) {
+		struct pbox_opt_step st;
+		struct pbox_chunk_state *cs = x->cs;
+
+		x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
+		x->job->opt->kernel(x->e->kern)(cs->model + off, cs->s0 ? cs->s0 + off : NULL,
+						cs->s1 ? cs->s1 + off : NULL, src, nsrc, n,
+						&x->job->opt_params, &st);
+	} else {
+		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)x->d->nworkers : 1.0f;
+
+		x->e->kern->reduce(sl->acc + off, src, nsrc, n, div);
+	}
+	sl->fcnt[f] = PBOX_FCNT_FINAL;
+	sl->nfinal++;
+}
+
+/* Finalise, from stored sums, every fragment of the current slot that has all its
+ * contributions (used when an iteration becomes current after its data arrived). */
+static void finalize_ready(struct ctx *x, struct pbox_slot *sl)
+{
+	const float *src[1];
+	uint32_t nw = x->d->nworkers;
+
+	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+		uint32_t off = f * x->d->frag_bytes / 4;
+
+		if (sl->fcnt[f] != nw) {
+			continue;
+		}
+		if (x->job->deterministic) {
+			const float *stage[PBOX_MAX_WORKERS];
+
+			for (uint32_t w = 0; w < nw; w++) {
+				stage[w] = sl->stage[w] + off;
+			}
+			finalize_frag(x, sl, f, stage, nw);
+		} else {
+			src[0] = sl->acc + off;
+			finalize_frag(x, sl, f, src, 1);
+		}
+	}
+}
+
+static void answer_held_pulls(struct ctx *x, const struct pbox_slot *sl)
+{
+	struct pbox_chunk_state *cs = x->cs;
+
+	if (cs->nheld == 0) {
+		return;
+	}
+	for (uint32_t w = 0; w < x->d->nworkers; w++) {
+		uint32_t want = cs->pull_want[w];
+		bool ready;
+
+		if (want == PBOX_PULL_NONE) {
+			continue;
+		}
+		ready = server_opt(x) ? cs->initialized && want <= cs->version
+				      : sl != NULL && want == sl->iter;
+		if (ready) {
+			send_current(x, w, sl, false);
+			cs->pull_want[w] = PBOX_PULL_NONE;
+			cs->nheld--;
+		}
+	}
+}
+
+/* Complete iterations in order while the current one has every fragment final. */
+static void advance(struct ctx *x)
+{
+	struct pbox_chunk_state *cs = x->cs;
+
+	for (;;) {
+		struct pbox_slot *sl = &cs->slot[cs->version % x->job->window];
+		uint32_t w;
+
+		if (!sl->open || sl->iter != cs->version) {
+			return;
+		}
+		if (sl->nfinal != x->cd->nfrags) {
+			finalize_ready(x, sl);
+			if (sl->nfinal != x->cd->nfrags) {
+				return;
+			}
+		}
+		cs->version++;
+		PBOX_STAT_ADD(x->e->stats, iterations, 1);
+		PBOX_BIT_FOREACH(w, sl->want, x->d->nworkers)
+		{
+			send_current(x, w, sl, false);
+		}
+		answer_held_pulls(x, sl);
+	}
+}
+
+static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
+{
+	uint32_t nw = x->d->nworkers;
+	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
+
+	/* The slot's accumulator may still be the result of iter - window, referenced by
+	 * queued replies. */
+	flush_refs(x->e);
+	sl->iter = iter;
+	sl->ndone = 0;
+	sl->nfinal = 0;
+	sl->open = true;
+	memset(sl->bits, 0, nw * fwords * sizeof(uint64_t));
+	memset(sl->wcnt, 0, nw * sizeof(uint16_t));
+	memset(sl->fcnt, 0, x->cd->nfrags * sizeof(uint16_t));
+	pbox_bitmap_zero(sl->done, nw);
+	pbox_bitmap_zero(sl->want, nw);
+}
+
+/* Add one fragment into the slot; finalise it at once if it is the last one needed and
+ * the slot is the chunk's current iteration (the optimizer fused with the last add). */
+static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
+{
+	const struct pbox_msg *m = x->m;
+	uint32_t off = m->frag_off / 4, n = m->frag_len / 4, nw = x->d->nworkers;
+	const float *g = m->payload;
+	uint16_t cnt;
+	bool final_now;
+
+	if (x->job->deterministic) {
+		memcpy(sl->stage[m->sender] + off, g, m->frag_len);
+	}
+	cnt = ++sl->fcnt[f];
+	final_now = cnt == nw && sl->iter == x->cs->version;
+	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
+	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
+	if (x->job->deterministic) {
+		if (final_now) {
+			const float *stage[PBOX_MAX_WORKERS];
+
+			for (uint32_t w = 0; w < nw; w++) {
+				stage[w] = sl->stage[w] + off;
+			}
+			finalize_frag(x, sl, f, stage, nw);
+		}
+		return;
+	}
+	if (final_now) {
+		/* Payloads are read in place (they may be unaligned; kernels allow that). */
+		const float *src[2] = { sl->acc + off, g };
+
+		if (cnt == 1) {
+			finalize_frag(x, sl, f, &src[1], 1);
+		} else {
+			finalize_frag(x, sl, f, src, 2);
+		}
+		return;
+	}
+	flush_refs(x->e);
+	if (cnt == 1) {
+		memcpy(sl->acc + off, g, m->frag_len);
+	} else {
+		x->e->kern->add(sl->acc + off, g, n);
+	}
+}
+
+/* A push for an iteration the chunk has already completed: answer once per round. */
+static void push_old(struct ctx *x, uint32_t f)
+{
+	const struct pbox_msg *m = x->m;
+	struct pbox_chunk_state *cs = x->cs;
+	struct pbox_slot *sl = &cs->slot[m->iter % x->job->window];
+	bool retained;
+
+	PBOX_STAT_ADD(x->e->stats, dups, 1);
+	if (f != x->cd->nfrags - 1) {
+		return;
+	}
+	retained = server_opt(x) ? m->iter + 1 == cs->version
+				 : sl->open && sl->iter == m->iter && sl->nfinal == x->cd->nfrags;
+	if (!retained) {
+		drop(x->e, PBOX_DROP_STALE_ITER);
+		send_error(x, ESTALE);
+		return;
+	}
+	if (m->flags & PBOX_F_WANT_REPLY) {
+		send_current(x, m->sender, sl, true);
+	} else {
+		send_ack(x, m->sender, m->iter, x->d->nworkers);
+	}
+}
+
+static void on_push(struct ctx *x)
+{
+	const struct pbox_msg *m = x->m;
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t f = m->frag_off / x->d->frag_bytes, w = m->sender, t = m->iter;
+	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
+	struct pbox_slot *sl;
+	uint64_t *row;
+
+	if (!cs->initialized) {
+		drop(x->e, PBOX_DROP_NOT_READY);
+		send_error(x, EAGAIN);
+		return;
+	}
+	if (t < cs->version) {
+		push_old(x, f);
+		return;
+	}
+	if (t - cs->version >= x->job->window) {
+		drop(x->e, PBOX_DROP_FUTURE_ITER);
+		return;
+	}
+	sl = &cs->slot[t % x->job->window];
+	if (!sl->open || sl->iter != t) {
+		slot_open(x, sl, t);
+	}
+	if (m->flags & PBOX_F_WANT_REPLY) {
+		pbox_bit_set(sl->want, w);
+	}
+	row = sl->bits + (size_t)w * fwords;
+	if (pbox_bit_test(row, f)) {
+		PBOX_STAT_ADD(x->e->stats, dups, 1);
+		/* A whole retransmission round of a contribution we already have: the ACK
+		 * was lost. Answer once, on the last fragment. */
+		if (sl->wcnt[w] == x->cd->nfrags && f == x->cd->nfrags - 1) {
+			send_ack(x, w, t, sl->ndone);
+		}
+		return;
+	}
+	pbox_bit_set(row, f);
+	sl->wcnt[w]++;
+	aggregate(x, sl, f);
+	if (sl->wcnt[w] != x->cd->nfrags) {
+		return;
+	}
+	pbox_bit_set(sl->done, w);
+	sl->ndone++;
+	advance(x);
+	/* If the iteration completed just now, a rank that asked for the result has it. */
+	if (!(cs->version > t && pbox_bit_test(sl->want, w))) {
+		send_ack(x, w, t, sl->ndone);
+	}
+}
+
+/* Whether a pull for t (not yet answerable) will be answered by the result this rank
+ * asked for with its push of the iteration that produces t. */
+static bool pull_covered(struct ctx *x, uint32_t t)
+{
+	uint32_t it = server_opt(x) ? t - 1 : t;
+	const struct pbox_slot *sl = &x->cs->slot[it % x->job->window];
+
+	if (server_opt(x) && t == 0) {
+		return false;
+	}
+	return sl->open && sl->iter == it && pbox_bit_test(sl->want, x->m->sender);
+}
+
+static void on_pull(struct ctx *x)
+{
+	const struct pbox_msg *m = x->m;
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t t = m->iter, w = m->sender;
+
+	if (server_opt(x)) {
+		if (cs->initialized && cs->version >= t) {
+			send_current(x, w, NULL, (m->flags & PBOX_F_RETRANSMIT) != 0);
+			return;
+		}
+	} else if (t < cs->version) {
+		struct pbox_slot *sl = &cs->slot[t % x->job->window];
+
+		if (sl->open && sl->iter == t && sl->nfinal == x->cd->nfrags) {
+			send_current(x, w, sl, (m->flags & PBOX_F_RETRANSMIT) != 0);
+		} else {
+			drop(x->e, PBOX_DROP_STALE_ITER);
+			send_error(x, ESTALE);
+		}
+		return;
+	} else if (t - cs->version >= x->job->window) {
+		drop(x->e, PBOX_DROP_FUTURE_ITER);
+		return;
+	}
+	if (pull_covered(x, t)) {
+		return; /* the result goes to this rank anyway: it asked with its push */
+	}
+	if (cs->pull_want[w] == PBOX_PULL_NONE) {
+		cs->nheld++;
+		PBOX_STAT_ADD(x->e->stats, pulls_held, 1);
+	}
+	cs->pull_want[w] = t;
+}
+
+static void on_init(struct ctx *x)
+{
+	const struct pbox_msg *m = x->m;
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t f = m->frag_off / x->d->frag_bytes;
+
+	if (cs->initialized || pbox_bit_test(cs->init_bits, f)) {
+		PBOX_STAT_ADD(x->e->stats, dups, 1);
+		if (cs->initialized && f == x->cd->nfrags - 1) {
+			send_ack(x, 0, 0, 1);
+		}
+		return;
+	}
+	if (cs->version != 0) {
+		drop(x->e, PBOX_DROP_NOT_ALLOWED);
+		return;
+	}
+	pbox_bit_set(cs->init_bits, f);
+	memcpy((uint8_t *)cs->model + m->frag_off, m->payload, m->frag_len);
+	if (++cs->init_nrecv != x->cd->nfrags) {
+		return;
+	}
+	cs->initialized = true;
+	send_ack(x, 0, 0, 1);
+	answer_held_pulls(x, NULL);
+}
+
+void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
+		    size_t len, const struct pbox_peer *from)
+{
+	const struct pbox_wire_job *wj = NULL;
+	enum pbox_drop_reason r;
+	struct pbox_msg m;
+	struct ctx x;
+
+	PBOX_STAT_ADD(e->stats, rx_pkts, 1);
+	PBOX_STAT_ADD(e->stats, rx_bytes, len);
+	r = pbox_wire_validate(pkt, len, PBOX_ROLE_APPLIANCE, pbox_jobtab_lookup, (void *)tab, &m,
+			       &wj);
+	if (pbox_unlikely(r != PBOX_DROP_NONE)) {
+		drop(e, r);
+		return;
+	}
+	x.e = e;
+	x.m = &m;
+	x.job = pbox_container_of(wj, struct pbox_job, wire);
+	x.d = wj->desc;
+	x.cd = &x.d->chunks[m.chunk];
+	if (pbox_unlikely(x.cd->core != e->core)) {
+		drop(e, PBOX_DROP_MISDIRECTED);
+		return;
+	}
+	x.cj = &x.job->state->core[e->core];
+	x.cs = &x.cj->chunks[x.cd->local];
+	/* Authenticated by its cookie: this is where the rank's replies go now. */
+	x.cj->peers[m.sender] = *from;
+	if (m.flags & PBOX_F_RETRANSMIT) {
+		PBOX_STAT_ADD(e->stats, rx_retransmits, 1);
+	}
+	if (pbox_unlikely(x.job->run == PBOX_JOB_ABORTED)) {
+		drop(e, PBOX_DROP_JOB_ABORTED);
+		send_error(&x, x.job->abort_errno);
+		return;
+	}
+	switch (m.type) {
+	case PBOX_MSG_PUSH:
+		on_push(&x);
+		break;
+	case PBOX_MSG_PULL:
+		on_pull(&x);
+		break;
+	case PBOX_MSG_INIT:
+		on_init(&x);
+		break;
+	default:
+		drop(e, PBOX_DROP_UNEXPECTED);
+		break;
+	}
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The per-core chunk engine: validates each arriving datagram, adds gradient fragments
+ * into the owning chunk's accumulator as they arrive (tall aggregation), runs the
+ * optimizer on each fragment fused with its last add once all contributions for the
+ * iteration are in, and queues replies (results, ACKs, errors) on the core's transport.
+ *
+ * The engine does not know where bytes come from: a transport hands it one datagram at a
+ * time (pbox_engine_rx) and takes outgoing datagrams through struct pbox_tx_ops.
+ *
+ * Protocol rules it implements (BSP), per chunk, with t the iteration of a PUSH:
+ *  - t < version: a retransmission for a completed iteration: the result (or ACK) is sent
+ *    again once per retransmission round (on the chunk's last fragment); nothing is added.
+ *  - version <= t < version + window: aggregated into slot t % window. A fragment already
+ *    received from that rank for t is a duplicate and is ignored (fragment bitmaps).
+ *  - t >= version + window: dropped (future_iter).
+ *  A chunk's iterations complete in order: iteration t is finalised only when t ==
+ *  version, so the optimizer always sees the iterations of a chunk one after another.
+ *  When a rank's contribution is complete it gets an ACK unless the reply it asked for
+ *  went out at the same moment. Held pulls are answered when their version is reached.
+ *
+ * Threading: one struct pbox_engine per data-plane core, used only by that core. The
+ * job table is read under RCU (the caller holds the read side / is between quiescent
+ * states); per-core job state is written only by the owning core.
+ */
+#ifndef PBOX_ENGINE_H
+#define PBOX_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pbox/wire.h>
+
+#include "job.h"
+
+/* Per-core counters. Written by the owning core only (PBOX_STAT_ADD), read by any thread
+ * with pbox_stat_read(); each value is individually consistent. */
+struct pbox_core_stats {
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;
+	uint64_t tx_errors;	 /* datagrams the transport could not send */
+	uint64_t agg_frags;	 /* gradient fragments aggregated */
+	uint64_t agg_bytes;	 /* gradient payload bytes aggregated */
+	uint64_t iterations;	 /* chunk iterations completed (= optimizer steps per chunk) */
+	uint64_t dups;		 /* duplicate fragments ignored */
+	uint64_t rx_retransmits; /* datagrams marked as retransmissions */
+	uint64_t replies_resent; /* results sent again after a lost reply */
+	uint64_t pulls_held;	 /* pulls that had to wait */
+	uint64_t acks;
+	uint64_t errors_sent;
+	uint64_t drops[PBOX_DROP_COUNT];
+	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
+	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */
+	uint64_t polls;
+} PBOX_CACHE_ALIGNED;
+
+#define PBOX_STAT_ADD(s, field, v)                                                                 \
+	__atomic_store_n(&(s)->field, (s)->field + (v), __ATOMIC_RELAXED)
+
+static inline uint64_t pbox_stat_read(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+
+struct pbox_engine {
+	uint32_t core; /* this core's index in the job chunk maps */
+	const struct pbox_kernels *kern;
+	const struct pbox_tx_ops *tx;
+	void *tx_ctx;
+	struct pbox_core_stats *stats;
+	uint32_t tx_refs; /* queued datagrams that point into chunk memory */
+};
+
+/*
+ * Handle one datagram of len bytes received from peer `from`, against job table tab
+ * (may be NULL: everything is then an unknown job). The datagram is only read, and only
+ * during the call. Never fails: what cannot be used is dropped and counted.
+ */
+void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
+		    size_t len, const struct pbox_peer *from);
+
+/* Flush queued replies (call at the end of every receive burst). */
+void pbox_engine_flush(struct pbox_engine *e);
+
+#endif /* PBOX_ENGINE_H */

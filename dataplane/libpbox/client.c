@@ -1,0 +1,851 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libpbox's public API (pbox/pbox.h): admission over the control channel, the progress
+ * thread that drives the worker node, and blocking / asynchronous operations on keys.
+ *
+ * Threads: API calls run on the caller's threads; the node, the UDP socket and the
+ * control socket (after registration) belong to the progress thread. They meet in
+ * g->lock, which guards the submission list and op states only (never held while
+ * touching the network), and the eventfd that wakes the progress thread.
+ */
+#include <pbox/pbox.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/ctlproto.h"
+#include "common/jobdesc.h"
+#include "common/log.h"
+#include "node.h"
+#include "transport/udp.h"
+
+#ifndef PBOX_VERSION_STRING
+#define PBOX_VERSION_STRING "0.0.0"
+#endif
+
+enum cop_state {
+	COP_FREE = 0,
+	COP_SUBMITTED, /* handed to the progress thread */
+	COP_DONE,      /* completed, status not yet collected by a wait */
+};
+
+struct cop {
+	struct pbox_op op;
+	enum cop_state state;
+	pbox_done_fn cb;
+	void *cb_arg;
+	struct cop *next; /* submission list */
+};
+
+struct pbox_client {
+	struct pbox_client_opts opts;
+	char server_host[256];
+	uint16_t server_port;
+	char token[256];
+	int ctl_fd;
+	struct pbox_linebuf ctl_in;
+	struct pbox_job_info info;
+	char data_addr[64];
+	uint64_t cookie;
+	/* after registration */
+	struct pbox_jobdesc desc;
+	struct pbox_peer *cores;
+	struct pbox_udp *udp;
+	struct pbox_node *node;
+	struct cop *ops; /* per key index */
+	pthread_t thread;
+	bool thread_started;
+	int wake_fd;
+	bool stop; /* set by pbox_close, read by the progress thread (atomics) */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct cop *sub_head, *sub_tail;
+	struct pbox_client_stats stats; /* snapshot, under lock */
+	int fail_err;			/* set once the job / connection failed */
+	char fail_msg[256];
+};
+
+static __thread char g_errmsg[512];
+
+const char *pbox_last_error(void)
+{
+	return g_errmsg;
+}
+
+const char *pbox_version(void)
+{
+	return PBOX_VERSION_STRING;
+}
+
+static int fail(int err, const char *fmt, ...) PBOX_PRINTF(2, 3);
+
+static int fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g_errmsg, sizeof(g_errmsg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* ---- control channel ---------------------------------------------------------------- */
+
+static int split_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
+{
+	const char *colon = strrchr(s, ':');
+	char *end;
+	unsigned long p;
+
+	if (colon == NULL || colon == s || (size_t)(colon - s) >= hlen) {
+		return -EINVAL;
+	}
+	p = strtoul(colon + 1, &end, 10);
+	if (*end != '\0' || p == 0 || p > 65535) {
+		return -EINVAL;
+	}
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+static int ctl_connect(struct pbox_client *c)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;
+	char port[8];
+	int fd, rc, one = 1;
+	struct pollfd p;
+	socklen_t el = sizeof(rc);
+
+	snprintf(port, sizeof(port), "%u", c->server_port);
+	if (getaddrinfo(c->server_host, port, &hints, &res) != 0) {
+		return fail(-EINVAL, "cannot resolve pboxd address '%s'", c->server_host);
+	}
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		freeaddrinfo(res);
+		return fail(-errno, "socket: %s", strerror(errno));
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	rc = connect(fd, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	if (rc != 0 && errno != EINPROGRESS) {
+		rc = -errno;
+		close(fd);
+		return fail(rc, "cannot reach pboxd at %s:%u: %s (is pboxd running?)",
+			    c->server_host, c->server_port, strerror(-rc));
+	}
+	p.fd = fd;
+	p.events = POLLOUT;
+	if (poll(&p, 1, (int)c->opts.timeout_ms) != 1) {
+		close(fd);
+		return fail(-ETIMEDOUT, "cannot reach pboxd at %s:%u: no answer within %u ms",
+			    c->server_host, c->server_port, c->opts.timeout_ms);
+	}
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &el);
+	if (rc != 0) {
+		close(fd);
+		return fail(-rc, "cannot reach pboxd at %s:%u: %s (is pboxd running?)",
+			    c->server_host, c->server_port, strerror(rc));
+	}
+	c->ctl_fd = fd;
+	return 0;
+}
+
+/* Send req and wait for the response object (events arriving first are handled). */
+static int ctl_call(struct pbox_client *c, json_t *req, json_t **resp)
+{
+	const char *op = json_string_value(json_object_get(req, "op"));
+	int rc = pbox_ctl_send(c->ctl_fd, req, (int)c->opts.timeout_ms);
+	uint64_t deadline = pbox_clock_ns(NULL) + (uint64_t)c->opts.timeout_ms * 1000000ull;
+
+	json_decref(req);
+	if (rc < 0) {
+		return fail(rc, "%s: cannot send to pboxd: %s", op, strerror(-rc));
+	}
+	for (;;) {
+		char *line;
+		long n;
+
+		while ((line = pbox_linebuf_next(&c->ctl_in)) != NULL) {
+			json_error_t jerr;
+			json_t *o = json_loads(line, 0, &jerr);
+
+			if (o == NULL || !json_is_object(o)) {
+				json_decref(o);
+				return fail(-EPROTO, "%s: pboxd sent a malformed reply: %s", op,
+					    jerr.text);
+			}
+			if (json_object_get(o, "event") != NULL) {
+				json_decref(o); /* no events matter before registration */
+				continue;
+			}
+			if (!json_is_true(json_object_get(o, "ok"))) {
+				int err = (int)json_integer_value(json_object_get(o, "errno"));
+				const char *msg = json_string_value(json_object_get(o, "error"));
+
+				rc = fail(err > 0 ? -err : -EPROTO, "%s", msg ? msg : "refused");
+				json_decref(o);
+				return rc;
+			}
+			*resp = o;
+			return 0;
+		}
+		{
+			uint64_t t = pbox_clock_ns(NULL);
+			struct pollfd p = { .fd = c->ctl_fd, .events = POLLIN };
+
+			if (t >= deadline || poll(&p, 1, (int)((deadline - t) / 1000000 + 1)) == 0) {
+				return fail(-ETIMEDOUT, "%s: pboxd did not answer within %u ms", op,
+					    c->opts.timeout_ms);
+			}
+		}
+		n = pbox_linebuf_fill(&c->ctl_in, c->ctl_fd);
+		if (n == 0) {
+			return fail(-ECONNRESET, "%s: pboxd closed the connection", op);
+		}
+		if (n < 0 && n != -EAGAIN) {
+			return fail((int)n, "%s: reading from pboxd: %s", op, strerror((int)-n));
+		}
+	}
+}
+
+int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
+{
+	struct pbox_client *c;
+	json_t *resp = NULL;
+	const char *mode;
+	int rc;
+
+	*out = NULL;
+	if (o == NULL || o->token == NULL) {
+		return fail(-EINVAL, "pbox_connect: options with a job token are required");
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		return fail(-ENOMEM, "out of memory");
+	}
+	c->opts = *o;
+	c->ctl_fd = -1;
+	c->wake_fd = -1;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	pbox_linebuf_init(&c->ctl_in);
+	if (c->opts.timeout_ms == 0) {
+		c->opts.timeout_ms = 30000;
+	}
+	snprintf(c->token, sizeof(c->token), "%s", o->token);
+	c->opts.token = c->token;
+	if (split_hostport(o->server ? o->server : "127.0.0.1:7000", c->server_host,
+			   sizeof(c->server_host), &c->server_port) != 0) {
+		rc = fail(-EINVAL, "server address '%s': expected host:port", o->server);
+		goto err;
+	}
+	rc = ctl_connect(c);
+	if (rc < 0) {
+		goto err;
+	}
+	rc = ctl_call(c,
+		      json_pack("{s:s, s:i, s:i, s:s, s:i}", "op", "hello", "job", (json_int_t)o->job,
+				"rank", (json_int_t)o->rank, "token", o->token, "version",
+				PBOX_CTL_PROTO_VERSION),
+		      &resp);
+	if (rc < 0) {
+		goto err;
+	}
+	mode = json_string_value(json_object_get(resp, "mode"));
+	c->info.job = o->job;
+	c->info.rank = o->rank;
+	c->info.workers = (uint32_t)json_integer_value(json_object_get(resp, "workers"));
+	c->info.mode = mode && strcmp(mode, "server-optimizer") == 0 ? PBOX_JOB_SERVER_OPTIMIZER
+								      : PBOX_JOB_AGGREGATE;
+	json_decref(resp);
+	*out = c;
+	return 0;
+err:
+	pbox_close(c);
+	return rc;
+}
+
+/* ---- progress thread ---------------------------------------------------------------- */
+
+static void snapshot_stats(struct pbox_client *c)
+{
+	const struct pbox_node_stats *s = pbox_node_stats(c->node);
+	uint64_t dropped = 0;
+
+	for (int r = 0; r < PBOX_DROP_COUNT; r++) {
+		dropped += s->drops[r];
+	}
+	c->stats.tx_bytes = s->tx_bytes;
+	c->stats.rx_bytes = s->rx_bytes;
+	c->stats.tx_pkts = s->tx_pkts;
+	c->stats.rx_pkts = s->rx_pkts;
+	c->stats.retransmits = s->retransmits;
+	c->stats.probes = s->probes;
+	c->stats.dropped = dropped;
+	c->stats.ops_done = s->ops_done;
+	c->stats.ops_failed = s->ops_failed;
+}
+
+/* Node completion callback, on the progress thread. */
+static void op_done(struct pbox_op *op, void *arg)
+{
+	struct pbox_client *c = arg;
+	struct cop *cp = pbox_container_of(op, struct cop, op);
+	pbox_done_fn cb;
+	void *cb_arg;
+
+	pthread_mutex_lock(&c->lock);
+	cp->state = COP_DONE;
+	cb = cp->cb;
+	cb_arg = cp->cb_arg;
+	snapshot_stats(c);
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	if (cb != NULL) {
+		cb(c->desc.keys[op->key].id, op->status, cb_arg);
+	}
+}
+
+static void fail_all(struct pbox_client *c, int err, const char *msg)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->fail_err == 0) {
+		c->fail_err = err;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s", msg);
+	}
+	pthread_mutex_unlock(&c->lock);
+	pbox_node_fail(c->node, err, msg);
+}
+
+/* Read control events (abort) and notice a closed control connection. */
+static void ctl_events(struct pbox_client *c)
+{
+	long n = pbox_linebuf_fill(&c->ctl_in, c->ctl_fd);
+	char *line, msg[320];
+
+	while ((line = pbox_linebuf_next(&c->ctl_in)) != NULL) {
+		json_t *o = json_loads(line, 0, NULL);
+		const char *ev = json_string_value(json_object_get(o, "event"));
+
+		if (ev != NULL && strcmp(ev, "abort") == 0) {
+			const char *why = json_string_value(json_object_get(o, "reason"));
+
+			snprintf(msg, sizeof(msg), "job %u aborted by the appliance: %s", c->info.job,
+				 why ? why : "no reason given");
+			PBOX_LOG_ERR(CLIENT, "%s", msg);
+			fail_all(c, -ECONNABORTED, msg);
+		}
+		json_decref(o);
+	}
+	if (n == 0 || (n < 0 && n != -EAGAIN)) {
+		snprintf(msg, sizeof(msg),
+			 "pboxd at %s:%u closed the control connection (appliance stopped?)",
+			 c->server_host, c->server_port);
+		if (c->fail_err == 0) {
+			PBOX_LOG_ERR(CLIENT, "%s", msg);
+		}
+		fail_all(c, -ECONNRESET, msg);
+		close(c->ctl_fd);
+		c->ctl_fd = -1;
+	}
+}
+
+static void drain_submissions(struct pbox_client *c)
+{
+	struct cop *list;
+
+	pthread_mutex_lock(&c->lock);
+	list = c->sub_head;
+	c->sub_head = c->sub_tail = NULL;
+	pthread_mutex_unlock(&c->lock);
+	while (list != NULL) {
+		struct cop *next = list->next;
+		int rc;
+
+		list->next = NULL;
+		rc = pbox_node_submit(c->node, &list->op);
+		if (rc != 0) {
+			list->op.status = rc;
+			op_done(&list->op, c);
+		}
+		list = next;
+	}
+}
+
+static void *progress_main(void *arg)
+{
+	struct pbox_client *c = arg;
+	struct pbox_rx_pkt pkts[PBOX_UDP_DEFAULT_BURST];
+
+	uint64_t next_ctl_check = 0;
+
+	while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_DEFAULT_BURST);
+		uint64_t next, t;
+
+		drain_submissions(c);
+		for (unsigned i = 0; i < n; i++) {
+			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		}
+		pbox_node_timers(c->node);
+		pbox_node_flush(c->node);
+		if (n != 0 || c->opts.busy_poll) {
+			/* Busy: still look at the control channel every 10 ms for events. */
+			t = pbox_clock_ns(NULL);
+			if (c->ctl_fd >= 0 && t >= next_ctl_check) {
+				ctl_events(c);
+				next_ctl_check = t + 10000000ull;
+			}
+			continue;
+		}
+		/* Idle: sleep until a datagram, a submission, a control event or a timer. */
+		next = pbox_node_next_timer(c->node);
+		{
+			struct pollfd p[3] = {
+				{ .fd = pbox_udp_fd(c->udp), .events = POLLIN },
+				{ .fd = c->wake_fd, .events = POLLIN },
+				{ .fd = c->ctl_fd, .events = POLLIN },
+			};
+			int ms = next == UINT64_MAX ? 200 : (int)PBOX_MIN(next / 1000000 + 1, 200);
+
+			if (poll(p, c->ctl_fd >= 0 ? 3 : 2, ms) > 0) {
+				if (p[1].revents & POLLIN) {
+					uint64_t v;
+
+					if (read(c->wake_fd, &v, sizeof(v)) < 0) {
+						/* nothing: the eventfd is only a doorbell */
+					}
+				}
+				if (c->ctl_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
+					ctl_events(c);
+				}
+			}
+		}
+	}
+	pbox_node_fail(c->node, -ECANCELED, "the client was closed");
+	return NULL;
+}
+
+/* ---- registration ------------------------------------------------------------------- */
+
+static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox_keyspec *ks,
+			  uint32_t nkeys)
+{
+	json_t *ports = json_object_get(resp, "ports"), *map = json_object_get(resp, "core_map");
+	const char *cookie = json_string_value(json_object_get(resp, "cookie"));
+	const char *addr = json_string_value(json_object_get(resp, "data_addr"));
+	uint32_t chunk_bytes = (uint32_t)json_integer_value(json_object_get(resp, "chunk_bytes"));
+	uint32_t frag_bytes = (uint32_t)json_integer_value(json_object_get(resp, "frag_bytes"));
+	uint32_t *core_map = NULL;
+	size_t ncores = json_array_size(ports), i;
+	char err[256];
+	int rc;
+
+	if (cookie == NULL || addr == NULL || ncores == 0 || ncores > PBOX_MAX_CORES ||
+	    !json_is_array(map)) {
+		return fail(-EPROTO, "register: pboxd's answer lacks the session parameters");
+	}
+	snprintf(c->data_addr, sizeof(c->data_addr), "%s", addr);
+	core_map = calloc(json_array_size(map) + 1, sizeof(*core_map));
+	c->cores = calloc(ncores, sizeof(*c->cores));
+	if (core_map == NULL || c->cores == NULL) {
+		free(core_map);
+		return fail(-ENOMEM, "out of memory");
+	}
+	for (i = 0; i < json_array_size(map); i++) {
+		core_map[i] = (uint32_t)json_integer_value(json_array_get(map, i));
+	}
+	for (i = 0; i < ncores; i++) {
+		json_int_t p = json_integer_value(json_array_get(ports, i));
+
+		if (p <= 0 || p > 65535 || pbox_peer_from_str(&c->cores[i], addr, (uint16_t)p) != 0) {
+			free(core_map);
+			return fail(-EPROTO, "register: bad data endpoint %s:%lld", addr,
+				    (long long)p);
+		}
+	}
+	rc = pbox_jobdesc_build(&c->desc, ks, nkeys, c->info.workers, (uint32_t)ncores, chunk_bytes,
+				frag_bytes, core_map, err, sizeof(err));
+	if (rc == 0 && c->desc.nchunks != json_array_size(map)) {
+		pbox_jobdesc_free(&c->desc);
+		snprintf(err, sizeof(err), "chunk map has %zu entries for %u chunks",
+			 json_array_size(map), c->desc.nchunks);
+		rc = -EPROTO;
+	}
+	free(core_map);
+	if (rc < 0) {
+		return fail(rc, "register: %s", err);
+	}
+	c->info.cores = (uint32_t)ncores;
+	c->info.chunk_bytes = chunk_bytes;
+	c->info.frag_bytes = frag_bytes;
+	c->info.nchunks = c->desc.nchunks;
+	c->info.total_bytes = c->desc.total_bytes;
+	c->cookie = strtoull(cookie, NULL, 16);
+	if (c->cookie == 0) {
+		return fail(-EPROTO, "register: pboxd sent an invalid session cookie '%s'", cookie);
+	}
+	return 0;
+}
+
+int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys)
+{
+	struct pbox_keyspec *ks;
+	struct pbox_udp_cfg ucfg = { 0 };
+	struct pbox_node_cfg ncfg = { 0 };
+	json_t *arr, *resp = NULL;
+	const char *fault;
+	char err[256];
+	int rc;
+
+	if (c == NULL || keys == NULL || nkeys == 0) {
+		return fail(-EINVAL, "register: no keys given");
+	}
+	if (c->node != NULL) {
+		return fail(-EALREADY, "register: keys are already registered");
+	}
+	ks = calloc(nkeys, sizeof(*ks));
+	arr = json_array();
+	if (ks == NULL || arr == NULL) {
+		free(ks);
+		json_decref(arr);
+		return fail(-ENOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < nkeys; i++) {
+		ks[i].id = keys[i].id;
+		ks[i].nelem = keys[i].nelem;
+		json_array_append_new(arr, json_pack("[I, I]", (json_int_t)keys[i].id,
+						     (json_int_t)keys[i].nelem));
+	}
+	rc = ctl_call(c, json_pack("{s:s, s:o}", "op", "register", "keys", arr), &resp);
+	if (rc < 0) {
+		goto out;
+	}
+	rc = parse_register(c, resp, ks, nkeys);
+	if (rc < 0) {
+		goto out;
+	}
+	fault = c->opts.fault ? c->opts.fault : getenv("PBOX_FAULT");
+	if (pbox_fault_parse(fault, &ucfg.fault, err, sizeof(err)) != 0) {
+		rc = fail(-EINVAL, "PBOX_FAULT: %s", err);
+		goto out;
+	}
+	ucfg.addr = c->opts.local_addr;
+	c->udp = pbox_udp_open(&ucfg);
+	c->ops = calloc(nkeys, sizeof(*c->ops));
+	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->udp == NULL || c->ops == NULL || c->wake_fd < 0) {
+		rc = fail(-ENOMEM, "register: cannot set up the data socket (see log)");
+		goto out;
+	}
+	ncfg.desc = &c->desc;
+	ncfg.job = c->info.job;
+	ncfg.rank = c->info.rank;
+	ncfg.cookie = c->cookie;
+	ncfg.server_opt = c->info.mode == PBOX_JOB_SERVER_OPTIMIZER;
+	ncfg.cores = c->cores;
+	ncfg.tx = &pbox_udp_tx_ops;
+	ncfg.tx_ctx = c->udp;
+	ncfg.rto_ms = c->opts.rto_ms;
+	ncfg.timeout_ms = c->opts.timeout_ms;
+	ncfg.max_inflight = c->opts.max_inflight;
+	ncfg.done = op_done;
+	ncfg.done_arg = c;
+	c->node = pbox_node_create(&ncfg);
+	if (c->node == NULL) {
+		rc = fail(-ENOMEM, "register: out of memory for the worker node");
+		goto out;
+	}
+	fcntl(c->ctl_fd, F_SETFL, fcntl(c->ctl_fd, F_GETFL) | O_NONBLOCK);
+	rc = pthread_create(&c->thread, NULL, progress_main, c);
+	if (rc != 0) {
+		rc = fail(-rc, "register: cannot start the progress thread: %s", strerror(rc));
+		goto out;
+	}
+	c->thread_started = true;
+	rc = 0;
+out:
+	json_decref(resp);
+	free(ks);
+	return rc;
+}
+
+/* ---- operations --------------------------------------------------------------------- */
+
+static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id, uint32_t iter,
+		 const float *src, float *dst, pbox_done_fn cb, void *arg)
+{
+	int64_t k;
+	struct cop *cp;
+
+	if (c == NULL || c->node == NULL) {
+		return fail(-ENOTCONN, "no keys registered yet (call pbox_register first)");
+	}
+	k = pbox_jobdesc_find_key(&c->desc, key_id);
+	if (k < 0) {
+		return fail(-ENOENT, "key %u was not registered", key_id);
+	}
+	if ((src == NULL && kind != PBOX_OP_PULL) || (dst == NULL && (kind == PBOX_OP_PULL ||
+								     kind == PBOX_OP_PUSH_PULL))) {
+		return fail(-EINVAL, "key %u: NULL buffer", key_id);
+	}
+	cp = &c->ops[k];
+	pthread_mutex_lock(&c->lock);
+	if (c->fail_err != 0) {
+		int e = c->fail_err;
+
+		fail(e, "%s", c->fail_msg);
+		pthread_mutex_unlock(&c->lock);
+		return e;
+	}
+	if (cp->state == COP_SUBMITTED) {
+		pthread_mutex_unlock(&c->lock);
+		return fail(-EBUSY, "key %u already has an operation in flight (iteration %u)",
+			    key_id, cp->op.iter);
+	}
+	memset(&cp->op, 0, sizeof(cp->op));
+	cp->op.kind = kind;
+	cp->op.key = (uint32_t)k;
+	cp->op.iter = iter;
+	cp->op.src = src;
+	cp->op.dst = dst;
+	cp->cb = cb;
+	cp->cb_arg = arg;
+	cp->state = COP_SUBMITTED;
+	cp->next = NULL;
+	if (c->sub_tail) {
+		c->sub_tail->next = cp;
+	} else {
+		c->sub_head = cp;
+	}
+	c->sub_tail = cp;
+	pthread_mutex_unlock(&c->lock);
+	{
+		uint64_t one = 1;
+
+		if (write(c->wake_fd, &one, sizeof(one)) < 0) {
+			/* the eventfd cannot overflow with increments of 1; ignore */
+		}
+	}
+	return 0;
+}
+
+static int abs_deadline(struct timespec *ts, int timeout_ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += timeout_ms / 1000;
+	ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+	return 0;
+}
+
+/* Wait for cp under c->lock (held). Returns the op status or -ETIMEDOUT. */
+static int wait_locked(struct pbox_client *c, struct cop *cp, const struct timespec *until)
+{
+	while (cp->state == COP_SUBMITTED) {
+		int rc = until ? pthread_cond_timedwait(&c->cond, &c->lock, until)
+			       : pthread_cond_wait(&c->cond, &c->lock);
+
+		if (rc == ETIMEDOUT && cp->state == COP_SUBMITTED) {
+			return fail(-ETIMEDOUT,
+				    "waiting for key %u (iteration %u): timed out; the operation "
+				    "is still in flight",
+				    c->desc.keys[cp->op.key].id, cp->op.iter);
+		}
+	}
+	if (cp->state == COP_DONE) {
+		cp->state = COP_FREE;
+		if (cp->op.status < 0) {
+			return fail(cp->op.status, "%s", cp->op.errmsg);
+		}
+		return cp->op.status;
+	}
+	return 0;
+}
+
+int pbox_wait(struct pbox_client *c, uint32_t key_id, int timeout_ms)
+{
+	struct timespec until;
+	int64_t k;
+	int rc;
+
+	if (c == NULL || c->node == NULL) {
+		return fail(-ENOTCONN, "no keys registered yet");
+	}
+	k = pbox_jobdesc_find_key(&c->desc, key_id);
+	if (k < 0) {
+		return fail(-ENOENT, "key %u was not registered", key_id);
+	}
+	if (timeout_ms >= 0) {
+		abs_deadline(&until, timeout_ms);
+	}
+	pthread_mutex_lock(&c->lock);
+	rc = wait_locked(c, &c->ops[k], timeout_ms >= 0 ? &until : NULL);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int pbox_wait_all(struct pbox_client *c, int timeout_ms)
+{
+	struct timespec until;
+	int first = 0;
+	char msg[sizeof(g_errmsg)] = "";
+
+	if (c == NULL || c->node == NULL) {
+		return fail(-ENOTCONN, "no keys registered yet");
+	}
+	if (timeout_ms >= 0) {
+		abs_deadline(&until, timeout_ms);
+	}
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t k = 0; k < c->desc.nkeys; k++) {
+		int rc = wait_locked(c, &c->ops[k], timeout_ms >= 0 ? &until : NULL);
+
+		if (rc < 0 && first == 0) {
+			first = rc;
+			snprintf(msg, sizeof(msg), "%s", g_errmsg);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (first < 0) {
+		snprintf(g_errmsg, sizeof(g_errmsg), "%s", msg);
+	}
+	return first;
+}
+
+static int sync_op(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key, uint32_t iter,
+		   const float *src, float *dst)
+{
+	int rc = start(c, kind, key, iter, src, dst, NULL, NULL);
+
+	return rc < 0 ? rc : pbox_wait(c, key, -1);
+}
+
+int pbox_init(struct pbox_client *c, uint32_t key, const float *values)
+{
+	return sync_op(c, PBOX_OP_INIT, key, 0, values, NULL);
+}
+
+int pbox_push(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad)
+{
+	return sync_op(c, PBOX_OP_PUSH, key, iter, grad, NULL);
+}
+
+int pbox_pull(struct pbox_client *c, uint32_t key, uint32_t iter, float *out)
+{
+	return sync_op(c, PBOX_OP_PULL, key, iter, NULL, out);
+}
+
+int pbox_push_pull(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+		   float *out)
+{
+	return sync_op(c, PBOX_OP_PUSH_PULL, key, iter, grad, out);
+}
+
+int pbox_init_async(struct pbox_client *c, uint32_t key, const float *values, pbox_done_fn cb,
+		    void *arg)
+{
+	return start(c, PBOX_OP_INIT, key, 0, values, NULL, cb, arg);
+}
+
+int pbox_push_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+		    pbox_done_fn cb, void *arg)
+{
+	return start(c, PBOX_OP_PUSH, key, iter, grad, NULL, cb, arg);
+}
+
+int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out,
+		    pbox_done_fn cb, void *arg)
+{
+	return start(c, PBOX_OP_PULL, key, iter, NULL, out, cb, arg);
+}
+
+int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+			 float *out, pbox_done_fn cb, void *arg)
+{
+	return start(c, PBOX_OP_PUSH_PULL, key, iter, grad, out, cb, arg);
+}
+
+int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info)
+{
+	if (c == NULL || info == NULL) {
+		return fail(-EINVAL, "pbox_job_info: NULL argument");
+	}
+	*info = c->info;
+	return 0;
+}
+
+void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (c == NULL || c->node == NULL) {
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	*st = c->stats;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void pbox_close(struct pbox_client *c)
+{
+	if (c == NULL) {
+		return;
+	}
+	if (c->thread_started) {
+		uint64_t one = 1;
+
+		__atomic_store_n(&c->stop, true, __ATOMIC_RELEASE);
+		if (write(c->wake_fd, &one, sizeof(one)) < 0) {
+			/* the thread also wakes on its poll timeout */
+		}
+		pthread_join(c->thread, NULL);
+	}
+	if (c->ctl_fd >= 0) {
+		json_t *bye = json_pack("{s:s}", "op", "leave");
+
+		/* Best effort: a clean goodbye tells pboxd this is not a failure. */
+		fcntl(c->ctl_fd, F_SETFL, fcntl(c->ctl_fd, F_GETFL) & ~O_NONBLOCK);
+		pbox_ctl_send(c->ctl_fd, bye, 1000);
+		json_decref(bye);
+		shutdown(c->ctl_fd, SHUT_WR);
+		{
+			/* Wait briefly for pboxd's acknowledgement so the leave is processed
+			 * before the connection drops. */
+			struct pollfd p = { .fd = c->ctl_fd, .events = POLLIN };
+
+			poll(&p, 1, 1000);
+		}
+		close(c->ctl_fd);
+	}
+	if (c->wake_fd >= 0) {
+		close(c->wake_fd);
+	}
+	pbox_node_destroy(c->node);
+	pbox_udp_close(c->udp);
+	pbox_jobdesc_free(&c->desc);
+	pbox_linebuf_free(&c->ctl_in);
+	free(c->cores);
+	free(c->ops);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The worker's data-plane node: the progress engine of libpbox.
+ *
+ * It is written as a node of the data plane, not as a request/response client: it is fed
+ * datagrams (pbox_node_rx) and clock ticks (pbox_node_timers), keeps per-chunk state,
+ * and emits datagrams through a struct pbox_tx_ops. libpbox runs it on its progress
+ * thread; tests run it on a virtual clock against an in-memory appliance. Later roles
+ * (relaying broadcast chunks to tree children, answering bandwidth probes) are further
+ * message handlers of the same node.
+ *
+ * Operations are per key: at most one in flight per key. An operation is cut into its
+ * chunks; each chunk goes to the appliance core that owns it. Reliability (UDP has none):
+ *  - fragments of a contribution are re-sent, all of them, when no ACK (or result)
+ *    arrived within the retransmission timeout; the timeout doubles up to rto_max;
+ *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
+ *    appliance to repeat a result that may have been lost;
+ *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
+ *    so duplicates and reordering are harmless; a result of another version restarts
+ *    the collection;
+ *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
+ *    and a message saying what was and was not received.
+ * At most max_inflight chunks are being sent at once; the rest wait their turn.
+ *
+ * Threading: a node is used by one thread at a time (the progress thread); completion
+ * callbacks run on that thread.
+ */
+#ifndef PBOX_NODE_H
+#define PBOX_NODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <pbox/wire.h>
+
+#include "common/jobdesc.h"
+#include "common/wire_check.h"
+#include "common/xport.h"
+
+enum pbox_op_kind {
+	PBOX_OP_NONE = 0,
+	PBOX_OP_PUSH,	   /* contribute a gradient; done when acknowledged */
+	PBOX_OP_PULL,	   /* fetch a result */
+	PBOX_OP_PUSH_PULL, /* contribute and receive the result of the iteration */
+	PBOX_OP_INIT,	   /* rank 0: set the initial model (server-optimizer jobs) */
+};
+
+struct pbox_node;
+struct pbox_op;
+
+/* Called on the node's thread when op completes (op->status says how). */
+typedef void (*pbox_op_done_fn)(struct pbox_op *op, void *arg);
+
+/* One operation on one key. Owned by the caller; must stay valid until it completes. */
+struct pbox_op {
+	enum pbox_op_kind kind;
+	uint32_t key;	/* index into the job's keys (not the id) */
+	uint32_t iter;	/* PUSH / PUSH_PULL: iteration; PULL: version or iteration wanted */
+	const float *src; /* PUSH, PUSH_PULL, INIT: nelem floats */
+	float *dst;	  /* PULL, PUSH_PULL: nelem floats */
+	/* filled by the node */
+	int status;		/* 0 or a negative errno once complete */
+	char errmsg[256];	/* why, when status < 0 */
+	uint32_t chunks_left;
+	uint32_t label;		/* version / iteration of the result received */
+	uint64_t start_ns;
+	uint64_t deadline_ns;
+};
+
+struct pbox_node_stats {
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;
+	uint64_t retransmits; /* datagrams sent again after a timeout */
+	uint64_t probes;      /* PULLs sent to recover a possibly lost result */
+	uint64_t dup_frags;   /* result fragments received twice */
+	uint64_t ops_done;
+	uint64_t ops_failed;
+	uint64_t drops[PBOX_DROP_COUNT];
+};
+
+struct pbox_node_cfg {
+	const struct pbox_jobdesc *desc;
+	uint32_t job;
+	uint32_t rank;
+	uint64_t cookie;
+	bool server_opt;		/* job mode: results are model versions */
+	const struct pbox_peer *cores; /* appliance endpoint of each core (desc->ncores) */
+	const struct pbox_tx_ops *tx;
+	void *tx_ctx;
+	uint64_t (*now_ns)(void *arg); /* clock; NULL: CLOCK_MONOTONIC */
+	void *now_arg;
+	uint32_t rto_ms;       /* first retransmission timeout (0: 50 ms) */
+	uint32_t rto_max_ms;   /* cap of the doubling (0: 1000 ms) */
+	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
+	uint32_t max_inflight; /* chunks sending at once (0: 256) */
+	pbox_op_done_fn done;
+	void *done_arg;
+};
+
+/* Create a node. Returns NULL after logging why (out of memory). */
+struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg);
+void pbox_node_destroy(struct pbox_node *n);
+
+/*
+ * Start op (fields kind, key, iter, src, dst set by the caller). Returns 0, -EBUSY if
+ * the key has an operation in flight, -EINVAL for a bad key or kind (message in op),
+ * or the node's failure status if it has failed (pbox_node_fail). On 0 the completion
+ * callback will run exactly once.
+ */
+int pbox_node_submit(struct pbox_node *n, struct pbox_op *op);
+
+/* Handle one received datagram. */
+void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from);
+
+/* Run retransmissions and deadlines due at the current time. */
+void pbox_node_timers(struct pbox_node *n);
+
+/* Flush queued datagrams. Call after a batch of rx / submit / timers. */
+void pbox_node_flush(struct pbox_node *n);
+
+/* Nanoseconds until the next timer (UINT64_MAX: none). */
+uint64_t pbox_node_next_timer(struct pbox_node *n);
+
+/* Fail every operation in flight, and every later submit, with err and msg. */
+void pbox_node_fail(struct pbox_node *n, int err, const char *msg);
+
+/* Number of operations in flight. */
+uint32_t pbox_node_inflight(const struct pbox_node *n);
+
+const struct pbox_node_stats *pbox_node_stats(const struct pbox_node *n);
+
+/* CLOCK_MONOTONIC in ns (the default clock). */
+uint64_t pbox_clock_ns(void *arg);
+
+#endif /* PBOX_NODE_H */

@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pboxd configuration file: libconfig parsing and validation (see config.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <libconfig.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/compiler.h"
+
+/* Error context: the file, for "file:line: path: message". */
+struct cctx {
+	const char *file;
+	char *err;
+	size_t errlen;
+};
+
+static void setting_path(const config_setting_t *s, char *buf, size_t len)
+{
+	char tmp[256];
+	const config_setting_t *p = config_setting_parent(s);
+
+	if (p == NULL || config_setting_is_root(p)) {
+		snprintf(buf, len, "%s", config_setting_name(s) ? config_setting_name(s) : "");
+		return;
+	}
+	setting_path(p, tmp, sizeof(tmp));
+	if (config_setting_name(s) != NULL) {
+		snprintf(buf, len, "%s.%s", tmp, config_setting_name(s));
+	} else {
+		snprintf(buf, len, "%s[%d]", tmp, config_setting_index(s));
+	}
+}
+
+static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
+	PBOX_PRINTF(3, 4);
+
+static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
+{
+	char path[256], msg[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	setting_path(s, path, sizeof(path));
+	snprintf(c->err, c->errlen, "%s:%u: %s: %s", c->file, config_setting_source_line(s), path,
+		 msg);
+	return -EINVAL;
+}
+
+/* Every member of group g must be one of the allowed names. */
+static int only(struct cctx *c, const config_setting_t *g, const char *const *allowed)
+{
+	for (int i = 0; i < config_setting_length(g); i++) {
+		const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
+		const char *name = config_setting_name(s);
+		bool ok = false;
+
+		for (const char *const *a = allowed; *a != NULL && !ok; a++) {
+			ok = strcmp(*a, name) == 0;
+		}
+		if (!ok) {
+			char list[512] = "";
+
+			for (const char *const *a = allowed; *a != NULL; a++) {
+				strncat(list, *a, sizeof(list) - strlen(list) - 3);
+				if (a[1] != NULL) {
+					strncat(list, ", ", sizeof(list) - strlen(list) - 1);
+				}
+			}
+			return bad(c, s, "unknown setting (expected one of: %s)", list);
+		}
+	}
+	return 0;
+}
+
+static int get_u32(struct cctx *c, const config_setting_t *g, const char *name, uint32_t lo,
+		   uint32_t hi, uint32_t *out)
+{
+	const config_setting_t *s = config_setting_get_member(g, name);
+	long long v;
+
+	if (s == NULL) {
+		return 0;
+	}
+	if (config_setting_type(s) != CONFIG_TYPE_INT && config_setting_type(s) != CONFIG_TYPE_INT64) {
+		return bad(c, s, "must be an integer");
+	}
+	v = config_setting_get_int64(s);
+	if (v < (long long)lo || v > (long long)hi) {
+		return bad(c, s, "must be between %u and %u (got %lld)", lo, hi, v);
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int get_float(struct cctx *c, const config_setting_t *g, const char *name, double lo,
+		     double hi, float *out)
+{
+	const config_setting_t *s = config_setting_get_member(g, name);
+	double v;
+
+	if (s == NULL) {
+		return 0;
+	}
+	switch (config_setting_type(s)) {
+	case CONFIG_TYPE_FLOAT:
+		v = config_setting_get_float(s);
+		break;
+	case CONFIG_TYPE_INT:
+	case CONFIG_TYPE_INT64:
+		v = (double)config_setting_get_int64(s);
+		break;
+	default:
+		return bad(c, s, "must be a number");
+	}
+	if (!(v >= lo && v <= hi)) {
+		return bad(c, s, "must be between %g and %g (got %g)", lo, hi, v);
+	}
+	*out = (float)v;
+	return 0;
+}
+
+static int get_bool(struct cctx *c, const config_setting_t *g, const char *name, bool *out)
+{
+	const config_setting_t *s = config_setting_get_member(g, name);
+
+	if (s == NULL) {
+		return 0;
+	}
+	if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
+		return bad(c, s, "must be true or false");
+	}
+	*out = config_setting_get_bool(s) != 0;
+	return 0;
+}
+
+static int get_str(struct cctx *c, const config_setting_t *g, const char *name, char *out,
+		   size_t len, const config_setting_t **where)
+{
+	const config_setting_t *s = config_setting_get_member(g, name);
+	const char *v;
+
+	if (where != NULL) {
+		*where = s;
+	}
+	if (s == NULL) {
+		return 0;
+	}
+	if (config_setting_type(s) != CONFIG_TYPE_STRING) {
+		return bad(c, s, "must be a string");
+	}
+	v = config_setting_get_string(s);
+	if (strlen(v) >= len) {
+		return bad(c, s, "too long (at most %zu characters)", len - 1);
+	}
+	snprintf(out, len, "%s", v);
+	return 0;
+}
+
+int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
+{
+	const char *colon = strrchr(s, ':');
+	unsigned long p;
+	char *end;
+
+	if (colon == NULL || colon == s || (size_t)(colon - s) >= hlen) {
+		return -EINVAL;
+	}
+	errno = 0;
+	p = strtoul(colon + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || end == colon + 1 || p > 65535) {
+		return -EINVAL;
+	}
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+int pboxd_parse_cpulist(const char *s, int *cpus, unsigned max)
+{
+	unsigned n = 0;
+
+	while (*s != '\0') {
+		char *end;
+		long a = strtol(s, &end, 10), b;
+
+		if (end == s || a < 0 || a > 4095) {
+			return -EINVAL;
+		}
+		b = a;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtol(s, &end, 10);
+			if (end == s || b < a || b > 4095) {
+				return -EINVAL;
+			}
+		}
+		for (long v = a; v <= b; v++) {
+			if (n == max) {
+				return -EINVAL;
+			}
+			cpus[n++] = (int)v;
+		}
+		if (*end == ',') {
+			end++;
+		} else if (*end != '\0') {
+			return -EINVAL;
+		}
+		s = end;
+	}
+	return (int)n;
+}
+
+void pboxd_config_defaults(struct pboxd_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->transport, sizeof(cfg->transport), "udp");
+	snprintf(cfg->data_addr, sizeof(cfg->data_addr), "127.0.0.1");
+	cfg->base_port = 7100;
+	snprintf(cfg->control_host, sizeof(cfg->control_host), "127.0.0.1");
+	cfg->control_port = 7000;
+	cfg->ncores = 1;
+	for (unsigned i = 0; i < PBOX_MAX_CORES; i++) {
+		cfg->cpus[i] = -1;
+	}
+	cfg->chunk_bytes = PBOX_DEFAULT_CHUNK_BYTES;
+	cfg->mtu = 1500;
+	cfg->idle_us = 200;
+	cfg->burst = 32;
+	cfg->drain_timeout = 10;
+	cfg->fault.seed = 1;
+}
+
+static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
+{
+	int n = config_setting_length(ks);
+
+	if (!config_setting_is_list(ks) && !config_setting_is_array(ks)) {
+		return bad(c, ks, "must be a list of [id, elements] pairs");
+	}
+	if (n == 0 || (uint32_t)n > PBOX_MAX_KEYS) {
+		return bad(c, ks, "must list 1..%u keys", PBOX_MAX_KEYS);
+	}
+	j->keys = calloc((size_t)n, sizeof(*j->keys));
+	if (j->keys == NULL) {
+		return bad(c, ks, "out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		const config_setting_t *k = config_setting_get_elem(ks, (unsigned)i);
+		long long id, ne;
+
+		if (config_setting_length(k) != 2 || !config_setting_is_aggregate(k)) {
+			return bad(c, k, "must be [id, elements]");
+		}
+		id = config_setting_get_int64_elem(k, 0);
+		ne = config_setting_get_int64_elem(k, 1);
+		if (id < 0 || id > UINT32_MAX || ne <= 0 || ne > (1LL << 40)) {
+			return bad(c, k, "id must be 0..2^32-1 and elements 1..2^40 (got [%lld, %lld])",
+				   id, ne);
+		}
+		j->keys[i].id = (uint32_t)id;
+		j->keys[i].nelem = (uint64_t)ne;
+	}
+	j->nkeys = (uint32_t)n;
+	return 0;
+}
+
+static int load_job(struct cctx *c, const config_setting_t *g, const struct pboxd_config *cfg,
+		    struct pboxd_job_cfg *j)
+{
+	static const char *const job_keys[] = { "id",	     "token",	      "workers", "mode",
+						"reduce",    "optimizer",     "keys",	 "window",
+						"deterministic", NULL };
+	static const char *const opt_keys[] = { "name",	 "lr",	  "momentum", "wd",  "rescale",
+						"clip",	 "beta1", "beta2",    "eps", NULL };
+	const config_setting_t *s, *where;
+	char buf[64];
+	int rc;
+
+	if (!config_setting_is_group(g)) {
+		return bad(c, g, "each job must be a group { id = ...; token = ...; ... }");
+	}
+	if ((rc = only(c, g, job_keys)) != 0) {
+		return rc;
+	}
+	j->deterministic = cfg->deterministic;
+	j->window = PBOX_DEFAULT_WINDOW;
+	j->mode = PBOX_MODE_AGGREGATE;
+	j->reduce = PBOX_REDUCE_MEAN;
+	j->opt = pbox_optimizer_find("sgd");
+	pbox_opt_params_default(&j->opt_params);
+	if (config_setting_get_member(g, "id") == NULL) {
+		return bad(c, g, "job needs an id");
+	}
+	if (config_setting_get_member(g, "workers") == NULL) {
+		return bad(c, g, "job needs workers (the number of ranks)");
+	}
+	if ((rc = get_u32(c, g, "id", 0, UINT32_MAX, &j->id)) != 0 ||
+	    (rc = get_u32(c, g, "workers", 1, PBOX_MAX_WORKERS, &j->workers)) != 0 ||
+	    (rc = get_u32(c, g, "window", 2, PBOX_MAX_WINDOW, &j->window)) != 0 ||
+	    (rc = get_bool(c, g, "deterministic", &j->deterministic)) != 0) {
+		return rc;
+	}
+	if ((rc = get_str(c, g, "token", j->token, sizeof(j->token), &where)) != 0) {
+		return rc;
+	}
+	if (where == NULL || strlen(j->token) < 1) {
+		return bad(c, where ? where : g, "job needs a non-empty token (the job's secret)");
+	}
+	if ((rc = get_str(c, g, "mode", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		if (strcmp(buf, "aggregate") == 0) {
+			j->mode = PBOX_MODE_AGGREGATE;
+		} else if (strcmp(buf, "server-optimizer") == 0) {
+			j->mode = PBOX_MODE_SERVER_OPT;
+		} else {
+			return bad(c, where, "unknown mode '%s' (aggregate, server-optimizer)", buf);
+		}
+	}
+	if ((rc = get_str(c, g, "reduce", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		if (strcmp(buf, "sum") == 0) {
+			j->reduce = PBOX_REDUCE_SUM;
+		} else if (strcmp(buf, "mean") == 0) {
+			j->reduce = PBOX_REDUCE_MEAN;
+		} else {
+			return bad(c, where, "unknown reduce '%s' (sum, mean)", buf);
+		}
+	}
+	s = config_setting_get_member(g, "optimizer");
+	if (s != NULL) {
+		if (!config_setting_is_group(s)) {
+			return bad(c, s, "must be a group { name = \"nag\"; lr = ...; }");
+		}
+		if ((rc = only(c, s, opt_keys)) != 0 ||
+		    (rc = get_str(c, s, "name", buf, sizeof(buf), &where)) != 0) {
+			return rc;
+		}
+		if (where != NULL) {
+			j->opt = pbox_optimizer_find(buf);
+			if (j->opt == NULL) {
+				return bad(c, where, "unknown optimizer '%s' (%s)", buf,
+					   pbox_optimizer_names());
+			}
+		}
+		if ((rc = get_float(c, s, "lr", 0, 1e6, &j->opt_params.lr)) != 0 ||
+		    (rc = get_float(c, s, "momentum", 0, 1, &j->opt_params.momentum)) != 0 ||
+		    (rc = get_float(c, s, "wd", 0, 1e3, &j->opt_params.wd)) != 0 ||
+		    (rc = get_float(c, s, "rescale", -1e9, 1e9, &j->opt_params.rescale)) != 0 ||
+		    (rc = get_float(c, s, "clip", 0, 1e30, &j->opt_params.clip)) != 0 ||
+		    (rc = get_float(c, s, "beta1", 0, 0.999999, &j->opt_params.beta1)) != 0 ||
+		    (rc = get_float(c, s, "beta2", 0, 0.99999999, &j->opt_params.beta2)) != 0 ||
+		    (rc = get_float(c, s, "eps", 0, 1, &j->opt_params.eps)) != 0) {
+			return rc;
+		}
+		if (j->mode != PBOX_MODE_SERVER_OPT) {
+			return bad(c, s,
+				   "an optimizer runs on the appliance only with mode = "
+				   "\"server-optimizer\"");
+		}
+	}
+	s = config_setting_get_member(g, "keys");
+	if (s != NULL && (rc = load_keys(c, s, j)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
+int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen)
+{
+	static const char *const top_keys[] = { "appliance", "jobs", NULL };
+	static const char *const app_keys[] = {
+		"transport", "data_address", "base_port",     "control",	"cores",
+		"cpus",	     "chunk_bytes",  "mtu",	      "busy_poll",	"idle_us",
+		"burst",     "deterministic", "stats_interval", "drain_timeout", "fault",
+		NULL,
+	};
+	struct cctx c = { .file = path, .err = err, .errlen = errlen };
+	const config_setting_t *root, *a, *jobs, *s;
+	config_t lc;
+	char buf[128];
+	int rc = 0;
+
+	snprintf(cfg->path, sizeof(cfg->path), "%s", path);
+	config_init(&lc);
+	if (config_read_file(&lc, path) != CONFIG_TRUE) {
+		if (config_error_type(&lc) == CONFIG_ERR_FILE_IO) {
+			snprintf(err, errlen, "%s: cannot read the configuration file: %s", path,
+				 strerror(errno ? errno : ENOENT));
+			rc = -ENOENT;
+		} else {
+			snprintf(err, errlen, "%s:%d: syntax error: %s", path,
+				 config_error_line(&lc), config_error_text(&lc));
+			rc = -EINVAL;
+		}
+		goto out;
+	}
+	root = config_root_setting(&lc);
+	if ((rc = only(&c, root, top_keys)) != 0) {
+		goto out;
+	}
+	a = config_setting_get_member(root, "appliance");
+	if (a != NULL) {
+		const config_setting_t *where;
+
+		if (!config_setting_is_group(a)) {
+			rc = bad(&c, a, "must be a group { ... }");
+			goto out;
+		}
+		if ((rc = only(&c, a, app_keys)) != 0 ||
+		    (rc = get_str(&c, a, "transport", cfg->transport, sizeof(cfg->transport),
+				  NULL)) != 0 ||
+		    (rc = get_str(&c, a, "data_address", cfg->data_addr, sizeof(cfg->data_addr),
+				  NULL)) != 0) {
+			goto out;
+		}
+		{
+			uint32_t v = cfg->base_port;
+
+			if ((rc = get_u32(&c, a, "base_port", 1, 65535 - PBOX_MAX_CORES, &v)) != 0) {
+				goto out;
+			}
+			cfg->base_port = (uint16_t)v;
+		}
+		if ((rc = get_str(&c, a, "control", buf, sizeof(buf), &where)) != 0) {
+			goto out;
+		}
+		if (where != NULL && pboxd_parse_hostport(buf, cfg->control_host,
+							  sizeof(cfg->control_host),
+							  &cfg->control_port) != 0) {
+			rc = bad(&c, where, "'%s': expected \"host:port\"", buf);
+			goto out;
+		}
+		if ((rc = get_u32(&c, a, "cores", 1, PBOX_MAX_CORES, &cfg->ncores)) != 0) {
+			goto out;
+		}
+		s = config_setting_get_member(a, "cpus");
+		if (s != NULL) {
+			int n = config_setting_length(s);
+
+			if (!config_setting_is_array(s) || n < 1 || n > (int)PBOX_MAX_CORES) {
+				rc = bad(&c, s, "must be a list of 1..%u CPU numbers, e.g. [0, 1]",
+					 PBOX_MAX_CORES);
+				goto out;
+			}
+			for (int i = 0; i < n; i++) {
+				int v = config_setting_get_int_elem(s, i);
+
+				if (v < 0 || v > 4095) {
+					rc = bad(&c, s, "CPU %d out of range", v);
+					goto out;
+				}
+				cfg->cpus[i] = v;
+			}
+			if (config_setting_get_member(a, "cores") != NULL &&
+			    cfg->ncores != (uint32_t)n) {
+				rc = bad(&c, s, "lists %d CPUs but cores = %u", n, cfg->ncores);
+				goto out;
+			}
+			cfg->ncores = (uint32_t)n;
+		}
+		if ((rc = get_u32(&c, a, "chunk_bytes", PBOX_MIN_CHUNK_BYTES, PBOX_MAX_CHUNK_BYTES,
+				  &cfg->chunk_bytes)) != 0 ||
+		    (rc = get_u32(&c, a, "mtu", 576, 65535, &cfg->mtu)) != 0 ||
+		    (rc = get_bool(&c, a, "busy_poll", &cfg->busy_poll)) != 0 ||
+		    (rc = get_u32(&c, a, "idle_us", 0, 10000000, &cfg->idle_us)) != 0 ||
+		    (rc = get_u32(&c, a, "burst", 1, 256, &cfg->burst)) != 0 ||
+		    (rc = get_bool(&c, a, "deterministic", &cfg->deterministic)) != 0 ||
+		    (rc = get_u32(&c, a, "stats_interval", 0, 86400, &cfg->stats_interval)) != 0 ||
+		    (rc = get_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) != 0) {
+			goto out;
+		}
+		if (cfg->chunk_bytes % PBOX_FRAG_ALIGN != 0) {
+			rc = bad(&c, config_setting_get_member(a, "chunk_bytes"),
+				 "must be a multiple of %u", PBOX_FRAG_ALIGN);
+			goto out;
+		}
+		if ((rc = get_str(&c, a, "fault", buf, sizeof(buf), &where)) != 0) {
+			goto out;
+		}
+		if (where != NULL) {
+			char ferr[192];
+
+			if (pbox_fault_parse(buf, &cfg->fault, ferr, sizeof(ferr)) != 0) {
+				rc = bad(&c, where, "%s", ferr);
+				goto out;
+			}
+		}
+	}
+	jobs = config_setting_get_member(root, "jobs");
+	if (jobs != NULL) {
+		int n = config_setting_length(jobs);
+
+		if (!config_setting_is_list(jobs)) {
+			rc = bad(&c, jobs, "must be a list of job groups: ( { ... }, { ... } )");
+			goto out;
+		}
+		cfg->jobs = calloc(n ? (size_t)n : 1, sizeof(*cfg->jobs));
+		if (cfg->jobs == NULL) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (int i = 0; i < n; i++) {
+			const config_setting_t *g = config_setting_get_elem(jobs, (unsigned)i);
+
+			rc = load_job(&c, g, cfg, &cfg->jobs[i]);
+			cfg->njobs = (uint32_t)i + 1;
+			if (rc != 0) {
+				goto out;
+			}
+			for (int k = 0; k < i; k++) {
+				if (cfg->jobs[k].id == cfg->jobs[i].id) {
+					rc = bad(&c, g, "job id %u is defined twice",
+						 cfg->jobs[i].id);
+					goto out;
+				}
+			}
+		}
+	}
+out:
+	config_destroy(&lc);
+	return rc;
+}
+
+int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
+{
+	if (strcmp(cfg->transport, "udp") != 0) {
+		snprintf(err, errlen, "transport '%s' is not available (this build has: udp)",
+			 cfg->transport);
+		return -EINVAL;
+	}
+	if (pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes) == 0) {
+		snprintf(err, errlen, "mtu %u is too small to carry a fragment", cfg->mtu);
+		return -EINVAL;
+	}
+	if ((uint32_t)cfg->base_port + cfg->ncores > 65536) {
+		snprintf(err, errlen, "base_port %u + %u cores runs past port 65535",
+			 cfg->base_port, cfg->ncores);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void pboxd_config_free(struct pboxd_config *cfg)
+{
+	for (uint32_t i = 0; i < cfg->njobs; i++) {
+		free(cfg->jobs[i].keys);
+	}
+	free(cfg->jobs);
+	cfg->jobs = NULL;
+	cfg->njobs = 0;
+}

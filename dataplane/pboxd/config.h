@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pboxd configuration: read with libconfig, validated with precise errors
+ * ("pboxd.conf:12: jobs[0].workers: must be between 1 and 1024 (got 0)").
+ *
+ *   appliance = {
+ *     transport = "udp";              # data-plane transport
+ *     data_address = "127.0.0.1";     # where workers send datagrams
+ *     base_port = 7100;               # core k listens on base_port + k
+ *     control = "127.0.0.1:7000";     # admission / stats (TCP)
+ *     cores = 2;                      # data-plane threads (unpinned), or
+ *     cpus = [0, 1];                  # one pinned thread per listed CPU
+ *     chunk_bytes = 32768;            # key chunk size
+ *     mtu = 1500;                     # path MTU: sets the fragment size
+ *     busy_poll = false;              # spin when idle instead of sleeping
+ *     idle_us = 200;                  # spin this long before sleeping
+ *     burst = 32;                     # datagrams per receive / send call
+ *     deterministic = false;          # default of jobs: sum in rank order
+ *     stats_interval = 0;             # seconds between counter dumps (0: off)
+ *     drain_timeout = 10;             # seconds to let sessions finish on SIGTERM
+ *     fault = "";                     # fault injection on sends (tests)
+ *   };
+ *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
+ *              mode = "server-optimizer";          # or "aggregate"
+ *              reduce = "mean";                     # aggregate: "sum" or "mean"
+ *              optimizer = { name = "nag"; lr = 0.1; momentum = 0.9; wd = 1e-4;
+ *                            rescale = 1.0; clip = 0.0; beta1 = 0.9; beta2 = 0.999;
+ *                            eps = 1e-8; };
+ *              deterministic = true;
+ *              keys = ( [0, 784000], [1, 1000] );   # optional fixed key set
+ *            } );
+ *
+ * Thread safety: built and read by the control thread; immutable after load.
+ */
+#ifndef PBOXD_CONFIG_H
+#define PBOXD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/jobdesc.h"
+#include "engine/job.h"
+#include "kernels/kernels.h"
+#include "transport/fault.h"
+
+#define PBOXD_DEFAULT_CONFIG "/etc/pbox/pboxd.conf"
+
+struct pboxd_job_cfg {
+	uint32_t id;
+	char token[256];
+	uint32_t workers;
+	enum pbox_job_mode mode;
+	enum pbox_reduce_op reduce;
+	bool deterministic;
+	uint32_t window;
+	const struct pbox_optimizer_ops *opt;
+	struct pbox_opt_params opt_params;
+	struct pbox_keyspec *keys; /* NULL: the first registering rank defines them */
+	uint32_t nkeys;
+};
+
+struct pboxd_config {
+	char path[512];
+	char transport[16];
+	char data_addr[64];
+	uint16_t base_port;
+	char control_host[64];
+	uint16_t control_port;
+	uint32_t ncores;
+	int cpus[PBOX_MAX_CORES]; /* -1: not pinned */
+	uint32_t chunk_bytes;
+	uint32_t mtu;
+	bool busy_poll;
+	uint32_t idle_us;
+	uint32_t burst;
+	bool deterministic;
+	uint32_t stats_interval;
+	uint32_t drain_timeout;
+	struct pbox_fault_cfg fault;
+	struct pboxd_job_cfg *jobs;
+	uint32_t njobs;
+};
+
+/* Defaults for everything (no jobs). */
+void pboxd_config_defaults(struct pboxd_config *cfg);
+
+/*
+ * Read and validate path into cfg (which holds the defaults / earlier values). Returns 0,
+ * or -EINVAL / -ENOENT with the error ("file:line: setting: what is wrong") in err.
+ */
+int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Checks across settings (after command-line overrides). 0 or -EINVAL with err. */
+int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen);
+
+void pboxd_config_free(struct pboxd_config *cfg);
+
+/* Parse "host:port"; 0 or -EINVAL. */
+int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port);
+
+/* Parse "0,1,4-6" into cpus (at most max); returns the count or -EINVAL. */
+int pboxd_parse_cpulist(const char *s, int *cpus, unsigned max);
+
+#endif /* PBOXD_CONFIG_H */

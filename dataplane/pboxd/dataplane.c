@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pboxd data-plane cores on kernel UDP (see dataplane.h). */
+#include "dataplane.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu-qsbr.h>
+#include <x86intrin.h>
+
+#include "common/log.h"
+#include "transport/udp.h"
+
+static uint64_t measure_tsc_hz(void)
+{
+	struct timespec a, b, d = { 0, 20000000 };
+	uint64_t t0, t1;
+	double ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	t0 = __rdtsc();
+	nanosleep(&d, NULL);
+	t1 = __rdtsc();
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+	return ns > 0 ? (uint64_t)((double)(t1 - t0) * 1e9 / ns) : 1000000000ull;
+}
+
+static void *core_main(void *arg)
+{
+	struct pboxd_core *c = arg;
+	struct pboxd_dp *dp = c->dp;
+	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
+	uint64_t last_work = __rdtsc();
+
+	rcu_register_thread();
+	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
+		uint64_t t0 = __rdtsc(), t1;
+		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
+
+		if (n > 0) {
+			/* Read the table after the receive: a worker admitted by a table
+			 * published before its datagram was sent is always seen. */
+			const struct pbox_jobtab *tab = rcu_dereference(dp->tab);
+
+			for (unsigned i = 0; i < n; i++) {
+				pbox_engine_rx(&c->engine, tab, pkts[i].data, pkts[i].len,
+					       &pkts[i].from);
+			}
+			pbox_engine_flush(&c->engine);
+			t1 = __rdtsc();
+			PBOX_STAT_ADD(&c->stats, busy_cycles, t1 - t0);
+			last_work = t1;
+		} else {
+			t1 = __rdtsc();
+			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
+			if (!dp->busy_poll && t1 - last_work > dp->idle_cycles_before_sleep) {
+				uint64_t s0 = __rdtsc();
+
+				rcu_thread_offline();
+				pbox_udp_wait(c->udp, 100, dp->stop_fd);
+				rcu_thread_online();
+				PBOX_STAT_ADD(&c->stats, idle_cycles, __rdtsc() - s0);
+			}
+		}
+		PBOX_STAT_ADD(&c->stats, polls, 1);
+		rcu_quiescent_state();
+	}
+	rcu_unregister_thread();
+	return NULL;
+}
+
+int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
+{
+	int rc = 0;
+
+	memset(dp, 0, sizeof(*dp));
+	dp->ncores = cfg->ncores;
+	dp->busy_poll = cfg->busy_poll;
+	dp->tsc_hz = measure_tsc_hz();
+	dp->idle_cycles_before_sleep = dp->tsc_hz / 1000000 * cfg->idle_us;
+	dp->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	dp->cores = aligned_alloc(PBOX_CACHE_LINE, sizeof(*dp->cores) * cfg->ncores);
+	if (dp->cores == NULL || dp->stop_fd < 0) {
+		PBOX_LOG_ERR(MAIN, "out of memory / descriptors for %u cores", cfg->ncores);
+		free(dp->cores);
+		dp->cores = NULL;
+		return -ENOMEM;
+	}
+	memset(dp->cores, 0, sizeof(*dp->cores) * cfg->ncores);
+	for (uint32_t k = 0; k < cfg->ncores; k++) {
+		struct pboxd_core *c = &dp->cores[k];
+		struct pbox_udp_cfg ucfg = {
+			.addr = cfg->data_addr,
+			.port = (uint16_t)(cfg->base_port + k),
+			.burst = cfg->burst,
+			.fault = cfg->fault,
+		};
+
+		c->idx = k;
+		c->cpu = cfg->cpus[k];
+		c->dp = dp;
+		/* Each core's fault stream is seeded differently but reproducibly. */
+		ucfg.fault.seed = cfg->fault.seed * 1000003u + k;
+		c->udp = pbox_udp_open(&ucfg);
+		if (c->udp == NULL) {
+			PBOX_LOG_ERR(MAIN, "core %u: cannot open its UDP port %s:%u (see above)", k,
+				     cfg->data_addr, cfg->base_port + k);
+			rc = -EADDRINUSE;
+			goto fail;
+		}
+		c->engine.core = k;
+		c->engine.kern = pbox_kernels_get();
+		c->engine.tx = &pbox_udp_tx_ops;
+		c->engine.tx_ctx = c->udp;
+		c->engine.stats = &c->stats;
+	}
+	for (uint32_t k = 0; k < cfg->ncores; k++) {
+		struct pboxd_core *c = &dp->cores[k];
+
+		rc = pthread_create(&c->thread, NULL, core_main, c);
+		if (rc != 0) {
+			PBOX_LOG_ERR(MAIN, "core %u: cannot start its thread: %s", k, strerror(rc));
+			rc = -rc;
+			goto fail;
+		}
+		c->started = true;
+		if (c->cpu >= 0) {
+			cpu_set_t set;
+
+			CPU_ZERO(&set);
+			CPU_SET(c->cpu, &set);
+			rc = pthread_setaffinity_np(c->thread, sizeof(set), &set);
+			if (rc != 0) {
+				PBOX_LOG_ERR(MAIN, "core %u: cannot pin to CPU %d: %s", k, c->cpu,
+					     strerror(rc));
+				rc = -rc;
+				goto fail;
+			}
+		}
+		{
+			char name[16];
+
+			snprintf(name, sizeof(name), "pbox-core%u", k);
+			pthread_setname_np(c->thread, name);
+		}
+	}
+	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
+		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
+		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
+		      cfg->busy_poll ? "busy polling" : "polling, sleeping when idle");
+	return 0;
+fail:
+	pboxd_dp_stop(dp);
+	return rc;
+}
+
+void pboxd_dp_stop(struct pboxd_dp *dp)
+{
+	uint64_t one = 1;
+
+	if (dp->cores == NULL) {
+		return;
+	}
+	__atomic_store_n(&dp->stop, true, __ATOMIC_RELEASE);
+	if (write(dp->stop_fd, &one, sizeof(one)) < 0) {
+		/* cores also wake on their poll timeout */
+	}
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		if (dp->cores[k].started) {
+			pthread_join(dp->cores[k].thread, NULL);
+			dp->cores[k].started = false;
+		}
+	}
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		pbox_udp_close(dp->cores[k].udp);
+		dp->cores[k].udp = NULL;
+	}
+	close(dp->stop_fd);
+	free(dp->cores);
+	dp->cores = NULL;
+}
+
+struct pbox_jobtab *pboxd_dp_publish(struct pboxd_dp *dp, struct pbox_jobtab *tab)
+{
+	struct pbox_jobtab *old = rcu_xchg_pointer(&dp->tab, tab);
+
+	synchronize_rcu();
+	return old;
+}
+
+void pboxd_dp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
+			      uint64_t *rx_truncated)
+{
+	const struct pbox_udp_stats *s = pbox_udp_stats(dp->cores[core].udp);
+
+	*tx_dropped = __atomic_load_n(&s->tx_dropped, __ATOMIC_RELAXED);
+	*rx_truncated = __atomic_load_n(&s->rx_truncated, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pboxd: the PBox appliance daemon. Loads and validates the configuration, starts the
+ * data-plane cores and the control listener, then runs the control loop: admissions,
+ * stats requests, signals (SIGTERM/SIGINT: orderly drain; SIGUSR1: print counters).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "config.h"
+#include "control.h"
+#include "dataplane.h"
+#include "sessions.h"
+#include "stats.h"
+
+#ifndef PBOX_VERSION_STRING
+#define PBOX_VERSION_STRING "0.0.0"
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pboxd [options]\n"
+		"\n"
+		"The PBox appliance daemon: aggregates gradients from training workers on\n"
+		"poll-mode data-plane cores and runs the optimizer on the appliance.\n"
+		"\n"
+		"Options (command-line values override the configuration file):\n"
+		"  -c, --config FILE        configuration file (default: none; see pboxd.conf(5)\n"
+		"                           style example in the README)\n"
+		"      --check-config       validate the configuration and exit\n"
+		"      --cores N            number of data-plane cores (threads, not pinned)\n"
+		"      --cpus LIST          pin one core per CPU, e.g. 0,1 or 2-5\n"
+		"      --data-address ADDR  IPv4 address for data-plane UDP (default 127.0.0.1)\n"
+		"      --base-port PORT     core k listens on PORT+k (default 7100)\n"
+		"      --control HOST:PORT  admission / stats TCP address (default 127.0.0.1:7000)\n"
+		"      --chunk-bytes N      key chunk size (default 32768)\n"
+		"      --mtu N              path MTU; sets the fragment size (default 1500)\n"
+		"      --busy-poll          never sleep when idle (dedicated CPUs)\n"
+		"      --deterministic      make every job sum in rank order (bit-reproducible)\n"
+		"      --fault SPEC         inject faults on sends: drop=P,dup=P,reorder=P,seed=N\n"
+		"      --stats-interval S   print counters every S seconds\n"
+		"      --log-level LEVEL    err, warn, info (default) or debug\n"
+		"  -h, --help               this text\n"
+		"  -V, --version            version\n"
+		"\n"
+		"Signals: SIGTERM/SIGINT drain (stop admitting, let sessions finish for\n"
+		"drain_timeout seconds, then abort them) and exit; a second one exits at once.\n"
+		"SIGUSR1 prints the per-core counters.\n"
+		"\n"
+		"Exit status: 0 after a clean stop, 64 bad arguments, 78 bad configuration,\n"
+		"69 a port or resource could not be set up.\n");
+}
+
+enum {
+	OPT_CHECK = 256,
+	OPT_CORES,
+	OPT_CPUS,
+	OPT_DATA_ADDR,
+	OPT_BASE_PORT,
+	OPT_CONTROL,
+	OPT_CHUNK,
+	OPT_MTU,
+	OPT_BUSY,
+	OPT_DET,
+	OPT_FAULT,
+	OPT_STATS,
+	OPT_LOG,
+};
+
+static const struct option g_opts[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "check-config", no_argument, NULL, OPT_CHECK },
+	{ "cores", required_argument, NULL, OPT_CORES },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
+	{ "data-address", required_argument, NULL, OPT_DATA_ADDR },
+	{ "base-port", required_argument, NULL, OPT_BASE_PORT },
+	{ "control", required_argument, NULL, OPT_CONTROL },
+	{ "chunk-bytes", required_argument, NULL, OPT_CHUNK },
+	{ "mtu", required_argument, NULL, OPT_MTU },
+	{ "busy-poll", no_argument, NULL, OPT_BUSY },
+	{ "deterministic", no_argument, NULL, OPT_DET },
+	{ "fault", required_argument, NULL, OPT_FAULT },
+	{ "stats-interval", required_argument, NULL, OPT_STATS },
+	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_uint(const char *opt, const char *s, unsigned long lo, unsigned long hi,
+		      unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s || v < lo || v > hi) {
+		fprintf(stderr, "pboxd: --%s %s: expected an integer between %lu and %lu\n", opt, s,
+			lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+struct app {
+	struct pboxd_config cfg;
+	struct pboxd_dp dp;
+	struct pboxd_sessions *sessions;
+	struct pboxd_control *control;
+};
+
+static json_t *stats_cb(void *arg)
+{
+	struct app *a = arg;
+
+	return pboxd_stats_json(&a->dp, a->sessions);
+}
+
+/* Command-line overrides, applied after the file. Returns 0 or an exit status. */
+static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *check_only)
+{
+	unsigned long v;
+	int o;
+
+	optind = 1;
+	while ((o = getopt_long(argc, argv, "c:hV", g_opts, NULL)) != -1) {
+		switch (o) {
+		case 'c':
+			break; /* loaded before */
+		case OPT_CHECK:
+			*check_only = true;
+			break;
+		case OPT_CORES:
+			if (parse_uint("cores", optarg, 1, PBOX_MAX_CORES, &v) != 0) {
+				return EX_USAGE;
+			}
+			cfg->ncores = (uint32_t)v;
+			for (unsigned i = 0; i < PBOX_MAX_CORES; i++) {
+				cfg->cpus[i] = -1;
+			}
+			break;
+		case OPT_CPUS: {
+			int n = pboxd_parse_cpulist(optarg, cfg->cpus, PBOX_MAX_CORES);
+
+			if (n <= 0) {
+				fprintf(stderr, "pboxd: --cpus %s: expected a CPU list like 0,1 or 2-5\n",
+					optarg);
+				return EX_USAGE;
+			}
+			cfg->ncores = (uint32_t)n;
+			break;
+		}
+		case OPT_DATA_ADDR:
+			snprintf(cfg->data_addr, sizeof(cfg->data_addr), "%s", optarg);
+			break;
+		case OPT_BASE_PORT:
+			if (parse_uint("base-port", optarg, 1, 65535 - PBOX_MAX_CORES, &v) != 0) {
+				return EX_USAGE;
+			}
+			cfg->base_port = (uint16_t)v;
+			break;
+		case OPT_CONTROL:
+			if (pboxd_parse_hostport(optarg, cfg->control_host, sizeof(cfg->control_host),
+						 &cfg->control_port) != 0) {
+				fprintf(stderr, "pboxd: --control %s: expected HOST:PORT\n", optarg);
+				return EX_USAGE;
+			}
+			break;
+		case OPT_CHUNK:
+			if (parse_uint("chunk-bytes", optarg, PBOX_MIN_CHUNK_BYTES,
+				       PBOX_MAX_CHUNK_BYTES, &v) != 0) {
+				return EX_USAGE;
+			}
+			if (v % PBOX_FRAG_ALIGN != 0) {
+				fprintf(stderr, "pboxd: --chunk-bytes %lu: must be a multiple of %u\n",
+					v, PBOX_FRAG_ALIGN);
+				return EX_USAGE;
+			}
+			cfg->chunk_bytes = (uint32_t)v;
+			break;
+		case OPT_MTU:
+			if (parse_uint("mtu", optarg, 576, 65535, &v) != 0) {
+				return EX_USAGE;
+			}
+			cfg->mtu = (uint32_t)v;
+			break;
+		case OPT_BUSY:
+			cfg->busy_poll = true;
+			break;
+		case OPT_DET:
+			cfg->deterministic = true;
+			for (uint32_t i = 0; i < cfg->njobs; i++) {
+				cfg->jobs[i].deterministic = true;
+			}
+			break;
+		case OPT_FAULT: {
+			char err[192];
+
+			if (pbox_fault_parse(optarg, &cfg->fault, err, sizeof(err)) != 0) {
+				fprintf(stderr, "pboxd: --fault: %s\n", err);
+				return EX_USAGE;
+			}
+			break;
+		}
+		case OPT_STATS:
+			if (parse_uint("stats-interval", optarg, 0, 86400, &v) != 0) {
+				return EX_USAGE;
+			}
+			cfg->stats_interval = (uint32_t)v;
+			break;
+		case OPT_LOG: {
+			int lvl = pbox_log_parse_level(optarg);
+
+			if (lvl < 0) {
+				fprintf(stderr, "pboxd: --log-level %s: expected err, warn, info or "
+						"debug\n",
+					optarg);
+				return EX_USAGE;
+			}
+			pbox_log_set_level(PBOX_LOGC_COUNT, (enum pbox_log_level)lvl);
+			break;
+		}
+		default:
+			return EX_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pboxd: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return EX_USAGE;
+	}
+	return 0;
+}
+
+static int run(struct app *a)
+{
+	sigset_t mask;
+	int sfd, tfd = -1, signals = 0;
+	struct timespec drain_deadline = { 0 };
+	bool draining = false;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGPIPE);
+	sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (sfd < 0) {
+		PBOX_LOG_ERR(MAIN, "signalfd: %s", strerror(errno));
+		return EX_OSERR;
+	}
+	if (a->cfg.stats_interval > 0) {
+		struct itimerspec it = { { a->cfg.stats_interval, 0 }, { a->cfg.stats_interval, 0 } };
+
+		tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		timerfd_settime(tfd, 0, &it, NULL);
+	}
+	PBOX_LOG_INFO(MAIN, "pboxd %s ready: %u job%s configured", PBOX_VERSION_STRING,
+		      a->cfg.njobs, a->cfg.njobs == 1 ? "" : "s");
+	for (;;) {
+		struct pollfd p[1024];
+		unsigned n = 0, nctl;
+		int timeout = -1;
+
+		p[n++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+		p[n++] = (struct pollfd){ .fd = tfd, .events = POLLIN };
+		nctl = pboxd_control_pollfds(a->control, p + n, PBOX_ARRAY_SIZE(p) - n);
+		if (draining) {
+			struct timespec now;
+
+			if (pboxd_sessions_active(a->sessions) == 0) {
+				PBOX_LOG_INFO(MAIN, "drained: no session left");
+				break;
+			}
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (now.tv_sec >= drain_deadline.tv_sec) {
+				PBOX_LOG_WARN(MAIN, "drain timeout: aborting %u session(s)",
+					      pboxd_sessions_active(a->sessions));
+				pboxd_sessions_abort_all(a->sessions, "the appliance is shutting down");
+				break;
+			}
+			timeout = 200;
+		}
+		if (poll(p, n + nctl, timeout) < 0 && errno != EINTR) {
+			PBOX_LOG_ERR(MAIN, "poll: %s", strerror(errno));
+			break;
+		}
+		if (p[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGUSR1) {
+					pboxd_stats_print(stderr, &a->dp);
+				} else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
+					signals++;
+				}
+			}
+			if (signals >= 2) {
+				PBOX_LOG_WARN(MAIN, "second signal: stopping now");
+				pboxd_sessions_abort_all(a->sessions, "the appliance is shutting down");
+				break;
+			}
+			if (signals == 1 && !draining) {
+				draining = true;
+				pboxd_control_stop_accepting(a->control);
+				clock_gettime(CLOCK_MONOTONIC, &drain_deadline);
+				drain_deadline.tv_sec += a->cfg.drain_timeout;
+				PBOX_LOG_INFO(MAIN,
+					      "stopping: no new connections; %u session(s) get %u s "
+					      "to finish",
+					      pboxd_sessions_active(a->sessions), a->cfg.drain_timeout);
+			}
+		}
+		if (tfd >= 0 && (p[1].revents & POLLIN)) {
+			uint64_t ticks;
+
+			if (read(tfd, &ticks, sizeof(ticks)) > 0) {
+				pboxd_stats_print(stderr, &a->dp);
+			}
+		}
+		pboxd_control_handle(a->control, p + n, nctl);
+	}
+	close(sfd);
+	if (tfd >= 0) {
+		close(tfd);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct app a;
+	const char *config_path = NULL;
+	bool check_only = false;
+	char err[512];
+	sigset_t mask;
+	int o, rc;
+
+	pbox_log_set_ident("pboxd");
+	pbox_log_init_from_env();
+	pboxd_config_defaults(&a.cfg);
+	/* First pass: --help, --version and the config file, which the other options
+	 * override. */
+	opterr = 1;
+	while ((o = getopt_long(argc, argv, "c:hV", g_opts, NULL)) != -1) {
+		if (o == 'h') {
+			usage(stdout);
+			return 0;
+		}
+		if (o == 'V') {
+			printf("pboxd %s\n", PBOX_VERSION_STRING);
+			return 0;
+		}
+		if (o == 'c') {
+			config_path = optarg;
+		}
+		if (o == '?') {
+			fprintf(stderr, "see pboxd --help\n");
+			return EX_USAGE;
+		}
+	}
+	if (config_path != NULL) {
+		rc = pboxd_config_load(&a.cfg, config_path, err, sizeof(err));
+		if (rc != 0) {
+			fprintf(stderr, "pboxd: %s\n", err);
+			pboxd_config_free(&a.cfg);
+			return EX_CONFIG;
+		}
+	}
+	opterr = 0;
+	rc = apply_cli(&a.cfg, argc, argv, &check_only);
+	if (rc != 0) {
+		pboxd_config_free(&a.cfg);
+		return rc;
+	}
+	if (pboxd_config_check(&a.cfg, err, sizeof(err)) != 0) {
+		fprintf(stderr, "pboxd: %s%s%s\n", config_path ? config_path : "",
+			config_path ? ": " : "", err);
+		pboxd_config_free(&a.cfg);
+		return EX_CONFIG;
+	}
+	if (check_only) {
+		printf("%s: OK (%u job%s, %u core%s)\n", config_path ? config_path : "(defaults)",
+		       a.cfg.njobs, a.cfg.njobs == 1 ? "" : "s", a.cfg.ncores,
+		       a.cfg.ncores == 1 ? "" : "s");
+		pboxd_config_free(&a.cfg);
+		return 0;
+	}
+	if (a.cfg.njobs == 0) {
+		PBOX_LOG_WARN(MAIN, "no jobs configured: workers will be refused (add a jobs = ( ... ) "
+				    "list to the configuration)");
+	}
+	/* Signals are taken through signalfd by the control loop; block them in every
+	 * thread (the cores inherit the mask). */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+
+	if (pboxd_dp_start(&a.dp, &a.cfg) != 0) {
+		pboxd_config_free(&a.cfg);
+		return EX_UNAVAILABLE;
+	}
+	a.sessions = pboxd_sessions_create(&a.cfg, &a.dp);
+	a.control = a.sessions ? pboxd_control_open(a.cfg.control_host, a.cfg.control_port,
+						    a.sessions, stats_cb, &a)
+			       : NULL;
+	if (a.control == NULL) {
+		pboxd_sessions_destroy(a.sessions);
+		pboxd_dp_stop(&a.dp);
+		free(pboxd_dp_publish(&a.dp, NULL));
+		pboxd_config_free(&a.cfg);
+		return EX_UNAVAILABLE;
+	}
+	rc = run(&a);
+	pboxd_control_close(a.control);
+	pboxd_sessions_destroy(a.sessions);
+	fprintf(stderr, "pboxd: final counters\n");
+	pboxd_stats_print(stderr, &a.dp);
+	pboxd_dp_stop(&a.dp);
+	free(pboxd_dp_publish(&a.dp, NULL));
+	pboxd_config_free(&a.cfg);
+	return rc;
+}

@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Job sessions: admission, key sets, cookies, and the published job table. */
+#include "sessions.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/log.h"
+#include "common/ctlproto.h"
+
+enum sess_state {
+	SESS_IDLE = 0,
+	SESS_ACTIVE,
+	SESS_ABORTED,
+};
+
+struct member {
+	struct pboxd_member_ref *ref; /* NULL: rank not connected */
+	uint64_t cookie;	      /* 0 until registered */
+};
+
+struct job {
+	const struct pboxd_job_cfg *cfg;
+	enum sess_state st;
+	char abort_reason[256];
+	uint32_t nconnected;
+	uint32_t nregistered;
+	struct member *members;
+	/* session */
+	struct pbox_keyspec *keys;
+	uint32_t nkeys;
+	struct pbox_jobdesc desc;
+	bool has_desc;
+	struct pbox_job_state *state;
+	uint64_t sessions; /* sessions started so far */
+};
+
+struct pboxd_sessions {
+	const struct pboxd_config *cfg;
+	struct pboxd_dp *dp;
+	uint32_t njobs;
+	struct job *jobs; /* sorted by id */
+	uint64_t generation;
+	uint32_t frag_bytes;
+};
+
+static int job_cmp(const void *a, const void *b)
+{
+	const struct job *x = a, *y = b;
+
+	return x->cfg->id < y->cfg->id ? -1 : (x->cfg->id > y->cfg->id);
+}
+
+struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, struct pboxd_dp *dp)
+{
+	struct pboxd_sessions *s = calloc(1, sizeof(*s));
+
+	if (s == NULL) {
+		return NULL;
+	}
+	s->cfg = cfg;
+	s->dp = dp;
+	s->frag_bytes = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
+	s->njobs = cfg->njobs;
+	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
+	if (s->jobs == NULL) {
+		free(s);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < cfg->njobs; i++) {
+		s->jobs[i].cfg = &cfg->jobs[i];
+		s->jobs[i].members = calloc(cfg->jobs[i].workers, sizeof(struct member));
+		if (s->jobs[i].members == NULL) {
+			pboxd_sessions_destroy(s);
+			return NULL;
+		}
+	}
+	qsort(s->jobs, s->njobs, sizeof(*s->jobs), job_cmp);
+	return s;
+}
+
+static struct job *find_job(const struct pboxd_sessions *s, uint32_t id)
+{
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		if (s->jobs[i].cfg->id == id) {
+			return &s->jobs[i];
+		}
+	}
+	return NULL;
+}
+
+static const char *mode_name(enum pbox_job_mode m)
+{
+	return m == PBOX_MODE_SERVER_OPT ? "server-optimizer" : "aggregate";
+}
+
+static void fill_job(struct pbox_job *pj, const struct job *j)
+{
+	const struct pboxd_job_cfg *c = j->cfg;
+
+	pj->wire.id = c->id;
+	pj->wire.desc = &j->desc;
+	pj->wire.accepts_init = c->mode == PBOX_MODE_SERVER_OPT;
+	pj->mode = c->mode;
+	pj->reduce = c->reduce;
+	pj->run = j->st == SESS_ABORTED ? PBOX_JOB_ABORTED : PBOX_JOB_RUNNING;
+	pj->abort_errno = ECONNABORTED;
+	pj->deterministic = c->deterministic;
+	pj->window = c->window;
+	pj->opt = c->opt;
+	pj->opt_params = c->opt_params;
+	pj->state = j->state;
+}
+
+/* Build and publish the table of every job with a session; free the old one. */
+static int publish(struct pboxd_sessions *s)
+{
+	struct pbox_jobtab *tab, *old;
+	uint32_t n = 0, i;
+
+	for (i = 0; i < s->njobs; i++) {
+		n += s->jobs[i].st != SESS_IDLE;
+	}
+	tab = calloc(1, sizeof(*tab) + n * sizeof(tab->jobs[0]));
+	if (tab == NULL) {
+		PBOX_LOG_ERR(ADMIN, "out of memory publishing the job table");
+		return -ENOMEM;
+	}
+	tab->generation = ++s->generation;
+	for (i = 0; i < s->njobs; i++) {
+		const struct job *j = &s->jobs[i];
+		struct pbox_job *pj;
+		uint64_t *cookies;
+
+		if (j->st == SESS_IDLE) {
+			continue;
+		}
+		/* One allocation: the job entry followed by its cookie array. */
+		pj = calloc(1, sizeof(*pj) + j->cfg->workers * sizeof(uint64_t));
+		if (pj == NULL) {
+			for (uint32_t k = 0; k < tab->njobs; k++) {
+				free((void *)tab->jobs[k]);
+			}
+			free(tab);
+			PBOX_LOG_ERR(ADMIN, "out of memory publishing the job table");
+			return -ENOMEM;
+		}
+		cookies = (uint64_t *)(pj + 1);
+		for (uint32_t r = 0; r < j->cfg->workers; r++) {
+			cookies[r] = j->members[r].ref != NULL ? j->members[r].cookie : 0;
+		}
+		fill_job(pj, j);
+		pj->wire.cookies = cookies;
+		tab->jobs[tab->njobs++] = pj;
+	}
+	old = pboxd_dp_publish(s->dp, tab);
+	if (old != NULL) {
+		for (i = 0; i < old->njobs; i++) {
+			free((void *)old->jobs[i]);
+		}
+		free(old);
+	}
+	return 0;
+}
+
+static void end_session(struct pboxd_sessions *s, struct job *j)
+{
+	struct pbox_job_state *st = j->state;
+
+	j->st = SESS_IDLE;
+	j->state = NULL;
+	/* After this publish no core can reach the state any more. */
+	publish(s);
+	pbox_job_state_free(st);
+	if (j->has_desc) {
+		pbox_jobdesc_free(&j->desc);
+		j->has_desc = false;
+	}
+	free(j->keys);
+	j->keys = NULL;
+	j->nkeys = 0;
+	j->nregistered = 0;
+	PBOX_LOG_INFO(ADMIN, "job %u: session ended; the job is idle", j->cfg->id);
+}
+
+static void abort_session(struct pboxd_sessions *s, struct job *j, const char *reason)
+{
+	json_t *ev;
+
+	if (j->st != SESS_ACTIVE) {
+		return;
+	}
+	j->st = SESS_ABORTED;
+	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", reason);
+	PBOX_LOG_WARN(ADMIN, "job %u: session aborted: %s", j->cfg->id, reason);
+	publish(s);
+	ev = json_pack("{s:s, s:i, s:s}", "event", "abort", "errno", ECONNABORTED, "reason", reason);
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		if (j->members[r].ref != NULL) {
+			j->members[r].ref->send_event(j->members[r].ref, ev);
+		}
+	}
+	json_decref(ev);
+}
+
+/* Constant-time comparison, so the token cannot be guessed byte by byte. */
+static bool token_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+
+	for (size_t i = 0; i < la; i++) {
+		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+	}
+	return d == 0;
+}
+
+json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+			     const json_t *req)
+{
+	json_t *jid = json_object_get(req, "job"), *jrank = json_object_get(req, "rank");
+	const char *token = json_string_value(json_object_get(req, "token"));
+	json_int_t version = json_integer_value(json_object_get(req, "version"));
+	struct job *j;
+	uint32_t rank;
+
+	if (ref->joined) {
+		return pbox_ctl_error(EALREADY, "this connection already joined job %u as rank %u",
+				      ref->job, ref->rank);
+	}
+	if (!json_is_integer(jid) || !json_is_integer(jrank) || token == NULL) {
+		return pbox_ctl_error(EINVAL, "hello needs integer 'job', 'rank' and string 'token'");
+	}
+	if (version != PBOX_CTL_PROTO_VERSION) {
+		return pbox_ctl_error(EPROTONOSUPPORT,
+				      "control protocol version %lld not supported (pboxd speaks %d)",
+				      (long long)version, PBOX_CTL_PROTO_VERSION);
+	}
+	j = json_integer_value(jid) >= 0 && json_integer_value(jid) <= UINT32_MAX
+		    ? find_job(s, (uint32_t)json_integer_value(jid))
+		    : NULL;
+	if (j == NULL) {
+		char known[256] = "";
+
+		for (uint32_t i = 0; i < s->njobs && strlen(known) < 200; i++) {
+			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%u",
+				 i ? ", " : "", s->jobs[i].cfg->id);
+		}
+		PBOX_LOG_WARN(ADMIN, "%s: refused: job %lld is not configured", ref->peer,
+			      (long long)json_integer_value(jid));
+		return pbox_ctl_error(ENOENT, "job %lld is not configured on this appliance (jobs: %s)",
+				      (long long)json_integer_value(jid), known[0] ? known : "none");
+	}
+	if (!token_equal(token, j->cfg->token)) {
+		PBOX_LOG_WARN(ADMIN, "%s: refused: wrong token for job %u", ref->peer, j->cfg->id);
+		return pbox_ctl_error(EACCES, "job %u: wrong token for rank %lld", j->cfg->id,
+				      (long long)json_integer_value(jrank));
+	}
+	if (json_integer_value(jrank) < 0 || json_integer_value(jrank) >= j->cfg->workers) {
+		return pbox_ctl_error(EINVAL, "job %u has %u workers (ranks 0..%u); rank %lld is out of range",
+				      j->cfg->id, j->cfg->workers, j->cfg->workers - 1,
+				      (long long)json_integer_value(jrank));
+	}
+	rank = (uint32_t)json_integer_value(jrank);
+	if (j->st == SESS_ABORTED) {
+		return pbox_ctl_error(EBUSY,
+				      "job %u was aborted (%s); it restarts once its %u remaining "
+				      "worker(s) disconnect",
+				      j->cfg->id, j->abort_reason, j->nconnected);
+	}
+	if (j->members[rank].ref != NULL) {
+		return pbox_ctl_error(EBUSY, "rank %u of job %u is already connected (from %s)", rank,
+				      j->cfg->id, j->members[rank].ref->peer);
+	}
+	j->members[rank].ref = ref;
+	j->members[rank].cookie = 0;
+	j->nconnected++;
+	ref->joined = true;
+	ref->job = j->cfg->id;
+	ref->rank = rank;
+	PBOX_LOG_INFO(ADMIN, "job %u: rank %u connected from %s (%u of %u)", j->cfg->id, rank,
+		      ref->peer, j->nconnected, j->cfg->workers);
+	return json_pack("{s:b, s:i, s:s}", "ok", 1, "workers", (json_int_t)j->cfg->workers, "mode",
+			 mode_name(j->cfg->mode));
+}
+
+/* Parse the request's keys; returns the count or a negative errno with *resp set. */
+static int parse_keys(const json_t *arr, struct pbox_keyspec **out, json_t **resp)
+{
+	size_t n = json_array_size(arr);
+	struct pbox_keyspec *ks;
+
+	if (!json_is_array(arr) || n == 0 || n > PBOX_MAX_KEYS) {
+		*resp = pbox_ctl_error(EINVAL, "register needs 'keys': 1..%u [id, elements] pairs",
+				       PBOX_MAX_KEYS);
+		return -EINVAL;
+	}
+	ks = calloc(n, sizeof(*ks));
+	if (ks == NULL) {
+		*resp = pbox_ctl_error(ENOMEM, "out of memory for %zu keys", n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const json_t *p = json_array_get(arr, i);
+		json_int_t id = json_integer_value(json_array_get(p, 0));
+		json_int_t ne = json_integer_value(json_array_get(p, 1));
+
+		if (json_array_size(p) != 2 || !json_is_integer(json_array_get(p, 0)) ||
+		    !json_is_integer(json_array_get(p, 1)) || id < 0 || id > UINT32_MAX ||
+		    ne <= 0 || ne > (1LL << 40)) {
+			free(ks);
+			*resp = pbox_ctl_error(EINVAL,
+					       "key #%zu: expected [id, elements] with id 0..2^32-1 "
+					       "and 1..2^40 elements",
+					       i);
+			return -EINVAL;
+		}
+		ks[i].id = (uint32_t)id;
+		ks[i].nelem = (uint64_t)ne;
+	}
+	*out = ks;
+	return (int)n;
+}
+
+/* NULL if equal, else a response describing the first difference. */
+static json_t *keys_differ(const struct job *j, const struct pbox_keyspec *ks, uint32_t n,
+			   const struct pbox_keyspec *want, uint32_t nwant, const char *whose)
+{
+	if (n != nwant) {
+		return pbox_ctl_error(EINVAL, "job %u: %u keys registered, but %s has %u", j->cfg->id,
+				      n, whose, nwant);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (ks[i].id != want[i].id || ks[i].nelem != want[i].nelem) {
+			return pbox_ctl_error(EINVAL,
+					      "job %u: key #%u is id %u with %llu elements here, but "
+					      "id %u with %llu elements in %s",
+					      j->cfg->id, i, ks[i].id, (unsigned long long)ks[i].nelem,
+					      want[i].id, (unsigned long long)want[i].nelem, whose);
+		}
+	}
+	return NULL;
+}
+
+/* Start a session with key set ks (taken). */
+static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbox_keyspec *ks,
+			     uint32_t n)
+{
+	struct pbox_job tmp = { 0 };
+	char err[256];
+	int rc;
+
+	rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
+				s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+	if (rc != 0) {
+		free(ks);
+		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
+	}
+	j->has_desc = true;
+	fill_job(&tmp, j);
+	j->state = pbox_job_state_create(&tmp);
+	if (j->state == NULL) {
+		pbox_jobdesc_free(&j->desc);
+		j->has_desc = false;
+		free(ks);
+		return pbox_ctl_error(ENOMEM, "job %u: not enough memory for the chunk state (see "
+					      "pboxd's log)",
+				      j->cfg->id);
+	}
+	j->keys = ks;
+	j->nkeys = n;
+	j->st = SESS_ACTIVE;
+	j->sessions++;
+	PBOX_LOG_INFO(ADMIN,
+		      "job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
+		      "cores, %s%s",
+		      j->cfg->id, (unsigned long long)j->sessions, n, (double)j->desc.total_bytes / 1e6,
+		      j->desc.nchunks, j->desc.chunk_bytes, j->desc.ncores, mode_name(j->cfg->mode),
+		      j->cfg->deterministic ? ", deterministic" : "");
+	return NULL;
+}
+
+json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+				const json_t *req)
+{
+	struct pbox_keyspec *ks = NULL;
+	json_t *resp = NULL, *ports, *map;
+	struct member *m;
+	struct job *j;
+	char cookie[17];
+	int n;
+
+	if (!ref->joined) {
+		return pbox_ctl_error(EPROTO, "say hello (job, rank, token) before registering keys");
+	}
+	j = find_job(s, ref->job);
+	m = &j->members[ref->rank];
+	if (m->cookie != 0) {
+		return pbox_ctl_error(EALREADY, "rank %u of job %u has already registered its keys",
+				      ref->rank, j->cfg->id);
+	}
+	if (j->st == SESS_ABORTED) {
+		return pbox_ctl_error(ECONNABORTED, "job %u was aborted: %s", j->cfg->id,
+				      j->abort_reason);
+	}
+	n = parse_keys(json_object_get(req, "keys"), &ks, &resp);
+	if (n < 0) {
+		return resp;
+	}
+	if (j->st == SESS_IDLE) {
+		if (j->cfg->keys != NULL) {
+			resp = keys_differ(j, ks, (uint32_t)n, j->cfg->keys, j->cfg->nkeys,
+					   "the appliance's configuration");
+		}
+		if (resp == NULL) {
+			resp = start_session(s, j, ks, (uint32_t)n);
+			ks = NULL; /* taken */
+		}
+	} else {
+		resp = keys_differ(j, ks, (uint32_t)n, j->keys, j->nkeys,
+				   "the session (as registered by the first rank)");
+	}
+	free(ks);
+	if (resp != NULL) {
+		PBOX_LOG_WARN(ADMIN, "%s: job %u rank %u: register refused: %s", ref->peer,
+			      j->cfg->id, ref->rank,
+			      json_string_value(json_object_get(resp, "error")));
+		return resp;
+	}
+	while (m->cookie == 0) {
+		if (getrandom(&m->cookie, sizeof(m->cookie), 0) != sizeof(m->cookie)) {
+			m->cookie = 0;
+			return pbox_ctl_error(EIO, "cannot draw a session cookie");
+		}
+	}
+	j->nregistered++;
+	if (publish(s) != 0) {
+		m->cookie = 0;
+		j->nregistered--;
+		return pbox_ctl_error(ENOMEM, "out of memory");
+	}
+	ports = json_array();
+	for (uint32_t k = 0; k < s->cfg->ncores; k++) {
+		json_array_append_new(ports, json_integer(s->cfg->base_port + k));
+	}
+	map = json_array();
+	for (uint32_t c = 0; c < j->desc.nchunks; c++) {
+		json_array_append_new(map, json_integer(j->desc.chunks[c].core));
+	}
+	snprintf(cookie, sizeof(cookie), "%016llx", (unsigned long long)m->cookie);
+	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
+		      j->nregistered, j->cfg->workers);
+	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o}", "ok", 1, "cookie", cookie,
+			 "data_addr", s->cfg->data_addr, "ports", ports, "chunk_bytes",
+			 (json_int_t)j->desc.chunk_bytes, "frag_bytes", (json_int_t)j->desc.frag_bytes,
+			 "window", (json_int_t)j->cfg->window, "core_map", map);
+}
+
+static void remove_member(struct pboxd_sessions *s, struct job *j, uint32_t rank)
+{
+	struct member *m = &j->members[rank];
+
+	if (m->cookie != 0) {
+		j->nregistered--;
+	}
+	m->ref = NULL;
+	m->cookie = 0;
+	j->nconnected--;
+	if (j->nconnected == 0 && j->st != SESS_IDLE) {
+		end_session(s, j);
+	} else if (j->st != SESS_IDLE) {
+		publish(s); /* the rank's cookie is no longer valid */
+	}
+}
+
+json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *ref)
+{
+	struct job *j;
+
+	if (!ref->joined) {
+		ref->left = true;
+		return json_pack("{s:b}", "ok", 1);
+	}
+	j = find_job(s, ref->job);
+	PBOX_LOG_INFO(ADMIN, "job %u: rank %u left", j->cfg->id, ref->rank);
+	ref->left = true;
+	ref->joined = false;
+	remove_member(s, j, ref->rank);
+	return json_pack("{s:b}", "ok", 1);
+}
+
+void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref *ref)
+{
+	struct job *j;
+	char why[192];
+
+	if (!ref->joined) {
+		return;
+	}
+	j = find_job(s, ref->job);
+	ref->joined = false;
+	snprintf(why, sizeof(why), "rank %u (%s) left without a goodbye (control connection closed)",
+		 ref->rank, ref->peer);
+	if (j->st == SESS_ACTIVE) {
+		j->members[ref->rank].ref = NULL; /* not told about its own departure */
+		abort_session(s, j, why);
+		j->members[ref->rank].ref = ref;
+	} else {
+		PBOX_LOG_INFO(ADMIN, "job %u: %s", j->cfg->id, why);
+	}
+	remove_member(s, j, ref->rank);
+}
+
+json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
+{
+	static const char *const names[] = { "idle", "active", "aborted" };
+	json_t *arr = json_array();
+
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		const struct job *j = &s->jobs[i];
+
+		json_array_append_new(
+			arr, json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
+				       (json_int_t)j->cfg->id, "state", names[j->st], "mode",
+				       mode_name(j->cfg->mode), "workers",
+				       (json_int_t)j->cfg->workers, "connected",
+				       (json_int_t)j->nconnected, "registered",
+				       (json_int_t)j->nregistered, "sessions",
+				       (json_int_t)j->sessions, "chunks",
+				       (json_int_t)(j->has_desc ? j->desc.nchunks : 0), "bytes",
+				       (json_int_t)(j->has_desc ? j->desc.total_bytes : 0)));
+	}
+	return arr;
+}
+
+uint32_t pboxd_sessions_active(const struct pboxd_sessions *s)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		n += s->jobs[i].st != SESS_IDLE;
+	}
+	return n;
+}
+
+void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason)
+{
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		abort_session(s, &s->jobs[i], reason);
+	}
+}
+
+void pboxd_sessions_destroy(struct pboxd_sessions *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		struct job *j = &s->jobs[i];
+
+		if (j->st != SESS_IDLE) {
+			end_session(s, j);
+		}
+		free(j->members);
+	}
+	free(s->jobs);
+	free(s);
+}

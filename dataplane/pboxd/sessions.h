@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Job sessions: admission of workers (token, rank), the key set of a session, session
+ * cookies, and the data-plane job table built from them.
+ *
+ * A configured job is idle until a rank says hello with the right token. The first rank
+ * to register keys starts a session: the key set is fixed (or checked against the
+ * configured one), chunk state is allocated on every core, and every rank that registers
+ * gets a random session cookie that its datagrams must carry. A rank that disconnects
+ * without a clean leave aborts the session: the other ranks are told at once over their
+ * control connections, and their datagrams are answered with an error. When the last
+ * rank is gone the session ends, its state is freed after an RCU grace period, and the
+ * job is idle again.
+ *
+ * Every change publishes a new immutable job table to the cores (pboxd_dp_publish).
+ *
+ * Threading: control thread only.
+ */
+#ifndef PBOXD_SESSIONS_H
+#define PBOXD_SESSIONS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "dataplane.h"
+
+struct pboxd_sessions;
+
+/* What the sessions module keeps about a control connection. */
+struct pboxd_member_ref {
+	uint32_t job; /* job id, valid when joined */
+	uint32_t rank;
+	bool joined; /* said hello and was admitted */
+	bool left;   /* said leave: closing is not a failure */
+	char peer[64];
+	/* Send an unsolicited event object to this connection (does not steal obj). */
+	void (*send_event)(struct pboxd_member_ref *ref, json_t *obj);
+};
+
+struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, struct pboxd_dp *dp);
+void pboxd_sessions_destroy(struct pboxd_sessions *s);
+
+/* Request handlers: each returns the response object (new reference). */
+json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+			     const json_t *req);
+json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+				const json_t *req);
+json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
+
+/* The connection is gone (after leave: clean; otherwise the session aborts). */
+void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
+
+/* Jobs and their sessions, for the stats request: a JSON array. */
+json_t *pboxd_sessions_status(const struct pboxd_sessions *s);
+
+/* Number of jobs with a session (draining waits for 0). */
+uint32_t pboxd_sessions_active(const struct pboxd_sessions *s);
+
+/* Abort every session with reason (shutdown); members are told. */
+void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
+
+#endif /* PBOXD_SESSIONS_H */

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libpbox: the worker side of pbox.
+ *
+ * A training process connects to a PBox appliance (pboxd) as one rank of a job, registers
+ * the job's keys (named float32 arrays: layers, buckets, ...), then exchanges them every
+ * iteration:
+ *
+ *   struct pbox_client *c;
+ *   struct pbox_client_opts o = { .server = "10.0.0.1:7000", .job = 1, .token = "s3cret",
+ *                                 .rank = r };
+ *   if (pbox_connect(&o, &c) < 0) die(pbox_last_error());
+ *   if (pbox_register(c, keys, nkeys) < 0) die(pbox_last_error());
+ *   if (r == 0) pbox_init(c, key, w0);               // server-optimizer jobs only
+ *   pbox_pull(c, key, 0, w);                          // initial model
+ *   for (t = 0; ...; t++) {
+ *           compute(w, g);
+ *           pbox_push_pull(c, key, t, g, w);           // gradient in, new model out
+ *   }
+ *   pbox_close(c);
+ *
+ * Job modes (set on the appliance): "server-optimizer" keeps the model on the appliance
+ * and answers a push-pull of iteration t with model version t + 1; "aggregate" answers a
+ * push-pull of iteration t with the sum (or mean) of all ranks' iteration-t gradients, and
+ * the worker runs its own optimizer.
+ *
+ * Errors: every function returning int returns 0 or a negative errno, and then
+ * pbox_last_error() (per thread) holds a message a person can act on, e.g.
+ * "job 1: wrong token for rank 2" (-EACCES) or "push-pull of key 3 (iteration 17) timed
+ * out after 30.0 s: ... a peer is slow, stopped or gone" (-ETIMEDOUT). Every wait is
+ * bounded: by its timeout argument, and by the operation deadline (opts.timeout_ms).
+ *
+ * Threading: a client runs a progress thread that drives the network. The API may be
+ * called from any thread, but one key must not be used by two threads at once. Buffers
+ * passed to an operation belong to it until it completes (callback or wait): they are
+ * read and written in place, without copies, by the progress thread. Completion
+ * callbacks run on the progress thread and must not block.
+ */
+#ifndef PBOX_PBOX_H
+#define PBOX_PBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pbox_client;
+
+struct pbox_key_info {
+	uint32_t id;
+	uint64_t nelem; /* float32 elements */
+};
+
+struct pbox_client_opts {
+	const char *server;	/* pboxd control address "host:port" (NULL: 127.0.0.1:7000) */
+	uint32_t job;		/* job namespace id */
+	const char *token;	/* the job's secret */
+	uint32_t rank;		/* 0 .. workers-1 */
+	const char *local_addr; /* local IPv4 address for the data socket (NULL: any) */
+	uint32_t timeout_ms;	/* deadline of each operation and of connecting (0: 30 s) */
+	uint32_t rto_ms;	/* first retransmission timeout (0: 50 ms) */
+	uint32_t max_inflight;	/* chunks sent before their ACK (0: 256) */
+	const char *fault;	/* fault injection spec, see PBOX_FAULT (NULL: env / none) */
+	bool busy_poll;		/* progress thread spins instead of sleeping when idle */
+};
+
+enum pbox_job_mode_public {
+	PBOX_JOB_AGGREGATE = 0,
+	PBOX_JOB_SERVER_OPTIMIZER = 1,
+};
+
+struct pbox_job_info {
+	uint32_t job;
+	uint32_t rank;
+	uint32_t workers;
+	enum pbox_job_mode_public mode;
+	uint32_t cores;	      /* appliance data-plane cores serving the job */
+	uint32_t chunk_bytes; /* 0 until registered */
+	uint32_t frag_bytes;
+	uint32_t nchunks;
+	uint64_t total_bytes; /* sum of the registered keys */
+};
+
+struct pbox_client_stats {
+	uint64_t tx_bytes; /* UDP payload bytes sent (headers included) */
+	uint64_t rx_bytes;
+	uint64_t tx_pkts;
+	uint64_t rx_pkts;
+	uint64_t retransmits; /* datagrams re-sent after a timeout */
+	uint64_t probes;      /* result re-requests */
+	uint64_t dropped;     /* received datagrams dropped by validation */
+	uint64_t ops_done;
+	uint64_t ops_failed;
+};
+
+/* Completion callback of the asynchronous calls: key id and final status. */
+typedef void (*pbox_done_fn)(uint32_t key, int status, void *arg);
+
+/*
+ * Connect to pboxd and be admitted to the job as opts->rank. Fails with -EACCES (wrong
+ * token), -ENOENT (no such job), -EINVAL (rank out of range), -EBUSY (rank already
+ * connected, or job aborted and draining), -ECONNREFUSED / -ETIMEDOUT (no pboxd there).
+ * Environment: PBOX_FAULT (fault spec) if opts->fault is NULL.
+ */
+int pbox_connect(const struct pbox_client_opts *opts, struct pbox_client **out);
+
+/*
+ * Register the job's keys, identically on every rank (ids unique; any order, but the same
+ * on all ranks). The first rank to register defines the key set of the session; a rank
+ * whose keys differ is refused with -EINVAL and a message naming the first difference.
+ * After this the data path is ready.
+ */
+int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys);
+
+/* Blocking operations (bounded by the operation deadline). */
+int pbox_init(struct pbox_client *c, uint32_t key, const float *values);
+int pbox_push(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad);
+/* pull: server-optimizer jobs: the model with version >= iter (0 = the initial model);
+ * aggregate jobs: the aggregate of iteration iter. */
+int pbox_pull(struct pbox_client *c, uint32_t key, uint32_t iter, float *out);
+/* out may equal grad (the result overwrites the gradient once it has been sent). */
+int pbox_push_pull(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+		   float *out);
+
+/* Asynchronous variants: return once the operation is started (0) or refused (-EBUSY:
+ * the key has one in flight). cb (may be NULL) runs on the progress thread. */
+int pbox_init_async(struct pbox_client *c, uint32_t key, const float *values, pbox_done_fn cb,
+		    void *arg);
+int pbox_push_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+		    pbox_done_fn cb, void *arg);
+int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out,
+		    pbox_done_fn cb, void *arg);
+int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
+			 float *out, pbox_done_fn cb, void *arg);
+
+/*
+ * Wait for the operation on key. timeout_ms < 0: until it completes (it has its own
+ * deadline). Returns its status, 0 if nothing was in flight, or -ETIMEDOUT if the wait
+ * timed out first (the operation continues; wait again or let it fail on its deadline).
+ */
+int pbox_wait(struct pbox_client *c, uint32_t key, int timeout_ms);
+/* Wait for every operation in flight; returns the first error, if any. */
+int pbox_wait_all(struct pbox_client *c, int timeout_ms);
+
+int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
+void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
+
+/* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.
+ * Operations still in flight fail with -ECANCELED. */
+void pbox_close(struct pbox_client *c);
+
+/* The message of the last error returned to this thread ("" if none). */
+const char *pbox_last_error(void);
+
+/* Library version string, e.g. "0.1.0". */
+const char *pbox_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PBOX_PBOX_H */

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Kernels: every ISA this CPU supports against the scalar reference, bit for bit (the
+ * exactness contract of kernels.h), over odd lengths, unaligned pointers and 1..8 sources;
+ * and the scalar reference against the optimizer formulas written out by hand.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "common/compiler.h"
+#include "kernels/kernels.h"
+
+#define MAXN 1100
+#define MAXSRC 8
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return ((float)(g_rng >> 40) / (float)(1 << 24)) * 4.0f - 2.0f;
+}
+
+struct bufs {
+	float src[MAXSRC][MAXN + 16];
+	float w[MAXN + 16], m[MAXN + 16], v[MAXN + 16];
+};
+
+static struct bufs g_in, g_ref, g_got;
+
+static void fill(struct bufs *b)
+{
+	for (int s = 0; s < MAXSRC; s++) {
+		for (int i = 0; i < MAXN + 16; i++) {
+			b->src[s][i] = frand();
+		}
+	}
+	for (int i = 0; i < MAXN + 16; i++) {
+		b->w[i] = frand();
+		b->m[i] = frand() * 0.1f;
+		b->v[i] = fabsf(frand()) * 0.01f;
+	}
+}
+
+static const struct pbox_kernels *g_scalar;
+
+static int setup(void **state)
+{
+	(void)state;
+	g_scalar = pbox_kernels_by_isa("scalar");
+	return g_scalar == NULL;
+}
+
+/* Run one kernel variant on a copy of g_in at offset off with n elements and nsrc sources. */
+static void run(const struct pbox_kernels *k, const char *what, struct bufs *out, size_t off,
+		size_t n, unsigned nsrc, const struct pbox_opt_params *p, uint64_t t)
+{
+	const float *src[MAXSRC];
+
+	memcpy(out, &g_in, sizeof(*out));
+	for (unsigned s = 0; s < nsrc; s++) {
+		src[s] = out->src[s] + off;
+	}
+	if (strcmp(what, "add") == 0) {
+		k->add(out->w + off, src[0], n);
+	} else if (strcmp(what, "reduce") == 0) {
+		k->reduce(out->w + off, src, nsrc, n, 1.0f);
+	} else if (strcmp(what, "mean") == 0) {
+		k->reduce(out->w + off, src, nsrc, n, (float)nsrc);
+	} else if (strcmp(what, "reduce_alias") == 0) {
+		/* out aliases src[0], as the engine's accumulator does */
+		k->reduce(out->src[0] + off, src, nsrc, n, 3.0f);
+	} else {
+		pbox_optimizer_step(pbox_optimizer_find(what), k, out->w + off, out->m + off,
+				    out->v + off, src, nsrc, n, p, t);
+	}
+}
+
+static void test_isa_exact(void **state)
+{
+	static const char *const what[] = { "add",	"reduce",   "mean", "reduce_alias",
+					    "sgd",	"momentum", "nag",  "adam",
+					    "adamw" };
+	const struct pbox_kernels *isas[4];
+	unsigned nisa = pbox_kernels_supported(isas, 4);
+	struct pbox_opt_params p;
+	unsigned checks = 0;
+
+	(void)state;
+	assert_true(nisa >= 2); /* at least sse2 and scalar on x86-64 */
+	pbox_opt_params_default(&p);
+	p.lr = 0.05f;
+	p.wd = 1e-4f;
+	p.rescale = 1.0f / 3;
+	for (int clip = 0; clip < 2; clip++) {
+		p.clip = clip ? 0.5f : 0.0f;
+		for (unsigned w = 0; w < PBOX_ARRAY_SIZE(what); w++) {
+			for (size_t n = 0; n < 80; n += 1 + n / 8) {
+				for (size_t off = 0; off < 5; off += 3) {
+					for (unsigned nsrc = 1; nsrc <= MAXSRC; nsrc += 3) {
+						fill(&g_in);
+						run(g_scalar, what[w], &g_ref, off, n, nsrc, &p, 7);
+						for (unsigned i = 0; i < nisa; i++) {
+							run(isas[i], what[w], &g_got, off, n, nsrc, &p, 7);
+							if (memcmp(&g_ref, &g_got, sizeof(g_ref)) != 0) {
+								fail_msg("%s: %s n=%zu off=%zu nsrc=%u "
+									 "clip=%d differs from scalar",
+									 isas[i]->isa, what[w], n, off,
+									 nsrc, clip);
+							}
+							checks++;
+						}
+					}
+				}
+			}
+		}
+	}
+	/* And one long run per kernel. */
+	for (unsigned w = 0; w < PBOX_ARRAY_SIZE(what); w++) {
+		fill(&g_in);
+		run(g_scalar, what[w], &g_ref, 1, MAXN, 4, &p, 1);
+		for (unsigned i = 0; i < nisa; i++) {
+			run(isas[i], what[w], &g_got, 1, MAXN, 4, &p, 1);
+			assert_memory_equal(&g_ref, &g_got, sizeof(g_ref));
+		}
+	}
+	print_message("%u comparisons over %u ISAs (widest: %s)\n", checks, nisa, isas[0]->isa);
+}
+
+/* The scalar reference against the formulas of kernels.h, spelled out. */
+static void test_reference_formulas(void **state)
+{
+	struct pbox_opt_params p;
+	float g0 = 0.75f, g1 = -0.25f, w = 1.5f, m = 0.125f, v = 0.0625f;
+	const float *src[2] = { &g0, &g1 };
+	float ww, mm, vv, g;
+
+	(void)state;
+	pbox_opt_params_default(&p);
+	p.lr = 0.1f;
+	p.momentum = 0.9f;
+	p.wd = 0.01f;
+	p.rescale = 0.5f;
+
+	ww = w;
+	pbox_optimizer_step(pbox_optimizer_find("sgd"), g_scalar, &ww, NULL, NULL, src, 2, 1, &p,
+			    1);
+	g = (g0 + g1) * 0.5f;
+	assert_true(ww == w - p.lr * (g + p.wd * w));
+
+	ww = w;
+	mm = m;
+	pbox_optimizer_step(pbox_optimizer_find("momentum"), g_scalar, &ww, &mm, NULL, src, 2, 1,
+			    &p, 1);
+	{
+		float m1 = p.momentum * m - p.lr * (g + p.wd * w);
+
+		assert_true(mm == m1);
+		assert_true(ww == w + m1);
+	}
+
+	ww = w;
+	mm = m;
+	pbox_optimizer_step(pbox_optimizer_find("nag"), g_scalar, &ww, &mm, NULL, src, 2, 1, &p,
+			    1);
+	{
+		float m1 = m * p.momentum, g2 = g + p.wd * w;
+
+		m1 = m1 + g2;
+		g2 = g2 + p.momentum * m1;
+		assert_true(mm == m1);
+		assert_true(ww == w - p.lr * g2);
+	}
+
+	ww = w;
+	mm = m;
+	vv = v;
+	pbox_optimizer_step(pbox_optimizer_find("adam"), g_scalar, &ww, &mm, &vv, src, 2, 1, &p,
+			    3);
+	{
+		float g2 = g + p.wd * w;
+		float m1 = p.beta1 * m + (1.0f - p.beta1) * g2;
+		float v1 = p.beta2 * v + (1.0f - p.beta2) * (g2 * g2);
+		float ss = (float)(0.1 / (1.0 - pow(0.9f, 3)));
+		float bc2 = (float)sqrt(1.0 - pow(0.999f, 3));
+
+		assert_true(mm == m1);
+		assert_true(vv == v1);
+		assert_true(ww == w - ss * (m1 / (sqrtf(v1) / bc2 + p.eps)));
+	}
+
+	/* Clipping bounds the rescaled gradient. */
+	p.clip = 0.1f;
+	ww = w;
+	pbox_optimizer_step(pbox_optimizer_find("sgd"), g_scalar, &ww, NULL, NULL, src, 2, 1, &p,
+			    1);
+	assert_true(ww == w - p.lr * (0.1f + p.wd * w));
+}
+
+static void test_deterministic_order(void **state)
+{
+	/* reduce sums left to right: (1e8 + 1) + -1e8 == 0 in float, while 1e8 + (1 + -1e8)
+	 * == 0 too, but (1e8 + -1e8) + 1 == 1: order is observable and must be rank order. */
+	float a = 1e8f, b = 1.0f, c = -1e8f, out;
+	const float *s1[3] = { &a, &b, &c }, *s2[3] = { &a, &c, &b };
+
+	(void)state;
+	g_scalar->reduce(&out, s1, 3, 1, 1.0f);
+	assert_true(out == 0.0f);
+	g_scalar->reduce(&out, s2, 3, 1, 1.0f);
+	assert_true(out == 1.0f);
+}
+
+static void test_lookup(void **state)
+{
+	(void)state;
+	assert_null(pbox_optimizer_find("lamb"));
+	assert_int_equal(pbox_optimizer_find("adam")->nstate, 2);
+	assert_int_equal(pbox_optimizer_find("sgd")->nstate, 0);
+	assert_null(pbox_kernels_by_isa("neon"));
+	assert_non_null(pbox_kernels_get());
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_isa_exact),
+		cmocka_unit_test(test_reference_formulas),
+		cmocka_unit_test(test_deterministic_order),
+		cmocka_unit_test(test_lookup),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
