@@ -22,6 +22,12 @@ struct pbox_peer {
 	uint16_t pad;
 };
 
+/* A piece of a datagram that arrived in several buffers (multi-segment mbufs). */
+struct pbox_iov {
+	const void *base;
+	uint32_t len;
+};
+
 /* One received datagram: the pbox header onwards. data stays valid until the next receive
  * call on the same transport instance. */
 struct pbox_rx_pkt {
@@ -34,14 +40,22 @@ struct pbox_rx_pkt {
 struct pbox_tx_ops {
 	/*
 	 * Queue one datagram to peer: the 64-byte header (copied before return) and len
-	 * bytes of payload (len may be 0, payload then NULL). The transport may keep the
-	 * payload pointer until flush(): the caller must not change that memory before it
-	 * calls flush(). Returns 0, or a negative errno if the datagram was dropped.
+	 * bytes of payload (len may be 0, payload then NULL). The transport may keep
+	 * referencing the payload after the call: the caller must not change that memory
+	 * before reclaim() has released the datagram (see queued/reclaim). Returns 0, or a
+	 * negative errno if the datagram was dropped.
 	 */
 	int (*send)(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
 		    const void *payload, uint32_t len);
 	/* Hand everything queued to the device / kernel. */
 	void (*flush)(void *ctx);
+	/* Datagrams with a payload queued so far (monotonic): a reference number for the
+	 * memory those payloads point at. */
+	uint64_t (*queued)(void *ctx);
+	/* Return once the first `upto` payload datagrams no longer reference caller memory
+	 * (kernel UDP: after a flush, since sendmmsg copies; zero-copy NIC transports: when
+	 * the NIC has completed them). Returns how many are known released (>= upto). */
+	uint64_t (*reclaim)(void *ctx, uint64_t upto);
 };
 
 #endif /* PBOX_XPORT_H */

@@ -17,6 +17,8 @@ struct ctx {
 	struct pbox_chunk_state *cs;
 	const struct pbox_chunk_desc *cd;
 	const struct pbox_msg *m;
+	const struct pbox_iov *pay; /* payload pieces: one for contiguous datagrams */
+	unsigned npay;
 };
 
 static void drop(struct pbox_engine *e, enum pbox_drop_reason r)
@@ -24,18 +26,18 @@ static void drop(struct pbox_engine *e, enum pbox_drop_reason r)
 	PBOX_STAT_ADD(e->stats, drops[r], 1);
 }
 
-static void flush_refs(struct pbox_engine *e)
+/* Before writing chunk memory last referenced by reply number ref: make sure the
+ * transport has let go of it. Cheap when it already has (the common case). */
+static void reclaim(struct pbox_engine *e, uint64_t ref)
 {
-	if (e->tx_refs != 0) {
-		e->tx->flush(e->tx_ctx);
-		e->tx_refs = 0;
+	if (ref > e->released) {
+		e->released = e->tx->reclaim(e->tx_ctx, ref);
 	}
 }
 
 void pbox_engine_flush(struct pbox_engine *e)
 {
 	e->tx->flush(e->tx_ctx);
-	e->tx_refs = 0;
 }
 
 static void xmit(struct ctx *x, uint32_t rank, struct pbox_msg *m, const void *payload)
@@ -57,9 +59,6 @@ static void xmit(struct ctx *x, uint32_t rank, struct pbox_msg *m, const void *p
 	if (x->e->tx->send(x->e->tx_ctx, to, &h, payload, m->frag_len) != 0) {
 		PBOX_STAT_ADD(x->e->stats, tx_errors, 1);
 		return;
-	}
-	if (payload != NULL) {
-		x->e->tx_refs++;
 	}
 	PBOX_STAT_ADD(x->e->stats, tx_pkts, 1);
 	PBOX_STAT_ADD(x->e->stats, tx_bytes, PBOX_WIRE_HDR_LEN + m->frag_len);
@@ -93,9 +92,10 @@ static void send_error(struct ctx *x, int err)
 	PBOX_STAT_ADD(x->e->stats, errors_sent, 1);
 }
 
-/* Send the whole result buffer of the chunk to rank, labelled with iter/version. */
+/* Send the whole result buffer of the chunk to rank, labelled with iter/version; *ref
+ * records the transport reference of the last datagram pointing into buf. */
 static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const float *buf,
-			bool resend)
+			uint64_t *ref, bool resend)
 {
 	const uint8_t *p = (const uint8_t *)buf;
 
@@ -112,6 +112,7 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
 
 		xmit(x, rank, &m, p + m.frag_off);
 	}
+	*ref = x->e->tx->queued(x->e->tx_ctx);
 	if (resend) {
 		PBOX_STAT_ADD(x->e->stats, replies_resent, 1);
 	}
@@ -123,12 +124,15 @@ static bool server_opt(const struct ctx *x)
 }
 
 /* The result that answers requests for the current version / a completed slot. */
-static void send_current(struct ctx *x, uint32_t rank, const struct pbox_slot *sl, bool resend)
+static void send_current(struct ctx *x, uint32_t rank, struct pbox_slot *sl, bool resend)
 {
+	struct pbox_chunk_state *cs = x->cs;
+
 	if (server_opt(x)) {
-		send_result(x, rank, x->cs->version, x->cs->model, resend);
+		send_result(x, rank, cs->version, cs->model[cs->version & 1],
+			    &cs->model_ref[cs->version & 1], resend);
 	} else {
-		send_result(x, rank, sl->iter, sl->acc, resend);
+		send_result(x, rank, sl->iter, sl->acc, &sl->acc_ref, resend);
 	}
 }
 
@@ -143,13 +147,17 @@ static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const
 	uint32_t off = f * x->d->frag_bytes / 4;
 	uint32_t n = pbox_frag_len(x->d, x->cd->bytes, f) / 4;
 
-	flush_refs(x->e); /* queued replies may point at the memory we are about to write */
 	if (server_opt(x)) {
 		struct pbox_opt_step st;
 		struct pbox_chunk_state *cs = x->cs;
+		uint32_t in = cs->version & 1, out = in ^ 1;
 
+		/* Version v + 1 is written over version v - 1, which replies may still
+		 * reference on a zero-copy transport. */
+		reclaim(x->e, cs->model_ref[out]);
 		x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
-		x->job->opt->kernel(x->e->kern)(cs->model + off, cs->s0 ? cs->s0 + off : NULL,
+		x->job->opt->kernel(x->e->kern)(cs->model[out] + off, cs->model[in] + off,
+						cs->s0 ? cs->s0 + off : NULL,
 						cs->s1 ? cs->s1 + off : NULL, src, nsrc, n,
 						&x->job->opt_params, &st);
 	} else {
@@ -188,7 +196,7 @@ static void finalize_ready(struct ctx *x, struct pbox_slot *sl)
 	}
 }
 
-static void answer_held_pulls(struct ctx *x, const struct pbox_slot *sl)
+static void answer_held_pulls(struct ctx *x, struct pbox_slot *sl)
 {
 	struct pbox_chunk_state *cs = x->cs;
 
@@ -246,8 +254,8 @@ static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
 
 	/* The slot's accumulator may still be the result of iter - window, referenced by
-	 * queued replies. */
-	flush_refs(x->e);
+	 * replies. */
+	reclaim(x->e, sl->acc_ref);
 	sl->iter = iter;
 	sl->ndone = 0;
 	sl->nfinal = 0;
@@ -259,16 +267,99 @@ static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 	pbox_bitmap_zero(sl->want, nw);
 }
 
+/* Copy the payload pieces to dst. */
+static void gather_copy(const struct ctx *x, void *dst)
+{
+	uint8_t *d = dst;
+
+	for (unsigned i = 0; i < x->npay; i++) {
+		memcpy(d, x->pay[i].base, x->pay[i].len);
+		d += x->pay[i].len;
+	}
+}
+
+/* acc[i] += payload[i] over pieces; a float split between two pieces is reassembled and
+ * added with the same single IEEE addition the kernels use. */
+static void gather_add(const struct ctx *x, float *acc)
+{
+	uint8_t carry[4];
+	uint32_t ncarry = 0;
+	size_t i = 0;
+
+	for (unsigned s = 0; s < x->npay; s++) {
+		const uint8_t *p = x->pay[s].base;
+		uint32_t len = x->pay[s].len, nf;
+
+		if (ncarry != 0) {
+			uint32_t take = PBOX_MIN(4 - ncarry, len);
+
+			memcpy(carry + ncarry, p, take);
+			ncarry += take;
+			p += take;
+			len -= take;
+			if (ncarry == 4) {
+				float g;
+
+				memcpy(&g, carry, sizeof(g));
+				acc[i] = acc[i] + g;
+				i++;
+				ncarry = 0;
+			}
+		}
+		nf = len / 4;
+		if (nf != 0) {
+			x->e->kern->add(acc + i, (const float *)(const void *)p, nf);
+			i += nf;
+			p += (size_t)nf * 4;
+			len -= nf * 4;
+		}
+		if (len != 0) {
+			memcpy(carry, p, len);
+			ncarry = len;
+		}
+	}
+}
+
+/* Multi-piece payloads: gather into the accumulator (or the rank's stage), then finalise
+ * from there; (acc + g) stored and re-read is the same float as fused in registers. */
+static void aggregate_pieces(struct ctx *x, struct pbox_slot *sl, uint32_t f)
+{
+	const struct pbox_msg *m = x->m;
+	uint32_t off = m->frag_off / 4, nw = x->d->nworkers;
+	uint16_t cnt;
+
+	if (x->job->deterministic) {
+		gather_copy(x, sl->stage[m->sender] + off);
+	}
+	cnt = ++sl->fcnt[f];
+	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
+	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
+	if (!x->job->deterministic) {
+		if (cnt == 1) {
+			gather_copy(x, sl->acc + off);
+		} else {
+			gather_add(x, sl->acc + off);
+		}
+	}
+	if (cnt == nw && sl->iter == x->cs->version) {
+		finalize_ready(x, sl);
+	}
+}
+
 /* Add one fragment into the slot; finalise it at once if it is the last one needed and
  * the slot is the chunk's current iteration (the optimizer fused with the last add). */
 static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 {
 	const struct pbox_msg *m = x->m;
 	uint32_t off = m->frag_off / 4, n = m->frag_len / 4, nw = x->d->nworkers;
-	const float *g = m->payload;
+	const float *g = x->pay[0].base;
 	uint16_t cnt;
 	bool final_now;
 
+	if (x->npay != 1) {
+		aggregate_pieces(x, sl, f);
+		return;
+	}
 	if (x->job->deterministic) {
 		memcpy(sl->stage[m->sender] + off, g, m->frag_len);
 	}
@@ -298,7 +389,6 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		}
 		return;
 	}
-	flush_refs(x->e);
 	if (cnt == 1) {
 		memcpy(sl->acc + off, g, m->frag_len);
 	} else {
@@ -452,7 +542,7 @@ static void on_init(struct ctx *x)
 		return;
 	}
 	pbox_bit_set(cs->init_bits, f);
-	memcpy((uint8_t *)cs->model + m->frag_off, m->payload, m->frag_len);
+	gather_copy(x, (uint8_t *)cs->model[0] + m->frag_off);
 	if (++cs->init_nrecv != x->cd->nfrags) {
 		return;
 	}
@@ -461,8 +551,10 @@ static void on_init(struct ctx *x)
 	answer_held_pulls(x, NULL);
 }
 
-void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
-		    size_t len, const struct pbox_peer *from)
+/* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
+ * and whose payload is in pay[0..npay). */
+static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *hdr,
+		   size_t len, struct pbox_iov *pay, unsigned npay, const struct pbox_peer *from)
 {
 	const struct pbox_wire_job *wj = NULL;
 	enum pbox_drop_reason r;
@@ -471,14 +563,19 @@ void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const 
 
 	PBOX_STAT_ADD(e->stats, rx_pkts, 1);
 	PBOX_STAT_ADD(e->stats, rx_bytes, len);
-	r = pbox_wire_validate(pkt, len, PBOX_ROLE_APPLIANCE, pbox_jobtab_lookup, (void *)tab, &m,
+	r = pbox_wire_validate(hdr, len, PBOX_ROLE_APPLIANCE, pbox_jobtab_lookup, (void *)tab, &m,
 			       &wj);
 	if (pbox_unlikely(r != PBOX_DROP_NONE)) {
 		drop(e, r);
 		return;
 	}
+	if (npay == 1 && pay[0].base == NULL) {
+		pay[0].base = m.payload; /* contiguous: just past the header */
+	}
 	x.e = e;
 	x.m = &m;
+	x.pay = pay;
+	x.npay = npay;
 	x.job = pbox_container_of(wj, struct pbox_job, wire);
 	x.d = wj->desc;
 	x.cd = &x.d->chunks[m.chunk];
@@ -512,4 +609,59 @@ void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const 
 		drop(e, PBOX_DROP_UNEXPECTED);
 		break;
 	}
+}
+
+void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
+		    size_t len, const struct pbox_peer *from)
+{
+	struct pbox_iov pay = { NULL, len > PBOX_WIRE_HDR_LEN ? (uint32_t)(len - PBOX_WIRE_HDR_LEN) : 0 };
+
+	rx_one(e, tab, pkt, len, &pay, 1, from);
+}
+
+void pbox_engine_rx_iov(struct pbox_engine *e, const struct pbox_jobtab *tab,
+			const struct pbox_iov *seg, unsigned nseg, const struct pbox_peer *from)
+{
+	struct pbox_iov pay[PBOX_ENGINE_MAX_SEGS];
+	uint8_t hdr[PBOX_WIRE_HDR_LEN];
+	unsigned npay = 0;
+	size_t total = 0, need = PBOX_WIRE_HDR_LEN;
+
+	if (nseg == 1) {
+		pbox_engine_rx(e, tab, seg[0].base, seg[0].len, from);
+		return;
+	}
+	if (pbox_unlikely(nseg == 0 || nseg > PBOX_ENGINE_MAX_SEGS)) {
+		PBOX_STAT_ADD(e->stats, rx_pkts, 1);
+		drop(e, PBOX_DROP_TRUNCATED);
+		return;
+	}
+	/* The header may itself straddle pieces: copy its 64 bytes; the payload pieces are
+	 * the rest, referenced in place. */
+	for (unsigned i = 0; i < nseg; i++) {
+		const uint8_t *p = seg[i].base;
+		uint32_t l = seg[i].len;
+
+		total += l;
+		if (need != 0) {
+			uint32_t take = (uint32_t)PBOX_MIN(need, l);
+
+			memcpy(hdr + PBOX_WIRE_HDR_LEN - need, p, take);
+			need -= take;
+			p += take;
+			l -= take;
+		}
+		if (l != 0) {
+			pay[npay].base = p;
+			pay[npay].len = l;
+			npay++;
+		}
+	}
+	if (need != 0 || npay == 0) {
+		/* Header only (or less): validate what there is as one buffer. */
+		rx_one(e, tab, hdr, total, pay, 0, from);
+		return;
+	}
+	/* With exactly one payload piece the fused fast path applies. */
+	rx_one(e, tab, hdr, total, pay, npay, from);
 }

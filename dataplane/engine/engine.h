@@ -71,7 +71,7 @@ struct pbox_engine {
 	const struct pbox_tx_ops *tx;
 	void *tx_ctx;
 	struct pbox_core_stats *stats;
-	uint32_t tx_refs; /* queued datagrams that point into chunk memory */
+	uint64_t released; /* payload datagrams the transport has released (see reclaim) */
 };
 
 /*
@@ -81,6 +81,16 @@ struct pbox_engine {
  */
 void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
 		    size_t len, const struct pbox_peer *from);
+
+/*
+ * The same for a datagram in nseg pieces (seg[0] starts at the pbox header; total bytes
+ * = sum of the lengths). Payload bytes are read from the pieces in place, whatever their
+ * boundaries (a float split across two pieces is reassembled); the result is bit-identical
+ * to pbox_engine_rx on the same bytes. nseg <= PBOX_ENGINE_MAX_SEGS.
+ */
+#define PBOX_ENGINE_MAX_SEGS 64
+void pbox_engine_rx_iov(struct pbox_engine *e, const struct pbox_jobtab *tab,
+			const struct pbox_iov *seg, unsigned nseg, const struct pbox_peer *from);
 
 /* Flush queued replies (call at the end of every receive burst). */
 void pbox_engine_flush(struct pbox_engine *e);

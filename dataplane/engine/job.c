@@ -85,10 +85,12 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 		cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
 		cs->init_nrecv = 0;
 		cs->nheld = 0;
-		cs->model = cs->s0 = cs->s1 = NULL;
+		cs->model[0] = cs->model[1] = cs->s0 = cs->s1 = NULL;
+		cs->model_ref[0] = cs->model_ref[1] = 0;
 		cs->init_bits = NULL;
 		if (job->mode == PBOX_MODE_SERVER_OPT) {
-			cs->model = carve(c, cd->bytes);
+			cs->model[0] = carve(c, cd->bytes);
+			cs->model[1] = carve(c, cd->bytes);
 			cs->init_bits = carve(c, fwords * 8);
 			if (nstate >= 1) {
 				cs->s0 = carve(c, cd->bytes);

@@ -57,6 +57,7 @@ struct pbox_slot {
 	uint32_t nfinal; /* fragments finalised (optimizer run / result written) */
 	bool open;
 	float *acc;	  /* running sum; for aggregate jobs, the result once final */
+	uint64_t acc_ref; /* transport reference number of the last reply sent from acc */
 	float **stage;	  /* deterministic mode: per-rank copies, summed in rank order */
 	uint64_t *bits;	  /* nworkers rows of frag bitmap words: fragments received */
 	uint16_t *wcnt;	  /* per rank: fragments received */
@@ -74,7 +75,10 @@ struct pbox_chunk_state {
 	bool initialized; /* server-optimizer: model received; aggregate: always true */
 	uint32_t init_nrecv;
 	uint64_t *init_bits;
-	float *model; /* server-optimizer only */
+	/* Server-optimizer only: version v of the model lives in model[v & 1], so replies can
+	 * keep referencing version v (zero-copy transports) while v + 1 is computed. */
+	float *model[2];
+	uint64_t model_ref[2]; /* transport reference of the last reply from each */
 	float *s0;    /* optimizer state, nstate >= 1 */
 	float *s1;    /* optimizer state, nstate == 2 */
 	uint32_t *pull_want; /* per rank: wanted version/iteration of a held pull, or NONE */

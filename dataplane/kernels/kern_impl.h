@@ -108,13 +108,14 @@ static void KFN(reduce)(float *out, const float *const *src, unsigned nsrc, size
 		T g_, w_;                                                                          \
 		K_SUM(LD, g_, i);                                                                  \
 		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w + (i));                                                                  \
+		w_ = LD(w_in + (i));                                                                  \
 		w_ = w_ - lr * (g_ + wd * w_);                                                     \
 		ST(w + (i), w_);                                                                   \
 	} while (0)
 
-static void KFN(sgd)(float *w, float *m, float *v, const float *const *src, unsigned nsrc,
-		     size_t n, const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(sgd)(float *w, const float *w_in, float *m, float *v,
+		     const float *const *src, unsigned nsrc, size_t n,
+		     const struct pbox_opt_params *p, const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)m;
@@ -128,7 +129,7 @@ static void KFN(sgd)(float *w, float *m, float *v, const float *const *src, unsi
 		T g_, w_, m_;                                                                      \
 		K_SUM(LD, g_, i);                                                                  \
 		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w + (i));                                                                  \
+		w_ = LD(w_in + (i));                                                                  \
 		m_ = LD(m + (i));                                                                  \
 		m_ = mu * m_ - lr * (g_ + wd * w_);                                                \
 		w_ = w_ + m_;                                                                      \
@@ -136,8 +137,9 @@ static void KFN(sgd)(float *w, float *m, float *v, const float *const *src, unsi
 		ST(w + (i), w_);                                                                   \
 	} while (0)
 
-static void KFN(momentum)(float *w, float *m, float *v, const float *const *src, unsigned nsrc,
-			  size_t n, const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(momentum)(float *w, const float *w_in, float *m, float *v,
+			  const float *const *src, unsigned nsrc, size_t n,
+			  const struct pbox_opt_params *p, const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)v;
@@ -150,7 +152,7 @@ static void KFN(momentum)(float *w, float *m, float *v, const float *const *src,
 		T g_, w_, m_;                                                                      \
 		K_SUM(LD, g_, i);                                                                  \
 		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w + (i));                                                                  \
+		w_ = LD(w_in + (i));                                                                  \
 		m_ = LD(m + (i));                                                                  \
 		m_ = m_ * mu;                                                                      \
 		g_ = g_ + wd * w_;                                                                 \
@@ -161,8 +163,9 @@ static void KFN(momentum)(float *w, float *m, float *v, const float *const *src,
 		ST(w + (i), w_);                                                                   \
 	} while (0)
 
-static void KFN(nag)(float *w, float *m, float *v, const float *const *src, unsigned nsrc,
-		     size_t n, const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(nag)(float *w, const float *w_in, float *m, float *v,
+		     const float *const *src, unsigned nsrc, size_t n,
+		     const struct pbox_opt_params *p, const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)v;
@@ -188,7 +191,7 @@ static void KFN(nag)(float *w, float *m, float *v, const float *const *src, unsi
 		T g_, w_, m_, v_;                                                                  \
 		K_SUM(LD, g_, i);                                                                  \
 		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w + (i));                                                                  \
+		w_ = LD(w_in + (i));                                                                  \
 		g_ = g_ + wd * w_;                                                                 \
 		ADAM_CORE(T, LD, ST, SQ, i);                                                       \
 	} while (0)
@@ -198,7 +201,7 @@ static void KFN(nag)(float *w, float *m, float *v, const float *const *src, unsi
 		T g_, w_, m_, v_;                                                                  \
 		K_SUM(LD, g_, i);                                                                  \
 		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w + (i));                                                                  \
+		w_ = LD(w_in + (i));                                                                  \
 		w_ = w_ * decay;                                                                   \
 		ADAM_CORE(T, LD, ST, SQ, i);                                                       \
 	} while (0)
@@ -210,15 +213,17 @@ static void KFN(nag)(float *w, float *m, float *v, const float *const *src, unsi
 	const float step_size = (st)->step_size, bc2_sqrt = (st)->bc2_sqrt, decay = (st)->decay;  \
 	(void)decay
 
-static void KFN(adam)(float *w, float *m, float *v, const float *const *src, unsigned nsrc,
-		      size_t n, const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(adam)(float *w, const float *w_in, float *m, float *v,
+		      const float *const *src, unsigned nsrc, size_t n,
+		      const struct pbox_opt_params *p, const struct pbox_opt_step *st)
 {
 	ADAM_SCALARS(p, st);
 	K_LOOP(ADAM_ELEM);
 }
 
-static void KFN(adamw)(float *w, float *m, float *v, const float *const *src, unsigned nsrc,
-		       size_t n, const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(adamw)(float *w, const float *w_in, float *m, float *v,
+		       const float *const *src, unsigned nsrc, size_t n,
+		       const struct pbox_opt_params *p, const struct pbox_opt_step *st)
 {
 	ADAM_SCALARS(p, st);
 	K_LOOP(ADAMW_ELEM);

@@ -21,9 +21,11 @@
  *   adamw:    w = w * (1 - lr * wd); then adam without the wd term        (PyTorch AdamW)
  * with step_size = lr / (1 - b1^t) and bc2_sqrt = sqrt(1 - b2^t) for step t >= 1.
  *
- * Arguments: w, m, v are the model and optimizer state (n elements each); src[0..nsrc-1]
- * the gradient sources, nsrc >= 1; out of reduce may alias src[0]. No pointer needs any
- * alignment. Thread safety: kernels are pure; the table is immutable.
+ * Arguments: the step reads the model from w_in and writes the new model to w (w_in == w
+ * updates in place; the appliance double-buffers so that replies can still reference the
+ * previous version); m, v are the optimizer state, updated in place (n elements each);
+ * src[0..nsrc-1] the gradient sources, nsrc >= 1; out of reduce may alias src[0]. No
+ * pointer needs any alignment. Thread safety: kernels are pure; the table is immutable.
  */
 #ifndef PBOX_KERNELS_H
 #define PBOX_KERNELS_H
@@ -49,9 +51,9 @@ struct pbox_opt_step {
 	float decay; /* adamw: 1 - lr * wd */
 };
 
-typedef void (*pbox_kern_step_fn)(float *w, float *m, float *v, const float *const *src,
-				  unsigned nsrc, size_t n, const struct pbox_opt_params *p,
-				  const struct pbox_opt_step *st);
+typedef void (*pbox_kern_step_fn)(float *w, const float *w_in, float *m, float *v,
+				  const float *const *src, unsigned nsrc, size_t n,
+				  const struct pbox_opt_params *p, const struct pbox_opt_step *st);
 
 struct pbox_kernels {
 	const char *isa; /* "avx512", "avx2", "sse2", "scalar" */
@@ -98,7 +100,7 @@ const char *pbox_optimizer_names(void);
  * eps 1e-8. */
 void pbox_opt_params_default(struct pbox_opt_params *p);
 
-/* Convenience: one full optimizer step over n elements with table k. */
+/* Convenience: one full optimizer step, in place, over n elements with table k. */
 void pbox_optimizer_step(const struct pbox_optimizer_ops *ops, const struct pbox_kernels *k,
 			 float *w, float *m, float *v, const float *const *src, unsigned nsrc,
 			 size_t n, const struct pbox_opt_params *p, uint64_t t);

@@ -89,5 +89,5 @@ void pbox_optimizer_step(const struct pbox_optimizer_ops *ops, const struct pbox
 	struct pbox_opt_step st;
 
 	ops->prepare(p, t, &st);
-	ops->kernel(k)(w, m, v, src, nsrc, n, p, &st);
+	ops->kernel(k)(w, w, m, v, src, nsrc, n, p, &st);
 }

@@ -46,6 +46,7 @@ struct pbox_udp {
 	uint8_t *rx_buf; /* burst * PBOX_UDP_MAX_DGRAM */
 	/* send */
 	unsigned ntx;
+	uint64_t tx_refs; /* payload datagrams queued so far */
 	struct mmsghdr *tx_msgs;
 	struct tx_entry *tx;
 	struct held *held;
@@ -317,6 +318,7 @@ static void queue(struct pbox_udp *u, const struct pbox_peer *to, const struct p
 	h->msg_iov = e->iov;
 	h->msg_iovlen = len ? 2 : 1;
 	u->ntx++;
+	u->tx_refs += len != 0;
 }
 
 static void release_held(struct pbox_udp *u)
@@ -386,7 +388,27 @@ static void udp_flush(void *ctx)
 	}
 }
 
+static uint64_t udp_queued(void *ctx)
+{
+	return ((struct pbox_udp *)ctx)->tx_refs;
+}
+
+/* sendmmsg copies payloads into the kernel: after a flush nothing is referenced. A
+ * datagram held back by reorder injection owns a copy of its payload. */
+static uint64_t udp_reclaim(void *ctx, uint64_t upto)
+{
+	struct pbox_udp *u = ctx;
+
+	(void)upto;
+	if (u->ntx != 0) {
+		send_queued(u);
+	}
+	return u->tx_refs;
+}
+
 const struct pbox_tx_ops pbox_udp_tx_ops = {
 	.send = udp_send,
 	.flush = udp_flush,
+	.queued = udp_queued,
+	.reclaim = udp_reclaim,
 };
