@@ -405,7 +405,9 @@ static void push_old(struct ctx *x, uint32_t f)
 	bool retained;
 
 	PBOX_STAT_ADD(x->e->stats, dups, 1);
-	if (f != x->cd->nfrags - 1) {
+	/* Answer a worker's retransmission round (flagged), once, on its last fragment; a
+	 * duplicate made by the network carries no flag and is only counted. */
+	if (!(m->flags & PBOX_F_RETRANSMIT) || f != x->cd->nfrags - 1) {
 		return;
 	}
 	retained = server_opt(x) ? m->iter + 1 == cs->version
@@ -456,7 +458,8 @@ static void on_push(struct ctx *x)
 		PBOX_STAT_ADD(x->e->stats, dups, 1);
 		/* A whole retransmission round of a contribution we already have: the ACK
 		 * was lost. Answer once, on the last fragment. */
-		if (sl->wcnt[w] == x->cd->nfrags && f == x->cd->nfrags - 1) {
+		if (sl->wcnt[w] == x->cd->nfrags && f == x->cd->nfrags - 1 &&
+		    (m->flags & PBOX_F_RETRANSMIT)) {
 			send_ack(x, w, t, sl->ndone);
 		}
 		return;
@@ -513,6 +516,13 @@ static void on_pull(struct ctx *x)
 	} else if (t - cs->version >= x->job->window) {
 		drop(x->e, PBOX_DROP_FUTURE_ITER);
 		return;
+	}
+	if (m->flags & PBOX_F_RETRANSMIT) {
+		/* A worker's probe while it waits: tell it how far the iteration got. */
+		uint32_t it = server_opt(x) ? t - 1 : t;
+		const struct pbox_slot *sl = &cs->slot[it % x->job->window];
+
+		send_ack(x, w, it, sl->open && sl->iter == it ? sl->ndone : 0);
 	}
 	if (pull_covered(x, t)) {
 		return; /* the result goes to this rank anyway: it asked with its push */

@@ -76,6 +76,7 @@ struct pbox_client {
 	struct pbox_client_stats stats; /* snapshot, under lock */
 	int fail_err;			/* set once the job / connection failed */
 	char fail_msg[256];
+	bool node_failed; /* progress thread: fail_err applied to the node */
 };
 
 static __thread char g_errmsg[512];
@@ -302,6 +303,8 @@ static void snapshot_stats(struct pbox_client *c)
 	c->stats.ops_failed = s->ops_failed;
 }
 
+static bool ctl_read_events(struct pbox_client *c);
+
 /* Node completion callback, on the progress thread. */
 static void op_done(struct pbox_op *op, void *arg)
 {
@@ -310,7 +313,15 @@ static void op_done(struct pbox_op *op, void *arg)
 	pbox_done_fn cb;
 	void *cb_arg;
 
+	/* Refused because the job was aborted: the reason travels on the control channel
+	 * (sent before the refusals); pick it up so the error says why. */
+	if (op->status == -ECONNABORTED && c->ctl_fd >= 0) {
+		ctl_read_events(c);
+	}
 	pthread_mutex_lock(&c->lock);
+	if (op->status == -ECONNABORTED && c->fail_err == -ECONNABORTED) {
+		snprintf(op->errmsg, sizeof(op->errmsg), "%s", c->fail_msg);
+	}
 	cp->state = COP_DONE;
 	cb = cp->cb;
 	cb_arg = cp->cb_arg;
@@ -322,19 +333,21 @@ static void op_done(struct pbox_op *op, void *arg)
 	}
 }
 
-static void fail_all(struct pbox_client *c, int err, const char *msg)
+/* Record the first failure of the session; the progress loop applies it to the node. */
+static void record_failure(struct pbox_client *c, int err, const char *msg)
 {
 	pthread_mutex_lock(&c->lock);
 	if (c->fail_err == 0) {
 		c->fail_err = err;
 		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s", msg);
+		PBOX_LOG_ERR(CLIENT, "%s", msg);
 	}
 	pthread_mutex_unlock(&c->lock);
-	pbox_node_fail(c->node, err, msg);
 }
 
-/* Read control events (abort) and notice a closed control connection. */
-static void ctl_events(struct pbox_client *c)
+/* Read control events (abort) and notice a closed control connection, without blocking.
+ * Returns true if a failure is now recorded. */
+static bool ctl_read_events(struct pbox_client *c)
 {
 	long n = pbox_linebuf_fill(&c->ctl_in, c->ctl_fd);
 	char *line, msg[320];
@@ -348,8 +361,7 @@ static void ctl_events(struct pbox_client *c)
 
 			snprintf(msg, sizeof(msg), "job %u aborted by the appliance: %s", c->info.job,
 				 why ? why : "no reason given");
-			PBOX_LOG_ERR(CLIENT, "%s", msg);
-			fail_all(c, -ECONNABORTED, msg);
+			record_failure(c, -ECONNABORTED, msg);
 		}
 		json_decref(o);
 	}
@@ -357,12 +369,19 @@ static void ctl_events(struct pbox_client *c)
 		snprintf(msg, sizeof(msg),
 			 "pboxd at %s:%u closed the control connection (appliance stopped?)",
 			 c->server_host, c->server_port);
-		if (c->fail_err == 0) {
-			PBOX_LOG_ERR(CLIENT, "%s", msg);
-		}
-		fail_all(c, -ECONNRESET, msg);
+		record_failure(c, -ECONNRESET, msg);
 		close(c->ctl_fd);
 		c->ctl_fd = -1;
+	}
+	return c->fail_err != 0;
+}
+
+/* On the progress thread: events, then fail the node if the session failed. */
+static void ctl_events(struct pbox_client *c)
+{
+	if (ctl_read_events(c) && !c->node_failed) {
+		c->node_failed = true;
+		pbox_node_fail(c->node, c->fail_err, c->fail_msg);
 	}
 }
 
@@ -402,6 +421,10 @@ static void *progress_main(void *arg)
 		drain_submissions(c);
 		for (unsigned i = 0; i < n; i++) {
 			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		}
+		if (c->fail_err != 0 && !c->node_failed) {
+			c->node_failed = true;
+			pbox_node_fail(c->node, c->fail_err, c->fail_msg);
 		}
 		pbox_node_timers(c->node);
 		pbox_node_flush(c->node);

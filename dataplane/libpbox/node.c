@@ -481,11 +481,16 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	struct wchunk *w = &n->ch[c];
 	struct pbox_op *op = chunk_op(n, c);
 
-	if (w->phase != PH_SEND || op->kind == PBOX_OP_PULL) {
-		return; /* late or duplicate ACK */
-	}
 	if (op->kind != PBOX_OP_INIT && m->iter != op->iter) {
 		return; /* ACK of an older contribution */
+	}
+	if (w->phase == PH_WAIT) {
+		/* The appliance's answer to a probe: how many contributions it has. */
+		w->ndone_seen = m->arg1;
+		return;
+	}
+	if (w->phase != PH_SEND || op->kind == PBOX_OP_PULL) {
+		return; /* late or duplicate ACK */
 	}
 	w->ndone_seen = m->arg1;
 	if (op->kind == PBOX_OP_PUSH_PULL) {
@@ -639,11 +644,11 @@ static void timeout_op(struct pbox_node *n, struct pbox_op *op, uint64_t t)
 	} else if (waiting > 0) {
 		op_fail(n, op, -ETIMEDOUT,
 			"%s of key %u (iteration %u) timed out after %.1f s: the appliance has our "
-			"contribution for %u of %u chunks but the iteration did not complete (as few "
-			"as %u of %u workers had contributed): a peer is slow, stopped or gone",
+			"contribution for %u of %u chunks but the iteration did not complete; when "
+			"last asked, %u of %u workers had contributed: a peer is slow, stopped or gone",
 			kind_name(op->kind), k->id, op->iter, (double)(t - op->start_ns) / 1e9,
-			waiting + (k->nchunks - op->chunks_left - waiting - sending - queued),
-			k->nchunks, minseen, n->d->nworkers);
+			waiting + (k->nchunks - op->chunks_left), k->nchunks, minseen,
+			n->d->nworkers);
 	} else {
 		op_fail(n, op, -ETIMEDOUT,
 			"%s of key %u (iteration %u) timed out after %.1f s: %u of %u chunks done, "

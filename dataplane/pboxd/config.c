@@ -534,17 +534,19 @@ out:
 
 int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 {
+	const char *file = cfg->path[0] ? cfg->path : "command line";
+
 	if (strcmp(cfg->transport, "udp") != 0) {
-		snprintf(err, errlen, "transport '%s' is not available (this build has: udp)",
-			 cfg->transport);
+		snprintf(err, errlen, "%s: transport '%s' is not available (this build has: udp)",
+			 file, cfg->transport);
 		return -EINVAL;
 	}
 	if (pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes) == 0) {
-		snprintf(err, errlen, "mtu %u is too small to carry a fragment", cfg->mtu);
+		snprintf(err, errlen, "%s: mtu %u is too small to carry a fragment", file, cfg->mtu);
 		return -EINVAL;
 	}
 	if ((uint32_t)cfg->base_port + cfg->ncores > 65536) {
-		snprintf(err, errlen, "base_port %u + %u cores runs past port 65535",
+		snprintf(err, errlen, "%s: base_port %u + %u cores runs past port 65535", file,
 			 cfg->base_port, cfg->ncores);
 		return -EINVAL;
 	}

@@ -387,8 +387,7 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	if (pboxd_config_check(&a.cfg, err, sizeof(err)) != 0) {
-		fprintf(stderr, "pboxd: %s%s%s\n", config_path ? config_path : "",
-			config_path ? ": " : "", err);
+		fprintf(stderr, "pboxd: %s\n", err);
 		pboxd_config_free(&a.cfg);
 		return EX_CONFIG;
 	}

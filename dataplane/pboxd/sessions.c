@@ -196,7 +196,8 @@ static void abort_session(struct pboxd_sessions *s, struct job *j, const char *r
 	j->st = SESS_ABORTED;
 	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", reason);
 	PBOX_LOG_WARN(ADMIN, "job %u: session aborted: %s", j->cfg->id, reason);
-	publish(s);
+	/* Tell the members first, so the reason is on its way before their datagrams start
+	 * being refused. */
 	ev = json_pack("{s:s, s:i, s:s}", "event", "abort", "errno", ECONNABORTED, "reason", reason);
 	for (uint32_t r = 0; r < j->cfg->workers; r++) {
 		if (j->members[r].ref != NULL) {
@@ -204,6 +205,7 @@ static void abort_session(struct pboxd_sessions *s, struct job *j, const char *r
 		}
 	}
 	json_decref(ev);
+	publish(s);
 }
 
 /* Constant-time comparison, so the token cannot be guessed byte by byte. */

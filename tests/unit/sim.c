@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The simulated appliance of the unit tests (see sim.h). */
+#include "sim.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t sim_now(void *arg)
+{
+	return ((struct sim *)arg)->now_ns;
+}
+
+static void enqueue(struct sim *s, enum sim_dir dir, uint32_t to, uint32_t from,
+		    const struct pbox_wire_hdr *h, const void *payload, uint32_t len)
+{
+	struct sim_pkt *p;
+	struct pbox_msg m;
+	enum sim_verdict v = SIM_PASS;
+	uint32_t total = PBOX_WIRE_HDR_LEN + len;
+	uint8_t buf[PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD];
+
+	memcpy(buf, h, PBOX_WIRE_HDR_LEN);
+	if (len) {
+		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, len);
+	}
+	if (s->filter != NULL && pbox_wire_decode(buf, total, &m) == PBOX_DROP_NONE) {
+		v = s->filter(s, dir, to, &m, s->filter_arg);
+	}
+	for (int copies = v == SIM_DROP ? 0 : (v == SIM_DUP ? 2 : 1); copies > 0; copies--) {
+		if (s->qtail - s->qhead >= SIM_MAX_QUEUE) {
+			fprintf(stderr, "sim: queue overflow\n");
+			abort();
+		}
+		p = &s->q[s->qtail++ % SIM_MAX_QUEUE];
+		p->dir = dir;
+		p->to = to;
+		p->from = from;
+		p->len = total;
+		p->data = malloc(total);
+		memcpy(p->data, buf, total);
+	}
+}
+
+static int core_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *h,
+		     const void *payload, uint32_t len)
+{
+	struct sim_ep *ep = ctx;
+	struct sim *s = ep->s;
+	uint32_t core = ep->idx;
+	uint32_t rank = ntohs(to->port) - 20000u;
+
+	if (rank >= s->nranks) {
+		return -EINVAL;
+	}
+	s->eng_queued[core] += len != 0;
+	enqueue(s, SIM_TO_WORKER, rank, core, h, payload, len);
+	return 0;
+}
+
+static void nop_flush(void *ctx)
+{
+	(void)ctx;
+}
+
+static uint64_t core_queued(void *ctx)
+{
+	struct sim_ep *ep = ctx;
+
+	return ep->s->eng_queued[ep->idx];
+}
+
+static uint64_t core_reclaim(void *ctx, uint64_t upto)
+{
+	(void)upto;
+	return core_queued(ctx);
+}
+
+static const struct pbox_tx_ops g_core_tx = {
+	.send = core_send,
+	.flush = nop_flush,
+	.queued = core_queued,
+	.reclaim = core_reclaim,
+};
+
+static int rank_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *h,
+		     const void *payload, uint32_t len)
+{
+	struct sim_ep *ep = ctx;
+	struct sim *s = ep->s;
+	uint32_t rank = ep->idx;
+	uint32_t core = ntohs(to->port) - 10000u;
+
+	enqueue(s, SIM_TO_APPLIANCE, core, rank, h, payload, len);
+	return 0;
+}
+
+static uint64_t rank_queued(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+static uint64_t rank_reclaim(void *ctx, uint64_t upto)
+{
+	(void)ctx;
+	return upto;
+}
+
+static const struct pbox_tx_ops g_rank_tx = {
+	.send = rank_send,
+	.flush = nop_flush,
+	.queued = rank_queued,
+	.reclaim = rank_reclaim,
+};
+
+static void on_done(struct pbox_op *op, void *arg)
+{
+	struct sim *s = arg;
+
+	if (s->ncompleted < 1024) {
+		s->completed[s->ncompleted++] = op;
+	}
+}
+
+int sim_init(struct sim *s, const struct sim_job_cfg *c)
+{
+	char err[256];
+
+	memset(s, 0, sizeof(*s));
+	s->ncores = c->ncores ? c->ncores : 1;
+	s->nranks = c->nranks;
+	s->now_ns = 1000000000ull;
+	s->q = calloc(SIM_MAX_QUEUE, sizeof(*s->q));
+	s->outbox = calloc(SIM_MAX_QUEUE, sizeof(*s->outbox));
+	if (pbox_jobdesc_build(&s->desc, c->keys, c->nkeys, c->nranks, s->ncores,
+			       c->chunk_bytes ? c->chunk_bytes : 32768,
+			       c->frag_bytes ? c->frag_bytes : 1024, NULL, err, sizeof(err)) != 0) {
+		fprintf(stderr, "sim: %s\n", err);
+		return -1;
+	}
+	for (uint32_t r = 0; r < c->nranks; r++) {
+		s->cookies[r] = 0x1000 + r * 7919;
+	}
+	s->job.wire.id = 42;
+	s->job.wire.desc = &s->desc;
+	s->job.wire.cookies = s->cookies;
+	s->job.wire.accepts_init = c->mode == PBOX_MODE_SERVER_OPT;
+	s->job.mode = c->mode;
+	s->job.reduce = c->reduce;
+	s->job.deterministic = c->deterministic;
+	s->job.window = c->window ? c->window : PBOX_DEFAULT_WINDOW;
+	s->job.opt = pbox_optimizer_find(c->optimizer ? c->optimizer : "sgd");
+	s->job.opt_params = c->opt;
+	s->job.state = pbox_job_state_create(&s->job);
+	s->tab = calloc(1, sizeof(*s->tab) + sizeof(s->tab->jobs[0]));
+	s->tab->njobs = 1;
+	s->tab->jobs[0] = &s->job;
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		s->ctx_core[k].s = s;
+		s->ctx_core[k].idx = k;
+		s->eng[k].core = k;
+		s->eng[k].kern = pbox_kernels_get();
+		s->eng[k].tx = &g_core_tx;
+		s->eng[k].tx_ctx = &s->ctx_core[k];
+		s->eng[k].stats = &s->stats[k];
+		s->core_peer[k].ip = htonl(0x7f000001);
+		s->core_peer[k].port = htons((uint16_t)(10000 + k));
+	}
+	for (uint32_t r = 0; r < c->nranks && !c->no_nodes; r++) {
+		struct pbox_node_cfg nc = {
+			.desc = &s->desc,
+			.job = 42,
+			.rank = r,
+			.cookie = s->cookies[r],
+			.server_opt = c->mode == PBOX_MODE_SERVER_OPT,
+			.cores = s->core_peer,
+			.tx = &g_rank_tx,
+			.tx_ctx = &s->ctx_rank[r],
+			.now_ns = sim_now,
+			.now_arg = s,
+			.rto_ms = c->rto_ms ? c->rto_ms : 10,
+			.rto_max_ms = 80,
+			.timeout_ms = c->timeout_ms ? c->timeout_ms : 2000,
+			.done = on_done,
+			.done_arg = s,
+		};
+
+		s->ctx_rank[r].s = s;
+		s->ctx_rank[r].idx = r;
+		s->node[r] = pbox_node_create(&nc);
+	}
+	return s->job.state != NULL ? 0 : -1;
+}
+
+void sim_fini(struct sim *s)
+{
+	while (s->qhead != s->qtail) {
+		free(s->q[s->qhead++ % SIM_MAX_QUEUE].data);
+	}
+	for (uint32_t i = 0; i < s->nout; i++) {
+		free(s->outbox[i].data);
+	}
+	free(s->outbox);
+	for (uint32_t r = 0; r < s->nranks; r++) {
+		pbox_node_destroy(s->node[r]);
+	}
+	pbox_job_state_free(s->job.state);
+	pbox_jobdesc_free(&s->desc);
+	free(s->tab);
+	free(s->q);
+}
+
+uint64_t sim_pump(struct sim *s, uint64_t max)
+{
+	uint64_t n = 0;
+
+	while (s->qhead != s->qtail && (max == 0 || n < max)) {
+		struct sim_pkt p = s->q[s->qhead++ % SIM_MAX_QUEUE];
+		struct pbox_peer from = { 0 };
+
+		if (p.dir == SIM_TO_APPLIANCE) {
+			from.ip = htonl(0x7f000001);
+			from.port = htons((uint16_t)(20000 + p.from));
+			pbox_engine_rx(&s->eng[p.to], s->tab, p.data, p.len, &from);
+			pbox_engine_flush(&s->eng[p.to]);
+		} else if (s->node[p.to] != NULL) {
+			from = s->core_peer[p.from];
+			pbox_node_rx(s->node[p.to], p.data, p.len, &from);
+			pbox_node_flush(s->node[p.to]);
+		} else {
+			/* No node: keep it for sim_take_reply. */
+			if (s->nout == SIM_MAX_QUEUE) {
+				fprintf(stderr, "sim: outbox overflow\n");
+				abort();
+			}
+			s->outbox[s->nout++] = p;
+			n++;
+			continue;
+		}
+		free(p.data);
+		s->delivered++;
+		n++;
+	}
+	return n;
+}
+
+void sim_advance(struct sim *s, uint64_t ns)
+{
+	s->now_ns += ns;
+	for (uint32_t r = 0; r < s->nranks; r++) {
+		if (s->node[r] != NULL) {
+			pbox_node_timers(s->node[r]);
+			pbox_node_flush(s->node[r]);
+		}
+	}
+	sim_pump(s, 0);
+}
+
+void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len)
+{
+	struct pbox_peer p = { 0 };
+
+	p.ip = htonl(0x7f000001);
+	p.port = htons((uint16_t)(20000 + from));
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		pbox_engine_rx(&s->eng[k], s->tab, data, len, &p);
+		pbox_engine_flush(&s->eng[k]);
+	}
+}
+
+void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload)
+{
+	uint8_t buf[PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD];
+	struct pbox_peer p = { 0 };
+	uint32_t core = s->desc.chunks[m->chunk].core;
+
+	m->job = 42;
+	m->sender = rank;
+	m->cookie = s->cookies[rank];
+	m->chunk_len = s->desc.chunks[m->chunk].bytes;
+	if (payload != NULL) {
+		m->encoding = PBOX_ENC_F32;
+	}
+	pbox_wire_encode(m, (struct pbox_wire_hdr *)buf);
+	if (m->frag_len) {
+		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, m->frag_len);
+	}
+	p.ip = htonl(0x7f000001);
+	p.port = htons((uint16_t)(20000 + rank));
+	pbox_engine_rx(&s->eng[core], s->tab, buf, PBOX_WIRE_HDR_LEN + m->frag_len, &p);
+	pbox_engine_flush(&s->eng[core]);
+}
+
+bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload)
+{
+	sim_pump(s, 0);
+	for (uint32_t i = 0; i < s->nout; i++) {
+		struct sim_pkt mine = s->outbox[i];
+		bool ok;
+
+		if (mine.to != rank) {
+			continue;
+		}
+		memmove(&s->outbox[i], &s->outbox[i + 1], (s->nout - i - 1) * sizeof(*s->outbox));
+		s->nout--;
+		ok = pbox_wire_decode(mine.data, mine.len, m) == PBOX_DROP_NONE;
+		if (ok && m->frag_len && payload != NULL) {
+			memcpy(payload, mine.data + PBOX_WIRE_HDR_LEN, m->frag_len);
+		}
+		m->payload = NULL;
+		free(mine.data);
+		return ok;
+	}
+	return false;
+}

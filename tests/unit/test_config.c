@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pboxd configuration: a valid file loads; each kind of mistake is refused with the file,
+ * line and setting named. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "pboxd/config.h"
+
+static char g_path[64];
+
+/* Load text as a config file; returns the load status, err receives the message. */
+static int load(const char *text, struct pboxd_config *cfg, char *err, size_t errlen)
+{
+	FILE *f;
+	int rc;
+
+	snprintf(g_path, sizeof(g_path), "/tmp/pbox-test-config-%d.conf", getpid());
+	f = fopen(g_path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	pboxd_config_defaults(cfg);
+	err[0] = '\0';
+	rc = pboxd_config_load(cfg, g_path, err, errlen);
+	if (rc == 0) {
+		rc = pboxd_config_check(cfg, err, errlen);
+	}
+	unlink(g_path);
+	return rc;
+}
+
+static void expect_error(const char *text, const char *fragment)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), -EINVAL);
+	if (strstr(err, fragment) == NULL) {
+		fail_msg("error '%s' does not mention '%s'", err, fragment);
+	}
+	assert_non_null(strstr(err, g_path));
+	pboxd_config_free(&cfg);
+}
+
+static void test_valid(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(
+		load("# a full example\n"
+		     "appliance = { transport = \"udp\"; data_address = \"127.0.0.1\";\n"
+		     "  base_port = 9100; control = \"127.0.0.1:9000\"; cpus = [0, 1];\n"
+		     "  chunk_bytes = 65536; mtu = 9000; busy_poll = true; deterministic = true;\n"
+		     "  fault = \"drop=0.01,seed=3\"; stats_interval = 5; };\n"
+		     "jobs = ( { id = 3; token = \"x\"; workers = 4; mode = \"server-optimizer\";\n"
+		     "           optimizer = { name = \"adamw\"; lr = 1e-3; wd = 0.01; beta2 = 0.99; };\n"
+		     "           keys = ( [0, 10], [1, 20] ); },\n"
+		     "         { id = 4; token = \"y\"; workers = 1; reduce = \"sum\"; deterministic = false; } );\n",
+		     &cfg, err, sizeof(err)),
+		0);
+	assert_int_equal(cfg.base_port, 9100);
+	assert_int_equal(cfg.control_port, 9000);
+	assert_int_equal(cfg.ncores, 2);
+	assert_int_equal(cfg.cpus[1], 1);
+	assert_int_equal(cfg.chunk_bytes, 65536);
+	assert_true(cfg.busy_poll);
+	assert_true(cfg.fault.drop == 0.01);
+	assert_int_equal(cfg.njobs, 2);
+	assert_int_equal(cfg.jobs[0].mode, PBOX_MODE_SERVER_OPT);
+	assert_string_equal(cfg.jobs[0].opt->name, "adamw");
+	assert_true(cfg.jobs[0].opt_params.lr == 1e-3f);
+	assert_true(cfg.jobs[0].opt_params.beta2 == 0.99f);
+	assert_true(cfg.jobs[0].deterministic);
+	assert_int_equal(cfg.jobs[0].nkeys, 2);
+	assert_int_equal(cfg.jobs[0].keys[1].nelem, 20);
+	assert_int_equal(cfg.jobs[1].reduce, PBOX_REDUCE_SUM);
+	assert_false(cfg.jobs[1].deterministic);
+	pboxd_config_free(&cfg);
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	expect_error("appliance = { cores = 2 ; \n base_port = ; };\n", ":2: syntax error");
+	expect_error("appliance = { wrokers = 2; };\n", "appliance.wrokers: unknown setting");
+	expect_error("appliance = { cores = 0; };\n", "appliance.cores: must be between 1");
+	expect_error("appliance = { mtu = \"big\"; };\n", "appliance.mtu: must be an integer");
+	expect_error("appliance = { chunk_bytes = 1000; };\n", "multiple of 64");
+	expect_error("appliance = { control = \"localhost\"; };\n", "expected \"host:port\"");
+	expect_error("appliance = { cores = 3; cpus = [0, 1]; };\n", "lists 2 CPUs but cores = 3");
+	expect_error("appliance = { fault = \"drop=2\"; };\n", "probability must be in [0, 1]");
+	expect_error("appliance = { transport = \"carrier-pigeon\"; };\n",
+		     "transport 'carrier-pigeon' is not available");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 0; } );\n",
+		     "jobs[0].workers: must be between 1 and 1024 (got 0)");
+	expect_error("jobs = ( { id = 1; workers = 2; } );\n", "non-empty token");
+	expect_error("jobs = ( { token = \"t\"; workers = 2; } );\n", "job needs an id");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"magic\"; } );\n",
+		     "unknown mode 'magic'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; optimizer = { name = \"nag\"; }; } );\n",
+		     "only with mode = \"server-optimizer\"");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"server-optimizer\";\n"
+		     " optimizer = { name = \"lamb\"; }; } );\n",
+		     "unknown optimizer 'lamb'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"server-optimizer\";\n"
+		     " optimizer = { name = \"sgd\"; momentum = 1.5; }; } );\n",
+		     "momentum: must be between 0 and 1");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; },\n"
+		     "         { id = 1; token = \"u\"; workers = 2; } );\n",
+		     "job id 1 is defined twice");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; keys = ( [0, 0] ); } );\n",
+		     "elements 1..2^40");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; colour = \"red\"; } );\n",
+		     "jobs[0].colour: unknown setting");
+}
+
+static void test_missing_file(void **state)
+{
+	struct pboxd_config cfg;
+	char err[256];
+
+	(void)state;
+	pboxd_config_defaults(&cfg);
+	assert_int_equal(pboxd_config_load(&cfg, "/nonexistent/pboxd.conf", err, sizeof(err)),
+			 -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/pboxd.conf: cannot read"));
+	pboxd_config_free(&cfg);
+}
+
+static void test_parsers(void **state)
+{
+	int cpus[8];
+	char host[64];
+	uint16_t port;
+
+	(void)state;
+	assert_int_equal(pboxd_parse_cpulist("0,2-4,7", cpus, 8), 5);
+	assert_int_equal(cpus[0], 0);
+	assert_int_equal(cpus[3], 4);
+	assert_int_equal(cpus[4], 7);
+	assert_int_equal(pboxd_parse_cpulist("3-1", cpus, 8), -EINVAL);
+	assert_int_equal(pboxd_parse_cpulist("0-9", cpus, 8), -EINVAL);
+	assert_int_equal(pboxd_parse_cpulist("x", cpus, 8), -EINVAL);
+	assert_int_equal(pboxd_parse_hostport("10.0.0.1:7000", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "10.0.0.1");
+	assert_int_equal(port, 7000);
+	assert_int_equal(pboxd_parse_hostport("10.0.0.1", host, sizeof(host), &port), -EINVAL);
+	assert_int_equal(pboxd_parse_hostport("h:99999", host, sizeof(host), &port), -EINVAL);
+	assert_int_equal(pboxd_parse_hostport(":80", host, sizeof(host), &port), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_valid),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_parsers),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

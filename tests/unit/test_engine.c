@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The chunk engine, spoken to on the wire directly (no worker node): N contributions give
+ * exactly one optimizer step; duplicates, reordering and multi-piece datagrams change
+ * nothing; lost replies are re-sent; iteration windows, init, held pulls, aborts and
+ * misdirected chunks behave as engine.h says.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sim.h"
+
+#define FRAG  1024u
+#define NELEM 3000u /* 12000 bytes: chunks of 8192 + 3808 bytes with chunk_bytes 8192 */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static uint32_t rnd(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return (uint32_t)(g_rng >> 32);
+}
+
+/* Gradient of rank r at iteration t: arbitrary floats (not exactly summable). */
+static float gval(uint32_t r, uint32_t t, uint32_t i)
+{
+	return (float)((int)((r * 131 + t * 71 + i * 17) % 1000) - 500) / 37.0f;
+}
+
+static void fill_grad(float *g, uint32_t r, uint32_t t)
+{
+	for (uint32_t i = 0; i < NELEM; i++) {
+		g[i] = gval(r, t, i);
+	}
+}
+
+struct frag {
+	uint32_t rank, chunk, f;
+};
+
+static void push_frag(struct sim *s, uint32_t rank, uint32_t t, uint32_t c, uint32_t f,
+		      const float *g, uint16_t flags)
+{
+	const struct pbox_chunk_desc *cd = &s->desc.chunks[c];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.flags = flags,
+		.chunk = c,
+		.iter = t,
+		.frag_off = f * FRAG,
+		.frag_len = pbox_frag_len(&s->desc, cd->bytes, f),
+		.seq = 1,
+	};
+
+	sim_send_msg(s, rank, &m, (const uint8_t *)(g + cd->elem_off) + f * FRAG);
+}
+
+/* Every fragment of every chunk from every rank, in a shuffled order. */
+static void push_all(struct sim *s, uint32_t t, float **g, bool shuffle, bool dup)
+{
+	struct frag list[256];
+	uint32_t n = 0;
+
+	for (uint32_t r = 0; r < s->nranks; r++) {
+		for (uint32_t c = 0; c < s->desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s->desc.chunks[c].nfrags; f++) {
+				list[n++] = (struct frag){ r, c, f };
+			}
+		}
+	}
+	for (uint32_t i = n - 1; shuffle && i > 0; i--) {
+		uint32_t j = rnd() % (i + 1);
+		struct frag tmp = list[i];
+
+		list[i] = list[j];
+		list[j] = tmp;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		push_frag(s, list[i].rank, t, list[i].chunk, list[i].f, g[list[i].rank],
+			  PBOX_F_WANT_REPLY);
+		if (dup) {
+			/* as the network duplicates it: same flags */
+			push_frag(s, list[i].rank, t, list[i].chunk, list[i].f, g[list[i].rank],
+				  PBOX_F_WANT_REPLY);
+		}
+	}
+}
+
+/* Collect the DATA replies to rank into out; returns the number of DATA datagrams. */
+static uint32_t collect(struct sim *s, uint32_t rank, float *out, uint32_t *label,
+			uint32_t *acks, uint32_t *errors)
+{
+	uint8_t payload[PBOX_WIRE_MAX_PAYLOAD];
+	struct pbox_msg m;
+	uint32_t n = 0;
+
+	while (sim_take_reply(s, rank, &m, payload)) {
+		if (m.type == PBOX_MSG_DATA) {
+			memcpy((uint8_t *)(out + s->desc.chunks[m.chunk].elem_off) + m.frag_off,
+			       payload, m.frag_len);
+			*label = m.iter;
+			n++;
+		} else if (m.type == PBOX_MSG_ACK && acks) {
+			(*acks)++;
+		} else if (m.type == PBOX_MSG_ERROR && errors) {
+			errors[0]++;
+			errors[1] = m.arg0;
+		}
+	}
+	return n;
+}
+
+static const struct pbox_keyspec g_keys[] = { { 7, NELEM } };
+
+static void agg_run(bool det, bool shuffle, bool dup, uint32_t nranks)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = nranks,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_MEAN,
+		.deterministic = det,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float *g[SIM_MAX_RANKS], want[NELEM], got[NELEM];
+
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (uint32_t r = 0; r < nranks; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+	}
+	for (uint32_t t = 0; t < 4; t++) {
+		const float *src[SIM_MAX_RANKS];
+
+		for (uint32_t r = 0; r < nranks; r++) {
+			fill_grad(g[r], r, t);
+			src[r] = g[r];
+		}
+		push_all(&s, t, g, shuffle, dup);
+		/* Exactly one completion per chunk per iteration. */
+		assert_int_equal(SIM_STAT(&s, iterations), (t + 1) * s.desc.nchunks);
+		pbox_kernels_get()->reduce(want, src, nranks, NELEM, (float)nranks);
+		for (uint32_t r = 0; r < nranks; r++) {
+			uint32_t label = 99, data;
+
+			memset(got, 0, sizeof(got));
+			data = collect(&s, r, got, &label, NULL, NULL);
+			assert_int_equal(label, t);
+			assert_int_equal(data, 8 + 4); /* fragments of the two chunks */
+			if (det || nranks <= 2) {
+				/* rank order (or two terms: commutative) is exact */
+				assert_memory_equal(got, want, sizeof(want));
+			} else {
+				for (uint32_t i = 0; i < NELEM; i++) {
+					assert_true(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
+				}
+			}
+		}
+	}
+	if (dup) {
+		assert_int_equal(SIM_STAT(&s, dups), 4 * nranks * 12);
+	}
+	assert_int_equal(SIM_STAT(&s, agg_frags), 4 * nranks * 12);
+	for (uint32_t r = 0; r < nranks; r++) {
+		free(g[r]);
+	}
+	sim_fini(&s);
+}
+
+static void test_aggregate_in_order(void **state)
+{
+	(void)state;
+	for (uint32_t n = 1; n <= 5; n++) {
+		agg_run(false, false, false, n);
+	}
+}
+
+static void test_aggregate_shuffled_dups_deterministic(void **state)
+{
+	(void)state;
+	for (uint32_t n = 1; n <= 6; n++) {
+		agg_run(true, true, true, n);
+	}
+}
+
+static void test_aggregate_shuffled_dups(void **state)
+{
+	(void)state;
+	agg_run(false, true, true, 4);
+}
+
+/* Server optimizer: init, held pulls, one NAG step per iteration, exact vs a reference. */
+static void test_server_optimizer(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 3,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_SERVER_OPT,
+		.deterministic = true,
+		.optimizer = "nag",
+		.no_nodes = true,
+	};
+	struct sim s;
+	float *g[3], w[NELEM], mom[NELEM] = { 0 }, got[NELEM];
+	uint32_t errs[2] = { 0 }, label, acks = 0;
+
+	(void)state;
+	pbox_opt_params_default(&cfg.opt);
+	cfg.opt.lr = 0.05f;
+	cfg.opt.rescale = 1.0f / 3;
+	cfg.opt.wd = 1e-4f;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (uint32_t r = 0; r < 3; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	/* A push before the model exists is refused with EAGAIN. */
+	push_frag(&s, 1, 0, 0, 0, g[1], PBOX_F_WANT_REPLY);
+	collect(&s, 1, got, &label, NULL, errs);
+	assert_int_equal(errs[0], 1);
+	assert_int_equal(errs[1], EAGAIN);
+	assert_int_equal(s.stats[0].drops[PBOX_DROP_NOT_READY], 1);
+	/* Pulls of version 0 are held until rank 0's INIT is complete. */
+	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+		struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = c, .iter = 0 };
+
+		sim_send_msg(&s, 2, &m, NULL);
+	}
+	assert_int_equal(collect(&s, 2, got, &label, NULL, NULL), 0);
+	assert_int_equal(SIM_STAT(&s, pulls_held), s.desc.nchunks);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		w[i] = gval(9, 9, i);
+	}
+	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+		for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
+			struct pbox_msg m = {
+				.type = PBOX_MSG_INIT,
+				.chunk = c,
+				.frag_off = f * FRAG,
+				.frag_len = pbox_frag_len(&s.desc, cd->bytes, f),
+			};
+
+			sim_send_msg(&s, 0, &m, (const uint8_t *)(w + cd->elem_off) + f * FRAG);
+		}
+	}
+	collect(&s, 0, got, &label, &acks, NULL);
+	assert_int_equal(acks, s.desc.nchunks);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 2, got, &label, NULL, NULL), 12);
+	assert_memory_equal(got, w, sizeof(w));
+	assert_int_equal(label, 0);
+	for (uint32_t t = 0; t < 3; t++) {
+		const float *src[3];
+
+		for (uint32_t r = 0; r < 3; r++) {
+			fill_grad(g[r], r, t);
+			src[r] = g[r];
+		}
+		push_all(&s, t, g, true, false);
+		pbox_optimizer_step(pbox_optimizer_find("nag"), pbox_kernels_get(), w, mom, NULL,
+				    src, 3, NELEM, &cfg.opt, t + 1);
+		assert_int_equal(SIM_STAT(&s, iterations), (t + 1) * s.desc.nchunks);
+		for (uint32_t r = 0; r < 3; r++) {
+			memset(got, 0, sizeof(got));
+			assert_int_equal(collect(&s, r, got, &label, NULL, NULL), 12);
+			assert_int_equal(label, t + 1);
+			assert_memory_equal(got, w, sizeof(w));
+		}
+	}
+	for (uint32_t r = 0; r < 3; r++) {
+		free(g[r]);
+	}
+	sim_fini(&s);
+}
+
+/* A lost reply: the retransmitted push of a complete iteration gets the result again,
+ * once per round, and is not added twice. A push too far ahead is dropped. */
+static void test_resend_and_window(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float *g[2], first[NELEM], again[NELEM];
+	uint32_t label, errs[2] = { 0 };
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	push_all(&s, 0, g, false, false);
+	collect(&s, 0, first, &label, NULL, NULL);
+	collect(&s, 1, again, &label, NULL, NULL);
+	/* Rank 1 lost its reply and sends its whole contribution again. */
+	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+		for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+			push_frag(&s, 1, 0, c, f, g[1], PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT);
+		}
+	}
+	memset(again, 0, sizeof(again));
+	assert_int_equal(collect(&s, 1, again, &label, NULL, NULL), 12); /* once per chunk */
+	assert_memory_equal(again, first, sizeof(first));
+	assert_int_equal(SIM_STAT(&s, replies_resent), s.desc.nchunks);
+	assert_int_equal(SIM_STAT(&s, iterations), s.desc.nchunks);
+	/* Iteration 0 + window (2) is beyond the window. */
+	push_frag(&s, 0, 3, 0, 0, g[0], 0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_FUTURE_ITER]), 1);
+	/* The result of iteration 0 can be pulled while retained... */
+	{
+		struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = 1, .iter = 0 };
+
+		sim_send_msg(&s, 0, &m, NULL);
+		assert_int_equal(collect(&s, 0, again, &label, NULL, NULL), 4);
+	}
+	/* ...but not once two more iterations have replaced it. */
+	for (uint32_t t = 1; t <= 2; t++) {
+		fill_grad(g[0], 0, t);
+		fill_grad(g[1], 1, t);
+		push_all(&s, t, g, false, false);
+		collect(&s, 0, again, &label, NULL, NULL);
+		collect(&s, 1, again, &label, NULL, NULL);
+	}
+	{
+		struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = 1, .iter = 0 };
+
+		sim_send_msg(&s, 0, &m, NULL);
+		collect(&s, 0, again, &label, NULL, errs);
+		assert_int_equal(errs[0], 1);
+		assert_int_equal(errs[1], ESTALE);
+	}
+	free(g[0]);
+	free(g[1]);
+	sim_fini(&s);
+}
+
+/* Multi-piece datagrams (as from multi-segment mbufs) give bit-identical results. */
+static void test_iov_pieces(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 3,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_MEAN,
+		.no_nodes = true,
+	};
+	struct sim a, b;
+	float *g[3], ra[NELEM], rb[NELEM];
+	uint32_t label;
+
+	(void)state;
+	assert_int_equal(sim_init(&a, &cfg), 0);
+	assert_int_equal(sim_init(&b, &cfg), 0);
+	for (uint32_t r = 0; r < 3; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 5);
+	}
+	push_all(&a, 0, g, false, false);
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < b.desc.nchunks; c++) {
+			const struct pbox_chunk_desc *cd = &b.desc.chunks[c];
+
+			for (uint32_t f = 0; f < cd->nfrags; f++) {
+				uint8_t pkt[PBOX_WIRE_HDR_LEN + FRAG];
+				struct pbox_iov seg[8];
+				struct pbox_msg m = {
+					.type = PBOX_MSG_PUSH,
+					.encoding = PBOX_ENC_F32,
+					.flags = PBOX_F_WANT_REPLY,
+					.job = 42,
+					.sender = r,
+					.cookie = b.cookies[r],
+					.chunk = c,
+					.frag_off = f * FRAG,
+					.frag_len = pbox_frag_len(&b.desc, cd->bytes, f),
+					.chunk_len = cd->bytes,
+				};
+				struct pbox_peer from = { .ip = 1, .port = __builtin_bswap16(20000 + r) };
+				uint32_t len = PBOX_WIRE_HDR_LEN + m.frag_len, off = 0, n = 0;
+
+				pbox_wire_encode(&m, (struct pbox_wire_hdr *)pkt);
+				memcpy(pkt + PBOX_WIRE_HDR_LEN,
+				       (const uint8_t *)(g[r] + cd->elem_off) + f * FRAG, m.frag_len);
+				/* Cut at random byte positions, header included. */
+				while (off < len && n < 7) {
+					uint32_t take = 1 + rnd() % 300;
+
+					take = take > len - off ? len - off : take;
+					seg[n++] = (struct pbox_iov){ pkt + off, take };
+					off += take;
+				}
+				if (off < len) {
+					seg[n++] = (struct pbox_iov){ pkt + off, len - off };
+				}
+				pbox_engine_rx_iov(&b.eng[cd->core], b.tab, seg, n, &from);
+				pbox_engine_flush(&b.eng[cd->core]);
+			}
+		}
+	}
+	for (uint32_t r = 0; r < 3; r++) {
+		memset(ra, 0, sizeof(ra));
+		memset(rb, 0, sizeof(rb));
+		collect(&a, r, ra, &label, NULL, NULL);
+		collect(&b, r, rb, &label, NULL, NULL);
+		assert_memory_equal(ra, rb, sizeof(ra));
+		free(g[r]);
+	}
+	sim_fini(&a);
+	sim_fini(&b);
+}
+
+/* Aborted job: authenticated requests get ECONNABORTED; a chunk sent to the wrong core
+ * and garbage are counted. */
+static void test_abort_misdirected(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 4096 }, { 2, 4096 } };
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.ncores = 2,
+		.keys = keys,
+		.nkeys = 2,
+		.chunk_bytes = 16384,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float g[4096] = { 0 }, out[8192];
+	uint8_t pkt[PBOX_WIRE_HDR_LEN + FRAG];
+	uint32_t label, errs[2] = { 0 };
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.encoding = PBOX_ENC_F32,
+		.job = 42,
+		.sender = 0,
+		.chunk = 0,
+		.frag_len = FRAG,
+		.chunk_len = 16384,
+	};
+	struct pbox_peer from = { .ip = 1, .port = __builtin_bswap16(20000) };
+	uint32_t wrong;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	m.cookie = s.cookies[0];
+	pbox_wire_encode(&m, (struct pbox_wire_hdr *)pkt);
+	memcpy(pkt + PBOX_WIRE_HDR_LEN, g, FRAG);
+	wrong = s.desc.chunks[0].core ^ 1;
+	pbox_engine_rx(&s.eng[wrong], s.tab, pkt, sizeof(pkt), &from);
+	assert_int_equal(s.stats[wrong].drops[PBOX_DROP_MISDIRECTED], 1);
+	memset(pkt, 0x5a, sizeof(pkt));
+	pbox_engine_rx(&s.eng[0], s.tab, pkt, sizeof(pkt), &from);
+	assert_int_equal(s.stats[0].drops[PBOX_DROP_BAD_MAGIC], 1);
+	pbox_engine_rx(&s.eng[0], NULL, pkt, 10, &from);
+	assert_int_equal(s.stats[0].drops[PBOX_DROP_TRUNCATED], 1);
+	s.job.run = PBOX_JOB_ABORTED;
+	s.job.abort_errno = ECONNABORTED;
+	push_frag(&s, 1, 0, 0, 0, g, 0);
+	collect(&s, 1, out, &label, NULL, errs);
+	assert_int_equal(errs[0], 1);
+	assert_int_equal(errs[1], ECONNABORTED);
+	sim_fini(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_aggregate_in_order),
+		cmocka_unit_test(test_aggregate_shuffled_dups_deterministic),
+		cmocka_unit_test(test_aggregate_shuffled_dups),
+		cmocka_unit_test(test_server_optimizer),
+		cmocka_unit_test(test_resend_and_window),
+		cmocka_unit_test(test_iov_pieces),
+		cmocka_unit_test(test_abort_misdirected),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

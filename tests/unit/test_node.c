@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libpbox's worker node against simulated appliance cores on a virtual clock: push-pull
+ * round trips, retransmission after the timeout with doubling back-off, recovery of lost
+ * results through probes, deadlines with messages that say what happened, appliance
+ * errors, one operation per key.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sim.h"
+
+#define MS 1000000ull
+
+static const struct pbox_keyspec g_keys[] = { { 5, 2500 }, { 9, 10 } };
+
+static struct sim_job_cfg base_cfg(uint32_t nranks)
+{
+	struct sim_job_cfg c = {
+		.nranks = nranks,
+		.ncores = 2,
+		.keys = g_keys,
+		.nkeys = 2,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.rto_ms = 10,
+		.timeout_ms = 2000,
+	};
+
+	return c;
+}
+
+struct ranks {
+	struct pbox_op op[SIM_MAX_RANKS];
+	float g[SIM_MAX_RANKS][2500];
+	float out[SIM_MAX_RANKS][2500];
+};
+
+static void start_all(struct sim *s, struct ranks *R, uint32_t key, uint32_t t, uint32_t n)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		for (uint32_t i = 0; i < 2500; i++) {
+			R->g[r][i] = (float)(r * 1000 + i + t);
+		}
+		memset(&R->op[r], 0, sizeof(R->op[r]));
+		R->op[r].kind = PBOX_OP_PUSH_PULL;
+		R->op[r].key = key;
+		R->op[r].iter = t;
+		R->op[r].src = R->g[r];
+		R->op[r].dst = R->out[r];
+		assert_int_equal(pbox_node_submit(s->node[r], &R->op[r]), 0);
+		pbox_node_flush(s->node[r]);
+	}
+}
+
+static void check_sum(struct ranks *R, uint32_t n, uint32_t r, uint32_t t)
+{
+	for (uint32_t i = 0; i < 2500; i++) {
+		float want = 0;
+
+		for (uint32_t q = 0; q < n; q++) {
+			want += (float)(q * 1000 + i + t);
+		}
+		assert_true(R->out[r][i] == want);
+	}
+}
+
+static void test_roundtrip(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(3);
+	static struct ranks R;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (uint32_t t = 0; t < 3; t++) {
+		s.ncompleted = 0;
+		start_all(&s, &R, 0, t, 3);
+		sim_pump(&s, 0);
+		assert_int_equal(s.ncompleted, 3);
+		for (uint32_t r = 0; r < 3; r++) {
+			assert_int_equal(R.op[r].status, 0);
+			assert_int_equal(R.op[r].label, t);
+			check_sum(&R, 3, r, t);
+			assert_int_equal(pbox_node_stats(s.node[r])->retransmits, 0);
+		}
+	}
+	/* A second operation on a busy key is refused with a message. */
+	start_all(&s, &R, 0, 3, 1);
+	{
+		struct pbox_op again = { .kind = PBOX_OP_PUSH, .key = 0, .iter = 3, .src = R.g[0] };
+
+		assert_int_equal(pbox_node_submit(s.node[0], &again), -EBUSY);
+		assert_non_null(strstr(again.errmsg, "in flight"));
+	}
+	sim_fini(&s);
+}
+
+/* Drop the first `n` data datagrams from rank 0 to the appliance. */
+struct dropper {
+	uint32_t left;
+	uint32_t dropped;
+	uint8_t type;
+	enum sim_dir dir;
+	uint32_t endpoint;
+};
+
+static enum sim_verdict drop_first(struct sim *s, enum sim_dir dir, uint32_t ep,
+				   const struct pbox_msg *m, void *arg)
+{
+	struct dropper *d = arg;
+
+	(void)s;
+	if (d->left > 0 && dir == d->dir && m->type == d->type &&
+	    (dir == SIM_TO_WORKER ? ep == d->endpoint : m->sender == d->endpoint)) {
+		d->left--;
+		d->dropped++;
+		return SIM_DROP;
+	}
+	return SIM_PASS;
+}
+
+static void test_retransmit_backoff(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static struct ranks R;
+	struct dropper d = { .left = 3, .type = PBOX_MSG_PUSH, .dir = SIM_TO_APPLIANCE };
+	struct sim s;
+	uint64_t t0;
+
+	(void)state;
+	cfg.keys = &g_keys[1]; /* one key, one chunk, one fragment */
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	t0 = s.now_ns;
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 0);
+	/* Nothing happens before the first timeout (10 ms)... */
+	sim_advance(&s, 9 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 0);
+	/* ...then resends at 10, 10+20, 10+20+40 ms: the third one gets through. */
+	sim_advance(&s, 1 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 1);
+	sim_advance(&s, 19 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 1);
+	sim_advance(&s, 1 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 2);
+	assert_int_equal(s.ncompleted, 0);
+	sim_advance(&s, 40 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 3);
+	assert_int_equal(d.dropped, 3);
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, 0);
+	assert_int_equal(s.now_ns - t0, 70 * MS);
+	for (uint32_t i = 0; i < 10; i++) {
+		assert_true(R.out[0][i] == R.g[0][i]);
+	}
+	/* The appliance added the contribution once, whatever the resends. */
+	assert_int_equal(SIM_STAT(&s, agg_frags), 1);
+	sim_fini(&s);
+}
+
+/* The result is lost after the ACK: the node probes with a PULL and gets it again. */
+static void test_lost_result_probe(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct dropper d = { .left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 1 };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	/* Rank 0 first: it is acknowledged and waits; rank 1 completes the iteration. */
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	{
+		R.op[1] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL, .key = 0, .iter = 0,
+					    .src = R.g[1], .dst = R.out[1] };
+		for (uint32_t i = 0; i < 10; i++) {
+			R.g[1][i] = (float)(1000 + i);
+		}
+		assert_int_equal(pbox_node_submit(s.node[1], &R.op[1]), 0);
+		pbox_node_flush(s.node[1]);
+	}
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 1); /* rank 0; rank 1's result was dropped */
+	sim_advance(&s, 10 * MS);
+	/* Rank 1 had no ACK either (its own result doubled as one): it resends its data and
+	 * the appliance answers the retransmission round with the result. */
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(R.op[1].status, 0);
+	for (uint32_t i = 0; i < 10; i++) {
+		assert_true(R.out[1][i] == R.out[0][i]);
+	}
+	assert_int_equal(SIM_STAT(&s, replies_resent), 1);
+	assert_int_equal(SIM_STAT(&s, agg_frags), 2);
+	sim_fini(&s);
+}
+
+/* After an ACK the node only probes: dropping the result of a rank that was ACKed. */
+static void test_probe_after_ack(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct dropper d = { .left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 0 };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	start_all(&s, &R, 0, 0, 2);
+	/* Deliver rank 0's push alone first so it is ACKed and then waits. */
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 1); /* rank 1 */
+	sim_advance(&s, 10 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->probes, 1);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 0);
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(R.op[0].status, 0);
+	sim_fini(&s);
+}
+
+static void test_deadline_messages(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct dropper all = { .left = 1000000, .type = PBOX_MSG_PUSH, .dir = SIM_TO_APPLIANCE };
+	struct sim s;
+
+	(void)state;
+	/* Appliance silent: every push is lost. */
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &all;
+	start_all(&s, &R, 0, 0, 1);
+	for (int i = 0; i < 200 && s.ncompleted == 0; i++) {
+		sim_advance(&s, 20 * MS);
+	}
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, -ETIMEDOUT);
+	assert_non_null(strstr(R.op[0].errmsg, "no answer from the appliance"));
+	assert_true(s.now_ns - R.op[0].start_ns >= 2000 * MS);
+	assert_true(s.now_ns - R.op[0].start_ns < 2100 * MS);
+	sim_fini(&s);
+
+	/* A peer that never arrives: rank 0 is acknowledged, rank 1 never pushes. */
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	for (int i = 0; i < 200 && s.ncompleted == 0; i++) {
+		sim_advance(&s, 20 * MS);
+	}
+	assert_int_equal(R.op[0].status, -ETIMEDOUT);
+	assert_non_null(strstr(R.op[0].errmsg, "when last asked, 1 of 2 workers had contributed"));
+	/* The node is usable again afterwards. */
+	assert_int_equal(pbox_node_inflight(s.node[0]), 0);
+	sim_fini(&s);
+}
+
+static void test_appliance_error(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.job.run = PBOX_JOB_ABORTED;
+	s.job.abort_errno = ECONNABORTED;
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, -ECONNABORTED);
+	assert_non_null(strstr(R.op[0].errmsg, "aborted"));
+	/* pbox_node_fail: everything in flight and every later submit fails. */
+	s.job.run = PBOX_JOB_RUNNING;
+	start_all(&s, &R, 1, 0, 1);
+	pbox_node_fail(s.node[0], -ECONNRESET, "appliance gone");
+	assert_int_equal(R.op[0].status, -ECONNRESET);
+	assert_int_equal(pbox_node_submit(s.node[0], &R.op[0]), -ECONNRESET);
+	sim_fini(&s);
+}
+
+/* With duplicated and dropped datagrams in both directions, results stay exact. */
+static enum sim_verdict chaos(struct sim *s, enum sim_dir dir, uint32_t ep,
+			      const struct pbox_msg *m, void *arg)
+{
+	uint64_t *x = arg;
+
+	(void)s;
+	(void)dir;
+	(void)ep;
+	(void)m;
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	switch (*x % 20) {
+	case 0:
+		return SIM_DROP;
+	case 1:
+		return SIM_DUP;
+	default:
+		return SIM_PASS;
+	}
+}
+
+static void test_chaos(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(3);
+	static struct ranks R;
+	uint64_t x = 77;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = chaos;
+	s.filter_arg = &x;
+	for (uint32_t t = 0; t < 20; t++) {
+		s.ncompleted = 0;
+		start_all(&s, &R, 0, t, 3);
+		sim_pump(&s, 0);
+		for (int i = 0; i < 500 && s.ncompleted < 3; i++) {
+			sim_advance(&s, 5 * MS);
+		}
+		assert_int_equal(s.ncompleted, 3);
+		for (uint32_t r = 0; r < 3; r++) {
+			assert_int_equal(R.op[r].status, 0);
+			check_sum(&R, 3, r, t);
+		}
+	}
+	/* Each contribution was aggregated exactly once. */
+	assert_int_equal(SIM_STAT(&s, agg_frags), 20 * 3 * 10);
+	sim_fini(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip),	   cmocka_unit_test(test_retransmit_backoff),
+		cmocka_unit_test(test_lost_result_probe), cmocka_unit_test(test_probe_after_ack),
+		cmocka_unit_test(test_deadline_messages), cmocka_unit_test(test_appliance_error),
+		cmocka_unit_test(test_chaos),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
