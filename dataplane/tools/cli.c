@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Option parsing, control requests and byte formatting for the pbox subcommands. */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/compiler.h"
+#include "common/ctlproto.h"
+
+int pbox_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t lo, uint64_t hi,
+		 uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi) {
+		fprintf(stderr, "pbox %s: %s %s: expected an integer between %llu and %llu\n", cmd,
+			opt, s, (unsigned long long)lo, (unsigned long long)hi);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+int pbox_cli_u32(const char *cmd, const char *opt, const char *s, uint32_t lo, uint32_t hi,
+		 uint32_t *out)
+{
+	uint64_t v;
+	int rc = pbox_cli_u64(cmd, opt, s, lo, hi, &v);
+
+	if (rc == 0) {
+		*out = (uint32_t)v;
+	}
+	return rc;
+}
+
+int pbox_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
+		    double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+		fprintf(stderr, "pbox %s: %s %s: expected a number between %g and %g\n", cmd, opt,
+			s, lo, hi);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static long long ms_left(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+	       (deadline->tv_nsec - now.tv_nsec) / 1000000;
+}
+
+/* Connect to host:port without blocking longer than the deadline. */
+static int connect_to(const char *addr, const struct timespec *deadline, char *err, size_t errlen)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	char host[256];
+	const char *colon = strrchr(addr, ':');
+	int fd, rc, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+	struct pollfd p;
+
+	if (colon == NULL || colon == addr || colon[1] == '\0' ||
+	    (size_t)(colon - addr) >= sizeof(host)) {
+		snprintf(err, errlen, "%s: expected HOST:PORT", addr);
+		return -EINVAL;
+	}
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = '\0';
+	rc = getaddrinfo(host, colon + 1, &hints, &ai);
+	if (rc != 0) {
+		snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: socket: %s", addr, strerror(errno));
+		freeaddrinfo(ai);
+		return rc;
+	}
+	rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	if (rc != 0 && errno != EINPROGRESS) {
+		rc = -errno;
+		goto fail;
+	}
+	p = (struct pollfd){ .fd = fd, .events = POLLOUT };
+	rc = poll(&p, 1, (int)PBOX_MAX(ms_left(deadline), 0));
+	if (rc == 0) {
+		rc = -ETIMEDOUT;
+		goto fail;
+	}
+	if (rc < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if (soerr != 0) {
+		rc = -soerr;
+		goto fail;
+	}
+	return fd;
+fail:
+	snprintf(err, errlen, "%s: cannot connect: %s%s", addr, strerror(-rc),
+		 rc == -ECONNREFUSED ? " (is pboxd running, with this control address?)" : "");
+	close(fd);
+	return rc;
+}
+
+int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
+			 char *err, size_t errlen)
+{
+	struct pbox_linebuf lb;
+	struct timespec deadline;
+	json_error_t jerr;
+	int fd, rc;
+
+	*reply = NULL;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	fd = connect_to(addr, &deadline, err, errlen);
+	if (fd < 0) {
+		return fd;
+	}
+	rc = pbox_ctl_send(fd, req, timeout_ms);
+	if (rc < 0) {
+		snprintf(err, errlen, "%s: sending the request: %s", addr, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	pbox_linebuf_init(&lb);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = ms_left(&deadline);
+		char *line;
+		long n;
+
+		while ((line = pbox_linebuf_next(&lb)) != NULL) {
+			json_t *o = json_loads(line, 0, &jerr);
+
+			if (o == NULL) {
+				snprintf(err, errlen, "%s: the reply is not JSON: %s", addr,
+					 jerr.text);
+				rc = -EPROTO;
+				goto out;
+			}
+			if (json_object_get(o, "event") != NULL) {
+				json_decref(o); /* unsolicited; not our answer */
+				continue;
+			}
+			*reply = o;
+			rc = 0;
+			goto out;
+		}
+		if (left <= 0) {
+			snprintf(err, errlen, "%s: no reply within %d ms", addr, timeout_ms);
+			rc = -ETIMEDOUT;
+			goto out;
+		}
+		rc = poll(&p, 1, (int)left);
+		if (rc < 0 && errno != EINTR) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: poll: %s", addr, strerror(-rc));
+			goto out;
+		}
+		if (rc <= 0) {
+			continue;
+		}
+		n = pbox_linebuf_fill(&lb, fd);
+		if (n == 0) {
+			snprintf(err, errlen, "%s: pboxd closed the connection without a reply",
+				 addr);
+			rc = -ECONNRESET;
+			goto out;
+		}
+		if (n < 0 && n != -EAGAIN) {
+			rc = (int)n;
+			snprintf(err, errlen, "%s: reading the reply: %s", addr, strerror(-rc));
+			goto out;
+		}
+	}
+out:
+	pbox_linebuf_free(&lb);
+	close(fd);
+	return rc;
+}
+
+const char *pbox_cli_bytes(double bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "B", "KB", "MB", "GB", "TB", "PB" };
+	unsigned u = 0;
+
+	while (bytes >= 1000.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		bytes /= 1000.0;
+		u++;
+	}
+	if (u == 0) {
+		snprintf(buf, len, "%.0f B", bytes);
+	} else {
+		snprintf(buf, len, "%.*f %s", bytes < 10 ? 2 : (bytes < 100 ? 1 : 0), bytes,
+			 units[u]);
+	}
+	return buf;
+}

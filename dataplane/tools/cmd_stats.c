@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* `pbox stats`: a running pboxd's per-core counters and jobs, for people or as JSON. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define STATS_TIMEOUT_MS 5000
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pbox stats [--control HOST:PORT] [--json]\n"
+		"\n"
+		"Ask a running pboxd for its counters ({\"op\":\"stats\"} on the control channel)\n"
+		"and print them per data-plane core, with the drop reasons and the jobs.\n"
+		"\n"
+		"      --control HOST:PORT  pboxd control address (default 127.0.0.1:7000)\n"
+		"      --json               print pboxd's reply as JSON\n"
+		"  -h, --help               this text\n");
+}
+
+static uint64_t get_u64(const json_t *o, const char *key)
+{
+	const json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v)
+							       : 0;
+}
+
+static void print_core(const char *name, const json_t *c)
+{
+	char rxb[32], txb[32];
+	const json_t *busy = json_object_get(c, "busy_pct");
+
+	printf("%-5s %11" PRIu64 " %10s %11" PRIu64 " %10s %10" PRIu64 " %10" PRIu64 " %8" PRIu64
+	       " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6.1f\n",
+	       name, get_u64(c, "rx_pkts"),
+	       pbox_cli_bytes((double)get_u64(c, "rx_bytes"), rxb, sizeof(rxb)),
+	       get_u64(c, "tx_pkts"),
+	       pbox_cli_bytes((double)get_u64(c, "tx_bytes"), txb, sizeof(txb)),
+	       get_u64(c, "agg_frags"), get_u64(c, "iterations"), get_u64(c, "dups"),
+	       get_u64(c, "rx_retransmits"), get_u64(c, "replies_resent"), get_u64(c, "dropped"),
+	       json_is_number(busy) ? json_number_value(busy) : 0.0);
+}
+
+static void print_stats(const char *addr, const json_t *st)
+{
+	const json_t *cores = json_object_get(st, "cores"), *tot = json_object_get(st, "totals");
+	const json_t *jobs = json_object_get(st, "jobs"), *drops, *v, *c;
+	const char *key;
+	size_t i;
+	char name[16], b[32];
+
+	printf("pboxd %s: %zu data-plane core%s\n", addr, json_array_size(cores),
+	       json_array_size(cores) == 1 ? "" : "s");
+	printf("%-5s %11s %10s %11s %10s %10s %10s %8s %8s %8s %8s %6s\n", "core", "rx_pkts",
+	       "rx_bytes", "tx_pkts", "tx_bytes", "agg_frags", "iterations", "dups", "retx_rx",
+	       "resent", "dropped", "busy%");
+	json_array_foreach(cores, i, c)
+	{
+		snprintf(name, sizeof(name), "%" PRIu64, get_u64(c, "core"));
+		print_core(name, c);
+	}
+	if (json_is_object(tot)) {
+		print_core("all", tot);
+		drops = json_object_get(tot, "drops");
+		if (get_u64(tot, "dropped") != 0 && json_is_object(drops)) {
+			printf("drops:");
+			json_object_foreach((json_t *)drops, key, v)
+			{
+				if (json_integer_value(v) != 0) {
+					printf(" %s=%" JSON_INTEGER_FORMAT, key,
+					       json_integer_value(v));
+				}
+			}
+			printf("\n");
+		}
+	}
+	if (json_array_size(jobs) == 0) {
+		printf("jobs: none configured\n");
+		return;
+	}
+	printf("jobs:\n");
+	json_array_foreach(jobs, i, c)
+	{
+		const char *state = json_string_value(json_object_get(c, "state"));
+		const char *mode = json_string_value(json_object_get(c, "mode"));
+
+		printf("  job %" PRIu64 ": %s, %s, %" PRIu64 "/%" PRIu64
+		       " workers connected, %" PRIu64 " registered, %" PRIu64
+		       " chunks (%s), %" PRIu64 " sessions so far\n",
+		       get_u64(c, "id"), state ? state : "?", mode ? mode : "?",
+		       get_u64(c, "connected"), get_u64(c, "workers"), get_u64(c, "registered"),
+		       get_u64(c, "chunks"),
+		       pbox_cli_bytes((double)get_u64(c, "bytes"), b, sizeof(b)),
+		       get_u64(c, "sessions"));
+	}
+}
+
+int pbox_cmd_stats(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "control", required_argument, NULL, 'c' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *addr = "127.0.0.1:7000";
+	bool as_json = false;
+	json_t *req, *reply = NULL;
+	char err[512];
+	int o, rc;
+
+	optind = 1;
+	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (o) {
+		case 'c':
+			addr = optarg;
+			break;
+		case 'j':
+			as_json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			fprintf(stderr, "Try 'pbox stats --help'.\n");
+			return 64;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "pbox stats: unexpected argument '%s'\n", argv[optind]);
+		return 64;
+	}
+	req = json_pack("{s:s}", "op", "stats");
+	rc = pbox_cli_ctl_request(addr, req, &reply, STATS_TIMEOUT_MS, err, sizeof(err));
+	json_decref(req);
+	if (rc < 0) {
+		fprintf(stderr, "pbox stats: %s\n", err);
+		return 1;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		const char *msg = json_string_value(json_object_get(reply, "error"));
+
+		fprintf(stderr, "pbox stats: %s refused the request: %s\n", addr,
+			msg ? msg : "no reason given");
+		json_decref(reply);
+		return 1;
+	}
+	if (as_json) {
+		json_dumpf(reply, stdout, JSON_INDENT(2));
+		printf("\n");
+	} else {
+		print_stats(addr, reply);
+	}
+	json_decref(reply);
+	return 0;
+}
