@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The DPDK data plane: the chunk engine on poll-mode lcores, with Ethernet/IPv4/UDP done
+ * here (ARP for the appliance's addresses, replies to each worker's MAC/IP/port), so plain
+ * kernel-UDP workers on an ordinary network reach it.
+ *
+ * Shape (DPDK examples/l3fwd): data-plane core k runs on the k-th EAL worker lcore and owns
+ * RX queue k and TX queue k of every port. A chunk's owner core is the only one that
+ * processes its packets: workers address core k at UDP port base_port + k, the device
+ * steers that port to queue k (rte_flow), and whatever the device could not steer (RSS,
+ * or no steering at all) is handed to the owner through its software inbox ring, so the
+ * rule holds on every device. The method in force is logged per port at start-up.
+ *
+ * Zero copy both ways: gradient payload is aggregated straight from the mbuf data (every
+ * segment of multi-segment mbufs, in place); replies are a header mbuf chained to an
+ * external-buffer mbuf that points into the chunk's result, released through the extbuf
+ * free callback once the device (or, for net_ring, the consumer) lets go. Devices that
+ * cannot send multi-segment mbufs get the payload copied into one buffer (logged).
+ *
+ * Threading: pbox_dpdk_eal_init, _open, _launch, _quiesce, _stop and _close are called by
+ * one control thread, in that order. Each lcore writes only its own struct (counters,
+ * queues, TX state); counters are read by any thread with relaxed atomic loads. The job
+ * table is read by the lcores under liburcu-qsbr (each lcore registers itself).
+ */
+#ifndef PBOX_DPDK_H
+#define PBOX_DPDK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/compiler.h"
+#include "engine/engine.h"
+
+#define PBOX_DPDK_MAX_PORTS 8u
+#define PBOX_DPDK_MAX_BURST 64u
+
+enum pbox_dpdk_steering {
+	PBOX_DPDK_STEER_AUTO = 0, /* rte_flow if the device takes the rules, else RSS / none */
+	PBOX_DPDK_STEER_FLOW,     /* rte_flow or fail */
+	PBOX_DPDK_STEER_RSS,      /* RSS spreading plus software hand-off */
+	PBOX_DPDK_STEER_SOFTWARE, /* no device steering: software hand-off only */
+};
+
+/* What a port ended up steering with (logged, and in the stats). */
+enum pbox_dpdk_steer_method {
+	PBOX_DPDK_METHOD_SINGLE = 0, /* one data-plane core: nothing to steer */
+	PBOX_DPDK_METHOD_FLOW,       /* rte_flow rules: UDP port base_port + k -> queue k */
+	PBOX_DPDK_METHOD_RSS,        /* RSS; misses handed to the owner in software */
+	PBOX_DPDK_METHOD_SOFTWARE,   /* all arrive anywhere; handed to the owner */
+};
+
+struct pbox_dpdk_cfg {
+	uint32_t ncores;    /* data-plane cores = EAL worker lcores */
+	uint16_t base_port; /* host order: core k's UDP port is base_port + k */
+	/* IPv4 addresses (network order): one per port, or one for every port. */
+	uint32_t addrs[PBOX_DPDK_MAX_PORTS];
+	unsigned naddrs;
+	uint32_t mtu;     /* IP MTU of the ports */
+	unsigned burst;   /* RX / TX burst (<= PBOX_DPDK_MAX_BURST) */
+	unsigned rx_desc; /* requested descriptors per queue (adjusted by the device) */
+	unsigned tx_desc;
+	unsigned mbuf_bytes;  /* data room of RX mbufs (frames larger need RX scatter) */
+	unsigned tx_drain_us; /* longest a queued reply waits for a fuller TX burst */
+	bool busy_poll;       /* never sleep; else sleep idle_sleep_us after idle_us idle */
+	unsigned idle_us;
+	unsigned idle_sleep_us;
+	enum pbox_dpdk_steering steering;
+	bool zero_copy; /* replies reference chunk memory (when the device can) */
+};
+
+/* Per-core transport counters (the engine's, including the per-reason drops, are in
+ * struct pbox_core_stats). Written by the owning lcore only. */
+struct pbox_dpdk_stats {
+	uint64_t rx_frames;     /* frames taken from this core's RX queues */
+	uint64_t rx_wire_bytes; /* their bytes on the wire (without CRC) */
+	uint64_t steered_in;    /* pbox datagrams other cores handed to this one */
+	uint64_t steered_out;   /* pbox datagrams this core handed to their owner */
+	uint64_t steer_full;    /* hand-offs dropped: the owner's inbox was full */
+	uint64_t arp_replies;   /* ARP requests for our address answered */
+	uint64_t arp_ignored;   /* other ARP (replies, requests for other hosts) */
+	uint64_t ignored_l2;    /* not IPv4 / ARP (IPv6, LLDP, VLAN-tagged...) */
+	uint64_t ignored_l3;    /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
+	uint64_t bad_ip;        /* malformed IPv4: version, length, header checksum */
+	uint64_t ip_fragments;  /* fragmented IPv4 (pbox never fragments: dropped) */
+	uint64_t bad_udp;       /* UDP length wrong, or checksum flagged bad by the device */
+	uint64_t truncated;     /* frames shorter than their Ethernet/IP/UDP headers */
+	uint64_t tx_frames;     /* frames the device accepted */
+	uint64_t tx_dropped;    /* frames the device would not take (freed) */
+	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
+	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
+	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
+	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
+} PBOX_CACHE_ALIGNED;
+
+struct pbox_dpdk;
+
+/*
+ * Initialise the EAL with argv (argv[0] is the program name; the rest are EAL options,
+ * passed through). Checks first what would make the EAL fail obscurely: no free
+ * hugepages, no hugetlbfs mount (unless --no-huge / --in-memory). Returns 0, -EINVAL
+ * (bad EAL arguments), -ENOMEM (no hugepages) or another negative errno, after logging
+ * why. May be called once per process.
+ */
+int pbox_dpdk_eal_init(int argc, char **argv);
+
+/* Whether argv (EAL options) already chooses the lcores (-l, -c, --lcores). */
+bool pbox_dpdk_eal_has_cores(int argc, char *const *argv);
+
+/* Release what the EAL holds (after pbox_dpdk_close). */
+void pbox_dpdk_eal_cleanup(void);
+
+/*
+ * Configure and start every available port: capability negotiation (offloads and RSS
+ * masked by what the device supports, each reduction logged), descriptor counts adjusted
+ * with the device, mempools on the port's NUMA socket (pbox_dpdk_pool_size), one RX and
+ * one TX queue per core, steering. tab points at the RCU-published job table the lcores
+ * read; stats[k] receives core k's engine counters. Returns NULL after logging why (no
+ * ports, too few queues, MTU beyond the device, steering = flow on a device without it,
+ * too few worker lcores...).
+ */
+struct pbox_dpdk *pbox_dpdk_open(const struct pbox_dpdk_cfg *cfg, struct pbox_jobtab *const *tab,
+				 struct pbox_core_stats *const *stats);
+
+/* Start the data-plane loop on every worker lcore. 0 or a negative errno. */
+int pbox_dpdk_launch(struct pbox_dpdk *d);
+
+/*
+ * Return once every reply queued before the call no longer references chunk memory (the
+ * caller then frees job state). Waits at most timeout_ms; returns 0, or -ETIMEDOUT after
+ * logging which core still holds references.
+ */
+int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms);
+
+/* Stop the lcores and wait for them. */
+void pbox_dpdk_stop(struct pbox_dpdk *d);
+
+/* Stop and close the ports, free pools and rings. d may be NULL. */
+void pbox_dpdk_close(struct pbox_dpdk *d);
+
+/* Counters of core k (read with pbox_stat_read on each field). */
+const struct pbox_dpdk_stats *pbox_dpdk_core_stats(const struct pbox_dpdk *d, uint32_t core);
+
+uint16_t pbox_dpdk_nports(const struct pbox_dpdk *d);
+/* DPDK port id of our port i. */
+uint16_t pbox_dpdk_port_id(const struct pbox_dpdk *d, uint16_t i);
+enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, uint16_t i);
+const char *pbox_dpdk_steer_name(enum pbox_dpdk_steer_method m);
+/* Whether replies on port i are zero-copy. */
+bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i);
+
+/* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). */
+extern const char *const pbox_dpdk_stat_names[];
+#define PBOX_DPDK_NSTATS (sizeof(struct pbox_dpdk_stats) / sizeof(uint64_t))
+
+/*
+ * Mbufs a pool must hold so that no queue starves (l3fwd's sizing, spelled out), for nq
+ * queues of desc descriptors each, bursts of burst, parked (mbufs that may wait outside
+ * the device: software hand-off rings, TX buffers) and per-lcore caches of cache:
+ *     nq * (desc + 2 * burst + cache) + parked
+ * rounded up to 2^k - 1 (the most efficient size of a ring-backed mempool), at least 1023.
+ */
+unsigned pbox_dpdk_pool_size(unsigned nq, unsigned desc, unsigned burst, unsigned cache,
+			     unsigned parked);
+
+#endif /* PBOX_DPDK_H */

@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The data-plane lcores: per-core state, the poll loop, start / stop / quiesce.
+ *
+ * Every lcore runs the loop of STYLE.md: drain its inbox (frames other cores received for
+ * it) -> RX burst from its queue on every port -> engine -> flush TX when the input ran
+ * dry or on the TSC drain timer -> poll TX completions while replies are outstanding ->
+ * RCU quiescent state -> busy / idle cycle accounting. Without busy_poll an lcore idle for
+ * idle_us sleeps idle_sleep_us at a time, RCU-offline (shared CPUs, tests).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <urcu-qsbr.h>
+
+#include "common/log.h"
+#include "dpdk_impl.h"
+#include "kernels/kernels.h"
+
+const char *const pbox_dpdk_stat_names[] = {
+	"rx_frames",    "rx_wire_bytes", "steered_in",   "steered_out",   "steer_full",
+	"arp_replies",  "arp_ignored",   "ignored_l2",   "ignored_l3",    "bad_ip",
+	"ip_fragments", "bad_udp",       "truncated",    "tx_frames",     "tx_dropped",
+	"tx_nombuf",    "tx_copied",     "tx_zero_copy", "reclaim_waits",
+};
+_Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) ==
+		       offsetof(struct pbox_dpdk_stats, reclaim_waits) / sizeof(uint64_t) + 1,
+	       "one name per counter");
+
+static bool tx_pending(const struct dpdk_core *c)
+{
+	for (uint16_t pi = 0; pi < c->d->nports; pi++) {
+		if (c->txb[pi].n != 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static uint16_t port_index(const struct pbox_dpdk *d, uint16_t id)
+{
+	for (uint16_t i = 0; i < d->nports; i++) {
+		if (d->ports[i].id == id) {
+			return i;
+		}
+	}
+	return 0;
+}
+
+static int lcore_main(void *arg)
+{
+	struct dpdk_core *c = arg;
+	struct pbox_dpdk *d = c->d;
+	struct pbox_core_stats *es = c->engine.stats;
+	struct rte_mbuf *pkts[PBOX_DPDK_MAX_BURST];
+	uint16_t burst = (uint16_t)d->cfg.burst, q = (uint16_t)c->idx;
+	uint64_t last_work = rte_rdtsc(), last_complete = last_work;
+
+	rcu_register_thread();
+	c->last_flush = last_work;
+	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+		const struct pbox_jobtab *tab = NULL;
+		uint64_t t0 = rte_rdtsc(), t1;
+		unsigned got = 0;
+		bool full = false;
+
+		/* Messages: frames the other cores received for this one. */
+		if (c->inbox != NULL) {
+			unsigned n =
+				rte_ring_sc_dequeue_burst(c->inbox, (void **)pkts, burst, NULL);
+
+			if (n != 0) {
+				tab = rcu_dereference(*d->tab);
+				for (unsigned i = 0; i < n; i++) {
+					pbox_dpdk_rx_frame(c, tab, pkts[i],
+							   port_index(d, pkts[i]->port), true);
+				}
+				got += n;
+			}
+		}
+		/* RX burst from this core's queue on every port. */
+		for (uint16_t pi = 0; pi < d->nports; pi++) {
+			uint16_t n = rte_eth_rx_burst(d->ports[pi].id, q, pkts, burst);
+
+			if (n == 0) {
+				continue;
+			}
+			/* Read the table after the receive: a worker admitted by a table
+			 * published before its datagram was sent is always seen. */
+			tab = rcu_dereference(*d->tab);
+			for (uint16_t i = 0; i < n; i++) {
+				if (i + 1 < n) {
+					rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
+				}
+				pbox_dpdk_rx_frame(c, tab, pkts[i], pi, false);
+			}
+			got += n;
+			full |= n == burst;
+		}
+		t1 = rte_rdtsc();
+		/* TX: at once when the input ran dry (latency), else on the drain timer
+		 * (bursts under load). */
+		if (tx_pending(c) && (!full || t1 - c->last_flush >= d->drain_tsc)) {
+			pbox_dpdk_tx_flush(c);
+		}
+		/* Timer: replies the device has not released yet. */
+		if (c->tx_refs != c->released && t1 - last_complete >= d->drain_tsc) {
+			pbox_dpdk_tx_complete(c);
+			last_complete = t1;
+		}
+		rcu_quiescent_state();
+		t1 = rte_rdtsc();
+		if (got != 0) {
+			PBOX_STAT_ADD(es, busy_cycles, t1 - t0);
+			last_work = t1;
+		} else {
+			PBOX_STAT_ADD(es, idle_cycles, t1 - t0);
+			if (!d->cfg.busy_poll && t1 - last_work > d->idle_tsc) {
+				struct timespec ts = { 0, (long)d->cfg.idle_sleep_us * 1000 };
+
+				rcu_thread_offline();
+				nanosleep(&ts, NULL);
+				rcu_thread_online();
+				PBOX_STAT_ADD(es, idle_cycles, rte_rdtsc() - t1);
+			}
+		}
+		PBOX_STAT_ADD(es, polls, 1);
+	}
+	pbox_dpdk_tx_flush(c);
+	rcu_unregister_thread();
+	return 0;
+}
+
+static void free_cores(struct pbox_dpdk *d)
+{
+	if (d->cores == NULL) {
+		return;
+	}
+	for (uint32_t k = 0; k < d->cfg.ncores; k++) {
+		struct dpdk_core *c = &d->cores[k];
+
+		rte_ring_free(c->inbox);
+		rte_free(c->rel_bits);
+	}
+	rte_free(d->cores);
+	d->cores = NULL;
+}
+
+/* Frames still parked in the inboxes go back to their pools before the pools go. */
+static void drain_inboxes(struct pbox_dpdk *d)
+{
+	void *m;
+
+	for (uint32_t k = 0; d->cores != NULL && k < d->cfg.ncores; k++) {
+		while (d->cores[k].inbox != NULL && rte_ring_dequeue(d->cores[k].inbox, &m) == 0) {
+			rte_pktmbuf_free(m);
+		}
+	}
+}
+
+static int cores_setup(struct pbox_dpdk *d, struct pbox_core_stats *const *stats)
+{
+	uint64_t window = 1024, outstanding = 0;
+	unsigned lcore, k = 0;
+
+	for (uint16_t i = 0; i < d->nports; i++) {
+		if (d->ports[i].ext_pool != NULL) {
+			outstanding += d->ports[i].ext_pool->size;
+		}
+		outstanding += (uint64_t)d->cfg.burst * 2;
+	}
+	/* Twice the references that can be outstanding at once (each holds a payload mbuf
+	 * or sits in a TX buffer), so a reference's bit is clear before it is reused. */
+	while (window < 2 * outstanding) {
+		window *= 2;
+	}
+	d->cores =
+		rte_zmalloc("pbox_cores", sizeof(*d->cores) * d->cfg.ncores, RTE_CACHE_LINE_SIZE);
+	if (d->cores == NULL) {
+		PBOX_LOG_ERR(TRANSPORT, "dpdk: out of memory for %u cores", d->cfg.ncores);
+		return -ENOMEM;
+	}
+	RTE_LCORE_FOREACH_WORKER(lcore)
+	{
+		struct dpdk_core *c = &d->cores[k];
+		int socket = (int)rte_lcore_to_socket_id(lcore);
+
+		c->d = d;
+		c->idx = k;
+		c->lcore = lcore;
+		c->ref_window = window;
+		c->rel_bits =
+			rte_zmalloc_socket("pbox_rel", window / 8, RTE_CACHE_LINE_SIZE, socket);
+		if (c->rel_bits == NULL) {
+			PBOX_LOG_ERR(TRANSPORT, "core %u: out of memory for reply tracking", k);
+			return -ENOMEM;
+		}
+		if (d->cfg.ncores > 1) {
+			char name[RTE_RING_NAMESIZE];
+
+			snprintf(name, sizeof(name), "pbox_inbox_%u", k);
+			c->inbox = rte_ring_create(name, PBOX_DPDK_INBOX, socket, RING_F_SC_DEQ);
+			if (c->inbox == NULL) {
+				PBOX_LOG_ERR(TRANSPORT, "core %u: cannot create its inbox ring: %s",
+					     k, rte_strerror(rte_errno));
+				return -ENOMEM;
+			}
+		}
+		c->engine.core = k;
+		c->engine.kern = pbox_kernels_get();
+		c->engine.tx = &pbox_dpdk_tx_ops;
+		c->engine.tx_ctx = c;
+		c->engine.stats = stats[k];
+		c->engine.released = 0;
+		k++;
+	}
+	return 0;
+}
+
+struct pbox_dpdk *pbox_dpdk_open(const struct pbox_dpdk_cfg *cfg, struct pbox_jobtab *const *tab,
+				 struct pbox_core_stats *const *stats)
+{
+	unsigned workers = rte_lcore_count() - 1;
+	struct pbox_dpdk *d;
+
+	if (cfg->ncores == 0 || cfg->ncores > PBOX_MAX_CORES || cfg->burst == 0 ||
+	    cfg->burst > PBOX_DPDK_MAX_BURST || cfg->naddrs == 0 ||
+	    cfg->naddrs > PBOX_DPDK_MAX_PORTS) {
+		PBOX_LOG_ERR(TRANSPORT,
+			     "dpdk: bad configuration (%u cores, burst %u, %u addresses)",
+			     cfg->ncores, cfg->burst, cfg->naddrs);
+		return NULL;
+	}
+	if (workers != cfg->ncores) {
+		PBOX_LOG_ERR(TRANSPORT,
+			     "dpdk: the EAL has %u worker lcore%s but %u data-plane core%s are "
+			     "configured: give one worker lcore per core (the first lcore runs the "
+			     "control thread)",
+			     workers, workers == 1 ? "" : "s", cfg->ncores,
+			     cfg->ncores == 1 ? "" : "s");
+		return NULL;
+	}
+	d = rte_zmalloc("pbox_dpdk", sizeof(*d), RTE_CACHE_LINE_SIZE);
+	if (d == NULL) {
+		PBOX_LOG_ERR(TRANSPORT, "dpdk: out of memory");
+		return NULL;
+	}
+	d->cfg = *cfg;
+	d->tab = tab;
+	d->tsc_hz = rte_get_tsc_hz();
+	d->drain_tsc = d->tsc_hz / 1000000 * cfg->tx_drain_us;
+	d->idle_tsc = d->tsc_hz / 1000000 * cfg->idle_us;
+	if (pbox_dpdk_ports_open(d) != 0 || cores_setup(d, stats) != 0) {
+		pbox_dpdk_close(d);
+		return NULL;
+	}
+	return d;
+}
+
+int pbox_dpdk_launch(struct pbox_dpdk *d)
+{
+	for (uint32_t k = 0; k < d->cfg.ncores; k++) {
+		int rc = rte_eal_remote_launch(lcore_main, &d->cores[k], d->cores[k].lcore);
+
+		if (rc != 0) {
+			PBOX_LOG_ERR(TRANSPORT, "core %u: cannot launch on lcore %u: %s", k,
+				     d->cores[k].lcore, strerror(-rc));
+			pbox_dpdk_stop(d);
+			return rc;
+		}
+		d->launched = true;
+	}
+	return 0;
+}
+
+int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms)
+{
+	uint64_t deadline = rte_rdtsc() + d->tsc_hz / 1000 * timeout_ms;
+
+	if (!d->launched) {
+		return 0;
+	}
+	for (uint32_t k = 0; k < d->cfg.ncores; k++) {
+		const struct dpdk_core *c = &d->cores[k];
+		uint64_t target = __atomic_load_n(&c->tx_refs_pub, __ATOMIC_ACQUIRE);
+
+		while (__atomic_load_n(&c->released_pub, __ATOMIC_ACQUIRE) < target) {
+			struct timespec ts = { 0, 100000 };
+
+			if (rte_rdtsc() > deadline) {
+				PBOX_LOG_WARN(TRANSPORT,
+					      "core %u: replies up to %llu still referenced by the "
+					      "device after %u ms (released up to %llu)",
+					      k, (unsigned long long)target, timeout_ms,
+					      (unsigned long long)__atomic_load_n(
+						      &c->released_pub, __ATOMIC_RELAXED));
+				return -ETIMEDOUT;
+			}
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+void pbox_dpdk_stop(struct pbox_dpdk *d)
+{
+	__atomic_store_n(&d->stop, true, __ATOMIC_RELEASE);
+	rte_eal_mp_wait_lcore();
+	d->launched = false;
+}
+
+void pbox_dpdk_close(struct pbox_dpdk *d)
+{
+	if (d == NULL) {
+		return;
+	}
+	if (d->launched) {
+		pbox_dpdk_stop(d);
+	}
+	drain_inboxes(d);
+	/* Closing a port frees what its TX rings still hold: the free callbacks still
+	 * need the cores' reference bitmaps, so the cores go last. */
+	pbox_dpdk_ports_close(d);
+	free_cores(d);
+	rte_free(d);
+}
+
+const struct pbox_dpdk_stats *pbox_dpdk_core_stats(const struct pbox_dpdk *d, uint32_t core)
+{
+	return &d->cores[core].st;
+}
+
+uint16_t pbox_dpdk_nports(const struct pbox_dpdk *d)
+{
+	return d->nports;
+}
+
+uint16_t pbox_dpdk_port_id(const struct pbox_dpdk *d, uint16_t i)
+{
+	return d->ports[i].id;
+}
+
+enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, uint16_t i)
+{
+	return d->ports[i].steer;
+}
+
+bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i)
+{
+	return d->ports[i].zero_copy;
+}

@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pbox-bench-dpdk-engine: throughput of one DPDK data-plane lcore with an in-process packet
+ * feed (net_ring, no kernel), next to the add kernel's bandwidth measured in the same run.
+ *
+ * The lcore under test runs the real loop of dataplane/dpdk (RX burst, L2/L3 parsing, the
+ * engine aggregating straight from the mbufs, zero-copy replies, TX burst) pinned to one
+ * CPU; the feeder runs on the EAL main lcore on another CPU. The feeder's frames are built
+ * once (three sets, one per iteration in flight plus one being refilled) and re-sent with
+ * their reference count raised, so the feed costs a ring enqueue per frame, not a copy.
+ * Every frame is a fused push-pull (WANT_REPLY): the lcore also sends the result to every
+ * worker, and the feeder consumes and frees those replies (releasing their payload).
+ *
+ * Reported per configuration: gradient segments aggregated per second and GB/s of gradient
+ * payload, over wall time and per busy second of the lcore (its capacity, should the feed
+ * be the limit), and the ratio of the latter to the in-cache add bandwidth (kernels' add
+ * of one segment into an accumulator, both in L1/L2).
+ *
+ *   --sizes 1024,4096,8192   segment (fragment) payload bytes
+ *   --workers 2,4,8          workers
+ *   --chunk 32768            chunk bytes (--sweep: a list, for the chunk-size sweep)
+ *   --model 262144           model bytes
+ *   --seconds 2              measurement time per configuration
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+#include <rte_udp.h>
+#include <urcu-qsbr.h>
+
+#include "common/log.h"
+#include "dpdk/dpdk.h"
+#include "kernels/kernels.h"
+#include "sim.h"
+
+#define BASE_PORT 7100
+#define APP_IP    RTE_IPV4(10, 0, 0, 1)
+#define RING_SZ   65536
+#define NSETS     3
+
+struct conf {
+	unsigned sizes[8], nsizes;
+	unsigned workers[8], nworkers;
+	unsigned chunks[16], nchunks;
+	unsigned model;
+	double seconds;
+};
+
+static unsigned g_seq;
+
+static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, unsigned hi)
+{
+	unsigned n = 0;
+	char *copy = strdup(s), *save = NULL;
+
+	for (char *p = strtok_r(copy, ",", &save); p != NULL; p = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long v = strtoul(p, &end, 10);
+
+		if (*end != '\0' || v < lo || v > hi || n == max) {
+			free(copy);
+			return -EINVAL;
+		}
+		out[n++] = (unsigned)v;
+	}
+	free(copy);
+	return (int)n;
+}
+
+static uint32_t build_frame(uint8_t *buf, uint32_t rank, uint16_t dport, const struct pbox_msg *m,
+			    const void *payload)
+{
+	struct rte_ether_hdr *eth = (struct rte_ether_hdr *)buf;
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	struct pbox_wire_hdr *h = (struct pbox_wire_hdr *)(udp + 1);
+
+	memset(eth, 0, sizeof(*eth));
+	eth->src_addr.addr_bytes[0] = 0x02;
+	eth->src_addr.addr_bytes[5] = (uint8_t)(rank + 1);
+	eth->ether_type = htons(RTE_ETHER_TYPE_IPV4);
+	memset(ip, 0, sizeof(*ip));
+	ip->version_ihl = RTE_IPV4_VHL_DEF;
+	ip->total_length = htons((uint16_t)(20 + 8 + 64 + m->frag_len));
+	ip->time_to_live = 64;
+	ip->next_proto_id = IPPROTO_UDP;
+	ip->src_addr = htonl(RTE_IPV4(10, 0, 0, 10 + rank));
+	ip->dst_addr = htonl(APP_IP);
+	ip->hdr_checksum = rte_ipv4_cksum(ip);
+	udp->src_port = htons((uint16_t)(40000 + rank));
+	udp->dst_port = htons(dport);
+	udp->dgram_len = htons((uint16_t)(8 + 64 + m->frag_len));
+	udp->dgram_cksum = 0;
+	pbox_wire_encode(m, h);
+	memcpy(h + 1, payload, m->frag_len);
+	return 14 + 20 + 8 + 64 + m->frag_len;
+}
+
+struct result {
+	double seg_s, gbs, seg_busy_s, gbs_busy, busy;
+	uint64_t reclaim_waits;
+};
+
+/* Consume (free) the replies, as a NIC completing them would. */
+static void drain(struct rte_ring *tx)
+{
+	void *m[64];
+	unsigned n;
+
+	while ((n = rte_ring_sc_dequeue_burst(tx, m, 64, NULL)) != 0) {
+		rte_pktmbuf_free_bulk((struct rte_mbuf **)m, n);
+	}
+}
+
+static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, double seconds,
+		   struct result *res)
+{
+	struct pbox_keyspec key = { 1, model / 4 };
+	struct sim_job_cfg jc = {
+		.nranks = nw,
+		.ncores = 1,
+		.keys = &key,
+		.nkeys = 1,
+		.chunk_bytes = chunk,
+		.frag_bytes = seg,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	struct pbox_dpdk_cfg cfg = {
+		.ncores = 1,
+		.base_port = BASE_PORT,
+		.naddrs = 1,
+		.mtu = 9000,
+		.burst = 32,
+		.rx_desc = 1024,
+		.tx_desc = 4096,
+		.mbuf_bytes = 2048,
+		.tx_drain_us = 20,
+		.busy_poll = true,
+		.steering = PBOX_DPDK_STEER_AUTO,
+		.zero_copy = true,
+	};
+	struct pbox_core_stats st;
+	struct pbox_core_stats *stp = &st;
+	struct rte_ring *rx, *tx;
+	struct pbox_jobtab *tab;
+	struct pbox_dpdk *d;
+	struct sim s;
+	struct rte_mbuf **frames;
+	uint32_t nframes = 0, per_iter, nfrags_total = 0;
+	uint64_t t0, t1, busy0, idle0, frags0, bytes0;
+	uint8_t *buf = malloc(16384);
+	float *g = malloc(16384);
+	struct rte_mempool *pool;
+	char name[64];
+	int id, rc = 0;
+
+	memset(&st, 0, sizeof(st));
+	if (sim_init(&s, &jc) != 0) {
+		return -EINVAL;
+	}
+	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+		nfrags_total += s.desc.chunks[c].nfrags;
+	}
+	per_iter = nfrags_total * nw;
+	/* The feed: NSETS frames per (worker, fragment), each one segment. */
+	snprintf(name, sizeof(name), "feed%u", g_seq);
+	pool = rte_pktmbuf_pool_create(name, per_iter * NSETS + 64, 0, 0,
+				       (uint16_t)(RTE_PKTMBUF_HEADROOM + 128 + seg),
+				       (int)rte_socket_id());
+	if (pool == NULL) {
+		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * NSETS);
+		return -ENOMEM;
+	}
+	snprintf(name, sizeof(name), "b%u_rx", g_seq);
+	rx = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	snprintf(name, sizeof(name), "b%u_tx", g_seq);
+	tx = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+	snprintf(name, sizeof(name), "bench%u", g_seq++);
+	id = rte_eth_from_rings(name, &rx, 1, &tx, 1, (unsigned)rte_socket_id());
+	if (rx == NULL || tx == NULL || id < 0 || per_iter * NSETS > RING_SZ / 2) {
+		fprintf(stderr,
+			"bench: cannot set up the ring port (or %u frames per iteration is "
+			"too many)\n",
+			per_iter);
+		return -ENOMEM;
+	}
+	cfg.addrs[0] = htonl(APP_IP);
+	rcu_assign_pointer(tab, s.tab);
+	d = pbox_dpdk_open(&cfg, &tab, &stp);
+	if (d == NULL) {
+		return -ENODEV;
+	}
+	/* NSETS sets of frames, fragment-major (all workers' copies of a fragment in a row,
+	 * as they arrive from synchronised workers). */
+	frames = calloc((size_t)per_iter * NSETS, sizeof(*frames));
+	for (uint32_t set = 0; set < NSETS; set++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
+
+			for (uint32_t f = 0; f < cd->nfrags; f++) {
+				for (uint32_t r = 0; r < nw; r++) {
+					struct pbox_msg m = {
+						.type = PBOX_MSG_PUSH,
+						.encoding = PBOX_ENC_F32,
+						.flags = PBOX_F_WANT_REPLY,
+						.job = 42,
+						.sender = r,
+						.cookie = s.cookies[r],
+						.chunk = c,
+						.iter = set,
+						.frag_off = f * seg,
+						.frag_len = pbox_frag_len(&s.desc, cd->bytes, f),
+						.chunk_len = cd->bytes,
+					};
+					struct rte_mbuf *mb = rte_pktmbuf_alloc(pool);
+					uint32_t len;
+
+					for (uint32_t i = 0; i < m.frag_len / 4; i++) {
+						g[i] = (float)((r + i + f) % 7);
+					}
+					len = build_frame(buf, r, BASE_PORT, &m, g);
+					if (mb == NULL || len > rte_pktmbuf_tailroom(mb)) {
+						fprintf(stderr, "bench: feed pool too small\n");
+						return -ENOMEM;
+					}
+					memcpy(rte_pktmbuf_mtod(mb, void *), buf, len);
+					mb->data_len = (uint16_t)len;
+					mb->pkt_len = len;
+					frames[nframes++] = mb;
+				}
+			}
+		}
+	}
+	pbox_dpdk_launch(d);
+	t0 = rte_rdtsc();
+	busy0 = idle0 = frags0 = bytes0 = 0;
+	for (uint32_t t = 0;; t++) {
+		struct rte_mbuf **set = frames + (size_t)(t % NSETS) * per_iter;
+		uint32_t sent = 0;
+
+		/* Iteration t - 2 must be complete (every chunk's) before t is sent: the
+		 * engine's window, and t - 3's frames are rewritten now. */
+		uint64_t wait0 = rte_rdtsc();
+
+		while (t >= 2 &&
+		       pbox_stat_read(&st.iterations) < (uint64_t)(t - 1) * s.desc.nchunks) {
+			drain(tx);
+			if (rte_rdtsc() - wait0 > 10 * rte_get_tsc_hz()) {
+				fprintf(stderr, "bench: iteration %u did not complete in 10 s\n",
+					t - 2);
+				return -ETIMEDOUT;
+			}
+		}
+		if (t == 20) { /* warm-up done */
+			t0 = rte_rdtsc();
+			busy0 = pbox_stat_read(&st.busy_cycles);
+			idle0 = pbox_stat_read(&st.idle_cycles);
+			frags0 = pbox_stat_read(&st.agg_frags);
+			bytes0 = pbox_stat_read(&st.agg_bytes);
+		}
+		if (t > 20 && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+			break;
+		}
+		for (uint32_t i = 0; i < per_iter; i++) {
+			struct pbox_wire_hdr *h =
+				rte_pktmbuf_mtod_offset(set[i], struct pbox_wire_hdr *, 42);
+
+			h->iter = htonl(t);
+			rte_mbuf_refcnt_update(set[i], 1);
+		}
+		while (sent < per_iter) {
+			sent += rte_ring_sp_enqueue_burst(rx, (void **)(set + sent),
+							  PBOX_MIN(per_iter - sent, 256u), NULL);
+			drain(tx);
+		}
+	}
+	t1 = rte_rdtsc();
+	{
+		double el = (double)(t1 - t0) / (double)rte_get_tsc_hz();
+		uint64_t busy = pbox_stat_read(&st.busy_cycles) - busy0;
+		uint64_t idle = pbox_stat_read(&st.idle_cycles) - idle0;
+		double busy_s = (double)busy / (double)rte_get_tsc_hz();
+		uint64_t frags = pbox_stat_read(&st.agg_frags) - frags0;
+		uint64_t bytes = pbox_stat_read(&st.agg_bytes) - bytes0;
+
+		res->seg_s = (double)frags / el;
+		res->gbs = (double)bytes / el / 1e9;
+		res->seg_busy_s = busy_s > 0 ? (double)frags / busy_s : 0;
+		res->gbs_busy = busy_s > 0 ? (double)bytes / busy_s / 1e9 : 0;
+		res->busy = busy + idle > 0 ? 100.0 * (double)busy / (double)(busy + idle) : 0;
+		for (unsigned k = 0; k < PBOX_DROP_COUNT; k++) {
+			if (k != PBOX_DROP_NONE && st.drops[k] != 0) {
+				fprintf(stderr, "bench: %llu drops (%s): the run is not valid\n",
+					(unsigned long long)st.drops[k],
+					pbox_drop_reason_name((enum pbox_drop_reason)k));
+				rc = -EPROTO;
+			}
+		}
+	}
+	{
+		const struct pbox_dpdk_stats *ds = pbox_dpdk_core_stats(d, 0);
+
+		res->reclaim_waits = pbox_stat_read(&ds->reclaim_waits);
+	}
+	if (pbox_stat_read(&st.tx_errors) != 0) {
+		fprintf(stderr,
+			"bench: %llu replies could not be built (pool empty): the feed "
+			"consumed them too slowly\n",
+			(unsigned long long)pbox_stat_read(&st.tx_errors));
+	}
+	pbox_dpdk_stop(d);
+	drain(tx);
+	pbox_dpdk_close(d);
+	for (uint32_t i = 0; i < nframes; i++) {
+		rte_pktmbuf_free(frames[i]); /* the frames' own reference */
+	}
+	{
+		void *m;
+
+		while (rte_ring_dequeue(rx, &m) == 0) {
+			rte_pktmbuf_free(m);
+		}
+	}
+	rte_ring_free(rx);
+	rte_ring_free(tx);
+	rte_mempool_free(pool);
+	free(frames);
+	free(buf);
+	free(g);
+	sim_fini(&s);
+	return rc;
+}
+
+/* GB/s of gradient through kern->add on one seg-byte segment into an accumulator, both
+ * in cache. */
+static double add_bandwidth(unsigned seg)
+{
+	const struct pbox_kernels *k = pbox_kernels_get();
+	float *acc = aligned_alloc(64, seg), *g = aligned_alloc(64, seg);
+	size_t n = seg / 4, reps = (size_t)(1u << 30) / seg;
+	uint64_t t0, t1;
+
+	for (size_t i = 0; i < n; i++) {
+		acc[i] = 0;
+		g[i] = (float)(i % 7);
+	}
+	k->add(acc, g, n); /* warm */
+	t0 = rte_rdtsc();
+	for (size_t r = 0; r < reps; r++) {
+		k->add(acc, g, n);
+		__asm__ volatile("" : : "r"(acc) : "memory"); /* keep every pass */
+	}
+	t1 = rte_rdtsc();
+	free(acc);
+	free(g);
+	return (double)reps * seg / ((double)(t1 - t0) / (double)rte_get_tsc_hz()) / 1e9;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pbox-bench-dpdk-engine [--sizes 1024,4096,8192] [--workers 2,4,8]\n"
+		"         [--chunk BYTES | --sweep 8192,32768,...] [--model BYTES] [--seconds S]\n"
+		"         [-- EAL arguments]\n"
+		"Throughput of one DPDK data-plane lcore fed in-process (net_ring) beside the\n"
+		"add kernel's in-cache bandwidth. Needs 2 CPUs; uses hugepages if free, else\n"
+		"--no-huge.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "sizes", 1, NULL, 's' }, { "workers", 1, NULL, 'w' }, { "chunk", 1, NULL, 'c' },
+		{ "sweep", 1, NULL, 'S' }, { "model", 1, NULL, 'm' },   { "seconds", 1, NULL, 't' },
+		{ "help", 0, NULL, 'h' },  { NULL, 0, NULL, 0 },
+	};
+	struct conf cf = { .sizes = { 1024, 4096, 8192 },
+			   .nsizes = 3,
+			   .workers = { 2, 4, 8 },
+			   .nworkers = 3,
+			   .chunks = { 32768 },
+			   .nchunks = 1,
+			   .model = 262144,
+			   .seconds = 2 };
+	char *eal[32] = { argv[0] };
+	int neal = 1, o, n;
+	FILE *hp = fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+	unsigned long free_hp = 0;
+
+	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			n = parse_list(optarg, cf.sizes, 8, 64, 8192);
+			if (n <= 0) {
+				fprintf(stderr, "--sizes %s: 1..8 multiples of 64 up to 8192\n",
+					optarg);
+				return 64;
+			}
+			cf.nsizes = (unsigned)n;
+			break;
+		case 'w':
+			n = parse_list(optarg, cf.workers, 8, 1, SIM_MAX_RANKS);
+			if (n <= 0) {
+				fprintf(stderr, "--workers %s: 1..8 counts of 1..%d\n", optarg,
+					SIM_MAX_RANKS);
+				return 64;
+			}
+			cf.nworkers = (unsigned)n;
+			break;
+		case 'c':
+		case 'S':
+			n = parse_list(optarg, cf.chunks, 16, 64, 64u << 20);
+			if (n <= 0) {
+				fprintf(stderr, "--%s %s: chunk sizes in bytes\n",
+					o == 'c' ? "chunk" : "sweep", optarg);
+				return 64;
+			}
+			cf.nchunks = (unsigned)n;
+			break;
+		case 'm':
+			cf.model = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 't':
+			cf.seconds = strtod(optarg, NULL);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 64;
+		}
+	}
+	if (cf.model < 4096 || cf.model % 64 != 0 || cf.seconds <= 0) {
+		fprintf(stderr, "--model must be a multiple of 64 >= 4096 and --seconds > 0\n");
+		return 64;
+	}
+	if (hp != NULL) {
+		if (fscanf(hp, "%lu", &free_hp) != 1) {
+			free_hp = 0;
+		}
+		fclose(hp);
+	}
+	if (optind < argc) {
+		for (int i = optind; i < argc && neal < 31; i++) {
+			eal[neal++] = argv[i];
+		}
+	} else {
+		static char a_pci[] = "--no-pci", a_lc[] = "--lcores", a_lcv[] = "0@0,1@1",
+			    a_mem[] = "--in-memory", a_nh[] = "--no-huge", a_m[] = "-m",
+			    a_mv[] = "1024", a_ns[] = "--no-shconf", a_log[] = "--log-level",
+			    a_logv[] = "lib.eal:error";
+
+		eal[neal++] = a_pci;
+		eal[neal++] = a_lc;
+		eal[neal++] = a_lcv;
+		eal[neal++] = a_log;
+		eal[neal++] = a_logv;
+		if (free_hp >= 256) {
+			eal[neal++] = a_mem;
+		} else {
+			eal[neal++] = a_nh;
+			eal[neal++] = a_m;
+			eal[neal++] = a_mv;
+			eal[neal++] = a_ns;
+		}
+	}
+	eal[neal] = NULL;
+	if (rte_eal_init(neal, eal) < 0) {
+		fprintf(stderr, "pbox-bench-dpdk-engine: EAL initialisation failed\n");
+		return 69;
+	}
+	pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_WARN);
+	rcu_register_thread();
+	printf("# pbox DPDK engine throughput, 1 lcore, in-process net_ring feed, kernels %s,\n"
+	       "# %s memory, model %u B, %.1f s per point\n",
+	       pbox_kernels_get()->isa, free_hp >= 256 ? "hugepage" : "4 KB-page", cf.model,
+	       cf.seconds);
+	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %11s %9s %8s\n", "seg_B", "workers",
+	       "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%", "add_GB/s", "ratio",
+	       "waits");
+	for (unsigned ci = 0; ci < cf.nchunks; ci++) {
+		for (unsigned si = 0; si < cf.nsizes; si++) {
+			double add = add_bandwidth(cf.sizes[si]);
+
+			for (unsigned wi = 0; wi < cf.nworkers; wi++) {
+				struct result r;
+				unsigned ch = cf.chunks[ci];
+
+				if (cf.sizes[si] > ch) {
+					continue;
+				}
+				if (run_one(cf.sizes[si], cf.workers[wi], ch, cf.model, cf.seconds,
+					    &r) != 0) {
+					fprintf(stderr, "run seg %u workers %u chunk %u failed\n",
+						cf.sizes[si], cf.workers[wi], ch);
+					return 1;
+				}
+				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %11.2f "
+				       "%9.2f "
+				       "%8llu\n",
+				       cf.sizes[si], cf.workers[wi], ch, r.seg_s, r.gbs,
+				       r.seg_busy_s, r.gbs_busy, r.busy, add, r.gbs_busy / add,
+				       (unsigned long long)r.reclaim_waits);
+				fflush(stdout);
+			}
+		}
+	}
+	rcu_unregister_thread();
+	rte_eal_cleanup();
+	return 0;
+}
