@@ -48,8 +48,8 @@ static inline uint32_t pbox_bit_next(const uint64_t *b, uint32_t i, uint32_t nbi
 	return nbits;
 }
 
-#define PBOX_BIT_FOREACH(i, b, nbits)                                                              \
-	for ((i) = pbox_bit_next((b), 0, (nbits)); (i) < (nbits);                                 \
+#define PBOX_BIT_FOREACH(i, b, nbits)                             \
+	for ((i) = pbox_bit_next((b), 0, (nbits)); (i) < (nbits); \
 	     (i) = pbox_bit_next((b), (i) + 1, (nbits)))
 
 #endif /* PBOX_BITMAP_H */

@@ -126,16 +126,16 @@ int64_t pbox_jobdesc_find_key(const struct pbox_jobdesc *d, uint32_t id)
 	return -1;
 }
 
-#define FAIL(code, ...)                                                                            \
-	do {                                                                                       \
-		snprintf(err, errlen, __VA_ARGS__);                                                \
-		rc = (code);                                                                       \
-		goto fail;                                                                         \
+#define FAIL(code, ...)                             \
+	do {                                        \
+		snprintf(err, errlen, __VA_ARGS__); \
+		rc = (code);                        \
+		goto fail;                          \
 	} while (0)
 
 int pbox_jobdesc_build(struct pbox_jobdesc *d, const struct pbox_keyspec *keys, uint32_t nkeys,
-		       uint32_t nworkers, uint32_t ncores, uint32_t chunk_bytes, uint32_t frag_bytes,
-		       const uint32_t *core_map, char *err, size_t errlen)
+		       uint32_t nworkers, uint32_t ncores, uint32_t chunk_bytes,
+		       uint32_t frag_bytes, const uint32_t *core_map, char *err, size_t errlen)
 {
 	uint64_t nchunks = 0, *sizes = NULL;
 	uint32_t *bins = NULL, *fill = NULL;
@@ -158,7 +158,8 @@ int pbox_jobdesc_build(struct pbox_jobdesc *d, const struct pbox_keyspec *keys, 
 	}
 	if (frag_bytes == 0 || frag_bytes % PBOX_FRAG_ALIGN != 0 || frag_bytes > chunk_bytes ||
 	    frag_bytes > PBOX_WIRE_MAX_PAYLOAD) {
-		FAIL(-EINVAL, "fragment size %u: must be a multiple of %u, at most the chunk size %u",
+		FAIL(-EINVAL,
+		     "fragment size %u: must be a multiple of %u, at most the chunk size %u",
 		     frag_bytes, PBOX_FRAG_ALIGN, chunk_bytes);
 	}
 	d->nworkers = nworkers;
@@ -241,8 +242,8 @@ int pbox_jobdesc_build(struct pbox_jobdesc *d, const struct pbox_keyspec *keys, 
 		d->core_bytes[bins[c]] += d->chunks[c].bytes;
 	}
 	for (uint32_t k = 0; k < ncores; k++) {
-		d->core_chunks[k] = calloc(d->core_nchunks[k] ? d->core_nchunks[k] : 1,
-					   sizeof(uint32_t));
+		d->core_chunks[k] =
+			calloc(d->core_nchunks[k] ? d->core_nchunks[k] : 1, sizeof(uint32_t));
 		if (d->core_chunks[k] == NULL) {
 			FAIL(-ENOMEM, "out of memory for the chunk map");
 		}

@@ -23,12 +23,12 @@
 #include <stdint.h>
 
 /* Limits enforced on every job (config, admission, wire). */
-#define PBOX_MAX_WORKERS     1024u
-#define PBOX_MAX_CORES	     64u
-#define PBOX_MAX_KEYS	     (1u << 20)
-#define PBOX_MAX_CHUNKS	     (1u << 24)
-#define PBOX_MIN_CHUNK_BYTES 64u
-#define PBOX_MAX_CHUNK_BYTES (64u << 20)
+#define PBOX_MAX_WORKERS         1024u
+#define PBOX_MAX_CORES           64u
+#define PBOX_MAX_KEYS            (1u << 20)
+#define PBOX_MAX_CHUNKS          (1u << 24)
+#define PBOX_MIN_CHUNK_BYTES     64u
+#define PBOX_MAX_CHUNK_BYTES     (64u << 20)
 #define PBOX_DEFAULT_CHUNK_BYTES (32u << 10)
 /* Fragments are whole cache lines so each lands 64-byte aligned in the accumulator. */
 #define PBOX_FRAG_ALIGN 64u
@@ -46,10 +46,10 @@ struct pbox_key {
 };
 
 struct pbox_chunk_desc {
-	uint32_t key;	   /* index into keys[] */
-	uint32_t core;	   /* owner data-plane core */
-	uint32_t local;	   /* index of this chunk in its core's list */
-	uint32_t bytes;	   /* payload bytes (multiple of 4) */
+	uint32_t key;      /* index into keys[] */
+	uint32_t core;     /* owner data-plane core */
+	uint32_t local;    /* index of this chunk in its core's list */
+	uint32_t bytes;    /* payload bytes (multiple of 4) */
 	uint64_t elem_off; /* first element within the key */
 	uint32_t nfrags;
 };
@@ -62,12 +62,12 @@ struct pbox_jobdesc {
 	uint32_t nkeys;
 	uint32_t nchunks;
 	uint64_t total_bytes;
-	struct pbox_key *keys;		/* nkeys, registration order */
-	uint32_t *key_order;		/* key indexes sorted by id, for lookup */
+	struct pbox_key *keys;          /* nkeys, registration order */
+	uint32_t *key_order;            /* key indexes sorted by id, for lookup */
 	struct pbox_chunk_desc *chunks; /* nchunks */
-	uint32_t *core_nchunks;		/* ncores */
-	uint64_t *core_bytes;		/* ncores: bytes owned */
-	uint32_t **core_chunks;		/* ncores lists of chunk ids, ascending */
+	uint32_t *core_nchunks;         /* ncores */
+	uint64_t *core_bytes;           /* ncores: bytes owned */
+	uint32_t **core_chunks;         /* ncores lists of chunk ids, ascending */
 };
 
 /*
@@ -77,8 +77,8 @@ struct pbox_jobdesc {
  * sizes, too many chunks) or -ENOMEM. On error desc is left empty (safe to free).
  */
 int pbox_jobdesc_build(struct pbox_jobdesc *desc, const struct pbox_keyspec *keys, uint32_t nkeys,
-		       uint32_t nworkers, uint32_t ncores, uint32_t chunk_bytes, uint32_t frag_bytes,
-		       const uint32_t *core_map, char *err, size_t errlen);
+		       uint32_t nworkers, uint32_t ncores, uint32_t chunk_bytes,
+		       uint32_t frag_bytes, const uint32_t *core_map, char *err, size_t errlen);
 void pbox_jobdesc_free(struct pbox_jobdesc *desc);
 
 /* Index of the key with this id, or -1. */

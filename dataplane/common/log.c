@@ -10,9 +10,9 @@
 #include <time.h>
 
 static const char *const g_component_names[PBOX_LOGC_COUNT] = {
-	[PBOX_LOGC_MAIN] = "main",	     [PBOX_LOGC_CONFIG] = "config",
-	[PBOX_LOGC_ENGINE] = "engine",	     [PBOX_LOGC_TRANSPORT] = "transport",
-	[PBOX_LOGC_ADMIN] = "admin",	     [PBOX_LOGC_CLIENT] = "client",
+	[PBOX_LOGC_MAIN] = "main",       [PBOX_LOGC_CONFIG] = "config",
+	[PBOX_LOGC_ENGINE] = "engine",   [PBOX_LOGC_TRANSPORT] = "transport",
+	[PBOX_LOGC_ADMIN] = "admin",     [PBOX_LOGC_CLIENT] = "client",
 	[PBOX_LOGC_KERNELS] = "kernels",
 };
 static const char *const g_level_names[] = { "ERROR", "WARN", "INFO", "DEBUG" };

@@ -43,8 +43,7 @@ typedef void (*pbox_log_sink_fn)(enum pbox_log_level lvl, enum pbox_log_componen
 
 void pbox_log(enum pbox_log_level lvl, enum pbox_log_component comp, const char *fmt, ...)
 	PBOX_PRINTF(3, 4);
-void pbox_vlog(enum pbox_log_level lvl, enum pbox_log_component comp, const char *fmt,
-	       va_list ap);
+void pbox_vlog(enum pbox_log_level lvl, enum pbox_log_component comp, const char *fmt, va_list ap);
 
 /* Set the level of one component, or of all with comp == PBOX_LOGC_COUNT. */
 void pbox_log_set_level(enum pbox_log_component comp, enum pbox_log_level lvl);
@@ -63,11 +62,11 @@ void pbox_log_set_ident(const char *ident);
 #ifdef PBOX_DEBUG_LOGS
 #define PBOX_LOG_DEBUG(c, ...) pbox_log(PBOX_LOG_LVL_DEBUG, PBOX_LOGC_##c, __VA_ARGS__)
 #else
-#define PBOX_LOG_DEBUG(c, ...)                                                                     \
-	do {                                                                                       \
-		if (0) {                                                                           \
-			pbox_log(PBOX_LOG_LVL_DEBUG, PBOX_LOGC_##c, __VA_ARGS__);                  \
-		}                                                                                  \
+#define PBOX_LOG_DEBUG(c, ...)                                                    \
+	do {                                                                      \
+		if (0) {                                                          \
+			pbox_log(PBOX_LOG_LVL_DEBUG, PBOX_LOGC_##c, __VA_ARGS__); \
+		}                                                                 \
 	} while (0)
 #endif
 

@@ -30,6 +30,8 @@ static const char *const g_drop_names[PBOX_DROP_COUNT] = {
 	[PBOX_DROP_STALE_ITER] = "stale_iter",
 	[PBOX_DROP_NOT_READY] = "not_ready",
 	[PBOX_DROP_JOB_ABORTED] = "job_aborted",
+	[PBOX_DROP_CREDIT] = "credit_exceeded",
+	[PBOX_DROP_BAD_CHECKSUM] = "bad_checksum",
 	[PBOX_DROP_UNEXPECTED] = "unexpected",
 };
 
@@ -46,11 +48,11 @@ static const struct {
 	uint16_t flags;
 	uint8_t payload;
 } g_type_rules[PBOX_MSG_TYPE_MAX + 1] = {
-	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT, 1 },
+	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC, 1 },
 	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT, 0 },
-	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT, 1 },
+	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC, 1 },
 	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT, 1 },
-	[PBOX_MSG_ACK] = { 0, 0 },
+	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS, 0 },
 	[PBOX_MSG_ERROR] = { 0, 0 },
 };
 
@@ -94,8 +96,8 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 		if (pbox_unlikely(m->encoding != PBOX_ENC_F32)) {
 			return PBOX_DROP_BAD_ENCODING;
 		}
-		if (pbox_unlikely(m->frag_len == 0 || m->frag_len % 4 != 0 ||
-				  m->chunk_len == 0 || m->frag_off > m->chunk_len ||
+		if (pbox_unlikely(m->frag_len == 0 || m->frag_len % 4 != 0 || m->chunk_len == 0 ||
+				  m->frag_off > m->chunk_len ||
 				  m->frag_len > m->chunk_len - m->frag_off)) {
 			return PBOX_DROP_BAD_FRAGMENT;
 		}

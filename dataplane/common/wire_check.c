@@ -49,8 +49,8 @@ enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbo
 			return PBOX_DROP_BAD_ALIGNMENT;
 		}
 	}
-	if (m->type == PBOX_MSG_INIT && pbox_unlikely(!job->accepts_init || m->sender != 0 ||
-						      m->iter != 0)) {
+	if (m->type == PBOX_MSG_INIT &&
+	    pbox_unlikely(!job->accepts_init || m->sender != 0 || m->iter != 0)) {
 		return PBOX_DROP_NOT_ALLOWED;
 	}
 	return PBOX_DROP_NONE;

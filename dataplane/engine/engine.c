@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The per-core chunk engine (see engine.h for the protocol rules). */
+/* The per-core chunk engine (see engine.h for the protocol rules, sync.h for the models). */
 #include "engine.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "common/bitmap.h"
+#include "common/crc.h"
 #include "common/log.h"
 
 /* Everything one datagram's handling needs, resolved once. */
@@ -40,6 +41,23 @@ void pbox_engine_flush(struct pbox_engine *e)
 	e->tx->flush(e->tx_ctx);
 }
 
+static bool server_opt(const struct ctx *x)
+{
+	return x->job->mode == PBOX_MODE_SERVER_OPT;
+}
+
+static struct pbox_slot *slot_of(const struct ctx *x, uint32_t iter)
+{
+	return &x->cs->slot[iter % x->job->window];
+}
+
+static bool slot_holds(const struct pbox_slot *sl, uint32_t iter)
+{
+	return sl->open && sl->iter == iter;
+}
+
+/* ---- sending ----------------------------------------------------------------------- */
+
 static void xmit(struct ctx *x, uint32_t rank, struct pbox_msg *m, const void *payload)
 {
 	const struct pbox_peer *to = &x->cj->peers[rank];
@@ -64,13 +82,14 @@ static void xmit(struct ctx *x, uint32_t rank, struct pbox_msg *m, const void *p
 	PBOX_STAT_ADD(x->e->stats, tx_bytes, PBOX_WIRE_HDR_LEN + m->frag_len);
 }
 
-static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone)
+static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone, uint16_t flags)
 {
 	struct pbox_msg m = {
 		.type = PBOX_MSG_ACK,
 		.encoding = PBOX_ENC_NONE,
+		.flags = flags,
 		.iter = iter,
-		.arg0 = x->m->seq,
+		.arg0 = x->m ? x->m->seq : 0,
 		.arg1 = ndone,
 	};
 
@@ -78,17 +97,17 @@ static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone
 	PBOX_STAT_ADD(x->e->stats, acks, 1);
 }
 
-static void send_error(struct ctx *x, int err)
+static void send_error(struct ctx *x, uint32_t rank, uint32_t iter, int err)
 {
 	struct pbox_msg m = {
 		.type = PBOX_MSG_ERROR,
 		.encoding = PBOX_ENC_NONE,
-		.iter = x->m->iter,
+		.iter = iter,
 		.arg0 = (uint32_t)err,
-		.arg1 = x->m->type,
+		.arg1 = x->m ? x->m->type : 0,
 	};
 
-	xmit(x, x->m->sender, &m, NULL);
+	xmit(x, rank, &m, NULL);
 	PBOX_STAT_ADD(x->e->stats, errors_sent, 1);
 }
 
@@ -107,7 +126,7 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
 			.iter = label,
 			.frag_off = f * x->d->frag_bytes,
 			.frag_len = pbox_frag_len(x->d, x->cd->bytes, f),
-			.arg0 = x->d->nworkers,
+			.arg0 = x->job->nlive,
 		};
 
 		xmit(x, rank, &m, p + m.frag_off);
@@ -118,28 +137,99 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
 	}
 }
 
-static bool server_opt(const struct ctx *x)
+/* ---- pulls --------------------------------------------------------------------------- */
+
+/* Whether a request for `want` (server-optimizer: a model version; aggregate: the result
+ * of an iteration) can be answered now under the job's synchronisation model. */
+static bool want_ready(const struct ctx *x, uint32_t rank, uint32_t want)
 {
-	return x->job->mode == PBOX_MODE_SERVER_OPT;
+	const struct pbox_chunk_state *cs = x->cs;
+
+	if (server_opt(x)) {
+		return cs->initialized && x->job->sync->ready(&x->job->sync_cfg, x->job->wire.id,
+							      rank, want, cs->version);
+	}
+	return want < cs->version;
 }
 
-/* The result that answers requests for the current version / a completed slot. */
-static void send_current(struct ctx *x, uint32_t rank, struct pbox_slot *sl, bool resend)
+/* Answer a ready request: the current model, or the retained result of iteration want
+ * (the newest one, for drop-stragglers, if want's is no longer kept). */
+static void answer(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
 {
 	struct pbox_chunk_state *cs = x->cs;
+	struct pbox_slot *sl;
 
 	if (server_opt(x)) {
 		send_result(x, rank, cs->version, cs->model[cs->version & 1],
 			    &cs->model_ref[cs->version & 1], resend);
-	} else {
-		send_result(x, rank, sl->iter, sl->acc, &sl->acc_ref, resend);
+		return;
+	}
+	sl = slot_of(x, want);
+	if (!slot_holds(sl, want) && x->job->sync->folds_late && cs->version > 0) {
+		want = cs->version - 1;
+		sl = slot_of(x, want);
+	}
+	if (!slot_holds(sl, want)) {
+		drop(x->e, PBOX_DROP_STALE_ITER);
+		send_error(x, rank, want, ESTALE);
+		return;
+	}
+	send_result(x, rank, sl->iter, sl->acc, &sl->acc_ref, resend);
+}
+
+static void hold(struct ctx *x, uint32_t rank, uint32_t want)
+{
+	struct pbox_chunk_state *cs = x->cs;
+
+	if (cs->pull_want[rank] == PBOX_PULL_NONE) {
+		cs->nheld++;
+		PBOX_STAT_ADD(x->e->stats, pulls_held, 1);
+		cs->pull_want[rank] = want;
+	} else if (want < cs->pull_want[rank]) {
+		cs->pull_want[rank] = want;
 	}
 }
 
+/* After an advance: answer held pulls whose condition now holds (lazy: their own
+ * iteration is complete; eager: every held pull, at the first advance). */
+static void release_held(struct ctx *x)
+{
+	struct pbox_chunk_state *cs = x->cs;
+	bool eager = x->job->sync_cfg.eager && server_opt(x);
+
+	for (uint32_t w = 0; w < x->d->nworkers && cs->nheld > 0; w++) {
+		uint32_t want = cs->pull_want[w];
+
+		if (want == PBOX_PULL_NONE) {
+			continue;
+		}
+		if ((eager && cs->initialized) ||
+		    (server_opt(x) ? cs->initialized && want <= cs->version : want < cs->version)) {
+			cs->pull_want[w] = PBOX_PULL_NONE;
+			cs->nheld--;
+			answer(x, w, want, false);
+		}
+	}
+}
+
+/* Pushes refused because the window was full: tell those ranks to resend now. */
+static void unblock(struct ctx *x)
+{
+	uint32_t w;
+
+	PBOX_BIT_FOREACH(w, x->cs->blocked, x->d->nworkers)
+	{
+		send_ack(x, w, x->cs->version, 0, PBOX_F_RETRY);
+	}
+	pbox_bitmap_zero(x->cs->blocked, x->d->nworkers);
+}
+
+/* ---- aggregation and finalisation ------------------------------------------------------ */
+
 /*
  * Finalise fragment f of slot sl (the chunk's current iteration): reduce the sources and
- * either run the optimizer into the model (server-optimizer) or write the sum / mean into
- * the accumulator (aggregate). src are the fragment-local source pointers.
+ * either run the optimizer into the next model version (server-optimizer) or write the
+ * sum / mean into the accumulator (aggregate). src are the fragment-local sources.
  */
 static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const float *const *src,
 			  unsigned nsrc)
@@ -156,66 +246,64 @@ static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const
 		 * reference on a zero-copy transport. */
 		reclaim(x->e, cs->model_ref[out]);
 		x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
-		x->job->opt->kernel(x->e->kern)(cs->model[out] + off, cs->model[in] + off,
-						cs->s0 ? cs->s0 + off : NULL,
-						cs->s1 ? cs->s1 + off : NULL, src, nsrc, n,
-						&x->job->opt_params, &st);
+		x->job->opt->kernel(x->e->kern)(
+			cs->model[out] + off, cs->model[in] + off, cs->s0 ? cs->s0 + off : NULL,
+			cs->s1 ? cs->s1 + off : NULL, src, nsrc, n, &x->job->opt_params, &st);
 	} else {
-		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)x->d->nworkers : 1.0f;
+		float div =
+			x->job->reduce == PBOX_REDUCE_MEAN ? (float)PBOX_MAX(sl->fcnt[f], 1) : 1.0f;
 
 		x->e->kern->reduce(sl->acc + off, src, nsrc, n, div);
 	}
-	sl->fcnt[f] = PBOX_FCNT_FINAL;
+	sl->need[f] = PBOX_FRAG_FINAL;
 	sl->nfinal++;
 }
 
-/* Finalise, from stored sums, every fragment of the current slot that has all its
- * contributions (used when an iteration becomes current after its data arrived). */
+/* Deterministic mode: the staged copies of the ranks that contributed fragment f, in rank
+ * order. Returns their count. */
+static unsigned staged_sources(const struct ctx *x, const struct pbox_slot *sl, uint32_t f,
+			       const float **src)
+{
+	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
+	uint32_t off = f * x->d->frag_bytes / 4;
+	unsigned n = 0;
+
+	for (uint32_t w = 0; w < x->d->nworkers; w++) {
+		if (pbox_bit_test(sl->bits + (size_t)w * fwords, f)) {
+			src[n++] = sl->stage[w] + off;
+		}
+	}
+	return n;
+}
+
+/* Finalise, from stored sums, every fragment of the current slot that needs nothing more
+ * (used when an iteration becomes current after its data arrived, or after a member
+ * left). */
 static void finalize_ready(struct ctx *x, struct pbox_slot *sl)
 {
-	const float *src[1];
-	uint32_t nw = x->d->nworkers;
-
 	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
 		uint32_t off = f * x->d->frag_bytes / 4;
 
-		if (sl->fcnt[f] != nw) {
+		if (sl->need[f] != 0) {
 			continue;
 		}
 		if (x->job->deterministic) {
 			const float *stage[PBOX_MAX_WORKERS];
+			unsigned n = staged_sources(x, sl, f, stage);
 
-			for (uint32_t w = 0; w < nw; w++) {
-				stage[w] = sl->stage[w] + off;
+			if (n != 0) {
+				finalize_frag(x, sl, f, stage, n);
+				continue;
 			}
-			finalize_frag(x, sl, f, stage, nw);
-		} else {
-			src[0] = sl->acc + off;
+			/* Every contributor left before sending it: a zero gradient. */
+		}
+		{
+			const float *src[1] = { sl->acc + off };
+
+			if (sl->fcnt[f] == 0) {
+				memset(sl->acc + off, 0, pbox_frag_len(x->d, x->cd->bytes, f));
+			}
 			finalize_frag(x, sl, f, src, 1);
-		}
-	}
-}
-
-static void answer_held_pulls(struct ctx *x, struct pbox_slot *sl)
-{
-	struct pbox_chunk_state *cs = x->cs;
-
-	if (cs->nheld == 0) {
-		return;
-	}
-	for (uint32_t w = 0; w < x->d->nworkers; w++) {
-		uint32_t want = cs->pull_want[w];
-		bool ready;
-
-		if (want == PBOX_PULL_NONE) {
-			continue;
-		}
-		ready = server_opt(x) ? cs->initialized && want <= cs->version
-				      : sl != NULL && want == sl->iter;
-		if (ready) {
-			send_current(x, w, sl, false);
-			cs->pull_want[w] = PBOX_PULL_NONE;
-			cs->nheld--;
 		}
 	}
 }
@@ -224,38 +312,54 @@ static void answer_held_pulls(struct ctx *x, struct pbox_slot *sl)
 static void advance(struct ctx *x)
 {
 	struct pbox_chunk_state *cs = x->cs;
+	bool moved = false;
 
 	for (;;) {
-		struct pbox_slot *sl = &cs->slot[cs->version % x->job->window];
-		uint32_t w;
+		struct pbox_slot *sl = slot_of(x, cs->version);
 
-		if (!sl->open || sl->iter != cs->version) {
-			return;
+		if (!slot_holds(sl, cs->version)) {
+			break;
 		}
 		if (sl->nfinal != x->cd->nfrags) {
 			finalize_ready(x, sl);
 			if (sl->nfinal != x->cd->nfrags) {
-				return;
+				break;
 			}
 		}
-		cs->version++;
+		/* The only writer; pboxd's stats read it from another thread. */
+		__atomic_store_n(&cs->version, cs->version + 1, __ATOMIC_RELAXED);
+		moved = true;
 		PBOX_STAT_ADD(x->e->stats, iterations, 1);
-		PBOX_BIT_FOREACH(w, sl->want, x->d->nworkers)
-		{
-			send_current(x, w, sl, false);
-		}
-		answer_held_pulls(x, sl);
+		release_held(x);
+	}
+	if (moved && pbox_bit_next(cs->blocked, 0, x->d->nworkers) < x->d->nworkers) {
+		unblock(x);
 	}
 }
 
 static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 {
-	uint32_t nw = x->d->nworkers;
+	uint32_t nw = x->d->nworkers, q;
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
 
 	/* The slot's accumulator may still be the result of iter - window, referenced by
 	 * replies. */
 	reclaim(x->e, sl->acc_ref);
+	if (sl->open && x->cs->late_iter != NULL) {
+		/* A straggler's partial contribution to the iteration leaving the window keeps
+		 * its fragment bitmap, so its retransmissions are not counted twice. */
+		for (uint32_t w = 0; w < nw; w++) {
+			if (sl->wcnt[w] != 0 && sl->wcnt[w] != x->cd->nfrags &&
+			    x->cs->late_iter[w] != sl->iter) {
+				x->cs->late_iter[w] = sl->iter;
+				x->cs->late_cnt[w] = sl->wcnt[w];
+				memcpy(x->cs->late_bits + (size_t)w * fwords,
+				       sl->bits + (size_t)w * fwords, fwords * 8);
+			}
+		}
+	}
+	q = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
+	sl->quorum = q;
 	sl->iter = iter;
 	sl->ndone = 0;
 	sl->nfinal = 0;
@@ -263,8 +367,10 @@ static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 	memset(sl->bits, 0, nw * fwords * sizeof(uint64_t));
 	memset(sl->wcnt, 0, nw * sizeof(uint16_t));
 	memset(sl->fcnt, 0, x->cd->nfrags * sizeof(uint16_t));
+	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+		sl->need[f] = (uint16_t)q;
+	}
 	pbox_bitmap_zero(sl->done, nw);
-	pbox_bitmap_zero(sl->want, nw);
 }
 
 /* Copy the payload pieces to dst. */
@@ -320,107 +426,198 @@ static void gather_add(const struct ctx *x, float *acc)
 	}
 }
 
-/* Multi-piece payloads: gather into the accumulator (or the rank's stage), then finalise
- * from there; (acc + g) stored and re-read is the same float as fused in registers. */
-static void aggregate_pieces(struct ctx *x, struct pbox_slot *sl, uint32_t f)
+/* Add the payload into acc at fragment f (copy if it is the first data there). */
+static void accumulate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 {
-	const struct pbox_msg *m = x->m;
-	uint32_t off = m->frag_off / 4, nw = x->d->nworkers;
-	uint16_t cnt;
+	float *acc = sl->acc + x->m->frag_off / 4;
 
-	if (x->job->deterministic) {
-		gather_copy(x, sl->stage[m->sender] + off);
+	if (sl->fcnt[f] == 0) {
+		gather_copy(x, acc);
+	} else if (x->npay == 1) {
+		x->e->kern->add(acc, x->pay[0].base, x->m->frag_len / 4);
+	} else {
+		gather_add(x, acc);
 	}
-	cnt = ++sl->fcnt[f];
-	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
-	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
-	if (!x->job->deterministic) {
-		if (cnt == 1) {
-			gather_copy(x, sl->acc + off);
-		} else {
-			gather_add(x, sl->acc + off);
-		}
-	}
-	if (cnt == nw && sl->iter == x->cs->version) {
-		finalize_ready(x, sl);
-	}
+	sl->fcnt[f]++;
 }
 
-/* Add one fragment into the slot; finalise it at once if it is the last one needed and
- * the slot is the chunk's current iteration (the optimizer fused with the last add). */
+/* Drop-stragglers: a fragment that arrived after its iteration no longer needed it is
+ * added to the first later iteration whose fragment is still open: never lost. */
+static void fold(struct ctx *x, uint32_t iter, uint32_t f)
+{
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t u = PBOX_MAX(iter + 1, cs->version);
+
+	for (; u < cs->version + x->job->window; u++) {
+		struct pbox_slot *sl = slot_of(x, u);
+
+		if (!slot_holds(sl, u)) {
+			slot_open(x, sl, u);
+		}
+		if (sl->need[f] == PBOX_FRAG_FINAL) {
+			continue;
+		}
+		accumulate(x, sl, f);
+		PBOX_STAT_ADD(x->e->stats, folded_frags, 1);
+		return;
+	}
+	/* The window has no open iteration after `iter`: cannot happen while window >= 3
+	 * (the next iteration is always inside it); counted if it ever does. */
+	drop(x->e, PBOX_DROP_STALE_ITER);
+}
+
+/*
+ * One new fragment of rank w's contribution to slot sl. If it completes the fragment for
+ * the chunk's current iteration, the optimizer (or the final reduce) runs at once, fused
+ * with this last add.
+ */
 static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 {
 	const struct pbox_msg *m = x->m;
-	uint32_t off = m->frag_off / 4, n = m->frag_len / 4, nw = x->d->nworkers;
-	const float *g = x->pay[0].base;
-	uint16_t cnt;
+	uint32_t off = m->frag_off / 4;
 	bool final_now;
 
-	if (x->npay != 1) {
-		aggregate_pieces(x, sl, f);
-		return;
-	}
-	if (x->job->deterministic) {
-		memcpy(sl->stage[m->sender] + off, g, m->frag_len);
-	}
-	cnt = ++sl->fcnt[f];
-	final_now = cnt == nw && sl->iter == x->cs->version;
 	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
 	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
+	if (sl->need[f] == 0 || sl->need[f] == PBOX_FRAG_FINAL) {
+		/* The fragment already has its quorum: a straggler's part. */
+		fold(x, sl->iter, f);
+		return;
+	}
+	sl->need[f]--;
+	final_now = sl->need[f] == 0 && sl->iter == x->cs->version;
 	if (x->job->deterministic) {
+		gather_copy(x, sl->stage[m->sender] + off);
+		sl->fcnt[f]++;
 		if (final_now) {
 			const float *stage[PBOX_MAX_WORKERS];
 
-			for (uint32_t w = 0; w < nw; w++) {
-				stage[w] = sl->stage[w] + off;
-			}
-			finalize_frag(x, sl, f, stage, nw);
+			finalize_frag(x, sl, f, stage, staged_sources(x, sl, f, stage));
 		}
 		return;
 	}
-	if (final_now) {
+	if (final_now && x->npay == 1) {
 		/* Payloads are read in place (they may be unaligned; kernels allow that). */
-		const float *src[2] = { sl->acc + off, g };
+		const float *src[2] = { sl->acc + off, x->pay[0].base };
 
-		if (cnt == 1) {
+		sl->fcnt[f]++;
+		if (sl->fcnt[f] == 1) {
 			finalize_frag(x, sl, f, &src[1], 1);
 		} else {
 			finalize_frag(x, sl, f, src, 2);
 		}
 		return;
 	}
-	if (cnt == 1) {
-		memcpy(sl->acc + off, g, m->frag_len);
-	} else {
-		x->e->kern->add(sl->acc + off, g, n);
+	accumulate(x, sl, f);
+	if (final_now) {
+		/* Multi-piece payload: summed into acc above; (acc + g) stored and read back
+		 * is the same float as fused in registers. */
+		const float *src[1] = { sl->acc + off };
+
+		finalize_frag(x, sl, f, src, 1);
 	}
 }
 
-/* A push for an iteration the chunk has already completed: answer once per round. */
-static void push_old(struct ctx *x, uint32_t f)
-{
-	const struct pbox_msg *m = x->m;
-	struct pbox_chunk_state *cs = x->cs;
-	struct pbox_slot *sl = &cs->slot[m->iter % x->job->window];
-	bool retained;
+/* ---- message handlers ----------------------------------------------------------------- */
 
-	PBOX_STAT_ADD(x->e->stats, dups, 1);
-	/* Answer a worker's retransmission round (flagged), once, on its last fragment; a
-	 * duplicate made by the network carries no flag and is only counted. */
-	if (!(m->flags & PBOX_F_RETRANSMIT) || f != x->cd->nfrags - 1) {
+static uint32_t want_of_push(const struct ctx *x, uint32_t iter)
+{
+	return server_opt(x) ? iter + 1 : iter;
+}
+
+/* Rank w's contribution is complete and consumed: answer its pull or acknowledge it. */
+static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t ndone)
+{
+	uint32_t want = want_of_push(x, iter);
+
+	if ((x->m->flags & PBOX_F_WANT_REPLY) && want_ready(x, w, want)) {
+		answer(x, w, want, false);
 		return;
 	}
-	retained = server_opt(x) ? m->iter + 1 == cs->version
-				 : sl->open && sl->iter == m->iter && sl->nfinal == x->cd->nfrags;
-	if (!retained) {
-		drop(x->e, PBOX_DROP_STALE_ITER);
-		send_error(x, ESTALE);
+	send_ack(x, w, iter, ndone, 0);
+	if (x->m->flags & PBOX_F_WANT_REPLY) {
+		hold(x, w, want);
+	}
+}
+
+/* A fragment the appliance already has. If it ends a worker's retransmission round (the
+ * flagged last fragment; network duplicates carry no flag) of a contribution that is
+ * complete, the ACK (or result) was lost: answer again, once. */
+static void push_duplicate(struct ctx *x, uint32_t f, bool complete, uint32_t ndone)
+{
+	const struct pbox_msg *m = x->m;
+
+	PBOX_STAT_ADD(x->e->stats, dups, 1);
+	if (!complete || !(m->flags & PBOX_F_RETRANSMIT) || f != x->cd->nfrags - 1) {
 		return;
 	}
 	if (m->flags & PBOX_F_WANT_REPLY) {
-		send_current(x, m->sender, sl, true);
-	} else {
-		send_ack(x, m->sender, m->iter, x->d->nworkers);
+		uint32_t want = want_of_push(x, m->iter);
+
+		if (want_ready(x, m->sender, want)) {
+			answer(x, m->sender, want, true);
+			return;
+		}
+		hold(x, m->sender, want);
+	}
+	send_ack(x, m->sender, m->iter, ndone, 0);
+}
+
+/* Contributions of rank w that are started but not complete (NOTIFY-ACK credits). */
+static uint32_t outstanding(const struct ctx *x, uint32_t w)
+{
+	const struct pbox_chunk_state *cs = x->cs;
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < x->job->window; s++) {
+		const struct pbox_slot *sl = &cs->slot[s];
+
+		n += sl->open && sl->wcnt[w] != 0 && sl->wcnt[w] != x->cd->nfrags;
+	}
+	if (cs->late_cnt != NULL) {
+		n += cs->late_cnt[w] != 0 && cs->late_cnt[w] != x->cd->nfrags;
+	}
+	return n;
+}
+
+/* Drop-stragglers: a push for an iteration already complete is folded forward. */
+static void push_late(struct ctx *x, uint32_t f)
+{
+	const struct pbox_msg *m = x->m;
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t w = m->sender, t = m->iter;
+	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
+	uint64_t *row = cs->late_bits + (size_t)w * fwords;
+	struct pbox_slot *sl;
+
+	if (cs->late_iter[w] != t) {
+		if (outstanding(x, w) >= x->job->credits) {
+			drop(x->e, PBOX_DROP_CREDIT);
+			return;
+		}
+		/* Start tracking this late contribution, with what its own iteration already
+		 * counted (if that is still in the window). */
+		sl = slot_of(x, t);
+		cs->late_iter[w] = t;
+		if (slot_holds(sl, t)) {
+			memcpy(row, sl->bits + (size_t)w * fwords, fwords * 8);
+			cs->late_cnt[w] = sl->wcnt[w];
+		} else {
+			memset(row, 0, fwords * 8);
+			cs->late_cnt[w] = 0;
+		}
+	}
+	if (pbox_bit_test(row, f)) {
+		push_duplicate(x, f, cs->late_cnt[w] == x->cd->nfrags, 0);
+		return;
+	}
+	pbox_bit_set(row, f);
+	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
+	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
+	fold(x, t, f);
+	if (++cs->late_cnt[w] == x->cd->nfrags) {
+		PBOX_STAT_ADD(x->e->stats, late_contribs, 1);
+		contribution_done(x, w, t, 0);
 	}
 }
 
@@ -435,33 +632,51 @@ static void on_push(struct ctx *x)
 
 	if (!cs->initialized) {
 		drop(x->e, PBOX_DROP_NOT_READY);
-		send_error(x, EAGAIN);
+		send_error(x, w, t, EAGAIN);
 		return;
 	}
 	if (t < cs->version) {
-		push_old(x, f);
+		if (x->job->sync->folds_late) {
+			push_late(x, f);
+			return;
+		}
+		/* Every member completed t: this is a retransmission. Retained or not, the
+		 * answer (current model / ACK) does not depend on the old data. */
+		sl = slot_of(x, t);
+		if (!server_opt(x) && (m->flags & PBOX_F_WANT_REPLY) && !slot_holds(sl, t)) {
+			PBOX_STAT_ADD(x->e->stats, dups, 1);
+			drop(x->e, PBOX_DROP_STALE_ITER);
+			if ((m->flags & PBOX_F_RETRANSMIT) && f == x->cd->nfrags - 1) {
+				send_error(x, w, t, ESTALE);
+			}
+			return;
+		}
+		push_duplicate(x, f, true, x->job->nlive);
 		return;
 	}
 	if (t - cs->version >= x->job->window) {
+		/* Too far ahead: the worker resends when told the window moved. */
 		drop(x->e, PBOX_DROP_FUTURE_ITER);
+		pbox_bit_set(cs->blocked, w);
 		return;
 	}
-	sl = &cs->slot[t % x->job->window];
-	if (!sl->open || sl->iter != t) {
+	sl = slot_of(x, t);
+	if (!slot_holds(sl, t)) {
+		if (outstanding(x, w) >= x->job->credits) {
+			drop(x->e, PBOX_DROP_CREDIT);
+			return;
+		}
 		slot_open(x, sl, t);
-	}
-	if (m->flags & PBOX_F_WANT_REPLY) {
-		pbox_bit_set(sl->want, w);
 	}
 	row = sl->bits + (size_t)w * fwords;
 	if (pbox_bit_test(row, f)) {
-		PBOX_STAT_ADD(x->e->stats, dups, 1);
-		/* A whole retransmission round of a contribution we already have: the ACK
-		 * was lost. Answer once, on the last fragment. */
-		if (sl->wcnt[w] == x->cd->nfrags && f == x->cd->nfrags - 1 &&
-		    (m->flags & PBOX_F_RETRANSMIT)) {
-			send_ack(x, w, t, sl->ndone);
-		}
+		push_duplicate(x, f, sl->wcnt[w] == x->cd->nfrags, sl->ndone);
+		return;
+	}
+	if (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits) {
+		/* NOTIFY-ACK: an unacknowledged contribution is still incomplete; a second
+		 * one must not start before the first is consumed. */
+		drop(x->e, PBOX_DROP_CREDIT);
 		return;
 	}
 	pbox_bit_set(row, f);
@@ -473,65 +688,32 @@ static void on_push(struct ctx *x)
 	pbox_bit_set(sl->done, w);
 	sl->ndone++;
 	advance(x);
-	/* If the iteration completed just now, a rank that asked for the result has it. */
-	if (!(cs->version > t && pbox_bit_test(sl->want, w))) {
-		send_ack(x, w, t, sl->ndone);
-	}
-}
-
-/* Whether a pull for t (not yet answerable) will be answered by the result this rank
- * asked for with its push of the iteration that produces t. */
-static bool pull_covered(struct ctx *x, uint32_t t)
-{
-	uint32_t it = server_opt(x) ? t - 1 : t;
-	const struct pbox_slot *sl = &x->cs->slot[it % x->job->window];
-
-	if (server_opt(x) && t == 0) {
-		return false;
-	}
-	return sl->open && sl->iter == it && pbox_bit_test(sl->want, x->m->sender);
+	contribution_done(x, w, t, sl->ndone);
 }
 
 static void on_pull(struct ctx *x)
 {
 	const struct pbox_msg *m = x->m;
 	struct pbox_chunk_state *cs = x->cs;
-	uint32_t t = m->iter, w = m->sender;
+	uint32_t want = m->iter, w = m->sender;
+	bool probe = (m->flags & PBOX_F_RETRANSMIT) != 0;
 
-	if (server_opt(x)) {
-		if (cs->initialized && cs->version >= t) {
-			send_current(x, w, NULL, (m->flags & PBOX_F_RETRANSMIT) != 0);
-			return;
-		}
-	} else if (t < cs->version) {
-		struct pbox_slot *sl = &cs->slot[t % x->job->window];
-
-		if (sl->open && sl->iter == t && sl->nfinal == x->cd->nfrags) {
-			send_current(x, w, sl, (m->flags & PBOX_F_RETRANSMIT) != 0);
-		} else {
-			drop(x->e, PBOX_DROP_STALE_ITER);
-			send_error(x, ESTALE);
-		}
+	if (want_ready(x, w, want)) {
+		answer(x, w, want, probe);
 		return;
-	} else if (t - cs->version >= x->job->window) {
+	}
+	if (!server_opt(x) && want >= cs->version + x->job->window) {
 		drop(x->e, PBOX_DROP_FUTURE_ITER);
 		return;
 	}
-	if (m->flags & PBOX_F_RETRANSMIT) {
+	if (probe) {
 		/* A worker's probe while it waits: tell it how far the iteration got. */
-		uint32_t it = server_opt(x) ? t - 1 : t;
-		const struct pbox_slot *sl = &cs->slot[it % x->job->window];
+		uint32_t it = server_opt(x) ? want - 1 : want;
+		const struct pbox_slot *sl = slot_of(x, it);
 
-		send_ack(x, w, it, sl->open && sl->iter == it ? sl->ndone : 0);
+		send_ack(x, w, it, slot_holds(sl, it) ? sl->ndone : 0, PBOX_F_STATUS);
 	}
-	if (pull_covered(x, t)) {
-		return; /* the result goes to this rank anyway: it asked with its push */
-	}
-	if (cs->pull_want[w] == PBOX_PULL_NONE) {
-		cs->nheld++;
-		PBOX_STAT_ADD(x->e->stats, pulls_held, 1);
-	}
-	cs->pull_want[w] = t;
+	hold(x, w, want);
 }
 
 static void on_init(struct ctx *x)
@@ -543,7 +725,7 @@ static void on_init(struct ctx *x)
 	if (cs->initialized || pbox_bit_test(cs->init_bits, f)) {
 		PBOX_STAT_ADD(x->e->stats, dups, 1);
 		if (cs->initialized && f == x->cd->nfrags - 1) {
-			send_ack(x, 0, 0, 1);
+			send_ack(x, 0, 0, 1, PBOX_F_OF_INIT);
 		}
 		return;
 	}
@@ -557,9 +739,97 @@ static void on_init(struct ctx *x)
 		return;
 	}
 	cs->initialized = true;
-	send_ack(x, 0, 0, 1);
-	answer_held_pulls(x, NULL);
+	send_ack(x, 0, 0, 1, PBOX_F_OF_INIT);
+	release_held(x);
 }
+
+/* ---- membership ------------------------------------------------------------------------ */
+
+/*
+ * Ranks left the job: iterations in flight stop waiting for them. Without folding, a
+ * fragment then needs every remaining live rank that has not sent it; with folding
+ * (drop-stragglers), the quorum shrinks to the live count and what the departed ranks sent
+ * in time still counts. Held pulls of departed ranks are forgotten.
+ */
+static void reconcile_chunk(struct ctx *x, const uint64_t *gone)
+{
+	struct pbox_chunk_state *cs = x->cs;
+	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
+	uint32_t nw = x->d->nworkers, w;
+
+	PBOX_BIT_FOREACH(w, gone, nw)
+	{
+		if (cs->pull_want[w] != PBOX_PULL_NONE) {
+			cs->pull_want[w] = PBOX_PULL_NONE;
+			cs->nheld--;
+		}
+		pbox_bit_clear(cs->blocked, w);
+	}
+	for (uint32_t s = 0; s < x->job->window; s++) {
+		struct pbox_slot *sl = &cs->slot[s];
+
+		if (!sl->open || sl->iter < cs->version) {
+			continue;
+		}
+		for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+			uint32_t need = 0;
+
+			if (sl->need[f] == PBOX_FRAG_FINAL) {
+				continue;
+			}
+			if (x->job->sync->folds_late) {
+				/* What the departed sent in time still counts. */
+				uint32_t q = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
+				uint32_t counted = sl->quorum - sl->need[f];
+
+				need = q > counted ? q - counted : 0;
+			} else {
+				for (uint32_t r = 0; r < nw; r++) {
+					need += pbox_bit_test(x->job->live, r) &&
+						!pbox_bit_test(sl->bits + (size_t)r * fwords, f);
+				}
+			}
+			sl->need[f] = (uint16_t)need;
+		}
+		sl->quorum = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
+	}
+	advance(x);
+}
+
+/* Membership changed since this core last looked: reconcile every owned chunk. */
+static void reconcile(struct pbox_engine *e, const struct pbox_job *job, struct pbox_core_job *cj)
+{
+	uint64_t gone[PBOX_MAX_WORKERS / 64];
+	uint32_t nw = job->wire.desc->nworkers;
+	size_t wwords = pbox_bitmap_words(nw);
+	struct ctx x = { .e = e, .job = job, .d = job->wire.desc, .cj = cj };
+
+	for (size_t i = 0; i < wwords; i++) {
+		gone[i] = cj->seen_live[i] & ~job->live[i];
+	}
+	memcpy(cj->seen_live, job->live, wwords * 8);
+	cj->seen_generation = job->generation;
+	PBOX_STAT_ADD(e->stats, membership_changes, 1);
+	for (uint32_t i = 0; i < cj->nchunks; i++) {
+		x.cs = &cj->chunks[i];
+		x.cd = &x.d->chunks[x.cs->id];
+		reconcile_chunk(&x, gone);
+	}
+}
+
+void pbox_engine_job_changed(struct pbox_engine *e, const struct pbox_jobtab *tab)
+{
+	for (uint32_t j = 0; tab != NULL && j < tab->njobs; j++) {
+		const struct pbox_job *job = tab->jobs[j];
+		struct pbox_core_job *cj = &job->state->core[e->core];
+
+		if (cj->seen_generation != job->generation && job->live != NULL) {
+			reconcile(e, job, cj);
+		}
+	}
+}
+
+/* ---- entry points -------------------------------------------------------------------- */
 
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
  * and whose payload is in pay[0..npay). */
@@ -595,14 +865,27 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	}
 	x.cj = &x.job->state->core[e->core];
 	x.cs = &x.cj->chunks[x.cd->local];
-	/* Authenticated by its cookie: this is where the rank's replies go now. */
-	x.cj->peers[m.sender] = *from;
+	if (pbox_unlikely(x.cj->seen_generation != x.job->generation) && x.job->live != NULL) {
+		reconcile(e, x.job, x.cj);
+	}
+	/* Authenticated by its cookie: this is where the rank's replies go now (written only
+	 * when it changed, so the line is not dirtied per datagram). */
+	if (pbox_unlikely(memcmp(&x.cj->peers[m.sender], from, sizeof(*from)) != 0)) {
+		x.cj->peers[m.sender] = *from;
+	}
 	if (m.flags & PBOX_F_RETRANSMIT) {
 		PBOX_STAT_ADD(e->stats, rx_retransmits, 1);
 	}
 	if (pbox_unlikely(x.job->run == PBOX_JOB_ABORTED)) {
 		drop(e, PBOX_DROP_JOB_ABORTED);
-		send_error(&x, x.job->abort_errno);
+		send_error(&x, m.sender, m.iter, x.job->abort_errno);
+		return;
+	}
+	if ((m.flags & PBOX_F_CRC) && x.job->verify_crc &&
+	    pbox_unlikely(pbox_crc32c_iov(x.pay, x.npay) != m.arg1)) {
+		/* The version word does not match the payload: a torn or corrupted buffer.
+		 * Never aggregated; the sender resends (or finds its buffer changed). */
+		drop(e, PBOX_DROP_BAD_CHECKSUM);
 		return;
 	}
 	switch (m.type) {
@@ -624,7 +907,8 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *pkt,
 		    size_t len, const struct pbox_peer *from)
 {
-	struct pbox_iov pay = { NULL, len > PBOX_WIRE_HDR_LEN ? (uint32_t)(len - PBOX_WIRE_HDR_LEN) : 0 };
+	struct pbox_iov pay = { NULL,
+				len > PBOX_WIRE_HDR_LEN ? (uint32_t)(len - PBOX_WIRE_HDR_LEN) : 0 };
 
 	rx_one(e, tab, pkt, len, &pay, 1, from);
 }
@@ -667,11 +951,7 @@ void pbox_engine_rx_iov(struct pbox_engine *e, const struct pbox_jobtab *tab,
 			npay++;
 		}
 	}
-	if (need != 0 || npay == 0) {
-		/* Header only (or less): validate what there is as one buffer. */
-		rx_one(e, tab, hdr, total, pay, 0, from);
-		return;
-	}
-	/* With exactly one payload piece the fused fast path applies. */
-	rx_one(e, tab, hdr, total, pay, npay, from);
+	/* A header-only datagram (or less) is validated as it is; with exactly one payload
+	 * piece the fused fast path applies. */
+	rx_one(e, tab, hdr, total, pay, need != 0 ? 0 : npay, from);
 }

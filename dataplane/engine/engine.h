@@ -40,30 +40,31 @@ struct pbox_core_stats {
 	uint64_t rx_bytes;
 	uint64_t tx_pkts;
 	uint64_t tx_bytes;
-	uint64_t tx_errors;	 /* datagrams the transport could not send */
-	uint64_t agg_frags;	 /* gradient fragments aggregated */
-	uint64_t agg_bytes;	 /* gradient payload bytes aggregated */
-	uint64_t iterations;	 /* chunk iterations completed (= optimizer steps per chunk) */
-	uint64_t dups;		 /* duplicate fragments ignored */
+	uint64_t tx_errors;      /* datagrams the transport could not send */
+	uint64_t agg_frags;      /* gradient fragments aggregated */
+	uint64_t agg_bytes;      /* gradient payload bytes aggregated */
+	uint64_t iterations;     /* chunk iterations completed (= optimizer steps per chunk) */
+	uint64_t dups;           /* duplicate fragments ignored */
 	uint64_t rx_retransmits; /* datagrams marked as retransmissions */
 	uint64_t replies_resent; /* results sent again after a lost reply */
-	uint64_t pulls_held;	 /* pulls that had to wait */
+	uint64_t pulls_held;     /* pulls that had to wait */
 	uint64_t acks;
 	uint64_t errors_sent;
+	uint64_t folded_frags;       /* straggler fragments added to a later iteration */
+	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
+	uint64_t membership_changes; /* reconciliations after ranks left */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */
 	uint64_t polls;
 } PBOX_CACHE_ALIGNED;
 
-#define PBOX_STAT_ADD(s, field, v)                                                                 \
-	__atomic_store_n(&(s)->field, (s)->field + (v), __ATOMIC_RELAXED)
+#define PBOX_STAT_ADD(s, field, v) __atomic_store_n(&(s)->field, (s)->field + (v), __ATOMIC_RELAXED)
 
 static inline uint64_t pbox_stat_read(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
-
 
 struct pbox_engine {
 	uint32_t core; /* this core's index in the job chunk maps */
@@ -91,6 +92,10 @@ void pbox_engine_rx(struct pbox_engine *e, const struct pbox_jobtab *tab, const 
 #define PBOX_ENGINE_MAX_SEGS 64
 void pbox_engine_rx_iov(struct pbox_engine *e, const struct pbox_jobtab *tab,
 			const struct pbox_iov *seg, unsigned nseg, const struct pbox_peer *from);
+
+/* The job table changed (call when a core sees a new table): chunks of jobs whose
+ * membership changed stop waiting for departed ranks and answer what they can. */
+void pbox_engine_job_changed(struct pbox_engine *e, const struct pbox_jobtab *tab);
 
 /* Flush queued replies (call at the end of every receive burst). */
 void pbox_engine_flush(struct pbox_engine *e);

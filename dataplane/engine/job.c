@@ -71,6 +71,7 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	cj->nchunks = n;
 	cj->chunks = carve(c, n * sizeof(*cj->chunks));
 	cj->peers = carve(c, nw * sizeof(*cj->peers));
+	cj->seen_live = carve(c, wwords * 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pbox_chunk_desc *cd = &d->chunks[d->core_chunks[core][i]];
 		struct pbox_chunk_state *cs = c->base ? &cj->chunks[i] : NULL;
@@ -80,14 +81,9 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 		if (cs == NULL) {
 			cs = &tmp; /* sizing pass: pointers are discarded */
 		}
+		memset(cs, 0, sizeof(*cs));
 		cs->id = d->core_chunks[core][i];
-		cs->version = 0;
 		cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
-		cs->init_nrecv = 0;
-		cs->nheld = 0;
-		cs->model[0] = cs->model[1] = cs->s0 = cs->s1 = NULL;
-		cs->model_ref[0] = cs->model_ref[1] = 0;
-		cs->init_bits = NULL;
 		if (job->mode == PBOX_MODE_SERVER_OPT) {
 			cs->model[0] = carve(c, cd->bytes);
 			cs->model[1] = carve(c, cd->bytes);
@@ -100,6 +96,12 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 			}
 		}
 		cs->pull_want = carve(c, nw * sizeof(uint32_t));
+		cs->blocked = carve(c, wwords * 8);
+		if (job->sync->folds_late) {
+			cs->late_iter = carve(c, nw * sizeof(uint32_t));
+			cs->late_cnt = carve(c, nw * sizeof(uint16_t));
+			cs->late_bits = carve(c, nw * fwords * 8);
+		}
 		cs->slot = carve(c, job->window * sizeof(struct pbox_slot));
 		for (uint32_t s = 0; s < job->window; s++) {
 			struct pbox_slot tmps, *sl = c->base ? &cs->slot[s] : &tmps;
@@ -108,9 +110,9 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 			sl->acc = carve(c, cd->bytes);
 			sl->bits = carve(c, nw * fwords * 8);
 			sl->wcnt = carve(c, nw * sizeof(uint16_t));
+			sl->need = carve(c, cd->nfrags * sizeof(uint16_t));
 			sl->fcnt = carve(c, cd->nfrags * sizeof(uint16_t));
 			sl->done = carve(c, wwords * 8);
-			sl->want = carve(c, wwords * 8);
 			if (job->deterministic) {
 				sl->stage = carve(c, nw * sizeof(float *));
 				for (uint32_t w = 0; w < nw; w++) {
@@ -125,7 +127,17 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 		if (c->base != NULL) {
 			for (uint32_t w = 0; w < nw; w++) {
 				cs->pull_want[w] = PBOX_PULL_NONE;
+				if (cs->late_iter != NULL) {
+					cs->late_iter[w] = UINT32_MAX;
+				}
 			}
+		}
+	}
+	if (c->base != NULL) {
+		/* The state starts out reconciled with the membership it was created for. */
+		cj->seen_generation = job->generation;
+		if (job->live != NULL) {
+			memcpy(cj->seen_live, job->live, wwords * 8);
 		}
 	}
 }
@@ -144,9 +156,9 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	const struct pbox_jobdesc *d = job->wire.desc;
 	struct pbox_job_state *st;
 
-	st = aligned_alloc(PBOX_CACHE_LINE,
-			   PBOX_ALIGN_UP(sizeof(*st) + d->ncores * sizeof(st->core[0]),
-					 PBOX_CACHE_LINE));
+	st = aligned_alloc(
+		PBOX_CACHE_LINE,
+		PBOX_ALIGN_UP(sizeof(*st) + d->ncores * sizeof(st->core[0]), PBOX_CACHE_LINE));
 	if (st == NULL) {
 		PBOX_LOG_ERR(ENGINE, "job %u: out of memory for the per-core state table",
 			     job->wire.id);
@@ -164,7 +176,8 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 		c.base = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		if (c.base == MAP_FAILED) {
-			PBOX_LOG_ERR(ENGINE, "job %u core %u: cannot map %zu bytes of chunk state: %s",
+			PBOX_LOG_ERR(ENGINE,
+				     "job %u core %u: cannot map %zu bytes of chunk state: %s",
 				     job->wire.id, k, bytes, strerror(errno));
 			pbox_job_state_free(st);
 			return NULL;

@@ -24,6 +24,7 @@
 #include "common/wire_check.h"
 #include "common/xport.h"
 #include "kernels/kernels.h"
+#include "sync.h"
 
 enum pbox_job_mode {
 	/* Return the sum or mean of the gradients; workers run their own optimizer. */
@@ -45,32 +46,36 @@ enum pbox_job_run_state {
 };
 
 /* Iterations in flight per chunk. BSP needs 2: the result of iteration t is kept (so a
- * lost reply can be re-sent) while iteration t + 1 accumulates. */
+ * lost reply can be re-sent) while iteration t + 1 accumulates; models that let workers
+ * run ahead need more (pbox_sync_ops.min_window). */
 #define PBOX_DEFAULT_WINDOW 2u
-#define PBOX_MAX_WINDOW	    64u
-
+#define PBOX_MAX_WINDOW     64u
+/* Unacknowledged contributions a worker may have per chunk (NOTIFY-ACK credits). */
+#define PBOX_DEFAULT_CREDITS 1u
+#define PBOX_MAX_CREDITS     PBOX_MAX_WINDOW
 
 /* One in-flight iteration of one chunk. */
 struct pbox_slot {
 	uint32_t iter;
-	uint32_t ndone;	 /* workers whose contribution is complete */
+	uint32_t ndone;  /* ranks whose contribution is complete */
 	uint32_t nfinal; /* fragments finalised (optimizer run / result written) */
+	uint32_t quorum; /* contributions each fragment needed when counted last */
 	bool open;
-	float *acc;	  /* running sum; for aggregate jobs, the result once final */
+	float *acc;       /* running sum; for aggregate jobs, the result once final */
 	uint64_t acc_ref; /* transport reference number of the last reply sent from acc */
-	float **stage;	  /* deterministic mode: per-rank copies, summed in rank order */
-	uint64_t *bits;	  /* nworkers rows of frag bitmap words: fragments received */
-	uint16_t *wcnt;	  /* per rank: fragments received */
-	uint16_t *fcnt;	  /* per fragment: contributions received; FCNT_FINAL once final */
-	uint64_t *done;	  /* bitmap over ranks: contribution complete */
-	uint64_t *want;	  /* bitmap over ranks: asked for the result (push-pull) */
+	float **stage;    /* deterministic mode: per-rank copies, summed in rank order */
+	uint64_t *bits;   /* nworkers rows of frag bitmap words: fragments received */
+	uint16_t *wcnt;   /* per rank: fragments received */
+	uint16_t *need;   /* per fragment: contributions still needed; FRAG_FINAL once final */
+	uint16_t *fcnt;   /* per fragment: contributions summed into acc (mean divisor) */
+	uint64_t *done;   /* bitmap over ranks: contribution complete */
 };
 
-#define PBOX_FCNT_FINAL UINT16_MAX
+#define PBOX_FRAG_FINAL UINT16_MAX
 
 /* Everything one core keeps for one owned chunk. */
 struct pbox_chunk_state {
-	uint32_t id;	  /* chunk id in the job */
+	uint32_t id;      /* chunk id in the job */
 	uint32_t version; /* completed iterations */
 	bool initialized; /* server-optimizer: model received; aggregate: always true */
 	uint32_t init_nrecv;
@@ -79,10 +84,16 @@ struct pbox_chunk_state {
 	 * keep referencing version v (zero-copy transports) while v + 1 is computed. */
 	float *model[2];
 	uint64_t model_ref[2]; /* transport reference of the last reply from each */
-	float *s0;    /* optimizer state, nstate >= 1 */
-	float *s1;    /* optimizer state, nstate == 2 */
-	uint32_t *pull_want; /* per rank: wanted version/iteration of a held pull, or NONE */
+	float *s0;             /* optimizer state, nstate >= 1 */
+	float *s1;             /* optimizer state, nstate == 2 */
+	uint32_t *pull_want;   /* per rank: wanted version/iteration of a held pull, or NONE */
 	uint32_t nheld;
+	uint64_t *blocked; /* bitmap over ranks: a push was refused, window full */
+	/* Drop-stragglers: each rank's latest contribution to an iteration already complete
+	 * (folded into a later one), so its retransmissions are recognised. */
+	uint32_t *late_iter;
+	uint16_t *late_cnt;
+	uint64_t *late_bits;    /* nworkers rows of frag bitmap words */
 	struct pbox_slot *slot; /* window entries */
 };
 
@@ -90,9 +101,11 @@ struct pbox_chunk_state {
 
 /* One core's share of a job. Written only by that core. */
 struct pbox_core_job {
+	uint64_t seen_generation; /* membership generation last reconciled by the core */
+	uint64_t *seen_live;      /* live ranks at that generation */
 	uint32_t nchunks;
 	struct pbox_chunk_state *chunks; /* indexed by chunk_desc.local */
-	struct pbox_peer *peers;	 /* per rank */
+	struct pbox_peer *peers;         /* per rank */
 	void *arena;
 	size_t arena_bytes;
 } PBOX_CACHE_ALIGNED;
@@ -110,6 +123,13 @@ struct pbox_job {
 	int abort_errno;
 	bool deterministic;
 	uint32_t window;
+	const struct pbox_sync_ops *sync;
+	struct pbox_sync_cfg sync_cfg;
+	uint32_t credits;     /* NOTIFY-ACK: unacknowledged contributions per rank and chunk */
+	bool verify_crc;      /* check the CRC32C version word of flagged fragments */
+	const uint64_t *live; /* bitmap over ranks counted as members */
+	uint32_t nlive;
+	uint64_t generation; /* changes whenever live changes */
 	const struct pbox_optimizer_ops *opt;
 	struct pbox_opt_params opt_params;
 	struct pbox_job_state *state;

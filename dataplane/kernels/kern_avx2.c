@@ -5,11 +5,11 @@
 #include "kern_isa.h"
 
 typedef float vf __attribute__((vector_size(32)));
-#define VW	     8
-#define KFN(name)    pbox_kern_##name##_avx2
+#define VW            8
+#define KFN(name)     pbox_kern_##name##_avx2
 #define KERN_ISA_NAME "avx2"
-#define VSQRT(x)     ((vf)_mm256_sqrt_ps((__m256)(x)))
-#define VMINS(x, s)  ((vf)_mm256_min_ps((__m256)(x), _mm256_set1_ps(s)))
-#define VMAXS(x, s)  ((vf)_mm256_max_ps((__m256)(x), _mm256_set1_ps(s)))
+#define VSQRT(x)      ((vf)_mm256_sqrt_ps((__m256)(x)))
+#define VMINS(x, s)   ((vf)_mm256_min_ps((__m256)(x), _mm256_set1_ps(s)))
+#define VMAXS(x, s)   ((vf)_mm256_max_ps((__m256)(x), _mm256_set1_ps(s)))
 
 #include "kern_impl.h"

@@ -31,49 +31,49 @@ static inline void KFN(vst)(float *p, vf v)
 	memcpy(p, &v, sizeof(v));
 }
 
-#define VLD(p)	   KFN(vld)(p)
-#define VST(p, x)  KFN(vst)(p, x)
-#define SLD(p)	   (*(p))
-#define SST(p, x)  (*(p) = (x))
-#define SSQRT(x)   sqrtf(x)
+#define VLD(p)      KFN(vld)(p)
+#define VST(p, x)   KFN(vst)(p, x)
+#define SLD(p)      (*(p))
+#define SST(p, x)   (*(p) = (x))
+#define SSQRT(x)    sqrtf(x)
 #define SMINS(x, s) ((x) < (s) ? (x) : (s))
 #define SMAXS(x, s) ((x) > (s) ? (x) : (s))
 
 /* g = sum of the sources at element i, left to right. */
-#define K_SUM(LD, g, i)                                                                            \
-	do {                                                                                       \
-		(g) = LD(src[0] + (i));                                                            \
-		for (unsigned k_ = 1; k_ < nsrc; k_++) {                                           \
-			(g) = (g) + LD(src[k_] + (i));                                             \
-		}                                                                                  \
+#define K_SUM(LD, g, i)                                  \
+	do {                                             \
+		(g) = LD(src[0] + (i));                  \
+		for (unsigned k_ = 1; k_ < nsrc; k_++) { \
+			(g) = (g) + LD(src[k_] + (i));   \
+		}                                        \
 	} while (0)
 
 /* Gradient pre-processing shared by every optimizer: rescale, then optional clipping. */
-#define K_PRE(MINS, MAXS, g)                                                                       \
-	do {                                                                                       \
-		(g) = (g)*rescale;                                                                 \
-		if (clip > 0) {                                                                    \
-			(g) = MINS(MAXS((g), nclip), clip);                                        \
-		}                                                                                  \
+#define K_PRE(MINS, MAXS, g)                                \
+	do {                                                \
+		(g) = (g)*rescale;                          \
+		if (clip > 0) {                             \
+			(g) = MINS(MAXS((g), nclip), clip); \
+		}                                           \
 	} while (0)
 
 /* Run ELEM over n elements: vector body, then scalar tail with the same macro. */
-#define K_LOOP(ELEM)                                                                               \
-	do {                                                                                       \
-		size_t i_ = 0;                                                                     \
-		for (; i_ + VW <= n; i_ += VW) {                                                   \
-			ELEM(vf, VLD, VST, VSQRT, VMINS, VMAXS, i_);                               \
-		}                                                                                  \
-		for (; i_ < n; i_++) {                                                             \
-			ELEM(float, SLD, SST, SSQRT, SMINS, SMAXS, i_);                            \
-		}                                                                                  \
+#define K_LOOP(ELEM)                                                    \
+	do {                                                            \
+		size_t i_ = 0;                                          \
+		for (; i_ + VW <= n; i_ += VW) {                        \
+			ELEM(vf, VLD, VST, VSQRT, VMINS, VMAXS, i_);    \
+		}                                                       \
+		for (; i_ < n; i_++) {                                  \
+			ELEM(float, SLD, SST, SSQRT, SMINS, SMAXS, i_); \
+		}                                                       \
 	} while (0)
 
-#define K_SCALARS(p)                                                                               \
-	const float lr = (p)->lr, mu = (p)->momentum, wd = (p)->wd, rescale = (p)->rescale;       \
-	const float clip = (p)->clip, nclip = -(p)->clip;                                          \
-	(void)lr;                                                                                  \
-	(void)mu;                                                                                  \
+#define K_SCALARS(p)                                                                        \
+	const float lr = (p)->lr, mu = (p)->momentum, wd = (p)->wd, rescale = (p)->rescale; \
+	const float clip = (p)->clip, nclip = -(p)->clip;                                   \
+	(void)lr;                                                                           \
+	(void)mu;                                                                           \
 	(void)wd
 
 static void KFN(add)(float *acc, const float *g, size_t n)
@@ -88,14 +88,14 @@ static void KFN(add)(float *acc, const float *g, size_t n)
 	}
 }
 
-#define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                  \
-	do {                                                                                       \
-		T s_;                                                                              \
-		K_SUM(LD, s_, i);                                                                  \
-		if (div != 1.0f) {                                                                 \
-			s_ = s_ / div;                                                             \
-		}                                                                                  \
-		ST(out + (i), s_);                                                                 \
+#define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
+	do {                                      \
+		T s_;                             \
+		K_SUM(LD, s_, i);                 \
+		if (div != 1.0f) {                \
+			s_ = s_ / div;            \
+		}                                 \
+		ST(out + (i), s_);                \
 	} while (0)
 
 static void KFN(reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div)
@@ -103,19 +103,19 @@ static void KFN(reduce)(float *out, const float *const *src, unsigned nsrc, size
 	K_LOOP(REDUCE_ELEM);
 }
 
-#define SGD_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                     \
-	do {                                                                                       \
-		T g_, w_;                                                                          \
-		K_SUM(LD, g_, i);                                                                  \
-		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w_in + (i));                                                                  \
-		w_ = w_ - lr * (g_ + wd * w_);                                                     \
-		ST(w + (i), w_);                                                                   \
+#define SGD_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
+	do {                                   \
+		T g_, w_;                      \
+		K_SUM(LD, g_, i);              \
+		K_PRE(MINS, MAXS, g_);         \
+		w_ = LD(w_in + (i));           \
+		w_ = w_ - lr * (g_ + wd * w_); \
+		ST(w + (i), w_);               \
 	} while (0)
 
-static void KFN(sgd)(float *w, const float *w_in, float *m, float *v,
-		     const float *const *src, unsigned nsrc, size_t n,
-		     const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(sgd)(float *w, const float *w_in, float *m, float *v, const float *const *src,
+		     unsigned nsrc, size_t n, const struct pbox_opt_params *p,
+		     const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)m;
@@ -124,22 +124,22 @@ static void KFN(sgd)(float *w, const float *w_in, float *m, float *v,
 	K_LOOP(SGD_ELEM);
 }
 
-#define MOM_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                     \
-	do {                                                                                       \
-		T g_, w_, m_;                                                                      \
-		K_SUM(LD, g_, i);                                                                  \
-		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w_in + (i));                                                                  \
-		m_ = LD(m + (i));                                                                  \
-		m_ = mu * m_ - lr * (g_ + wd * w_);                                                \
-		w_ = w_ + m_;                                                                      \
-		ST(m + (i), m_);                                                                   \
-		ST(w + (i), w_);                                                                   \
+#define MOM_ELEM(T, LD, ST, SQ, MINS, MAXS, i)      \
+	do {                                        \
+		T g_, w_, m_;                       \
+		K_SUM(LD, g_, i);                   \
+		K_PRE(MINS, MAXS, g_);              \
+		w_ = LD(w_in + (i));                \
+		m_ = LD(m + (i));                   \
+		m_ = mu * m_ - lr * (g_ + wd * w_); \
+		w_ = w_ + m_;                       \
+		ST(m + (i), m_);                    \
+		ST(w + (i), w_);                    \
 	} while (0)
 
-static void KFN(momentum)(float *w, const float *w_in, float *m, float *v,
-			  const float *const *src, unsigned nsrc, size_t n,
-			  const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(momentum)(float *w, const float *w_in, float *m, float *v, const float *const *src,
+			  unsigned nsrc, size_t n, const struct pbox_opt_params *p,
+			  const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)v;
@@ -147,25 +147,25 @@ static void KFN(momentum)(float *w, const float *w_in, float *m, float *v,
 	K_LOOP(MOM_ELEM);
 }
 
-#define NAG_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                     \
-	do {                                                                                       \
-		T g_, w_, m_;                                                                      \
-		K_SUM(LD, g_, i);                                                                  \
-		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w_in + (i));                                                                  \
-		m_ = LD(m + (i));                                                                  \
-		m_ = m_ * mu;                                                                      \
-		g_ = g_ + wd * w_;                                                                 \
-		m_ = m_ + g_;                                                                      \
-		g_ = g_ + mu * m_;                                                                 \
-		w_ = w_ - lr * g_;                                                                 \
-		ST(m + (i), m_);                                                                   \
-		ST(w + (i), w_);                                                                   \
+#define NAG_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
+	do {                                   \
+		T g_, w_, m_;                  \
+		K_SUM(LD, g_, i);              \
+		K_PRE(MINS, MAXS, g_);         \
+		w_ = LD(w_in + (i));           \
+		m_ = LD(m + (i));              \
+		m_ = m_ * mu;                  \
+		g_ = g_ + wd * w_;             \
+		m_ = m_ + g_;                  \
+		g_ = g_ + mu * m_;             \
+		w_ = w_ - lr * g_;             \
+		ST(m + (i), m_);               \
+		ST(w + (i), w_);               \
 	} while (0)
 
-static void KFN(nag)(float *w, const float *w_in, float *m, float *v,
-		     const float *const *src, unsigned nsrc, size_t n,
-		     const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(nag)(float *w, const float *w_in, float *m, float *v, const float *const *src,
+		     unsigned nsrc, size_t n, const struct pbox_opt_params *p,
+		     const struct pbox_opt_step *st)
 {
 	K_SCALARS(p);
 	(void)v;
@@ -174,56 +174,56 @@ static void KFN(nag)(float *w, const float *w_in, float *m, float *v,
 }
 
 /* Shared Adam tail: moments and the update of w_ (which adamw has already decayed). */
-#define ADAM_CORE(T, LD, ST, SQ, i)                                                                \
-	do {                                                                                       \
-		m_ = LD(m + (i));                                                                  \
-		v_ = LD(v + (i));                                                                  \
-		m_ = b1 * m_ + omb1 * g_;                                                          \
-		v_ = b2 * v_ + omb2 * (g_ * g_);                                                   \
-		w_ = w_ - step_size * (m_ / (SQ(v_) / bc2_sqrt + eps));                            \
-		ST(m + (i), m_);                                                                   \
-		ST(v + (i), v_);                                                                   \
-		ST(w + (i), w_);                                                                   \
+#define ADAM_CORE(T, LD, ST, SQ, i)                                     \
+	do {                                                            \
+		m_ = LD(m + (i));                                       \
+		v_ = LD(v + (i));                                       \
+		m_ = b1 * m_ + omb1 * g_;                               \
+		v_ = b2 * v_ + omb2 * (g_ * g_);                        \
+		w_ = w_ - step_size * (m_ / (SQ(v_) / bc2_sqrt + eps)); \
+		ST(m + (i), m_);                                        \
+		ST(v + (i), v_);                                        \
+		ST(w + (i), w_);                                        \
 	} while (0)
 
-#define ADAM_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                    \
-	do {                                                                                       \
-		T g_, w_, m_, v_;                                                                  \
-		K_SUM(LD, g_, i);                                                                  \
-		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w_in + (i));                                                                  \
-		g_ = g_ + wd * w_;                                                                 \
-		ADAM_CORE(T, LD, ST, SQ, i);                                                       \
+#define ADAM_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
+	do {                                    \
+		T g_, w_, m_, v_;               \
+		K_SUM(LD, g_, i);               \
+		K_PRE(MINS, MAXS, g_);          \
+		w_ = LD(w_in + (i));            \
+		g_ = g_ + wd * w_;              \
+		ADAM_CORE(T, LD, ST, SQ, i);    \
 	} while (0)
 
-#define ADAMW_ELEM(T, LD, ST, SQ, MINS, MAXS, i)                                                   \
-	do {                                                                                       \
-		T g_, w_, m_, v_;                                                                  \
-		K_SUM(LD, g_, i);                                                                  \
-		K_PRE(MINS, MAXS, g_);                                                             \
-		w_ = LD(w_in + (i));                                                                  \
-		w_ = w_ * decay;                                                                   \
-		ADAM_CORE(T, LD, ST, SQ, i);                                                       \
+#define ADAMW_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
+	do {                                     \
+		T g_, w_, m_, v_;                \
+		K_SUM(LD, g_, i);                \
+		K_PRE(MINS, MAXS, g_);           \
+		w_ = LD(w_in + (i));             \
+		w_ = w_ * decay;                 \
+		ADAM_CORE(T, LD, ST, SQ, i);     \
 	} while (0)
 
-#define ADAM_SCALARS(p, st)                                                                        \
-	K_SCALARS(p);                                                                              \
-	const float b1 = (p)->beta1, b2 = (p)->beta2, eps = (p)->eps;                              \
-	const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;                                            \
-	const float step_size = (st)->step_size, bc2_sqrt = (st)->bc2_sqrt, decay = (st)->decay;  \
+#define ADAM_SCALARS(p, st)                                                                      \
+	K_SCALARS(p);                                                                            \
+	const float b1 = (p)->beta1, b2 = (p)->beta2, eps = (p)->eps;                            \
+	const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;                                          \
+	const float step_size = (st)->step_size, bc2_sqrt = (st)->bc2_sqrt, decay = (st)->decay; \
 	(void)decay
 
-static void KFN(adam)(float *w, const float *w_in, float *m, float *v,
-		      const float *const *src, unsigned nsrc, size_t n,
-		      const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(adam)(float *w, const float *w_in, float *m, float *v, const float *const *src,
+		      unsigned nsrc, size_t n, const struct pbox_opt_params *p,
+		      const struct pbox_opt_step *st)
 {
 	ADAM_SCALARS(p, st);
 	K_LOOP(ADAM_ELEM);
 }
 
-static void KFN(adamw)(float *w, const float *w_in, float *m, float *v,
-		       const float *const *src, unsigned nsrc, size_t n,
-		       const struct pbox_opt_params *p, const struct pbox_opt_step *st)
+static void KFN(adamw)(float *w, const float *w_in, float *m, float *v, const float *const *src,
+		       unsigned nsrc, size_t n, const struct pbox_opt_params *p,
+		       const struct pbox_opt_step *st)
 {
 	ADAM_SCALARS(p, st);
 	K_LOOP(ADAMW_ELEM);

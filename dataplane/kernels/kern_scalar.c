@@ -7,11 +7,11 @@
 #include "kern_isa.h"
 
 typedef float vf;
-#define VW	     1
-#define KFN(name)    pbox_kern_##name##_scalar
+#define VW            1
+#define KFN(name)     pbox_kern_##name##_scalar
 #define KERN_ISA_NAME "scalar"
-#define VSQRT(x)     sqrtf(x)
-#define VMINS(x, s)  ((x) < (s) ? (x) : (s))
-#define VMAXS(x, s)  ((x) > (s) ? (x) : (s))
+#define VSQRT(x)      sqrtf(x)
+#define VMINS(x, s)   ((x) < (s) ? (x) : (s))
+#define VMAXS(x, s)   ((x) > (s) ? (x) : (s))
 
 #include "kern_impl.h"

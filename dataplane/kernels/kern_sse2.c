@@ -5,11 +5,11 @@
 #include "kern_isa.h"
 
 typedef float vf __attribute__((vector_size(16)));
-#define VW	     4
-#define KFN(name)    pbox_kern_##name##_sse2
+#define VW            4
+#define KFN(name)     pbox_kern_##name##_sse2
 #define KERN_ISA_NAME "sse2"
-#define VSQRT(x)     ((vf)_mm_sqrt_ps((__m128)(x)))
-#define VMINS(x, s)  ((vf)_mm_min_ps((__m128)(x), _mm_set1_ps(s)))
-#define VMAXS(x, s)  ((vf)_mm_max_ps((__m128)(x), _mm_set1_ps(s)))
+#define VSQRT(x)      ((vf)_mm_sqrt_ps((__m128)(x)))
+#define VMINS(x, s)   ((vf)_mm_min_ps((__m128)(x), _mm_set1_ps(s)))
+#define VMAXS(x, s)   ((vf)_mm_max_ps((__m128)(x), _mm_set1_ps(s)))
 
 #include "kern_impl.h"

@@ -45,6 +45,7 @@ enum cop_state {
 struct cop {
 	struct pbox_op op;
 	enum cop_state state;
+	uint32_t version; /* label of the last result received on this key */
 	pbox_done_fn cb;
 	void *cb_arg;
 	struct cop *next; /* submission list */
@@ -60,6 +61,12 @@ struct pbox_client {
 	struct pbox_job_info info;
 	char data_addr[64];
 	uint64_t cookie;
+	/* synchronisation contract from the register reply */
+	uint32_t staleness;
+	uint32_t credits;
+	bool plain, folds_late;
+	uint32_t heartbeat_ms;
+	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
 	struct pbox_peer *cores;
@@ -74,7 +81,7 @@ struct pbox_client {
 	pthread_cond_t cond;
 	struct cop *sub_head, *sub_tail;
 	struct pbox_client_stats stats; /* snapshot, under lock */
-	int fail_err;			/* set once the job / connection failed */
+	int fail_err;                   /* set once the job / connection failed */
 	char fail_msg[256];
 	bool node_failed; /* progress thread: fail_err applied to the node */
 };
@@ -210,7 +217,8 @@ static int ctl_call(struct pbox_client *c, json_t *req, json_t **resp)
 			uint64_t t = pbox_clock_ns(NULL);
 			struct pollfd p = { .fd = c->ctl_fd, .events = POLLIN };
 
-			if (t >= deadline || poll(&p, 1, (int)((deadline - t) / 1000000 + 1)) == 0) {
+			if (t >= deadline ||
+			    poll(&p, 1, (int)((deadline - t) / 1000000 + 1)) == 0) {
 				return fail(-ETIMEDOUT, "%s: pboxd did not answer within %u ms", op,
 					    c->opts.timeout_ms);
 			}
@@ -261,9 +269,9 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 		goto err;
 	}
 	rc = ctl_call(c,
-		      json_pack("{s:s, s:i, s:i, s:s, s:i}", "op", "hello", "job", (json_int_t)o->job,
-				"rank", (json_int_t)o->rank, "token", o->token, "version",
-				PBOX_CTL_PROTO_VERSION),
+		      json_pack("{s:s, s:i, s:i, s:s, s:i}", "op", "hello", "job",
+				(json_int_t)o->job, "rank", (json_int_t)o->rank, "token", o->token,
+				"version", PBOX_CTL_PROTO_VERSION),
 		      &resp);
 	if (rc < 0) {
 		goto err;
@@ -273,7 +281,7 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	c->info.rank = o->rank;
 	c->info.workers = (uint32_t)json_integer_value(json_object_get(resp, "workers"));
 	c->info.mode = mode && strcmp(mode, "server-optimizer") == 0 ? PBOX_JOB_SERVER_OPTIMIZER
-								      : PBOX_JOB_AGGREGATE;
+								     : PBOX_JOB_AGGREGATE;
 	json_decref(resp);
 	*out = c;
 	return 0;
@@ -323,6 +331,9 @@ static void op_done(struct pbox_op *op, void *arg)
 		snprintf(op->errmsg, sizeof(op->errmsg), "%s", c->fail_msg);
 	}
 	cp->state = COP_DONE;
+	if (op->status == 0 && op->label != UINT32_MAX) {
+		cp->version = op->label;
+	}
 	cb = cp->cb;
 	cb_arg = cp->cb_arg;
 	snapshot_stats(c);
@@ -359,9 +370,15 @@ static bool ctl_read_events(struct pbox_client *c)
 		if (ev != NULL && strcmp(ev, "abort") == 0) {
 			const char *why = json_string_value(json_object_get(o, "reason"));
 
-			snprintf(msg, sizeof(msg), "job %u aborted by the appliance: %s", c->info.job,
-				 why ? why : "no reason given");
+			snprintf(msg, sizeof(msg), "job %u aborted by the appliance: %s",
+				 c->info.job, why ? why : "no reason given");
 			record_failure(c, -ECONNABORTED, msg);
+		} else if (ev != NULL && strcmp(ev, "removed") == 0) {
+			const char *why = json_string_value(json_object_get(o, "reason"));
+
+			snprintf(msg, sizeof(msg), "the appliance removed rank %u from job %u: %s",
+				 c->info.rank, c->info.job, why ? why : "no reason given");
+			record_failure(c, -ETIMEDOUT, msg);
 		}
 		json_decref(o);
 	}
@@ -407,6 +424,27 @@ static void drain_submissions(struct pbox_client *c)
 	}
 }
 
+/* Tell pboxd this worker is alive (its liveness check declares silent workers dead). */
+static void heartbeat(struct pbox_client *c)
+{
+	uint64_t t;
+
+	if (c->heartbeat_ms == 0 || c->ctl_fd < 0) {
+		return;
+	}
+	t = pbox_clock_ns(NULL);
+	if (t >= c->next_ping_ns) {
+		static const char ping[] = "{\"op\":\"ping\"}\n";
+
+		c->next_ping_ns = t + (uint64_t)c->heartbeat_ms * 1000000ull;
+		/* Non-blocking and tiny: if the socket is full, the next ping will do. */
+		if (send(c->ctl_fd, ping, sizeof(ping) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 &&
+		    errno != EAGAIN) {
+			ctl_events(c);
+		}
+	}
+}
+
 static void *progress_main(void *arg)
 {
 	struct pbox_client *c = arg;
@@ -426,6 +464,7 @@ static void *progress_main(void *arg)
 			c->node_failed = true;
 			pbox_node_fail(c->node, c->fail_err, c->fail_msg);
 		}
+		heartbeat(c);
 		pbox_node_timers(c->node);
 		pbox_node_flush(c->node);
 		if (n != 0 || c->opts.busy_poll) {
@@ -447,6 +486,10 @@ static void *progress_main(void *arg)
 			};
 			int ms = next == UINT64_MAX ? 200 : (int)PBOX_MIN(next / 1000000 + 1, 200);
 
+			if (c->heartbeat_ms != 0) {
+				ms = (int)PBOX_MIN((uint32_t)ms, c->heartbeat_ms);
+			}
+
 			if (poll(p, c->ctl_fd >= 0 ? 3 : 2, ms) > 0) {
 				if (p[1].revents & POLLIN) {
 					uint64_t v;
@@ -455,7 +498,8 @@ static void *progress_main(void *arg)
 						/* nothing: the eventfd is only a doorbell */
 					}
 				}
-				if (c->ctl_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
+				if (c->ctl_fd >= 0 &&
+				    (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
 					ctl_events(c);
 				}
 			}
@@ -497,7 +541,8 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 	for (i = 0; i < ncores; i++) {
 		json_int_t p = json_integer_value(json_array_get(ports, i));
 
-		if (p <= 0 || p > 65535 || pbox_peer_from_str(&c->cores[i], addr, (uint16_t)p) != 0) {
+		if (p <= 0 || p > 65535 ||
+		    pbox_peer_from_str(&c->cores[i], addr, (uint16_t)p) != 0) {
 			free(core_map);
 			return fail(-EPROTO, "register: bad data endpoint %s:%lld", addr,
 				    (long long)p);
@@ -523,6 +568,24 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 	c->cookie = strtoull(cookie, NULL, 16);
 	if (c->cookie == 0) {
 		return fail(-EPROTO, "register: pboxd sent an invalid session cookie '%s'", cookie);
+	}
+	{
+		json_int_t st = json_integer_value(json_object_get(resp, "staleness"));
+		const char *flow = json_string_value(json_object_get(resp, "flow"));
+		json_int_t credits = json_integer_value(json_object_get(resp, "credits"));
+
+		c->staleness = st < 0 ? UINT32_MAX : (uint32_t)st;
+		c->credits = credits > 0 && credits <= 64 ? (uint32_t)credits : 1;
+		c->plain = flow != NULL && strcmp(flow, "plain") == 0;
+		c->folds_late = json_is_true(json_object_get(resp, "folds_late"));
+		c->heartbeat_ms =
+			(uint32_t)json_integer_value(json_object_get(resp, "heartbeat_ms"));
+		snprintf(c->info.sync, sizeof(c->info.sync), "%s",
+			 json_string_value(json_object_get(resp, "sync"))
+				 ? json_string_value(json_object_get(resp, "sync"))
+				 : "bsp");
+		c->info.staleness = c->staleness;
+		c->info.credits = c->credits;
 	}
 	return 0;
 }
@@ -571,7 +634,8 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	}
 	ucfg.addr = c->opts.local_addr;
 	c->udp = pbox_udp_open(&ucfg);
-	c->ops = calloc(nkeys, sizeof(*c->ops));
+	/* One operation slot per unacknowledged contribution the job allows per chunk. */
+	c->ops = calloc((size_t)nkeys * c->credits, sizeof(*c->ops));
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (c->udp == NULL || c->ops == NULL || c->wake_fd < 0) {
 		rc = fail(-ENOMEM, "register: cannot set up the data socket (see log)");
@@ -588,6 +652,11 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.rto_ms = c->opts.rto_ms;
 	ncfg.timeout_ms = c->opts.timeout_ms;
 	ncfg.max_inflight = c->opts.max_inflight;
+	ncfg.staleness = c->staleness;
+	ncfg.accept_newer = c->folds_late && c->info.mode != PBOX_JOB_SERVER_OPTIMIZER;
+	ncfg.credits = c->credits;
+	ncfg.plain = c->plain;
+	ncfg.crc = true;
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);
@@ -624,11 +693,10 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 	if (k < 0) {
 		return fail(-ENOENT, "key %u was not registered", key_id);
 	}
-	if ((src == NULL && kind != PBOX_OP_PULL) || (dst == NULL && (kind == PBOX_OP_PULL ||
-								     kind == PBOX_OP_PUSH_PULL))) {
+	if ((src == NULL && kind != PBOX_OP_PULL) ||
+	    (dst == NULL && (kind == PBOX_OP_PULL || kind == PBOX_OP_PUSH_PULL))) {
 		return fail(-EINVAL, "key %u: NULL buffer", key_id);
 	}
-	cp = &c->ops[k];
 	pthread_mutex_lock(&c->lock);
 	if (c->fail_err != 0) {
 		int e = c->fail_err;
@@ -637,10 +705,19 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 		pthread_mutex_unlock(&c->lock);
 		return e;
 	}
-	if (cp->state == COP_SUBMITTED) {
+	cp = NULL;
+	for (uint32_t l = 0; l < c->credits; l++) {
+		if (c->ops[k * c->credits + l].state != COP_SUBMITTED) {
+			cp = &c->ops[k * c->credits + l];
+			break;
+		}
+	}
+	if (cp == NULL) {
 		pthread_mutex_unlock(&c->lock);
-		return fail(-EBUSY, "key %u already has an operation in flight (iteration %u)",
-			    key_id, cp->op.iter);
+		return fail(-EBUSY,
+			    "key %u already has %u operation(s) in flight (the job allows %u "
+			    "unacknowledged contribution(s) per chunk); wait for one first",
+			    key_id, c->credits, c->credits);
 	}
 	memset(&cp->op, 0, sizeof(cp->op));
 	cp->op.kind = kind;
@@ -705,6 +782,26 @@ static int wait_locked(struct pbox_client *c, struct cop *cp, const struct times
 	return 0;
 }
 
+/* Wait for every operation slot of key index k (lock held); first error wins. */
+static int wait_key_locked(struct pbox_client *c, uint32_t k, const struct timespec *until)
+{
+	int first = 0;
+	char msg[sizeof(g_errmsg)] = "";
+
+	for (uint32_t l = 0; l < c->credits; l++) {
+		int rc = wait_locked(c, &c->ops[k * c->credits + l], until);
+
+		if (rc < 0 && first == 0) {
+			first = rc;
+			snprintf(msg, sizeof(msg), "%s", g_errmsg);
+		}
+	}
+	if (first < 0) {
+		snprintf(g_errmsg, sizeof(g_errmsg), "%s", msg);
+	}
+	return first;
+}
+
 int pbox_wait(struct pbox_client *c, uint32_t key_id, int timeout_ms)
 {
 	struct timespec until;
@@ -722,7 +819,7 @@ int pbox_wait(struct pbox_client *c, uint32_t key_id, int timeout_ms)
 		abs_deadline(&until, timeout_ms);
 	}
 	pthread_mutex_lock(&c->lock);
-	rc = wait_locked(c, &c->ops[k], timeout_ms >= 0 ? &until : NULL);
+	rc = wait_key_locked(c, (uint32_t)k, timeout_ms >= 0 ? &until : NULL);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -741,7 +838,7 @@ int pbox_wait_all(struct pbox_client *c, int timeout_ms)
 	}
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t k = 0; k < c->desc.nkeys; k++) {
-		int rc = wait_locked(c, &c->ops[k], timeout_ms >= 0 ? &until : NULL);
+		int rc = wait_key_locked(c, k, timeout_ms >= 0 ? &until : NULL);
 
 		if (rc < 0 && first == 0) {
 			first = rc;
@@ -796,8 +893,8 @@ int pbox_push_async(struct pbox_client *c, uint32_t key, uint32_t iter, const fl
 	return start(c, PBOX_OP_PUSH, key, iter, grad, NULL, cb, arg);
 }
 
-int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out,
-		    pbox_done_fn cb, void *arg)
+int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out, pbox_done_fn cb,
+		    void *arg)
 {
 	return start(c, PBOX_OP_PULL, key, iter, NULL, out, cb, arg);
 }
@@ -806,6 +903,26 @@ int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, con
 			 float *out, pbox_done_fn cb, void *arg)
 {
 	return start(c, PBOX_OP_PUSH_PULL, key, iter, grad, out, cb, arg);
+}
+
+int64_t pbox_result_version(struct pbox_client *c, uint32_t key_id)
+{
+	int64_t k, v;
+
+	if (c == NULL || c->node == NULL) {
+		return fail(-ENOTCONN, "no keys registered yet");
+	}
+	k = pbox_jobdesc_find_key(&c->desc, key_id);
+	if (k < 0) {
+		return fail(-ENOENT, "key %u was not registered", key_id);
+	}
+	pthread_mutex_lock(&c->lock);
+	v = 0;
+	for (uint32_t l = 0; l < c->credits; l++) {
+		v = PBOX_MAX(v, (int64_t)c->ops[k * c->credits + l].version);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return v;
 }
 
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info)

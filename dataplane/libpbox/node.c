@@ -11,6 +11,7 @@
 
 #include "common/bitmap.h"
 #include "common/compiler.h"
+#include "common/crc.h"
 #include "common/log.h"
 
 enum phase {
@@ -20,18 +21,37 @@ enum phase {
 	PH_WAIT,   /* contribution acknowledged, waiting for the result */
 };
 
+/* One chunk of one lane. */
 struct wchunk {
 	uint8_t phase;
-	uint16_t tries;	     /* sends of the current phase */
+	uint16_t tries; /* sends of the current phase */
 	uint32_t rto_ms;
 	uint64_t due_ns;     /* next retransmission / probe */
 	uint32_t rlabel;     /* label of the result being collected */
-	uint32_t rgot;	     /* fragments of it received */
+	uint32_t rgot;       /* fragments of it received */
 	uint32_t ndone_seen; /* contributions the appliance reported in its last ACK */
+	uint32_t stale_seen; /* label of the last result ignored as too stale */
 	uint64_t *rbits;
-	uint32_t next_queued; /* FIFO link (chunk id + 1, 0 = end) */
-	uint32_t next_active; /* active list link (chunk id + 1, 0 = end) */
+	uint32_t *crc;        /* per fragment version word (crc mode) */
+	uint32_t next_queued; /* FIFO link (wchunk index + 1, 0 = end) */
+	uint32_t next_active; /* active list link (wchunk index + 1, 0 = end) */
 	uint32_t prev_active;
+};
+
+/* An operation's state in one lane of its key. A plain push's lane outlives its op (the
+ * op completed when the data was sent; the lane still resends until acknowledged). */
+struct lane {
+	enum pbox_op_kind kind;
+	uint32_t iter;
+	const float *src; /* the caller's buffer, or `copy` in plain flow */
+	float *dst;
+	struct pbox_op *op; /* NULL once the caller's op has completed early (plain flow) */
+	uint32_t chunks_left;
+	uint32_t chunks_unsent;
+	uint64_t start_ns;
+	uint64_t deadline_ns;
+	float *copy;
+	size_t copy_cap;
 };
 
 struct pbox_node {
@@ -39,16 +59,20 @@ struct pbox_node {
 	const struct pbox_jobdesc *d;
 	struct pbox_wire_job wire;
 	uint64_t cookie_store[1];
-	struct wchunk *ch;
+	uint32_t nlanes;
+	struct wchunk *ch;  /* nchunks * nlanes, chunk-major */
+	struct lane *lanes; /* nkeys * nlanes, key-major */
 	uint64_t *bits_arena;
-	struct pbox_op **key_op; /* per key: operation in flight or NULL */
-	uint32_t nops;
-	uint32_t inflight;    /* chunks in PH_SEND */
-	uint32_t q_head, q_tail; /* queued chunks, id + 1 */
-	uint32_t active_head;	 /* chunks in PH_SEND / PH_WAIT, id + 1 */
+	uint32_t *crc_arena;
+	struct pbox_op **pending_head; /* per key: plain pushes waiting for a free lane */
+	struct pbox_op **pending_tail;
+	uint32_t nops;           /* lanes busy */
+	uint32_t inflight;       /* wchunks in PH_SEND */
+	uint32_t q_head, q_tail; /* queued wchunks, index + 1 */
+	uint32_t active_head;    /* wchunks in PH_SEND / PH_WAIT, index + 1 */
 	uint32_t seq;
-	uint64_t next_due;	/* lower bound of every active chunk's due_ns */
-	uint64_t next_deadline; /* lower bound of every op's deadline_ns */
+	uint64_t next_due;      /* lower bound of every active chunk's due_ns */
+	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
 	char failmsg[256];
 	struct pbox_node_stats stats;
@@ -75,10 +99,28 @@ static const struct pbox_wire_job *lookup(void *arg, uint32_t id)
 	return id == n->wire.id ? &n->wire : NULL;
 }
 
+/* wchunk index <-> (chunk, lane) */
+static uint32_t wc_index(const struct pbox_node *n, uint32_t c, uint32_t lane)
+{
+	return c * n->nlanes + lane;
+}
+
+static uint32_t wc_chunk(const struct pbox_node *n, uint32_t i)
+{
+	return i / n->nlanes;
+}
+
+static struct lane *wc_lane(struct pbox_node *n, uint32_t i)
+{
+	uint32_t c = wc_chunk(n, i);
+
+	return &n->lanes[n->d->chunks[c].key * n->nlanes + i % n->nlanes];
+}
+
 struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 {
 	struct pbox_node *n = calloc(1, sizeof(*n));
-	size_t words = 0;
+	size_t words = 0, crcs = 0;
 
 	if (n == NULL) {
 		goto oom;
@@ -99,6 +141,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	if (n->cfg.max_inflight == 0) {
 		n->cfg.max_inflight = 256;
 	}
+	n->nlanes = n->cfg.credits ? n->cfg.credits : 1;
 	n->d = cfg->desc;
 	n->next_due = UINT64_MAX;
 	n->next_deadline = UINT64_MAX;
@@ -106,19 +149,33 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	n->wire.id = cfg->job;
 	n->wire.desc = cfg->desc;
 	n->wire.cookies = n->cookie_store;
-	n->ch = calloc(n->d->nchunks, sizeof(*n->ch));
-	n->key_op = calloc(n->d->nkeys, sizeof(*n->key_op));
+	n->ch = calloc((size_t)n->d->nchunks * n->nlanes, sizeof(*n->ch));
+	n->lanes = calloc((size_t)n->d->nkeys * n->nlanes, sizeof(*n->lanes));
+	n->pending_head = calloc(n->d->nkeys, sizeof(*n->pending_head));
+	n->pending_tail = calloc(n->d->nkeys, sizeof(*n->pending_tail));
 	for (uint32_t c = 0; c < n->d->nchunks; c++) {
-		words += pbox_bitmap_words(n->d->chunks[c].nfrags);
+		words += pbox_bitmap_words(n->d->chunks[c].nfrags) * n->nlanes;
+		crcs += (size_t)n->d->chunks[c].nfrags * n->nlanes;
 	}
 	n->bits_arena = calloc(words ? words : 1, sizeof(uint64_t));
-	if (n->ch == NULL || n->key_op == NULL || n->bits_arena == NULL) {
+	n->crc_arena = n->cfg.crc ? calloc(crcs ? crcs : 1, sizeof(uint32_t)) : NULL;
+	if (n->ch == NULL || n->lanes == NULL || n->bits_arena == NULL || n->pending_head == NULL ||
+	    n->pending_tail == NULL || (n->cfg.crc && n->crc_arena == NULL)) {
 		goto oom;
 	}
 	words = 0;
+	crcs = 0;
 	for (uint32_t c = 0; c < n->d->nchunks; c++) {
-		n->ch[c].rbits = n->bits_arena + words;
-		words += pbox_bitmap_words(n->d->chunks[c].nfrags);
+		for (uint32_t l = 0; l < n->nlanes; l++) {
+			struct wchunk *w = &n->ch[wc_index(n, c, l)];
+
+			w->rbits = n->bits_arena + words;
+			words += pbox_bitmap_words(n->d->chunks[c].nfrags);
+			if (n->crc_arena != NULL) {
+				w->crc = n->crc_arena + crcs;
+				crcs += n->d->chunks[c].nfrags;
+			}
+		}
 	}
 	return n;
 oom:
@@ -132,9 +189,15 @@ void pbox_node_destroy(struct pbox_node *n)
 	if (n == NULL) {
 		return;
 	}
+	for (size_t i = 0; n->lanes != NULL && i < (size_t)n->d->nkeys * n->nlanes; i++) {
+		free(n->lanes[i].copy);
+	}
 	free(n->ch);
-	free(n->key_op);
+	free(n->lanes);
+	free(n->pending_head);
+	free(n->pending_tail);
 	free(n->bits_arena);
+	free(n->crc_arena);
 	free(n);
 }
 
@@ -166,21 +229,21 @@ static const char *kind_name(enum pbox_op_kind k)
 
 /* ---- active list / queue ---------------------------------------------------------- */
 
-static void active_add(struct pbox_node *n, uint32_t c)
+static void active_add(struct pbox_node *n, uint32_t i)
 {
-	struct wchunk *w = &n->ch[c];
+	struct wchunk *w = &n->ch[i];
 
 	w->prev_active = 0;
 	w->next_active = n->active_head;
 	if (n->active_head) {
-		n->ch[n->active_head - 1].prev_active = c + 1;
+		n->ch[n->active_head - 1].prev_active = i + 1;
 	}
-	n->active_head = c + 1;
+	n->active_head = i + 1;
 }
 
-static void active_del(struct pbox_node *n, uint32_t c)
+static void active_del(struct pbox_node *n, uint32_t i)
 {
-	struct wchunk *w = &n->ch[c];
+	struct wchunk *w = &n->ch[i];
 
 	if (w->prev_active) {
 		n->ch[w->prev_active - 1].next_active = w->next_active;
@@ -207,76 +270,103 @@ static void xmit(struct pbox_node *n, uint32_t c, struct pbox_msg *m, const void
 	m->chunk_len = cd->bytes;
 	m->seq = n->seq++;
 	pbox_wire_encode(m, &h);
-	if (n->cfg.tx->send(n->cfg.tx_ctx, &n->cfg.cores[cd->core], &h, payload, m->frag_len) == 0) {
+	if (n->cfg.tx->send(n->cfg.tx_ctx, &n->cfg.cores[cd->core], &h, payload, m->frag_len) ==
+	    0) {
 		n->stats.tx_pkts++;
 		n->stats.tx_bytes += PBOX_WIRE_HDR_LEN + m->frag_len;
 	}
 }
 
-static struct pbox_op *chunk_op(struct pbox_node *n, uint32_t c)
-{
-	return n->key_op[n->d->chunks[c].key];
-}
+static void lane_fail(struct pbox_node *n, struct lane *ln, int err, const char *fmt, ...)
+	PBOX_PRINTF(4, 5);
 
-/* Send the chunk's contribution (all fragments) or its pull request. */
-static void send_chunk(struct pbox_node *n, uint32_t c, bool again)
+/* Send the chunk's contribution (all fragments) or its pull request. Returns false if
+ * the lane failed (a resend found its buffer changed). */
+static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 {
+	uint32_t c = wc_chunk(n, i);
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
-	struct pbox_op *op = chunk_op(n, c);
+	struct wchunk *w = &n->ch[i];
+	struct lane *ln = wc_lane(n, i);
 	uint16_t rflag = again ? PBOX_F_RETRANSMIT : 0;
 
-	if (op->kind == PBOX_OP_PULL) {
-		struct pbox_msg m = { .type = PBOX_MSG_PULL, .flags = rflag, .iter = op->iter };
+	if (ln->kind == PBOX_OP_PULL) {
+		struct pbox_msg m = { .type = PBOX_MSG_PULL, .flags = rflag, .iter = ln->iter };
 
 		xmit(n, c, &m, NULL);
-	} else {
-		const uint8_t *src = (const uint8_t *)(op->src + cd->elem_off);
+		return true;
+	}
+	for (uint32_t f = 0; f < cd->nfrags; f++) {
+		const uint8_t *src = (const uint8_t *)(ln->src + cd->elem_off);
+		struct pbox_msg m = {
+			.type = ln->kind == PBOX_OP_INIT ? PBOX_MSG_INIT : PBOX_MSG_PUSH,
+			.encoding = PBOX_ENC_F32,
+			.flags = rflag,
+			.iter = ln->kind == PBOX_OP_INIT ? 0 : ln->iter,
+			.frag_off = f * n->d->frag_bytes,
+			.frag_len = pbox_frag_len(n->d, cd->bytes, f),
+		};
 
-		for (uint32_t f = 0; f < cd->nfrags; f++) {
-			struct pbox_msg m = {
-				.type = op->kind == PBOX_OP_INIT ? PBOX_MSG_INIT : PBOX_MSG_PUSH,
-				.encoding = PBOX_ENC_F32,
-				.flags = rflag,
-				.iter = op->kind == PBOX_OP_INIT ? 0 : op->iter,
-				.frag_off = f * n->d->frag_bytes,
-				.frag_len = pbox_frag_len(n->d, cd->bytes, f),
-			};
-
-			if (op->kind == PBOX_OP_PUSH_PULL) {
-				m.flags |= PBOX_F_WANT_REPLY;
-			}
-			xmit(n, c, &m, src + m.frag_off);
+		if (ln->kind == PBOX_OP_PUSH_PULL) {
+			m.flags |= PBOX_F_WANT_REPLY;
 		}
+		if (w->crc != NULL) {
+			uint32_t crc = pbox_crc32c(src + m.frag_off, m.frag_len, PBOX_CRC_INIT);
+
+			if (!again) {
+				w->crc[f] = crc;
+			} else if (crc != w->crc[f]) {
+				lane_fail(n, ln, -EILSEQ,
+					  "%s of key %u (iteration %u): the gradient buffer "
+					  "changed while "
+					  "its push was in flight (chunk %u fragment %u no longer "
+					  "matches "
+					  "its version word); the buffer must not be modified "
+					  "before the "
+					  "operation completes",
+					  kind_name(ln->kind), n->d->keys[cd->key].id, ln->iter, c,
+					  f);
+				return false;
+			}
+			m.flags |= PBOX_F_CRC;
+			m.arg1 = crc;
+		}
+		xmit(n, c, &m, src + m.frag_off);
 	}
 	if (again) {
-		n->stats.retransmits += op->kind == PBOX_OP_PULL ? 1 : cd->nfrags;
+		n->stats.retransmits += cd->nfrags;
 	}
+	return true;
 }
 
-/* The label a result must have to answer op. */
-static bool label_ok(const struct pbox_node *n, const struct pbox_op *op, uint32_t label)
+/* The label a result must have to answer the lane: not older than the staleness bound
+ * allows (server-optimizer), or the very iteration (aggregate). */
+static bool label_ok(const struct pbox_node *n, const struct lane *ln, uint32_t label)
 {
-	switch (op->kind) {
-	case PBOX_OP_PUSH_PULL:
-		return n->cfg.server_opt ? label >= op->iter + 1 : label == op->iter;
-	case PBOX_OP_PULL:
-		return n->cfg.server_opt ? label >= op->iter : label == op->iter;
-	default:
+	uint32_t want;
+
+	if (ln->kind != PBOX_OP_PUSH_PULL && ln->kind != PBOX_OP_PULL) {
 		return false;
 	}
+	want = ln->kind == PBOX_OP_PUSH_PULL && n->cfg.server_opt ? ln->iter + 1 : ln->iter;
+	if (!n->cfg.server_opt) {
+		return label == want || (n->cfg.accept_newer && label > want);
+	}
+	return n->cfg.staleness == UINT32_MAX || (uint64_t)label + n->cfg.staleness >= want;
 }
 
 /* The PULL that asks the appliance to repeat a possibly lost result. */
-static void send_probe(struct pbox_node *n, uint32_t c)
+static void send_probe(struct pbox_node *n, uint32_t i)
 {
-	struct pbox_op *op = chunk_op(n, c);
+	struct lane *ln = wc_lane(n, i);
 	struct pbox_msg m = {
 		.type = PBOX_MSG_PULL,
 		.flags = PBOX_F_RETRANSMIT,
-		.iter = n->cfg.server_opt && op->kind == PBOX_OP_PUSH_PULL ? op->iter + 1 : op->iter,
+		.iter = n->cfg.server_opt && ln->kind == PBOX_OP_PUSH_PULL ? ln->iter + 1
+									   : ln->iter,
 	};
 
-	xmit(n, c, &m, NULL);
+	xmit(n, wc_chunk(n, i), &m, NULL);
 	n->stats.probes++;
 }
 
@@ -286,48 +376,10 @@ static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
 	n->next_due = PBOX_MIN(n->next_due, w->due_ns);
 }
 
-static void start_chunk(struct pbox_node *n, uint32_t c, uint64_t t)
-{
-	struct wchunk *w = &n->ch[c];
-
-	w->phase = PH_SEND;
-	w->tries = 1;
-	w->rto_ms = n->cfg.rto_ms;
-	w->rgot = 0;
-	w->ndone_seen = 0;
-	w->rlabel = UINT32_MAX;
-	pbox_bitmap_zero(w->rbits, n->d->chunks[c].nfrags);
-	n->inflight++;
-	active_add(n, c);
-	arm(n, w, t);
-	send_chunk(n, c, false);
-}
-
-static void start_queued(struct pbox_node *n)
-{
-	uint64_t t = 0;
-
-	while (n->q_head && n->inflight < n->cfg.max_inflight) {
-		uint32_t c = n->q_head - 1;
-
-		n->q_head = n->ch[c].next_queued;
-		if (n->q_head == 0) {
-			n->q_tail = 0;
-		}
-		n->ch[c].next_queued = 0;
-		if (t == 0) {
-			t = now(n);
-		}
-		start_chunk(n, c, t);
-	}
-}
-
 /* ---- completion --------------------------------------------------------------------- */
 
 static void op_finish(struct pbox_node *n, struct pbox_op *op)
 {
-	n->key_op[op->key] = NULL;
-	n->nops--;
 	if (op->status == 0) {
 		n->stats.ops_done++;
 	} else {
@@ -338,48 +390,65 @@ static void op_finish(struct pbox_node *n, struct pbox_op *op)
 	}
 }
 
-/* Leave the chunk's phase (it no longer needs the network). */
-static void chunk_idle(struct pbox_node *n, uint32_t c)
+static int start_op(struct pbox_node *n, struct pbox_op *op);
+
+/* The lane is finished (all chunks done or failed): free it, complete its op, and give it
+ * to a plain push of the same key waiting for one. */
+static void lane_finish(struct pbox_node *n, struct lane *ln)
 {
-	struct wchunk *w = &n->ch[c];
+	uint32_t key = (uint32_t)(ln - n->lanes) / n->nlanes;
+	struct pbox_op *op = ln->op, *next = n->pending_head[key];
+
+	ln->kind = PBOX_OP_NONE;
+	ln->op = NULL;
+	n->nops--;
+	if (op != NULL) {
+		op_finish(n, op);
+	}
+	if (next != NULL && ln->kind == PBOX_OP_NONE) {
+		n->pending_head[key] = next->next_pending;
+		if (n->pending_head[key] == NULL) {
+			n->pending_tail[key] = NULL;
+		}
+		n->nops--; /* start_op counts it again */
+		if (start_op(n, next) != 0) {
+			op_finish(n, next);
+		}
+	}
+}
+
+/* Leave the wchunk's phase (it no longer needs the network). */
+static void chunk_idle(struct pbox_node *n, uint32_t i)
+{
+	struct wchunk *w = &n->ch[i];
 
 	if (w->phase == PH_SEND) {
 		n->inflight--;
 	}
 	if (w->phase == PH_SEND || w->phase == PH_WAIT) {
-		active_del(n, c);
+		active_del(n, i);
 	}
 	w->phase = PH_IDLE;
 }
 
-static void chunk_done(struct pbox_node *n, uint32_t c)
+static void chunk_done(struct pbox_node *n, uint32_t i)
 {
-	struct pbox_op *op = chunk_op(n, c);
+	struct lane *ln = wc_lane(n, i);
 
-	chunk_idle(n, c);
-	if (--op->chunks_left == 0) {
-		op_finish(n, op);
+	chunk_idle(n, i);
+	if (--ln->chunks_left == 0) {
+		lane_finish(n, ln);
 	}
 }
 
-/* Fail op: every chunk of its key leaves the network, queued ones included. */
-static void op_fail(struct pbox_node *n, struct pbox_op *op, int err, const char *fmt, ...)
-	PBOX_PRINTF(4, 5);
-
-static void op_fail(struct pbox_node *n, struct pbox_op *op, int err, const char *fmt, ...)
+static void unqueue_lane(struct pbox_node *n, const struct lane *ln)
 {
-	const struct pbox_key *k = &n->d->keys[op->key];
 	uint32_t prev = 0, q;
-	va_list ap;
 
-	for (uint32_t c = k->first_chunk; c < k->first_chunk + k->nchunks; c++) {
-		chunk_idle(n, c);
-	}
-	/* Unlink this key's chunks from the queue. */
 	for (q = n->q_head; q != 0;) {
-		uint32_t c = q - 1, next = n->ch[c].next_queued;
+		uint32_t i = q - 1, next = n->ch[i].next_queued;
 
-		if (n->d->chunks[c].key == op->key) {
+		if (wc_lane(n, i) == ln) {
 			if (prev) {
 				n->ch[prev - 1].next_queued = next;
 			} else {
@@ -388,17 +457,41 @@ static void op_fail(struct pbox_node *n, struct pbox_op *op, int err, const char
 			if (n->q_tail == q) {
 				n->q_tail = prev;
 			}
-			n->ch[c].next_queued = 0;
+			n->ch[i].next_queued = 0;
 		} else {
 			prev = q;
 		}
 		q = next;
 	}
-	op->status = err;
+}
+
+/* Fail the lane: every one of its wchunks leaves the network, queued ones included. If its
+ * op already completed (plain push), the failure can no longer be reported to it: the node
+ * fails as a whole, so the next operation reports it. */
+static void lane_fail(struct pbox_node *n, struct lane *ln, int err, const char *fmt, ...)
+{
+	uint32_t key = (uint32_t)(ln - n->lanes) / n->nlanes;
+	uint32_t lane = (uint32_t)(ln - n->lanes) % n->nlanes;
+	const struct pbox_key *k = &n->d->keys[key];
+	char msg[256];
+	va_list ap;
+
 	va_start(ap, fmt);
-	vsnprintf(op->errmsg, sizeof(op->errmsg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	op_finish(n, op);
+	for (uint32_t c = k->first_chunk; c < k->first_chunk + k->nchunks; c++) {
+		chunk_idle(n, wc_index(n, c, lane));
+	}
+	unqueue_lane(n, ln);
+	if (ln->op != NULL) {
+		ln->op->status = err;
+		snprintf(ln->op->errmsg, sizeof(ln->op->errmsg), "%s", msg);
+	} else if (n->failed == 0) {
+		n->failed = err;
+		snprintf(n->failmsg, sizeof(n->failmsg), "%s", msg);
+		PBOX_LOG_ERR(CLIENT, "%s", msg);
+	}
+	lane_finish(n, ln);
 }
 
 void pbox_node_fail(struct pbox_node *n, int err, const char *msg)
@@ -408,17 +501,77 @@ void pbox_node_fail(struct pbox_node *n, int err, const char *msg)
 		snprintf(n->failmsg, sizeof(n->failmsg), "%s", msg);
 	}
 	for (uint32_t k = 0; k < n->d->nkeys; k++) {
-		if (n->key_op[k] != NULL) {
-			op_fail(n, n->key_op[k], err, "%s", msg);
+		while (n->pending_head[k] != NULL) {
+			struct pbox_op *op = n->pending_head[k];
+
+			n->pending_head[k] = op->next_pending;
+			n->nops--;
+			op->status = err;
+			snprintf(op->errmsg, sizeof(op->errmsg), "%s", msg);
+			op_finish(n, op);
 		}
+		n->pending_tail[k] = NULL;
+	}
+	for (size_t i = 0; i < (size_t)n->d->nkeys * n->nlanes; i++) {
+		if (n->lanes[i].kind != PBOX_OP_NONE) {
+			lane_fail(n, &n->lanes[i], err, "%s", msg);
+		}
+	}
+}
+
+/* Plain flow: a push is complete for its caller once every chunk has been sent. */
+static void maybe_complete_early(struct pbox_node *n, struct lane *ln)
+{
+	if (n->cfg.plain && ln->kind == PBOX_OP_PUSH && ln->op != NULL && ln->chunks_unsent == 0) {
+		struct pbox_op *op = ln->op;
+
+		ln->op = NULL;
+		op_finish(n, op);
+	}
+}
+
+static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
+{
+	struct wchunk *w = &n->ch[i];
+	struct lane *ln = wc_lane(n, i);
+
+	w->phase = PH_SEND;
+	w->tries = 1;
+	w->rto_ms = n->cfg.rto_ms;
+	w->rgot = 0;
+	w->ndone_seen = 0;
+	w->stale_seen = UINT32_MAX;
+	w->rlabel = UINT32_MAX;
+	pbox_bitmap_zero(w->rbits, n->d->chunks[wc_chunk(n, i)].nfrags);
+	n->inflight++;
+	active_add(n, i);
+	arm(n, w, t);
+	send_chunk(n, i, false);
+	ln->chunks_unsent--;
+	maybe_complete_early(n, ln);
+}
+
+static void start_queued(struct pbox_node *n)
+{
+	uint64_t t = 0;
+
+	while (n->q_head && n->inflight < n->cfg.max_inflight) {
+		uint32_t i = n->q_head - 1;
+
+		n->q_head = n->ch[i].next_queued;
+		if (n->q_head == 0) {
+			n->q_tail = 0;
+		}
+		n->ch[i].next_queued = 0;
+		if (t == 0) {
+			t = now(n);
+		}
+		start_chunk(n, i, t);
 	}
 }
 
 int pbox_node_submit(struct pbox_node *n, struct pbox_op *op)
 {
-	const struct pbox_key *k;
-	uint64_t t;
-
 	if (n->failed) {
 		op->status = n->failed;
 		snprintf(op->errmsg, sizeof(op->errmsg), "%s", n->failmsg);
@@ -429,13 +582,6 @@ int pbox_node_submit(struct pbox_node *n, struct pbox_op *op)
 			 op->key, op->kind);
 		return -EINVAL;
 	}
-	if (n->key_op[op->key] != NULL) {
-		snprintf(op->errmsg, sizeof(op->errmsg),
-			 "key %u already has a %s in flight (iteration %u); wait for it first",
-			 n->d->keys[op->key].id, kind_name(n->key_op[op->key]->kind),
-			 n->key_op[op->key]->iter);
-		return -EBUSY;
-	}
 	if (op->kind == PBOX_OP_INIT && !n->cfg.server_opt) {
 		snprintf(op->errmsg, sizeof(op->errmsg),
 			 "init: job %u aggregates gradients; it keeps no model to initialise",
@@ -444,31 +590,99 @@ int pbox_node_submit(struct pbox_node *n, struct pbox_op *op)
 	}
 	if (op->kind == PBOX_OP_INIT && n->cfg.rank != 0) {
 		snprintf(op->errmsg, sizeof(op->errmsg),
-			 "init: only rank 0 supplies initial values (this is rank %u)", n->cfg.rank);
+			 "init: only rank 0 supplies initial values (this is rank %u)",
+			 n->cfg.rank);
 		return -EINVAL;
 	}
-	k = &n->d->keys[op->key];
+	return start_op(n, op);
+}
+
+/* Start op in a free lane of its key. In plain flow a push that finds every lane busy
+ * (its predecessors were sent but are not yet acknowledged) waits for one; otherwise a
+ * busy key is -EBUSY. */
+static int start_op(struct pbox_node *n, struct pbox_op *op)
+{
+	const struct pbox_key *k = &n->d->keys[op->key];
+	struct lane *ln = NULL;
+	uint32_t lane = 0;
+	uint64_t t;
+
+	for (lane = 0; lane < n->nlanes; lane++) {
+		ln = &n->lanes[op->key * n->nlanes + lane];
+		if (ln->kind == PBOX_OP_NONE) {
+			break;
+		}
+	}
+	if (lane == n->nlanes && n->cfg.plain && op->kind == PBOX_OP_PUSH) {
+		op->status = 0;
+		op->errmsg[0] = '\0';
+		op->next_pending = NULL;
+		if (n->pending_tail[op->key] != NULL) {
+			n->pending_tail[op->key]->next_pending = op;
+		} else {
+			n->pending_head[op->key] = op;
+		}
+		n->pending_tail[op->key] = op;
+		n->nops++;
+		return 0;
+	}
+	if (lane == n->nlanes) {
+		ln = &n->lanes[op->key * n->nlanes];
+		snprintf(
+			op->errmsg, sizeof(op->errmsg),
+			"key %u already has %u operation(s) in flight (e.g. a %s of iteration %u); "
+			"the job allows %u unacknowledged contribution(s) per chunk: wait first",
+			k->id, n->nlanes, kind_name(ln->kind), ln->iter, n->nlanes);
+		return -EBUSY;
+	}
+	if (n->cfg.plain && op->kind == PBOX_OP_PUSH) {
+		size_t bytes = k->nelem * sizeof(float);
+
+		/* Plain pushes complete once sent: resends come from the node's copy. */
+		if (ln->copy_cap < bytes) {
+			float *nc = realloc(ln->copy, bytes);
+
+			if (nc == NULL) {
+				snprintf(op->errmsg, sizeof(op->errmsg),
+					 "out of memory copying key %u for a plain push", k->id);
+				return -ENOMEM;
+			}
+			ln->copy = nc;
+			ln->copy_cap = bytes;
+		}
+		memcpy(ln->copy, op->src, bytes);
+	}
 	t = now(n);
+	op->lane = lane;
 	op->status = 0;
 	op->errmsg[0] = '\0';
 	op->chunks_left = k->nchunks;
 	op->label = UINT32_MAX;
 	op->start_ns = t;
 	op->deadline_ns = t + (uint64_t)n->cfg.timeout_ms * 1000000ull;
-	n->next_deadline = PBOX_MIN(n->next_deadline, op->deadline_ns);
-	n->key_op[op->key] = op;
+	ln->kind = op->kind;
+	ln->iter = op->iter;
+	ln->src = n->cfg.plain && op->kind == PBOX_OP_PUSH ? ln->copy : op->src;
+	ln->dst = op->dst;
+	ln->op = op;
+	ln->chunks_left = k->nchunks;
+	ln->chunks_unsent = k->nchunks;
+	ln->start_ns = t;
+	ln->deadline_ns = op->deadline_ns;
+	n->next_deadline = PBOX_MIN(n->next_deadline, ln->deadline_ns);
 	n->nops++;
 	for (uint32_t c = k->first_chunk; c < k->first_chunk + k->nchunks; c++) {
-		struct wchunk *w = &n->ch[c];
+		uint32_t i = wc_index(n, c, lane);
+		struct wchunk *w = &n->ch[i];
 
 		w->phase = PH_QUEUED;
 		w->next_queued = 0;
 		if (n->q_tail) {
-			n->ch[n->q_tail - 1].next_queued = c + 1;
+			n->ch[n->q_tail - 1].next_queued = i + 1;
 		} else {
-			n->q_head = c + 1;
+			n->q_head = i + 1;
 		}
-		n->q_tail = c + 1;
+		n->q_tail = i + 1;
 	}
 	start_queued(n);
 	return 0;
@@ -478,78 +692,99 @@ int pbox_node_submit(struct pbox_node *n, struct pbox_op *op)
 
 static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
-	struct wchunk *w = &n->ch[c];
-	struct pbox_op *op = chunk_op(n, c);
+	for (uint32_t l = 0; l < n->nlanes; l++) {
+		uint32_t i = wc_index(n, c, l);
+		struct wchunk *w = &n->ch[i];
+		struct lane *ln = wc_lane(n, i);
 
-	if (op->kind != PBOX_OP_INIT && m->iter != op->iter) {
-		return; /* ACK of an older contribution */
-	}
-	if (w->phase == PH_WAIT) {
-		/* The appliance's answer to a probe: how many contributions it has. */
+		if (w->phase != PH_SEND && w->phase != PH_WAIT) {
+			continue;
+		}
+		if (m->flags & PBOX_F_RETRY) {
+			/* The appliance's window moved: a refused push may go now. */
+			if (w->phase == PH_SEND && ln->kind != PBOX_OP_PULL) {
+				w->rto_ms = n->cfg.rto_ms;
+				arm(n, w, now(n));
+				n->stats.retry_hints++;
+				if (!send_chunk(n, i, true)) {
+					return;
+				}
+			}
+			continue;
+		}
+		if (ln->kind == PBOX_OP_PULL || m->iter != ln->iter ||
+		    (ln->kind == PBOX_OP_INIT) != ((m->flags & PBOX_F_OF_INIT) != 0)) {
+			continue; /* not this lane's contribution */
+		}
 		w->ndone_seen = m->arg1;
-		return;
+		if (w->phase == PH_WAIT || (m->flags & PBOX_F_STATUS)) {
+			continue; /* the answer to a probe: only the count is news */
+		}
+		if (ln->kind == PBOX_OP_PUSH_PULL) {
+			/* The data is in; from now on only probe for a lost result. */
+			n->inflight--;
+			w->phase = PH_WAIT;
+			w->tries = 0;
+			w->rto_ms = n->cfg.rto_ms;
+			arm(n, w, now(n));
+			continue;
+		}
+		chunk_done(n, i);
 	}
-	if (w->phase != PH_SEND || op->kind == PBOX_OP_PULL) {
-		return; /* late or duplicate ACK */
-	}
-	w->ndone_seen = m->arg1;
-	if (op->kind == PBOX_OP_PUSH_PULL) {
-		/* The data is in; from now on only probe for a lost result. */
-		n->inflight--;
-		w->phase = PH_WAIT;
-		w->tries = 0;
-		w->rto_ms = n->cfg.rto_ms;
-		arm(n, w, now(n));
-		start_queued(n);
-		return;
-	}
-	chunk_done(n, c);
 	start_queued(n);
 }
 
 static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
-	struct wchunk *w = &n->ch[c];
-	struct pbox_op *op = chunk_op(n, c);
 	uint32_t f = m->frag_off / n->d->frag_bytes;
 
-	if ((w->phase != PH_SEND && w->phase != PH_WAIT) || !label_ok(n, op, m->iter)) {
-		return; /* not wanted (any more) */
-	}
-	if (m->iter != w->rlabel) {
-		/* A newer version than the one being collected: start over with it. Older
-		 * ones are ignored so a late duplicate cannot mix versions. */
-		if (w->rlabel != UINT32_MAX && m->iter < w->rlabel) {
-			return;
+	for (uint32_t l = 0; l < n->nlanes; l++) {
+		uint32_t i = wc_index(n, c, l);
+		struct wchunk *w = &n->ch[i];
+		struct lane *ln = wc_lane(n, i);
+
+		if (w->phase != PH_SEND && w->phase != PH_WAIT) {
+			continue;
 		}
-		w->rlabel = m->iter;
-		w->rgot = 0;
-		pbox_bitmap_zero(w->rbits, cd->nfrags);
+		if (!label_ok(n, ln, m->iter)) {
+			if (ln->kind == PBOX_OP_PUSH_PULL || ln->kind == PBOX_OP_PULL) {
+				n->stats.stale_results++;
+				w->stale_seen = m->iter;
+			}
+			continue;
+		}
+		if (m->iter != w->rlabel) {
+			/* A newer version than the one being collected: start over with it.
+			 * Older ones are ignored so a late duplicate cannot mix versions. */
+			if (w->rlabel != UINT32_MAX && m->iter < w->rlabel) {
+				continue;
+			}
+			w->rlabel = m->iter;
+			w->rgot = 0;
+			pbox_bitmap_zero(w->rbits, cd->nfrags);
+		}
+		if (pbox_bit_test(w->rbits, f)) {
+			n->stats.dup_frags++;
+			continue;
+		}
+		pbox_bit_set(w->rbits, f);
+		memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload, m->frag_len);
+		if (++w->rgot == cd->nfrags) {
+			if (ln->op != NULL) {
+				ln->op->label = m->iter;
+			}
+			chunk_done(n, i);
+		}
 	}
-	if (pbox_bit_test(w->rbits, f)) {
-		n->stats.dup_frags++;
-		return;
-	}
-	pbox_bit_set(w->rbits, f);
-	memcpy((uint8_t *)(op->dst + cd->elem_off) + m->frag_off, m->payload, m->frag_len);
-	if (++w->rgot == cd->nfrags) {
-		op->label = m->iter;
-		chunk_done(n, c);
-		start_queued(n);
-	}
+	start_queued(n);
 }
 
 static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
-	struct wchunk *w = &n->ch[c];
-	struct pbox_op *op = chunk_op(n, c);
 	int err = (int)m->arg0;
 	const char *why;
 
-	if (w->phase != PH_SEND && w->phase != PH_WAIT) {
-		return;
-	}
 	switch (err) {
 	case ECONNABORTED:
 		why = "the appliance aborted the job (see pboxd's log; a worker may have left)";
@@ -568,8 +803,19 @@ static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	if (err <= 0 || err > 4095) {
 		err = EPROTO;
 	}
-	op_fail(n, op, -err, "%s of key %u (chunk %u, iteration %u) refused: %s",
-		kind_name(op->kind), n->d->keys[op->key].id, c, op->iter, why);
+	for (uint32_t l = 0; l < n->nlanes; l++) {
+		uint32_t i = wc_index(n, c, l);
+		struct wchunk *w = &n->ch[i];
+		struct lane *ln = wc_lane(n, i);
+
+		if ((w->phase != PH_SEND && w->phase != PH_WAIT) ||
+		    (m->iter != ln->iter && err != ECONNABORTED)) {
+			continue;
+		}
+		lane_fail(n, ln, -err, "%s of key %u (chunk %u, iteration %u) refused: %s",
+			  kind_name(ln->kind), n->d->keys[n->d->chunks[c].key].id, c, ln->iter,
+			  why);
+	}
 }
 
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
@@ -584,11 +830,6 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 	r = pbox_wire_validate(pkt, len, PBOX_ROLE_WORKER, lookup, n, &m, &j);
 	if (r != PBOX_DROP_NONE) {
 		n->stats.drops[r]++;
-		return;
-	}
-	if (n->ch[m.chunk].phase == PH_IDLE || n->ch[m.chunk].phase == PH_QUEUED ||
-	    chunk_op(n, m.chunk) == NULL) {
-		n->stats.drops[PBOX_DROP_UNEXPECTED]++;
 		return;
 	}
 	switch (m.type) {
@@ -609,14 +850,17 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 
 /* ---- timers ------------------------------------------------------------------------- */
 
-static void timeout_op(struct pbox_node *n, struct pbox_op *op, uint64_t t)
+static void timeout_lane(struct pbox_node *n, struct lane *ln, uint64_t t)
 {
-	const struct pbox_key *k = &n->d->keys[op->key];
-	uint32_t queued = 0, sending = 0, waiting = 0, minseen = UINT32_MAX;
+	uint32_t key = (uint32_t)(ln - n->lanes) / n->nlanes;
+	uint32_t lane = (uint32_t)(ln - n->lanes) % n->nlanes;
+	const struct pbox_key *k = &n->d->keys[key];
+	uint32_t queued = 0, sending = 0, waiting = 0, minseen = UINT32_MAX, stale = UINT32_MAX;
+	double secs = (double)(t - ln->start_ns) / 1e9;
 	char peer[64] = "";
 
 	for (uint32_t c = k->first_chunk; c < k->first_chunk + k->nchunks; c++) {
-		struct wchunk *w = &n->ch[c];
+		struct wchunk *w = &n->ch[wc_index(n, c, lane)];
 
 		if (w->phase == PH_QUEUED) {
 			queued++;
@@ -626,6 +870,9 @@ static void timeout_op(struct pbox_node *n, struct pbox_op *op, uint64_t t)
 			waiting++;
 			minseen = PBOX_MIN(minseen, w->ndone_seen);
 		}
+		if (w->phase != PH_IDLE && w->stale_seen != UINT32_MAX) {
+			stale = w->stale_seen;
+		}
 		if (w->phase != PH_IDLE && peer[0] == '\0') {
 			const struct pbox_peer *p = &n->cfg.cores[n->d->chunks[c].core];
 			const uint8_t *ip = (const uint8_t *)&p->ip;
@@ -634,27 +881,36 @@ static void timeout_op(struct pbox_node *n, struct pbox_op *op, uint64_t t)
 				 (unsigned)__builtin_bswap16(p->port));
 		}
 	}
-	if (sending > 0 && waiting == 0 && op->chunks_left == k->nchunks &&
-	    op->kind != PBOX_OP_PULL) {
-		op_fail(n, op, -ETIMEDOUT,
-			"%s of key %u (iteration %u) timed out after %.1f s: no answer from the "
-			"appliance at %s for any of its %u chunks (is pboxd running and reachable?)",
-			kind_name(op->kind), k->id, op->iter, (double)(t - op->start_ns) / 1e9, peer,
-			k->nchunks);
+	if (stale != UINT32_MAX) {
+		lane_fail(n, ln, -ETIMEDOUT,
+			  "%s of key %u (iteration %u) timed out after %.1f s: the appliance only "
+			  "offered model version %u, staler than the job's bound of %u iterations "
+			  "allows",
+			  kind_name(ln->kind), k->id, ln->iter, secs, stale, n->cfg.staleness);
+	} else if (sending > 0 && waiting == 0 && ln->chunks_left == k->nchunks &&
+		   ln->kind != PBOX_OP_PULL) {
+		lane_fail(n, ln, -ETIMEDOUT,
+			  "%s of key %u (iteration %u) timed out after %.1f s: no answer from the "
+			  "appliance at %s for any of its %u chunks (is pboxd running and "
+			  "reachable?)",
+			  kind_name(ln->kind), k->id, ln->iter, secs, peer, k->nchunks);
 	} else if (waiting > 0) {
-		op_fail(n, op, -ETIMEDOUT,
+		lane_fail(
+			n, ln, -ETIMEDOUT,
 			"%s of key %u (iteration %u) timed out after %.1f s: the appliance has our "
 			"contribution for %u of %u chunks but the iteration did not complete; when "
-			"last asked, %u of %u workers had contributed: a peer is slow, stopped or gone",
-			kind_name(op->kind), k->id, op->iter, (double)(t - op->start_ns) / 1e9,
-			waiting + (k->nchunks - op->chunks_left), k->nchunks, minseen,
+			"last asked, %u of %u workers had contributed: a peer is slow, stopped or "
+			"gone",
+			kind_name(ln->kind), k->id, ln->iter, secs,
+			waiting + (k->nchunks - ln->chunks_left), k->nchunks, minseen,
 			n->d->nworkers);
 	} else {
-		op_fail(n, op, -ETIMEDOUT,
+		lane_fail(
+			n, ln, -ETIMEDOUT,
 			"%s of key %u (iteration %u) timed out after %.1f s: %u of %u chunks done, "
 			"%u unanswered by %s, %u not yet sent",
-			kind_name(op->kind), k->id, op->iter, (double)(t - op->start_ns) / 1e9,
-			k->nchunks - op->chunks_left, k->nchunks, sending + waiting, peer, queued);
+			kind_name(ln->kind), k->id, ln->iter, secs, k->nchunks - ln->chunks_left,
+			k->nchunks, sending + waiting, peer, queued);
 	}
 }
 
@@ -663,28 +919,28 @@ void pbox_node_timers(struct pbox_node *n)
 	uint64_t t = now(n);
 	uint32_t a;
 
-	/* Deadlines first: a failed op takes its chunks off the active list. The scans run
+	/* Deadlines first: a failed lane takes its chunks off the active list. The scans run
 	 * only when the cached lower bound says something may be due. */
 	if (t >= n->next_deadline) {
 		n->next_deadline = UINT64_MAX;
-		for (uint32_t k = 0; k < n->d->nkeys && n->nops; k++) {
-			struct pbox_op *op = n->key_op[k];
+		for (size_t i = 0; i < (size_t)n->d->nkeys * n->nlanes && n->nops; i++) {
+			struct lane *ln = &n->lanes[i];
 
-			if (op == NULL) {
+			if (ln->kind == PBOX_OP_NONE) {
 				continue;
 			}
-			if (t >= op->deadline_ns) {
-				timeout_op(n, op, t);
+			if (t >= ln->deadline_ns) {
+				timeout_lane(n, ln, t);
 			} else {
-				n->next_deadline = PBOX_MIN(n->next_deadline, op->deadline_ns);
+				n->next_deadline = PBOX_MIN(n->next_deadline, ln->deadline_ns);
 			}
 		}
 	}
 	if (t >= n->next_due) {
 		n->next_due = UINT64_MAX;
 		for (a = n->active_head; a != 0;) {
-			uint32_t c = a - 1;
-			struct wchunk *w = &n->ch[c];
+			uint32_t i = a - 1;
+			struct wchunk *w = &n->ch[i];
 
 			a = w->next_active;
 			if (t < w->due_ns) {
@@ -698,10 +954,13 @@ void pbox_node_timers(struct pbox_node *n)
 				/* Nothing heard at all: the data (or pull) may be lost; send
 				 * again. For a push-pull the result doubles as the ACK, so a
 				 * lost result also brings us here, and the appliance answers
-				 * the resend with it. */
-				send_chunk(n, c, true);
+				 * the resend with it. A failed resend unlinks this lane's
+				 * chunks: restart the walk. */
+				if (!send_chunk(n, i, true)) {
+					a = n->active_head;
+				}
 			} else {
-				send_probe(n, c);
+				send_probe(n, i);
 			}
 		}
 	}

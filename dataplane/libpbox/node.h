@@ -9,17 +9,26 @@
  * (relaying broadcast chunks to tree children, answering bandwidth probes) are further
  * message handlers of the same node.
  *
- * Operations are per key: at most one in flight per key. An operation is cut into its
+ * Operations are per key, and each runs in one of the key's lanes: a job allows `credits`
+ * unacknowledged contributions per chunk (NOTIFY-ACK), so a key has that many lanes and as
+ * many operations in flight (of different iterations). An operation is cut into its
  * chunks; each chunk goes to the appliance core that owns it. Reliability (UDP has none):
  *  - fragments of a contribution are re-sent, all of them, when no ACK (or result)
- *    arrived within the retransmission timeout; the timeout doubles up to rto_max;
+ *    arrived within the retransmission timeout; the timeout doubles up to rto_max; an ACK
+ *    flagged RETRY (the appliance's window moved) triggers an immediate resend;
  *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
  *    appliance to repeat a result that may have been lost;
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
  *    so duplicates and reordering are harmless; a result of another version restarts
- *    the collection;
+ *    the collection; a result older than the job's staleness bound is ignored;
+ *  - every fragment carries a CRC32C version word of its bytes taken when the operation
+ *    started; a resend whose bytes no longer match (the caller changed the buffer while
+ *    the push was in flight) fails the operation instead of sending torn data;
  *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
  *    and a message saying what was and was not received.
+ * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
+ * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
+ * it consumed the data, so the caller's buffer is free exactly then.
  * At most max_inflight chunks are being sent at once; the rest wait their turn.
  *
  * Threading: a node is used by one thread at a time (the progress thread); completion
@@ -39,10 +48,10 @@
 
 enum pbox_op_kind {
 	PBOX_OP_NONE = 0,
-	PBOX_OP_PUSH,	   /* contribute a gradient; done when acknowledged */
-	PBOX_OP_PULL,	   /* fetch a result */
+	PBOX_OP_PUSH,      /* contribute a gradient; done when acknowledged */
+	PBOX_OP_PULL,      /* fetch a result */
 	PBOX_OP_PUSH_PULL, /* contribute and receive the result of the iteration */
-	PBOX_OP_INIT,	   /* rank 0: set the initial model (server-optimizer jobs) */
+	PBOX_OP_INIT,      /* rank 0: set the initial model (server-optimizer jobs) */
 };
 
 struct pbox_node;
@@ -54,15 +63,17 @@ typedef void (*pbox_op_done_fn)(struct pbox_op *op, void *arg);
 /* One operation on one key. Owned by the caller; must stay valid until it completes. */
 struct pbox_op {
 	enum pbox_op_kind kind;
-	uint32_t key;	/* index into the job's keys (not the id) */
-	uint32_t iter;	/* PUSH / PUSH_PULL: iteration; PULL: version or iteration wanted */
+	uint32_t key;     /* index into the job's keys (not the id) */
+	uint32_t iter;    /* PUSH / PUSH_PULL: iteration; PULL: version or iteration wanted */
 	const float *src; /* PUSH, PUSH_PULL, INIT: nelem floats */
-	float *dst;	  /* PULL, PUSH_PULL: nelem floats */
+	float *dst;       /* PULL, PUSH_PULL: nelem floats */
 	/* filled by the node */
-	int status;		/* 0 or a negative errno once complete */
-	char errmsg[256];	/* why, when status < 0 */
+	uint32_t lane;
+	struct pbox_op *next_pending; /* plain flow: waiting for a lane of its key */
+	int status;                   /* 0 or a negative errno once complete */
+	char errmsg[256];             /* why, when status < 0 */
 	uint32_t chunks_left;
-	uint32_t label;		/* version / iteration of the result received */
+	uint32_t label; /* version / iteration of the result received */
 	uint64_t start_ns;
 	uint64_t deadline_ns;
 };
@@ -77,6 +88,8 @@ struct pbox_node_stats {
 	uint64_t dup_frags;   /* result fragments received twice */
 	uint64_t ops_done;
 	uint64_t ops_failed;
+	uint64_t stale_results; /* results ignored: older than the staleness bound */
+	uint64_t retry_hints;   /* immediate resends on the appliance's RETRY */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -85,7 +98,7 @@ struct pbox_node_cfg {
 	uint32_t job;
 	uint32_t rank;
 	uint64_t cookie;
-	bool server_opt;		/* job mode: results are model versions */
+	bool server_opt;               /* job mode: results are model versions */
 	const struct pbox_peer *cores; /* appliance endpoint of each core (desc->ncores) */
 	const struct pbox_tx_ops *tx;
 	void *tx_ctx;
@@ -95,6 +108,11 @@ struct pbox_node_cfg {
 	uint32_t rto_max_ms;   /* cap of the doubling (0: 1000 ms) */
 	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
 	uint32_t max_inflight; /* chunks sending at once (0: 256) */
+	uint32_t staleness;    /* oldest acceptable result: want - staleness (UINT32_MAX: any) */
+	bool accept_newer;     /* aggregate jobs with drop-stragglers: newer results do */
+	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
+	bool plain;            /* pushes complete when sent (node keeps a copy) */
+	bool crc;              /* stamp fragments with CRC32C version words */
 	pbox_op_done_fn done;
 	void *done_arg;
 };
@@ -105,9 +123,9 @@ void pbox_node_destroy(struct pbox_node *n);
 
 /*
  * Start op (fields kind, key, iter, src, dst set by the caller). Returns 0, -EBUSY if
- * the key has an operation in flight, -EINVAL for a bad key or kind (message in op),
- * or the node's failure status if it has failed (pbox_node_fail). On 0 the completion
- * callback will run exactly once.
+ * every lane of the key is busy, -EINVAL for a bad key or kind (message in op), or the
+ * node's failure status if it has failed (pbox_node_fail). On 0 the completion callback
+ * will run exactly once.
  */
 int pbox_node_submit(struct pbox_node *n, struct pbox_op *op);
 

@@ -2,6 +2,7 @@
 /* pboxd configuration file: libconfig parsing and validation (see config.h). */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <stdarg.h>
@@ -234,7 +235,15 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->idle_us = 200;
 	cfg->burst = 32;
 	cfg->drain_timeout = 10;
+	cfg->worker_timeout = 10;
 	cfg->fault.seed = 1;
+	cfg->dpdk.rx_desc = 1024;
+	cfg->dpdk.tx_desc = 1024;
+	cfg->dpdk.mbuf_bytes = 2048;
+	cfg->dpdk.tx_drain_us = 20;
+	cfg->dpdk.idle_sleep_us = 50;
+	snprintf(cfg->dpdk.steering, sizeof(cfg->dpdk.steering), "auto");
+	cfg->dpdk.zero_copy = true;
 }
 
 static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
@@ -271,12 +280,178 @@ static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_jo
 	return 0;
 }
 
+static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+{
+	static const char *const keys[] = { "model",  "staleness", "probability", "alpha",
+					    "quorum", "release",   "seed",        NULL };
+	const config_setting_t *s = config_setting_get_member(g, "sync"), *where;
+	struct pbox_sync_cfg *sc = &j->sync_cfg;
+	char buf[64];
+	float f;
+	int rc, m;
+
+	memset(sc, 0, sizeof(*sc));
+	sc->model = PBOX_SYNC_BSP;
+	sc->staleness = 2;
+	sc->probability = 0.5;
+	sc->alpha = 1.0;
+	sc->quorum = j->workers;
+	sc->seed = 1;
+	if (s == NULL) {
+		j->sync = pbox_sync_ops(sc->model);
+		return 0;
+	}
+	if (!config_setting_is_group(s)) {
+		return bad(c, s, "must be a group { model = \"ssp\"; staleness = 2; ... }");
+	}
+	if ((rc = only(c, s, keys)) != 0 ||
+	    (rc = get_str(c, s, "model", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		m = pbox_sync_parse(buf);
+		if (m < 0) {
+			return bad(c, where,
+				   "unknown model '%s' (bsp, ssp, asp, pssp, pssp-dyn, "
+				   "drop-stragglers)",
+				   buf);
+		}
+		sc->model = (enum pbox_sync_model)m;
+	}
+	if ((rc = get_u32(c, s, "staleness", 0, PBOX_MAX_WINDOW - 2, &sc->staleness)) != 0 ||
+	    (rc = get_u32(c, s, "quorum", 1, j->workers, &sc->quorum)) != 0) {
+		return rc;
+	}
+	f = (float)sc->probability;
+	if ((rc = get_float(c, s, "probability", 0, 1, &f)) != 0) {
+		return rc;
+	}
+	sc->probability = f;
+	f = (float)sc->alpha;
+	if ((rc = get_float(c, s, "alpha", 0, 2, &f)) != 0) {
+		return rc;
+	}
+	sc->alpha = f;
+	{
+		uint32_t seed = 1;
+
+		if ((rc = get_u32(c, s, "seed", 0, UINT32_MAX, &seed)) != 0) {
+			return rc;
+		}
+		sc->seed = seed;
+	}
+	if ((rc = get_str(c, s, "release", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		if (strcmp(buf, "lazy") == 0) {
+			sc->eager = false;
+		} else if (strcmp(buf, "eager") == 0) {
+			sc->eager = true;
+		} else {
+			return bad(c, where, "unknown release '%s' (lazy, eager)", buf);
+		}
+	}
+	j->sync = pbox_sync_ops(sc->model);
+	return 0;
+}
+
+static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+{
+	static const char *const keys[] = { "mode", "credits", "verify", NULL };
+	const config_setting_t *s = config_setting_get_member(g, "flow"), *where;
+	char buf[64];
+	int rc;
+
+	j->credits = PBOX_DEFAULT_CREDITS;
+	j->plain_flow = false;
+	j->verify_crc = false;
+	if (s == NULL) {
+		return 0;
+	}
+	if (!config_setting_is_group(s)) {
+		return bad(c, s, "must be a group { mode = \"notify-ack\"; credits = 1; }");
+	}
+	if ((rc = only(c, s, keys)) != 0 ||
+	    (rc = get_str(c, s, "mode", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		if (strcmp(buf, "notify-ack") == 0) {
+			j->plain_flow = false;
+		} else if (strcmp(buf, "plain") == 0) {
+			j->plain_flow = true;
+		} else {
+			return bad(c, where, "unknown flow mode '%s' (notify-ack, plain)", buf);
+		}
+	}
+	if ((rc = get_u32(c, s, "credits", 1, PBOX_MAX_CREDITS, &j->credits)) != 0 ||
+	    (rc = get_bool(c, s, "verify", &j->verify_crc)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
+/* Checks across a job's settings, and the values derived from them. */
+static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+{
+	const config_setting_t *where;
+	char buf[32];
+	uint32_t min_window;
+	int rc;
+
+	if (j->sync_cfg.model != PBOX_SYNC_BSP && j->sync_cfg.model != PBOX_SYNC_DROP_STRAGGLERS &&
+	    j->mode != PBOX_MODE_SERVER_OPT) {
+		return bad(c, g,
+			   "sync model '%s' needs mode = \"server-optimizer\" (an aggregate job "
+			   "answers each iteration with its complete aggregate)",
+			   j->sync->name);
+	}
+	if (j->sync_cfg.eager && j->mode != PBOX_MODE_SERVER_OPT) {
+		return bad(c, g, "release = \"eager\" needs mode = \"server-optimizer\"");
+	}
+	if (j->sync->folds_late && j->deterministic) {
+		return bad(c, g,
+			   "sync model '%s' adds late contributions in arrival order; it cannot be "
+			   "deterministic (set deterministic = false)",
+			   j->sync->name);
+	}
+	if (j->sync->folds_late && j->credits != 1) {
+		return bad(c, g, "sync model '%s' needs flow credits = 1", j->sync->name);
+	}
+	min_window = PBOX_MAX(j->sync->min_window(&j->sync_cfg), j->credits + 1);
+	if (config_setting_get_member(g, "window") != NULL && j->window < min_window) {
+		return bad(c, config_setting_get_member(g, "window"),
+			   "must be at least %u for sync model '%s' with %u credit(s)", min_window,
+			   j->sync->name, j->credits);
+	}
+	j->window = PBOX_MAX(j->window, min_window);
+	if (j->plain_flow) {
+		j->credits = j->window - 1;
+	}
+	j->abort_on_loss = j->sync_cfg.model == PBOX_SYNC_BSP;
+	if ((rc = get_str(c, g, "on_worker_loss", buf, sizeof(buf), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL) {
+		if (strcmp(buf, "abort") == 0) {
+			j->abort_on_loss = true;
+		} else if (strcmp(buf, "continue") == 0) {
+			j->abort_on_loss = false;
+		} else {
+			return bad(c, where, "unknown on_worker_loss '%s' (abort, continue)", buf);
+		}
+	}
+	return 0;
+}
+
 static int load_job(struct cctx *c, const config_setting_t *g, const struct pboxd_config *cfg,
 		    struct pboxd_job_cfg *j)
 {
-	static const char *const job_keys[] = { "id",	     "token",	      "workers", "mode",
-						"reduce",    "optimizer",     "keys",	 "window",
-						"deterministic", NULL };
+	static const char *const job_keys[] = {
+		"id",     "token",         "workers", "mode", "reduce",         "optimizer", "keys",
+		"window", "deterministic", "sync",    "flow", "on_worker_loss", NULL
+	};
 	static const char *const opt_keys[] = { "name",	 "lr",	  "momentum", "wd",  "rescale",
 						"clip",	 "beta1", "beta2",    "eps", NULL };
 	const config_setting_t *s, *where;
@@ -373,17 +548,149 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	if (s != NULL && (rc = load_keys(c, s, j)) != 0) {
 		return rc;
 	}
+	if ((rc = load_sync(c, g, j)) != 0 || (rc = load_flow(c, g, j)) != 0) {
+		return rc;
+	}
+	return finish_job(c, g, j);
+}
+
+/* The appliance's dpdk = { ... } group. */
+static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpdk_cfg *dc)
+{
+	static const char *const keys[] = {
+		"eal",         "addresses",     "rx_desc",  "tx_desc",   "mbuf_bytes",
+		"tx_drain_us", "idle_sleep_us", "steering", "zero_copy", NULL
+	};
+	const config_setting_t *s, *where;
+	int rc;
+
+	if (!config_setting_is_group(g)) {
+		return bad(c, g, "must be a group { eal = [ ... ]; ... }");
+	}
+	if ((rc = only(c, g, keys)) != 0 ||
+	    (rc = get_u32(c, g, "rx_desc", 32, 32768, &dc->rx_desc)) != 0 ||
+	    (rc = get_u32(c, g, "tx_desc", 32, 32768, &dc->tx_desc)) != 0 ||
+	    (rc = get_u32(c, g, "mbuf_bytes", 512, 65000, &dc->mbuf_bytes)) != 0 ||
+	    (rc = get_u32(c, g, "tx_drain_us", 0, 100000, &dc->tx_drain_us)) != 0 ||
+	    (rc = get_u32(c, g, "idle_sleep_us", 1, 100000, &dc->idle_sleep_us)) != 0 ||
+	    (rc = get_bool(c, g, "zero_copy", &dc->zero_copy)) != 0 ||
+	    (rc = get_str(c, g, "steering", dc->steering, sizeof(dc->steering), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL && strcmp(dc->steering, "auto") != 0 &&
+	    strcmp(dc->steering, "flow") != 0 && strcmp(dc->steering, "rss") != 0 &&
+	    strcmp(dc->steering, "software") != 0) {
+		return bad(c, where, "unknown steering '%s' (auto, flow, rss, software)",
+			   dc->steering);
+	}
+	s = config_setting_get_member(g, "eal");
+	if (s != NULL) {
+		int n = config_setting_length(s);
+
+		if (!config_setting_is_aggregate(s) || n > PBOXD_DPDK_MAX_EAL_ARGS) {
+			return bad(c, s,
+				   "must be a list of at most %d strings, e.g. [ \"--vdev\", "
+				   "\"net_af_xdp0,iface=eth1\" ]",
+				   PBOXD_DPDK_MAX_EAL_ARGS);
+		}
+		for (int i = 0; i < n; i++) {
+			const char *v = config_setting_get_string_elem(s, i);
+
+			if (v == NULL) {
+				return bad(c, s, "element %d is not a string", i);
+			}
+			dc->eal[dc->neal] = strdup(v);
+			if (dc->eal[dc->neal] == NULL) {
+				return bad(c, s, "out of memory");
+			}
+			dc->neal++;
+			dc->neal_owned++;
+		}
+	}
+	s = config_setting_get_member(g, "addresses");
+	if (s != NULL) {
+		int n = config_setting_length(s);
+
+		if (!config_setting_is_aggregate(s) || n < 1 || n > PBOXD_DPDK_MAX_ADDRS) {
+			return bad(c, s, "must be a list of 1..%d IPv4 addresses, one per port",
+				   PBOXD_DPDK_MAX_ADDRS);
+		}
+		for (int i = 0; i < n; i++) {
+			const char *v = config_setting_get_string_elem(s, i);
+			struct in_addr a;
+
+			if (v == NULL || inet_pton(AF_INET, v, &a) != 1) {
+				return bad(c, s,
+					   "element %d is not an IPv4 address like \"10.0.0.1\"",
+					   i);
+			}
+			dc->addrs[i] = a.s_addr;
+		}
+		dc->naddrs = (unsigned)n;
+	}
 	return 0;
 }
+
+int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, char *err,
+			      size_t errlen)
+{
+	for (int i = 0; i < argc; i++) {
+		if (cfg->dpdk.neal == PBOXD_DPDK_MAX_EAL_ARGS) {
+			snprintf(err, errlen, "more than %d EAL arguments",
+				 PBOXD_DPDK_MAX_EAL_ARGS);
+			return -E2BIG;
+		}
+		cfg->dpdk.eal[cfg->dpdk.neal++] = argv[i];
+	}
+	return 0;
+}
+
+#ifdef PBOX_HAVE_DPDK
+#define PBOXD_TRANSPORT_NAMES "udp, dpdk"
+
+/* Checks of the dpdk transport's settings. */
+static int check_dpdk(const struct pboxd_config *cfg, const char *file, char *err, size_t errlen)
+{
+	struct in_addr a;
+	bool listed = cfg->dpdk.naddrs == 0;
+
+	if (inet_pton(AF_INET, cfg->data_addr, &a) != 1 || (ntohl(a.s_addr) >> 24) == 127 ||
+	    a.s_addr == 0) {
+		snprintf(err, errlen,
+			 "%s: transport \"dpdk\" needs data_address to be the appliance's IPv4 "
+			 "address on its DPDK port (got '%s')",
+			 file, cfg->data_addr);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < cfg->dpdk.naddrs; i++) {
+		listed |= cfg->dpdk.addrs[i] == a.s_addr;
+	}
+	if (!listed) {
+		snprintf(err, errlen,
+			 "%s: data_address %s (where workers are told to send) is not one of "
+			 "dpdk.addresses",
+			 file, cfg->data_addr);
+		return -EINVAL;
+	}
+	return 0;
+}
+#else
+#define PBOXD_TRANSPORT_NAMES "udp"
+#endif
 
 int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen)
 {
 	static const char *const top_keys[] = { "appliance", "jobs", NULL };
 	static const char *const app_keys[] = {
-		"transport", "data_address", "base_port",     "control",	"cores",
-		"cpus",	     "chunk_bytes",  "mtu",	      "busy_poll",	"idle_us",
-		"burst",     "deterministic", "stats_interval", "drain_timeout", "fault",
-		NULL,
+		"transport",      "data_address",
+		"base_port",      "control",
+		"cores",          "cpus",
+		"chunk_bytes",    "mtu",
+		"busy_poll",      "idle_us",
+		"burst",          "deterministic",
+		"stats_interval", "drain_timeout",
+		"fault",          "dpdk",
+		"worker_timeout", NULL,
 	};
 	struct cctx c = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *a, *jobs, *s;
@@ -477,7 +784,8 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		    (rc = get_u32(&c, a, "burst", 1, 256, &cfg->burst)) != 0 ||
 		    (rc = get_bool(&c, a, "deterministic", &cfg->deterministic)) != 0 ||
 		    (rc = get_u32(&c, a, "stats_interval", 0, 86400, &cfg->stats_interval)) != 0 ||
-		    (rc = get_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) != 0) {
+		    (rc = get_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) != 0 ||
+		    (rc = get_u32(&c, a, "worker_timeout", 0, 86400, &cfg->worker_timeout)) != 0) {
 			goto out;
 		}
 		if (cfg->chunk_bytes % PBOX_FRAG_ALIGN != 0) {
@@ -495,6 +803,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 				rc = bad(&c, where, "%s", ferr);
 				goto out;
 			}
+		}
+		s = config_setting_get_member(a, "dpdk");
+		if (s != NULL && (rc = load_dpdk(&c, s, &cfg->dpdk)) != 0) {
+			goto out;
 		}
 	}
 	jobs = config_setting_get_member(root, "jobs");
@@ -536,9 +848,20 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 {
 	const char *file = cfg->path[0] ? cfg->path : "command line";
 
-	if (strcmp(cfg->transport, "udp") != 0) {
-		snprintf(err, errlen, "%s: transport '%s' is not available (this build has: udp)",
-			 file, cfg->transport);
+#ifdef PBOX_HAVE_DPDK
+	if (strcmp(cfg->transport, "dpdk") == 0) {
+		if (check_dpdk(cfg, file, err, errlen) != 0) {
+			return -EINVAL;
+		}
+	} else
+#endif
+		if (strcmp(cfg->transport, "udp") != 0) {
+		snprintf(err, errlen, "%s: transport '%s' is not available (this build has: %s)",
+			 file, cfg->transport, PBOXD_TRANSPORT_NAMES);
+		return -EINVAL;
+	}
+	if (strcmp(cfg->transport, "dpdk") != 0 && cfg->dpdk.neal > cfg->dpdk.neal_owned) {
+		snprintf(err, errlen, "EAL arguments after -- need --transport dpdk");
 		return -EINVAL;
 	}
 	if (pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes) == 0) {
@@ -561,4 +884,8 @@ void pboxd_config_free(struct pboxd_config *cfg)
 	free(cfg->jobs);
 	cfg->jobs = NULL;
 	cfg->njobs = 0;
+	for (unsigned i = 0; i < cfg->dpdk.neal_owned; i++) {
+		free(cfg->dpdk.eal[i]);
+	}
+	cfg->dpdk.neal = cfg->dpdk.neal_owned = 0;
 }

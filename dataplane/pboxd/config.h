@@ -18,7 +18,20 @@
  *     deterministic = false;          # default of jobs: sum in rank order
  *     stats_interval = 0;             # seconds between counter dumps (0: off)
  *     drain_timeout = 10;             # seconds to let sessions finish on SIGTERM
+ *     worker_timeout = 10;            # seconds without a heartbeat: a worker is gone
  *     fault = "";                     # fault injection on sends (tests)
+ *     dpdk = {                        # transport = "dpdk" (kernel bypass) only
+ *       eal = [ "--vdev", "net_af_xdp0,iface=eth1" ];  # EAL arguments (pboxd adds
+ *                                     # --lcores from cores/cpus unless given here)
+ *       addresses = [ "10.0.0.1" ];   # IPv4 per DPDK port (or one for all);
+ *                                     # default: data_address, which must be listed
+ *       rx_desc = 1024; tx_desc = 1024; # per queue, adjusted by the device
+ *       mbuf_bytes = 2048;            # RX mbuf data room; larger frames need scatter
+ *       tx_drain_us = 20;             # longest a reply waits for a fuller TX burst
+ *       idle_sleep_us = 50;           # sleep per idle poll without busy_poll
+ *       steering = "auto";            # "auto", "flow", "rss" or "software"
+ *       zero_copy = true;             # replies reference chunk memory
+ *     };
  *   };
  *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
  *              mode = "server-optimizer";          # or "aggregate"
@@ -28,6 +41,14 @@
  *                            eps = 1e-8; };
  *              deterministic = true;
  *              keys = ( [0, 784000], [1, 1000] );   # optional fixed key set
+ *              sync = { model = "ssp";   # bsp ssp asp pssp pssp-dyn drop-stragglers
+ *                       staleness = 2;   # s (ssp, pssp, pssp-dyn)
+ *                       probability = 0.5; alpha = 1.0;  # pssp c, pssp-dyn a
+ *                       quorum = 2;      # drop-stragglers: N_t of the workers
+ *                       release = "lazy";  # held pulls: lazy (default) or eager
+ *                       seed = 1; };
+ *              flow = { mode = "notify-ack"; credits = 1; verify = false; };  # or "plain"
+ *              on_worker_loss = "continue";  # or "abort" (default for bsp)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -58,6 +79,30 @@ struct pboxd_job_cfg {
 	struct pbox_opt_params opt_params;
 	struct pbox_keyspec *keys; /* NULL: the first registering rank defines them */
 	uint32_t nkeys;
+	const struct pbox_sync_ops *sync;
+	struct pbox_sync_cfg sync_cfg;
+	bool plain_flow;  /* pushes complete when sent, no credit limit (baseline) */
+	uint32_t credits; /* NOTIFY-ACK credits (plain: the window) */
+	bool verify_crc;
+	bool abort_on_loss; /* a worker lost without a goodbye aborts the session */
+};
+
+/* The appliance's dpdk = { ... } group (see the example above). */
+#define PBOXD_DPDK_MAX_EAL_ARGS 128
+#define PBOXD_DPDK_MAX_ADDRS    8
+struct pboxd_dpdk_cfg {
+	char *eal[PBOXD_DPDK_MAX_EAL_ARGS]; /* the file's (owned), then the command line's */
+	unsigned neal;
+	unsigned neal_owned;
+	uint32_t addrs[PBOXD_DPDK_MAX_ADDRS]; /* network order; none: data_address */
+	unsigned naddrs;
+	uint32_t rx_desc;
+	uint32_t tx_desc;
+	uint32_t mbuf_bytes;
+	uint32_t tx_drain_us;
+	uint32_t idle_sleep_us;
+	char steering[16];
+	bool zero_copy;
 };
 
 struct pboxd_config {
@@ -77,7 +122,9 @@ struct pboxd_config {
 	bool deterministic;
 	uint32_t stats_interval;
 	uint32_t drain_timeout;
+	uint32_t worker_timeout; /* seconds; 0: no heartbeat checks */
 	struct pbox_fault_cfg fault;
+	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };
@@ -90,6 +137,11 @@ void pboxd_config_defaults(struct pboxd_config *cfg);
  * or -EINVAL / -ENOENT with the error ("file:line: setting: what is wrong") in err.
  */
 int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Append EAL arguments from the command line (not copied: they must outlive cfg).
+ * 0 or -E2BIG with err. */
+int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, char *err,
+			      size_t errlen);
 
 /* Checks across settings (after command-line overrides). 0 or -EINVAL with err. */
 int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/ctlproto.h"
@@ -55,6 +56,19 @@ static void send_obj(struct conn *c, const json_t *o)
 static void send_event(struct pboxd_member_ref *ref, json_t *obj)
 {
 	send_obj((struct conn *)ref, obj);
+}
+
+static void kick(struct pboxd_member_ref *ref)
+{
+	((struct conn *)ref)->dead = true;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 struct pboxd_control *pboxd_control_open(const char *host, uint16_t port,
@@ -177,6 +191,8 @@ static void accept_all(struct pboxd_control *ctl)
 		inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
 		snprintf(c->ref.peer, sizeof(c->ref.peer), "%s:%u", ip, ntohs(sa.sin_port));
 		c->ref.send_event = send_event;
+		c->ref.kick = kick;
+		c->ref.last_seen_ms = now_ms();
 		c->next = ctl->conns;
 		ctl->conns = c;
 		ctl->nconns++;
@@ -195,6 +211,13 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		goto out;
 	}
 	op = json_string_value(json_object_get(req, "op"));
+	c->ref.last_seen_ms = now_ms();
+	if (op != NULL && strcmp(op, "ping") == 0) {
+		/* Heartbeat: no answer, so it never interleaves with request/response. */
+		pboxd_sessions_ping(ctl->sessions, &c->ref);
+		json_decref(req);
+		return;
+	}
 	if (op == NULL) {
 		resp = pbox_ctl_error(EINVAL, "request without an \"op\"");
 		c->bad++;
@@ -207,7 +230,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	} else if (strcmp(op, "stats") == 0) {
 		resp = ctl->stats(ctl->stats_arg);
 	} else {
-		resp = pbox_ctl_error(EINVAL, "unknown op '%s' (hello, register, leave, stats)", op);
+		resp = pbox_ctl_error(EINVAL, "unknown op '%s' (hello, register, leave, ping, stats)",
+				      op);
 		c->bad++;
 	}
 out:

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* pboxd data-plane cores on kernel UDP (see dataplane.h). */
+/* pboxd data-plane cores: the transport choice, and the kernel-UDP transport (see
+ * dataplane.h). */
 #include "dataplane.h"
 
 #include <errno.h>
@@ -37,18 +38,32 @@ static void *core_main(void *arg)
 	struct pboxd_dp *dp = c->dp;
 	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
 	uint64_t last_work = __rdtsc();
+	const struct pbox_jobtab *seen = NULL;
 
 	rcu_register_thread();
 	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
 		uint64_t t0 = __rdtsc(), t1;
 		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
+		const struct pbox_jobtab *cur = rcu_dereference(dp->tab);
 
+		if (pbox_unlikely(cur != seen)) {
+			/* A new table: membership may have changed; waiting chunks may now be
+			 * able to complete without the departed ranks. */
+			pbox_engine_job_changed(&c->engine, cur);
+			pbox_engine_flush(&c->engine);
+			seen = cur;
+		}
 		if (n > 0) {
 			/* Read the table after the receive: a worker admitted by a table
 			 * published before its datagram was sent is always seen. */
 			const struct pbox_jobtab *tab = rcu_dereference(dp->tab);
 
 			for (unsigned i = 0; i < n; i++) {
+				if (i + 1 < n) {
+					/* the next header arrives in cache while this one is
+					 * handled */
+					__builtin_prefetch(pkts[i + 1].data);
+				}
 				pbox_engine_rx(&c->engine, tab, pkts[i].data, pkts[i].len,
 					       &pkts[i].from);
 			}
@@ -75,11 +90,33 @@ static void *core_main(void *arg)
 	return NULL;
 }
 
+const struct pboxd_transport_ops *pboxd_transport_find(const char *name)
+{
+	static const struct pboxd_transport_ops *const all[] = {
+		&pboxd_udp_transport,
+#ifdef PBOX_HAVE_DPDK
+		&pboxd_dpdk_transport,
+#endif
+	};
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		if (strcmp(all[i]->name, name) == 0) {
+			return all[i];
+		}
+	}
+	return NULL;
+}
+
 int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 {
-	int rc = 0;
+	int rc;
 
 	memset(dp, 0, sizeof(*dp));
+	dp->ops = pboxd_transport_find(cfg->transport);
+	if (dp->ops == NULL) {
+		PBOX_LOG_ERR(MAIN, "transport '%s' is not available in this build", cfg->transport);
+		return -EINVAL;
+	}
 	dp->ncores = cfg->ncores;
 	dp->busy_poll = cfg->busy_poll;
 	dp->tsc_hz = measure_tsc_hz();
@@ -95,6 +132,27 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	memset(dp->cores, 0, sizeof(*dp->cores) * cfg->ncores);
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		struct pboxd_core *c = &dp->cores[k];
+
+		c->idx = k;
+		c->cpu = cfg->cpus[k];
+		c->dp = dp;
+		c->engine.core = k;
+		c->engine.kern = pbox_kernels_get();
+		c->engine.stats = &c->stats;
+	}
+	rc = dp->ops->start(dp, cfg);
+	if (rc != 0) {
+		pboxd_dp_stop(dp);
+	}
+	return rc;
+}
+
+static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
+{
+	int rc = 0;
+
+	for (uint32_t k = 0; k < cfg->ncores; k++) {
+		struct pboxd_core *c = &dp->cores[k];
 		struct pbox_udp_cfg ucfg = {
 			.addr = cfg->data_addr,
 			.port = (uint16_t)(cfg->base_port + k),
@@ -102,23 +160,16 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			.fault = cfg->fault,
 		};
 
-		c->idx = k;
-		c->cpu = cfg->cpus[k];
-		c->dp = dp;
 		/* Each core's fault stream is seeded differently but reproducibly. */
 		ucfg.fault.seed = cfg->fault.seed * 1000003u + k;
 		c->udp = pbox_udp_open(&ucfg);
 		if (c->udp == NULL) {
 			PBOX_LOG_ERR(MAIN, "core %u: cannot open its UDP port %s:%u (see above)", k,
 				     cfg->data_addr, cfg->base_port + k);
-			rc = -EADDRINUSE;
-			goto fail;
+			return -EADDRINUSE;
 		}
-		c->engine.core = k;
-		c->engine.kern = pbox_kernels_get();
 		c->engine.tx = &pbox_udp_tx_ops;
 		c->engine.tx_ctx = c->udp;
-		c->engine.stats = &c->stats;
 	}
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		struct pboxd_core *c = &dp->cores[k];
@@ -126,8 +177,7 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		rc = pthread_create(&c->thread, NULL, core_main, c);
 		if (rc != 0) {
 			PBOX_LOG_ERR(MAIN, "core %u: cannot start its thread: %s", k, strerror(rc));
-			rc = -rc;
-			goto fail;
+			return -rc;
 		}
 		c->started = true;
 		if (c->cpu >= 0) {
@@ -139,8 +189,7 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			if (rc != 0) {
 				PBOX_LOG_ERR(MAIN, "core %u: cannot pin to CPU %d: %s", k, c->cpu,
 					     strerror(rc));
-				rc = -rc;
-				goto fail;
+				return -rc;
 			}
 		}
 		{
@@ -155,18 +204,23 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
 		      cfg->busy_poll ? "busy polling" : "polling, sleeping when idle");
 	return 0;
-fail:
-	pboxd_dp_stop(dp);
-	return rc;
 }
 
 void pboxd_dp_stop(struct pboxd_dp *dp)
 {
-	uint64_t one = 1;
-
 	if (dp->cores == NULL) {
 		return;
 	}
+	dp->ops->stop(dp);
+	close(dp->stop_fd);
+	free(dp->cores);
+	dp->cores = NULL;
+}
+
+static void udp_stop(struct pboxd_dp *dp)
+{
+	uint64_t one = 1;
+
 	__atomic_store_n(&dp->stop, true, __ATOMIC_RELEASE);
 	if (write(dp->stop_fd, &one, sizeof(one)) < 0) {
 		/* cores also wake on their poll timeout */
@@ -181,9 +235,6 @@ void pboxd_dp_stop(struct pboxd_dp *dp)
 		pbox_udp_close(dp->cores[k].udp);
 		dp->cores[k].udp = NULL;
 	}
-	close(dp->stop_fd);
-	free(dp->cores);
-	dp->cores = NULL;
 }
 
 struct pbox_jobtab *pboxd_dp_publish(struct pboxd_dp *dp, struct pbox_jobtab *tab)
@@ -191,14 +242,42 @@ struct pbox_jobtab *pboxd_dp_publish(struct pboxd_dp *dp, struct pbox_jobtab *ta
 	struct pbox_jobtab *old = rcu_xchg_pointer(&dp->tab, tab);
 
 	synchronize_rcu();
+	if (dp->ops != NULL && dp->ops->quiesce != NULL && dp->cores != NULL) {
+		dp->ops->quiesce(dp);
+	}
 	return old;
 }
 
 void pboxd_dp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
 			      uint64_t *rx_truncated)
 {
+	dp->ops->transport_stats(dp, core, tx_dropped, rx_truncated);
+}
+
+json_t *pboxd_dp_transport_json(const struct pboxd_dp *dp)
+{
+	return dp->ops->stats_json != NULL ? dp->ops->stats_json(dp) : NULL;
+}
+
+void pboxd_dp_transport_print(FILE *f, const struct pboxd_dp *dp)
+{
+	if (dp->ops->stats_print != NULL) {
+		dp->ops->stats_print(f, dp);
+	}
+}
+
+static void udp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
+				uint64_t *rx_truncated)
+{
 	const struct pbox_udp_stats *s = pbox_udp_stats(dp->cores[core].udp);
 
 	*tx_dropped = __atomic_load_n(&s->tx_dropped, __ATOMIC_RELAXED);
 	*rx_truncated = __atomic_load_n(&s->rx_truncated, __ATOMIC_RELAXED);
 }
+
+const struct pboxd_transport_ops pboxd_udp_transport = {
+	.name = "udp",
+	.start = udp_start,
+	.stop = udp_stop,
+	.transport_stats = udp_transport_stats,
+};

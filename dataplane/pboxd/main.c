@@ -31,7 +31,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: pboxd [options]\n"
+		"Usage: pboxd [options] [-- EAL arguments]\n"
 		"\n"
 		"The PBox appliance daemon: aggregates gradients from training workers on\n"
 		"poll-mode data-plane cores and runs the optimizer on the appliance.\n"
@@ -40,11 +40,18 @@ static void usage(FILE *f)
 		"  -c, --config FILE        configuration file (default: none; see pboxd.conf(5)\n"
 		"                           style example in the README)\n"
 		"      --check-config       validate the configuration and exit\n"
+		"      --transport NAME     data plane: udp (kernel sockets, default) or dpdk\n"
+		"                           (kernel bypass; arguments after -- go to the DPDK\n"
+		"                           EAL, e.g. -- --vdev net_af_xdp0,iface=eth1 -a\n"
+		"                           0000:01:00.0 --file-prefix pbox --no-huge)\n"
 		"      --cores N            number of data-plane cores (threads, not pinned)\n"
-		"      --cpus LIST          pin one core per CPU, e.g. 0,1 or 2-5\n"
-		"      --data-address ADDR  IPv4 address for data-plane UDP (default 127.0.0.1)\n"
+		"      --cpus LIST          pin one core per CPU, e.g. 0,1 or 2-5 (dpdk: the\n"
+		"                           lcores, unless the EAL arguments give -l/--lcores)\n"
+		"      --data-address ADDR  IPv4 address for data-plane UDP (default 127.0.0.1;\n"
+		"                           with dpdk: the appliance's address on its port)\n"
 		"      --base-port PORT     core k listens on PORT+k (default 7100)\n"
-		"      --control HOST:PORT  admission / stats TCP address (default 127.0.0.1:7000)\n"
+		"      --control HOST:PORT  admission / stats TCP address (default "
+		"127.0.0.1:7000)\n"
 		"      --chunk-bytes N      key chunk size (default 32768)\n"
 		"      --mtu N              path MTU; sets the fragment size (default 1500)\n"
 		"      --busy-poll          never sleep when idle (dedicated CPUs)\n"
@@ -59,8 +66,9 @@ static void usage(FILE *f)
 		"drain_timeout seconds, then abort them) and exit; a second one exits at once.\n"
 		"SIGUSR1 prints the per-core counters.\n"
 		"\n"
-		"Exit status: 0 after a clean stop, 64 bad arguments, 78 bad configuration,\n"
-		"69 a port or resource could not be set up.\n");
+		"Exit status: 0 after a clean stop, 64 bad arguments (EAL arguments too),\n"
+		"78 bad configuration, 69 a port or resource could not be set up (no\n"
+		"hugepages, no DPDK port, a device that cannot do what is configured).\n");
 }
 
 enum {
@@ -77,6 +85,7 @@ enum {
 	OPT_FAULT,
 	OPT_STATS,
 	OPT_LOG,
+	OPT_TRANSPORT,
 };
 
 static const struct option g_opts[] = {
@@ -94,6 +103,7 @@ static const struct option g_opts[] = {
 	{ "fault", required_argument, NULL, OPT_FAULT },
 	{ "stats-interval", required_argument, NULL, OPT_STATS },
 	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "transport", required_argument, NULL, OPT_TRANSPORT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
@@ -126,8 +136,14 @@ struct app {
 static json_t *stats_cb(void *arg)
 {
 	struct app *a = arg;
+	json_t *o = pboxd_stats_json(&a->dp, a->sessions), *t = pboxd_dp_transport_json(&a->dp);
 
-	return pboxd_stats_json(&a->dp, a->sessions);
+	if (o != NULL && t != NULL) {
+		json_object_set_new(o, "transport", t);
+	} else {
+		json_decref(t);
+	}
+	return o;
 }
 
 /* Command-line overrides, applied after the file. Returns 0 or an exit status. */
@@ -164,6 +180,14 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			cfg->ncores = (uint32_t)n;
 			break;
 		}
+		case OPT_TRANSPORT:
+			if (snprintf(cfg->transport, sizeof(cfg->transport), "%s", optarg) >=
+			    (int)sizeof(cfg->transport)) {
+				fprintf(stderr, "pboxd: --transport %s: unknown transport\n",
+					optarg);
+				return EX_USAGE;
+			}
+			break;
 		case OPT_DATA_ADDR:
 			snprintf(cfg->data_addr, sizeof(cfg->data_addr), "%s", optarg);
 			break;
@@ -204,6 +228,14 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 		case OPT_DET:
 			cfg->deterministic = true;
 			for (uint32_t i = 0; i < cfg->njobs; i++) {
+				if (cfg->jobs[i].sync->folds_late) {
+					fprintf(stderr,
+						"pboxd: --deterministic: job %u uses %s, which "
+						"adds late "
+						"contributions in arrival order\n",
+						cfg->jobs[i].id, cfg->jobs[i].sync->name);
+					return EX_USAGE;
+				}
 				cfg->jobs[i].deterministic = true;
 			}
 			break;
@@ -238,9 +270,19 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			return EX_USAGE;
 		}
 	}
-	if (optind < argc) {
+	if (optind < argc && strcmp(argv[optind - 1], "--") != 0) {
 		fprintf(stderr, "pboxd: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return EX_USAGE;
+	}
+	if (optind < argc) {
+		char err[128];
+
+		/* After --: the DPDK EAL's arguments. */
+		if (pboxd_config_add_eal_args(cfg, argc - optind, argv + optind, err,
+					      sizeof(err)) != 0) {
+			fprintf(stderr, "pboxd: %s\n", err);
+			return EX_USAGE;
+		}
 	}
 	return 0;
 }
@@ -304,6 +346,7 @@ static int run(struct app *a)
 			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
 				if (si.ssi_signo == SIGUSR1) {
 					pboxd_stats_print(stderr, &a->dp);
+					pboxd_dp_transport_print(stderr, &a->dp);
 				} else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
 					signals++;
 				}
@@ -329,6 +372,7 @@ static int run(struct app *a)
 
 			if (read(tfd, &ticks, sizeof(ticks)) > 0) {
 				pboxd_stats_print(stderr, &a->dp);
+				pboxd_dp_transport_print(stderr, &a->dp);
 			}
 		}
 		pboxd_control_handle(a->control, p + n, nctl);
@@ -411,9 +455,10 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
-	if (pboxd_dp_start(&a.dp, &a.cfg) != 0) {
+	rc = pboxd_dp_start(&a.dp, &a.cfg);
+	if (rc != 0) {
 		pboxd_config_free(&a.cfg);
-		return EX_UNAVAILABLE;
+		return rc == -EINVAL ? EX_USAGE : EX_UNAVAILABLE;
 	}
 	a.sessions = pboxd_sessions_create(&a.cfg, &a.dp);
 	a.control = a.sessions ? pboxd_control_open(a.cfg.control_host, a.cfg.control_port,
@@ -431,6 +476,7 @@ int main(int argc, char **argv)
 	pboxd_sessions_destroy(a.sessions);
 	fprintf(stderr, "pboxd: final counters\n");
 	pboxd_stats_print(stderr, &a.dp);
+	pboxd_dp_transport_print(stderr, &a.dp);
 	pboxd_dp_stop(&a.dp);
 	free(pboxd_dp_publish(&a.dp, NULL));
 	pboxd_config_free(&a.cfg);

@@ -8,8 +8,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "common/log.h"
+#include "common/bitmap.h"
 #include "common/ctlproto.h"
+#include "common/log.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -20,6 +21,7 @@ enum sess_state {
 struct member {
 	struct pboxd_member_ref *ref; /* NULL: rank not connected */
 	uint64_t cookie;	      /* 0 until registered */
+	bool removed;		      /* taken out of the running session's counts */
 };
 
 struct job {
@@ -36,6 +38,10 @@ struct job {
 	bool has_desc;
 	struct pbox_job_state *state;
 	uint64_t sessions; /* sessions started so far */
+	uint64_t *live;	   /* ranks counted as members of the running session */
+	uint32_t nlive;
+	uint64_t generation; /* bumped when live changes */
+	uint64_t removed;    /* ranks removed from sessions, all time */
 };
 
 struct pboxd_sessions {
@@ -73,7 +79,8 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 	for (uint32_t i = 0; i < cfg->njobs; i++) {
 		s->jobs[i].cfg = &cfg->jobs[i];
 		s->jobs[i].members = calloc(cfg->jobs[i].workers, sizeof(struct member));
-		if (s->jobs[i].members == NULL) {
+		s->jobs[i].live = calloc(pbox_bitmap_words(cfg->jobs[i].workers), sizeof(uint64_t));
+		if (s->jobs[i].members == NULL || s->jobs[i].live == NULL) {
 			pboxd_sessions_destroy(s);
 			return NULL;
 		}
@@ -112,6 +119,13 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->window = c->window;
 	pj->opt = c->opt;
 	pj->opt_params = c->opt_params;
+	pj->sync = c->sync;
+	pj->sync_cfg = c->sync_cfg;
+	pj->credits = c->credits;
+	pj->verify_crc = c->verify_crc;
+	pj->live = j->live;
+	pj->nlive = j->nlive;
+	pj->generation = j->generation;
 	pj->state = j->state;
 }
 
@@ -138,8 +152,9 @@ static int publish(struct pboxd_sessions *s)
 		if (j->st == SESS_IDLE) {
 			continue;
 		}
-		/* One allocation: the job entry followed by its cookie array. */
-		pj = calloc(1, sizeof(*pj) + j->cfg->workers * sizeof(uint64_t));
+		/* One allocation: the job entry, its cookies, its live bitmap. */
+		pj = calloc(1, sizeof(*pj) + (j->cfg->workers + pbox_bitmap_words(j->cfg->workers)) *
+					       sizeof(uint64_t));
 		if (pj == NULL) {
 			for (uint32_t k = 0; k < tab->njobs; k++) {
 				free((void *)tab->jobs[k]);
@@ -154,6 +169,8 @@ static int publish(struct pboxd_sessions *s)
 		}
 		fill_job(pj, j);
 		pj->wire.cookies = cookies;
+		pj->live = cookies + j->cfg->workers;
+		memcpy((uint64_t *)pj->live, j->live, pbox_bitmap_words(j->cfg->workers) * 8);
 		tab->jobs[tab->njobs++] = pj;
 	}
 	old = pboxd_dp_publish(s->dp, tab);
@@ -277,6 +294,12 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		return pbox_ctl_error(EBUSY, "rank %u of job %u is already connected (from %s)", rank,
 				      j->cfg->id, j->members[rank].ref->peer);
 	}
+	if (j->st == SESS_ACTIVE && j->members[rank].removed) {
+		return pbox_ctl_error(EBUSY,
+				      "rank %u was removed from the running session of job %u; it "
+				      "can join the next session",
+				      rank, j->cfg->id);
+	}
 	j->members[rank].ref = ref;
 	j->members[rank].cookie = 0;
 	j->nconnected++;
@@ -362,6 +385,12 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
 	}
 	j->has_desc = true;
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		pbox_bit_set(j->live, r);
+		j->members[r].removed = false;
+	}
+	j->nlive = j->cfg->workers;
+	j->generation++;
 	fill_job(&tmp, j);
 	j->state = pbox_job_state_create(&tmp);
 	if (j->state == NULL) {
@@ -455,10 +484,36 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 	snprintf(cookie, sizeof(cookie), "%016llx", (unsigned long long)m->cookie);
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
 		      j->nregistered, j->cfg->workers);
-	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o}", "ok", 1, "cookie", cookie,
-			 "data_addr", s->cfg->data_addr, "ports", ports, "chunk_bytes",
-			 (json_int_t)j->desc.chunk_bytes, "frag_bytes", (json_int_t)j->desc.frag_bytes,
-			 "window", (json_int_t)j->cfg->window, "core_map", map);
+	{
+		uint32_t st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
+
+		return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
+				 "s:b, s:b, s:i}",
+				 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports",
+				 ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
+				 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
+				 "core_map", map, "sync", j->cfg->sync->name, "staleness",
+				 st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
+				 (json_int_t)j->cfg->credits, "flow",
+				 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
+				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
+				 s->cfg->worker_timeout ? 1000 : 0);
+	}
+}
+
+/* Take rank out of the running session's counts (iterations stop waiting for it). */
+static void drop_from_counts(struct job *j, uint32_t rank, const char *why)
+{
+	if (j->st != SESS_ACTIVE || !pbox_bit_test(j->live, rank)) {
+		return;
+	}
+	pbox_bit_clear(j->live, rank);
+	j->nlive--;
+	j->generation++;
+	j->removed++;
+	j->members[rank].removed = true;
+	PBOX_LOG_WARN(ADMIN, "job %u: rank %u %s; the session continues with %u of %u workers",
+		      j->cfg->id, rank, why, j->nlive, j->cfg->workers);
 }
 
 static void remove_member(struct pboxd_sessions *s, struct job *j, uint32_t rank)
@@ -490,6 +545,10 @@ json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u left", j->cfg->id, ref->rank);
 	ref->left = true;
 	ref->joined = false;
+	/* Only a registered rank is part of the session's counts. */
+	if (j->nconnected > 1 && j->members[ref->rank].cookie != 0) {
+		drop_from_counts(j, ref->rank, "left");
+	}
 	remove_member(s, j, ref->rank);
 	return json_pack("{s:b}", "ok", 1);
 }
@@ -504,12 +563,19 @@ void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref
 	}
 	j = find_job(s, ref->job);
 	ref->joined = false;
-	snprintf(why, sizeof(why), "rank %u (%s) left without a goodbye (control connection closed)",
-		 ref->rank, ref->peer);
-	if (j->st == SESS_ACTIVE) {
+	snprintf(why, sizeof(why), "rank %u (%s) %s", ref->rank, ref->peer,
+		 ref->gone_reason[0] ? ref->gone_reason
+				     : "left without a goodbye (control connection closed)");
+	if (j->members[ref->rank].cookie == 0) {
+		/* Never registered: not part of the session's counts. */
+		PBOX_LOG_INFO(ADMIN, "job %u: %s before registering", j->cfg->id, why);
+	} else if (j->st == SESS_ACTIVE && j->cfg->abort_on_loss) {
 		j->members[ref->rank].ref = NULL; /* not told about its own departure */
 		abort_session(s, j, why);
 		j->members[ref->rank].ref = ref;
+	} else if (j->st == SESS_ACTIVE && j->nconnected > 1) {
+		drop_from_counts(j, ref->rank,
+				 ref->gone_reason[0] ? ref->gone_reason : "was lost (connection closed)");
 	} else {
 		PBOX_LOG_INFO(ADMIN, "job %u: %s", j->cfg->id, why);
 	}
@@ -524,18 +590,80 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 	for (uint32_t i = 0; i < s->njobs; i++) {
 		const struct job *j = &s->jobs[i];
 
-		json_array_append_new(
-			arr, json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
-				       (json_int_t)j->cfg->id, "state", names[j->st], "mode",
-				       mode_name(j->cfg->mode), "workers",
-				       (json_int_t)j->cfg->workers, "connected",
-				       (json_int_t)j->nconnected, "registered",
-				       (json_int_t)j->nregistered, "sessions",
-				       (json_int_t)j->sessions, "chunks",
-				       (json_int_t)(j->has_desc ? j->desc.nchunks : 0), "bytes",
-				       (json_int_t)(j->has_desc ? j->desc.total_bytes : 0)));
+		json_t *o = json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
+				      (json_int_t)j->cfg->id, "state", names[j->st], "mode",
+				      mode_name(j->cfg->mode), "workers", (json_int_t)j->cfg->workers,
+				      "connected", (json_int_t)j->nconnected, "registered",
+				      (json_int_t)j->nregistered, "sessions", (json_int_t)j->sessions,
+				      "chunks", (json_int_t)(j->has_desc ? j->desc.nchunks : 0),
+				      "bytes", (json_int_t)(j->has_desc ? j->desc.total_bytes : 0));
+
+		json_object_set_new(o, "sync", json_string(j->cfg->sync->name));
+		if (j->state != NULL) {
+			/* FluentPS's per-shard progress: the spread of the chunks' versions, and
+			 * the pulls waiting. Read while the cores write them: each value is a
+			 * single word, only roughly simultaneous with the others. */
+			uint32_t vmin = UINT32_MAX, vmax = 0, held = 0;
+
+			for (uint32_t k = 0; k < j->state->ncores; k++) {
+				const struct pbox_core_job *cj = &j->state->core[k];
+
+				for (uint32_t c = 0; c < cj->nchunks; c++) {
+					uint32_t v = __atomic_load_n(&cj->chunks[c].version,
+								     __ATOMIC_RELAXED);
+
+					vmin = PBOX_MIN(vmin, v);
+					vmax = PBOX_MAX(vmax, v);
+					held += __atomic_load_n(&cj->chunks[c].nheld, __ATOMIC_RELAXED);
+				}
+			}
+			json_object_set_new(o, "version_min", json_integer(vmin == UINT32_MAX ? 0 : vmin));
+			json_object_set_new(o, "version_max", json_integer(vmax));
+			json_object_set_new(o, "pulls_waiting", json_integer(held));
+		}
+		json_object_set_new(o, "live", json_integer(j->st == SESS_IDLE ? 0 : j->nlive));
+		json_object_set_new(o, "removed", json_integer((json_int_t)j->removed));
+		json_array_append_new(arr, o);
 	}
 	return arr;
+}
+
+void pboxd_sessions_ping(struct pboxd_sessions *s, struct pboxd_member_ref *ref)
+{
+	(void)s;
+	(void)ref; /* last_seen_ms is stamped by the control channel on every request */
+}
+
+void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms)
+{
+	uint64_t limit = (uint64_t)s->cfg->worker_timeout * 1000;
+
+	if (limit == 0) {
+		return;
+	}
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		struct job *j = &s->jobs[i];
+
+		if (j->st != SESS_ACTIVE) {
+			continue;
+		}
+		for (uint32_t r = 0; r < j->cfg->workers; r++) {
+			struct pboxd_member_ref *ref = j->members[r].ref;
+			json_t *ev;
+
+			if (ref == NULL || j->members[r].cookie == 0 || ref->gone_reason[0] ||
+			    now_ms - ref->last_seen_ms <= limit) {
+				continue;
+			}
+			snprintf(ref->gone_reason, sizeof(ref->gone_reason),
+				 "declared dead: no heartbeat for %u s", s->cfg->worker_timeout);
+			ev = json_pack("{s:s, s:i, s:s}", "event", "removed", "errno", ETIMEDOUT,
+				       "reason", ref->gone_reason);
+			ref->send_event(ref, ev);
+			json_decref(ev);
+			ref->kick(ref); /* handled as lost when the connection is freed */
+		}
+	}
 }
 
 uint32_t pboxd_sessions_active(const struct pboxd_sessions *s)
@@ -567,6 +695,7 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 			end_session(s, j);
 		}
 		free(j->members);
+		free(j->live);
 	}
 	free(s->jobs);
 	free(s);

@@ -6,11 +6,16 @@
  * A configured job is idle until a rank says hello with the right token. The first rank
  * to register keys starts a session: the key set is fixed (or checked against the
  * configured one), chunk state is allocated on every core, and every rank that registers
- * gets a random session cookie that its datagrams must carry. A rank that disconnects
- * without a clean leave aborts the session: the other ranks are told at once over their
- * control connections, and their datagrams are answered with an error. When the last
- * rank is gone the session ends, its state is freed after an RCU grace period, and the
- * job is idle again.
+ * gets a random session cookie that its datagrams must carry.
+ *
+ * Membership: every rank counts as live from the start of a session. A rank that leaves
+ * cleanly is removed from the counts (iterations stop waiting for it). A rank lost without
+ * a goodbye (connection closed, or no heartbeat for worker_timeout seconds) either aborts
+ * the session (on_worker_loss = "abort", the default for BSP: the other ranks are told at
+ * once over their control connections and their datagrams are refused) or is removed from
+ * the counts like a leaver ("continue"). Removed ranks cannot rejoin the running session.
+ * When the last rank is gone the session ends, its state is freed after an RCU grace
+ * period, and the job is idle again.
  *
  * Every change publishes a new immutable job table to the cores (pboxd_dp_publish).
  *
@@ -35,8 +40,12 @@ struct pboxd_member_ref {
 	bool joined; /* said hello and was admitted */
 	bool left;   /* said leave: closing is not a failure */
 	char peer[64];
+	uint64_t last_seen_ms; /* last request (heartbeats included) */
 	/* Send an unsolicited event object to this connection (does not steal obj). */
 	void (*send_event)(struct pboxd_member_ref *ref, json_t *obj);
+	/* Close the connection (after the current event loop pass). */
+	void (*kick)(struct pboxd_member_ref *ref);
+	char gone_reason[160]; /* set when the appliance removes the member */
 };
 
 struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, struct pboxd_dp *dp);
@@ -48,6 +57,11 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 				const json_t *req);
 json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
+/* A heartbeat ({"op":"ping"}); no response. */
+void pboxd_sessions_ping(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
+/* Once a second or so: members of running sessions silent for longer than the worker
+ * timeout are declared dead (told, disconnected, and handled as lost). */
+void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms);
 
 /* The connection is gone (after leave: clean; otherwise the session aborts). */
 void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref *ref);

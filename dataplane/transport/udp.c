@@ -153,8 +153,8 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	if (bind(u->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		char b[64];
 
-		PBOX_LOG_ERR(TRANSPORT, "udp: cannot bind %s: %s", pbox_peer_str(&local, b, sizeof(b)),
-			     strerror(errno));
+		PBOX_LOG_ERR(TRANSPORT, "udp: cannot bind %s: %s",
+			     pbox_peer_str(&local, b, sizeof(b)), strerror(errno));
 		goto fail;
 	}
 	getsockname(u->fd, (struct sockaddr *)&sa, &sl);
@@ -243,7 +243,8 @@ unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigne
 
 int pbox_udp_wait(struct pbox_udp *u, int timeout_ms, int wake_fd)
 {
-	struct pollfd p[2] = { { .fd = u->fd, .events = POLLIN }, { .fd = wake_fd, .events = POLLIN } };
+	struct pollfd p[2] = { { .fd = u->fd, .events = POLLIN },
+			       { .fd = wake_fd, .events = POLLIN } };
 	int rc = poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
 
 	if (rc < 0) {

@@ -29,10 +29,10 @@
 #define PBOX_UDP_MAX_DGRAM (PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD)
 
 struct pbox_udp_cfg {
-	const char *addr;  /* local IPv4 address to bind ("0.0.0.0" / NULL: any) */
-	uint16_t port;	   /* 0: ephemeral */
-	unsigned burst;	   /* datagrams per recvmmsg / sendmmsg (0: default) */
-	int sock_buf;	   /* SO_RCVBUF / SO_SNDBUF bytes (0: 8 MiB) */
+	const char *addr; /* local IPv4 address to bind ("0.0.0.0" / NULL: any) */
+	uint16_t port;    /* 0: ephemeral */
+	unsigned burst;   /* datagrams per recvmmsg / sendmmsg (0: default) */
+	int sock_buf;     /* SO_RCVBUF / SO_SNDBUF bytes (0: 8 MiB) */
 	struct pbox_fault_cfg fault;
 };
 

@@ -24,6 +24,13 @@
  * push-pull of iteration t with the sum (or mean) of all ranks' iteration-t gradients, and
  * the worker runs its own optimizer.
  *
+ * Synchronisation (set on the appliance per job): BSP by default; SSP, ASP, probabilistic
+ * SSP and drop-stragglers let a push-pull return before every rank has contributed, with
+ * a model at most `staleness` iterations old (pbox_job_info). The library checks that
+ * bound on every result and blocks (then times out, with a message) rather than accept a
+ * staler one. NOTIFY-ACK flow control: a job allows `credits` unacknowledged
+ * contributions per chunk, i.e. that many operations per key in flight.
+ *
  * Errors: every function returning int returns 0 or a negative errno, and then
  * pbox_last_error() (per thread) holds a message a person can act on, e.g.
  * "job 1: wrong token for rank 2" (-EACCES) or "push-pull of key 3 (iteration 17) timed
@@ -54,16 +61,16 @@ struct pbox_key_info {
 };
 
 struct pbox_client_opts {
-	const char *server;	/* pboxd control address "host:port" (NULL: 127.0.0.1:7000) */
-	uint32_t job;		/* job namespace id */
-	const char *token;	/* the job's secret */
-	uint32_t rank;		/* 0 .. workers-1 */
+	const char *server;     /* pboxd control address "host:port" (NULL: 127.0.0.1:7000) */
+	uint32_t job;           /* job namespace id */
+	const char *token;      /* the job's secret */
+	uint32_t rank;          /* 0 .. workers-1 */
 	const char *local_addr; /* local IPv4 address for the data socket (NULL: any) */
-	uint32_t timeout_ms;	/* deadline of each operation and of connecting (0: 30 s) */
-	uint32_t rto_ms;	/* first retransmission timeout (0: 50 ms) */
-	uint32_t max_inflight;	/* chunks sent before their ACK (0: 256) */
-	const char *fault;	/* fault injection spec, see PBOX_FAULT (NULL: env / none) */
-	bool busy_poll;		/* progress thread spins instead of sleeping when idle */
+	uint32_t timeout_ms;    /* deadline of each operation and of connecting (0: 30 s) */
+	uint32_t rto_ms;        /* first retransmission timeout (0: 50 ms) */
+	uint32_t max_inflight;  /* chunks sent before their ACK (0: 256) */
+	const char *fault;      /* fault injection spec, see PBOX_FAULT (NULL: env / none) */
+	bool busy_poll;         /* progress thread spins instead of sleeping when idle */
 };
 
 enum pbox_job_mode_public {
@@ -76,11 +83,14 @@ struct pbox_job_info {
 	uint32_t rank;
 	uint32_t workers;
 	enum pbox_job_mode_public mode;
-	uint32_t cores;	      /* appliance data-plane cores serving the job */
+	uint32_t cores;       /* appliance data-plane cores serving the job */
 	uint32_t chunk_bytes; /* 0 until registered */
 	uint32_t frag_bytes;
 	uint32_t nchunks;
 	uint64_t total_bytes; /* sum of the registered keys */
+	char sync[16];        /* synchronisation model: "bsp", "ssp", "asp", ... */
+	uint32_t staleness;   /* oldest model a result may be, in iterations (UINT32_MAX: any) */
+	uint32_t credits;     /* operations per key that may be in flight at once */
 };
 
 struct pbox_client_stats {
@@ -130,8 +140,8 @@ int pbox_init_async(struct pbox_client *c, uint32_t key, const float *values, pb
 		    void *arg);
 int pbox_push_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
 		    pbox_done_fn cb, void *arg);
-int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out,
-		    pbox_done_fn cb, void *arg);
+int pbox_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, float *out, pbox_done_fn cb,
+		    void *arg);
 int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, const float *grad,
 			 float *out, pbox_done_fn cb, void *arg);
 
@@ -145,6 +155,11 @@ int pbox_wait(struct pbox_client *c, uint32_t key, int timeout_ms);
 int pbox_wait_all(struct pbox_client *c, int timeout_ms);
 
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
+
+/* The version (server-optimizer) or iteration (aggregate) of the last result received for
+ * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
+ * drop-stragglers can use it to catch up. Negative errno for an unknown key. */
+int64_t pbox_result_version(struct pbox_client *c, uint32_t key);
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.

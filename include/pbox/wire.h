@@ -49,7 +49,7 @@ extern "C" {
 #error "pbox payloads are little-endian float32; big-endian hosts are not supported"
 #endif
 
-#define PBOX_WIRE_MAGIC	  0x50424f58u /* "PBOX" */
+#define PBOX_WIRE_MAGIC   0x50424f58u /* "PBOX" */
 #define PBOX_WIRE_VERSION 1
 #define PBOX_WIRE_HDR_LEN 64
 
@@ -62,9 +62,10 @@ extern "C" {
 #define PBOX_WIRE_L2L4_LEN 42u
 
 enum pbox_msg_type {
-	/* worker -> appliance: a gradient fragment for (chunk, iter). arg0: 0. flags:
-	 * PBOX_F_WANT_REPLY asks for the result when the iteration completes (fused
-	 * push-pull); PBOX_F_RETRANSMIT marks a resend. */
+	/* worker -> appliance: a gradient fragment for (chunk, iter). arg0: 0; arg1: the
+	 * fragment's CRC32C version word if PBOX_F_CRC. PBOX_F_WANT_REPLY asks for the
+	 * result (fused push-pull) when the job's synchronisation model allows;
+	 * PBOX_F_RETRANSMIT marks a resend. */
 	PBOX_MSG_PUSH = 1,
 	/* worker -> appliance: send me the result. No payload. iter: the model version
 	 * wanted (server-optimizer jobs) or the iteration whose aggregate is wanted
@@ -76,8 +77,10 @@ enum pbox_msg_type {
 	 * optimizer) or the iteration (aggregate). arg0: seq of the request answered. */
 	PBOX_MSG_DATA = 4,
 	/* appliance -> worker: your contribution (PUSH or INIT) for (chunk, iter) has been
-	 * received in full and consumed. arg0: seq echoed; arg1: contributions received so
-	 * far for that iteration. No payload. */
+	 * received in full and consumed (NOTIFY-ACK), or, answering a probe, the status of
+	 * iteration iter (PBOX_F_STATUS). arg0: seq echoed; arg1: contributions received so
+	 * far for that iteration. PBOX_F_OF_INIT: the INIT of (chunk) is complete.
+	 * PBOX_F_RETRY: a refused push may be sent again now. No payload. */
 	PBOX_MSG_ACK = 5,
 	/* appliance -> worker: the request for (chunk, iter) was refused. arg0: a positive
 	 * errno (e.g. ECONNABORTED: the job was aborted; ESTALE: that result is no longer
@@ -87,10 +90,16 @@ enum pbox_msg_type {
 };
 
 enum pbox_msg_flags {
-	PBOX_F_WANT_REPLY = 1u << 0,
-	PBOX_F_RETRANSMIT = 1u << 1,
+	PBOX_F_WANT_REPLY = 1u << 0, /* PUSH: answer with the result (fused push-pull) */
+	PBOX_F_RETRANSMIT = 1u << 1, /* PUSH, PULL, INIT, DATA: sent again after a timeout */
+	PBOX_F_CRC = 1u << 2,        /* PUSH, INIT: arg1 is the CRC32C of the payload */
+	PBOX_F_RETRY = 1u << 3,      /* ACK: a push was refused (window full); resend now */
+	PBOX_F_OF_INIT = 1u << 4,    /* ACK: acknowledges an INIT, not a PUSH */
+	PBOX_F_STATUS = 1u << 5,     /* ACK: answers a probe; acknowledges nothing */
 };
-#define PBOX_F_ALL (PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT)
+#define PBOX_F_ALL                                                                            \
+	(PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_RETRY | PBOX_F_OF_INIT | \
+	 PBOX_F_STATUS)
 
 enum pbox_encoding {
 	PBOX_ENC_NONE = 0, /* no payload (PULL, ACK, ERROR) */
@@ -152,31 +161,33 @@ struct pbox_msg {
 enum pbox_drop_reason {
 	PBOX_DROP_NONE = 0,
 	/* header-level (pbox_wire_decode) */
-	PBOX_DROP_TRUNCATED,	/* shorter than the header */
-	PBOX_DROP_BAD_MAGIC,	/* not a pbox datagram */
-	PBOX_DROP_BAD_VERSION,	/* pbox, but a version this build does not speak */
-	PBOX_DROP_BAD_TYPE,	/* unknown message type */
-	PBOX_DROP_BAD_HDR_LEN,	/* hdr_len != 64 */
-	PBOX_DROP_BAD_LENGTH,	/* frag_len disagrees with the datagram length */
-	PBOX_DROP_BAD_FLAGS,	/* a flag not defined for this type */
+	PBOX_DROP_TRUNCATED,    /* shorter than the header */
+	PBOX_DROP_BAD_MAGIC,    /* not a pbox datagram */
+	PBOX_DROP_BAD_VERSION,  /* pbox, but a version this build does not speak */
+	PBOX_DROP_BAD_TYPE,     /* unknown message type */
+	PBOX_DROP_BAD_HDR_LEN,  /* hdr_len != 64 */
+	PBOX_DROP_BAD_LENGTH,   /* frag_len disagrees with the datagram length */
+	PBOX_DROP_BAD_FLAGS,    /* a flag not defined for this type */
 	PBOX_DROP_BAD_RESERVED, /* reserved bytes not zero */
 	PBOX_DROP_BAD_ENCODING, /* encoding unknown or wrong for the type */
 	PBOX_DROP_BAD_FRAGMENT, /* fragment outside the chunk */
 	/* job-level (pbox_wire_check) */
-	PBOX_DROP_UNKNOWN_JOB,	 /* no admitted job with this namespace id */
-	PBOX_DROP_BAD_SENDER,	 /* sender rank out of range, or wrong direction */
-	PBOX_DROP_BAD_COOKIE,	 /* cookie does not match the sender's session */
-	PBOX_DROP_BAD_CHUNK,	 /* chunk id out of range or chunk_len differs */
+	PBOX_DROP_UNKNOWN_JOB,   /* no admitted job with this namespace id */
+	PBOX_DROP_BAD_SENDER,    /* sender rank out of range, or wrong direction */
+	PBOX_DROP_BAD_COOKIE,    /* cookie does not match the sender's session */
+	PBOX_DROP_BAD_CHUNK,     /* chunk id out of range or chunk_len differs */
 	PBOX_DROP_BAD_ALIGNMENT, /* fragment not on the job's fragment grid */
-	PBOX_DROP_MISDIRECTED,	 /* chunk owned by another core */
-	PBOX_DROP_NOT_ALLOWED,	 /* message not allowed for this job or rank (e.g. INIT
+	PBOX_DROP_MISDIRECTED,   /* chunk owned by another core */
+	PBOX_DROP_NOT_ALLOWED,   /* message not allowed for this job or rank (e.g. INIT
 				    from rank 1, INIT to an aggregate job) */
 	/* engine-level */
-	PBOX_DROP_FUTURE_ITER,	/* iteration beyond the in-flight window */
-	PBOX_DROP_STALE_ITER,	/* iteration long complete and no longer answerable */
-	PBOX_DROP_NOT_READY,	/* job has no model yet (push before initialisation) */
-	PBOX_DROP_JOB_ABORTED,	/* job aborted; answered with PBOX_MSG_ERROR */
-	PBOX_DROP_UNEXPECTED,	/* well-formed but not expected now (e.g. stray reply) */
+	PBOX_DROP_FUTURE_ITER,  /* iteration beyond the in-flight window */
+	PBOX_DROP_STALE_ITER,   /* iteration long complete and no longer answerable */
+	PBOX_DROP_NOT_READY,    /* job has no model yet (push before initialisation) */
+	PBOX_DROP_JOB_ABORTED,  /* job aborted; answered with PBOX_MSG_ERROR */
+	PBOX_DROP_CREDIT,       /* a contribution beyond the rank's NOTIFY-ACK credits */
+	PBOX_DROP_BAD_CHECKSUM, /* payload does not match its CRC32C version word */
+	PBOX_DROP_UNEXPECTED,   /* well-formed but not expected now (e.g. stray reply) */
 	PBOX_DROP_COUNT,
 };
 

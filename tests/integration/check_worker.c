@@ -28,7 +28,7 @@ struct opts {
 	uint64_t nkeys, *nelem;
 	bool server_opt, mean, expect_fail, async;
 	int stall_iter; /* this rank stops responding (sleeps) at this iteration */
-	int exit_iter;	/* this rank exits abruptly at this iteration */
+	int exit_iter;  /* this rank exits abruptly at this iteration */
 	unsigned sleep_ms;
 	float lr;
 	const char *opt;
@@ -57,15 +57,15 @@ static void usage(void)
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "server", 1, NULL, 's' },	  { "job", 1, NULL, 'j' },
-		{ "token", 1, NULL, 't' },	  { "rank", 1, NULL, 'r' },
-		{ "workers", 1, NULL, 'n' },	  { "keys", 1, NULL, 'k' },
-		{ "iters", 1, NULL, 'i' },	  { "server-opt", 0, NULL, 'S' },
-		{ "sum", 0, NULL, 'U' },	  { "lr", 1, NULL, 'l' },
-		{ "optimizer", 1, NULL, 'O' },	  { "timeout-ms", 1, NULL, 'T' },
-		{ "async", 0, NULL, 'A' },	  { "expect-fail", 0, NULL, 'F' },
-		{ "exit-at", 1, NULL, 'X' },	  { "stall-at", 1, NULL, 'Z' },
-		{ "help", 0, NULL, 'h' },	  { NULL, 0, NULL, 0 },
+		{ "server", 1, NULL, 's' },    { "job", 1, NULL, 'j' },
+		{ "token", 1, NULL, 't' },     { "rank", 1, NULL, 'r' },
+		{ "workers", 1, NULL, 'n' },   { "keys", 1, NULL, 'k' },
+		{ "iters", 1, NULL, 'i' },     { "server-opt", 0, NULL, 'S' },
+		{ "sum", 0, NULL, 'U' },       { "lr", 1, NULL, 'l' },
+		{ "optimizer", 1, NULL, 'O' }, { "timeout-ms", 1, NULL, 'T' },
+		{ "async", 0, NULL, 'A' },     { "expect-fail", 0, NULL, 'F' },
+		{ "exit-at", 1, NULL, 'X' },   { "stall-at", 1, NULL, 'Z' },
+		{ "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
 	};
 	int c;
 
@@ -149,9 +149,37 @@ static int parse(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+struct bufs {
+	struct pbox_key_info *keys;
+	float **g, **out, **model, **mom, **vel, **gall;
+	uint64_t nkeys;
+};
+
+static int finish(struct opts *o, struct bufs *b, struct pbox_client *c, int status)
+{
+	pbox_close(c);
+	for (uint64_t k = 0; k < b->nkeys; k++) {
+		free(b->g[k]);
+		free(b->out[k]);
+		free(b->model[k]);
+		free(b->mom[k]);
+		free(b->vel[k]);
+	}
+	free(b->keys);
+	free(b->g);
+	free(b->out);
+	free(b->model);
+	free(b->mom);
+	free(b->vel);
+	free(b->gall);
+	free(o->nelem);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
+	struct bufs B = { 0 };
 	struct pbox_client_opts co = { 0 };
 	struct pbox_client *c = NULL;
 	struct pbox_key_info *keys;
@@ -178,15 +206,16 @@ int main(int argc, char **argv)
 	rc = pbox_connect(&co, &c);
 	if (rc < 0) {
 		fprintf(stderr, "rank %u: connect: %s (%d)\n", o.rank, pbox_last_error(), rc);
-		return o.expect_fail ? 0 : 1;
+		return finish(&o, &B, NULL, o.expect_fail ? 0 : 1);
 	}
-	keys = calloc(o.nkeys, sizeof(*keys));
-	g = calloc(o.nkeys, sizeof(*g));
-	out = calloc(o.nkeys, sizeof(*out));
-	model = calloc(o.nkeys, sizeof(*model));
-	mom = calloc(o.nkeys, sizeof(*mom));
-	vel = calloc(o.nkeys, sizeof(*vel));
-	gall = calloc(o.workers, sizeof(*gall));
+	B.nkeys = o.nkeys;
+	B.keys = keys = calloc(o.nkeys, sizeof(*keys));
+	B.g = g = calloc(o.nkeys, sizeof(*g));
+	B.out = out = calloc(o.nkeys, sizeof(*out));
+	B.model = model = calloc(o.nkeys, sizeof(*model));
+	B.mom = mom = calloc(o.nkeys, sizeof(*mom));
+	B.vel = vel = calloc(o.nkeys, sizeof(*vel));
+	B.gall = gall = calloc(o.workers, sizeof(*gall));
 	for (uint64_t k = 0; k < o.nkeys; k++) {
 		keys[k].id = (uint32_t)(100 + k);
 		keys[k].nelem = o.nelem[k];
@@ -202,8 +231,7 @@ int main(int argc, char **argv)
 	rc = pbox_register(c, keys, (uint32_t)o.nkeys);
 	if (rc < 0) {
 		fprintf(stderr, "rank %u: register: %s (%d)\n", o.rank, pbox_last_error(), rc);
-		pbox_close(c);
-		return o.expect_fail ? 0 : 1;
+		return finish(&o, &B, c, o.expect_fail ? 0 : 1);
 	}
 	if (o.server_opt) {
 		for (uint64_t k = 0; k < o.nkeys && o.rank == 0; k++) {
@@ -218,10 +246,9 @@ int main(int argc, char **argv)
 				goto opfail;
 			}
 			if (memcmp(out[k], model[k], o.nelem[k] * sizeof(float)) != 0) {
-				fprintf(stderr, "rank %u: initial model of key %u differs\n", o.rank,
-					keys[k].id);
-				pbox_close(c);
-				return 1;
+				fprintf(stderr, "rank %u: initial model of key %u differs\n",
+					o.rank, keys[k].id);
+				return finish(&o, &B, c, 1);
 			}
 		}
 	}
@@ -239,7 +266,8 @@ int main(int argc, char **argv)
 				g[k][i] = grad(o.rank, t, k, i);
 			}
 			if (o.async) {
-				rc = pbox_push_pull_async(c, keys[k].id, t, g[k], out[k], NULL, NULL);
+				rc = pbox_push_pull_async(c, keys[k].id, t, g[k], out[k], NULL,
+							  NULL);
 			} else {
 				rc = pbox_push_pull(c, keys[k].id, t, g[k], out[k]);
 			}
@@ -266,22 +294,22 @@ int main(int argc, char **argv)
 			}
 			if (o.server_opt) {
 				pbox_optimizer_step(opt, kern, model[k], mom[k], vel[k],
-						    (const float *const *)gall, o.workers, o.nelem[k],
-						    &p, t + 1);
+						    (const float *const *)gall, o.workers,
+						    o.nelem[k], &p, t + 1);
 				memcpy(want, model[k], o.nelem[k] * sizeof(float));
 			} else {
-				kern->reduce(want, (const float *const *)gall, o.workers, o.nelem[k],
-					     o.mean ? (float)o.workers : 1.0f);
+				kern->reduce(want, (const float *const *)gall, o.workers,
+					     o.nelem[k], o.mean ? (float)o.workers : 1.0f);
 			}
 			for (uint64_t i = 0; i < o.nelem[k]; i++) {
 				if (memcmp(&want[i], &out[k][i], sizeof(float)) != 0) {
 					fprintf(stderr,
-						"rank %u: MISMATCH key %u iteration %u element %llu: got "
+						"rank %u: MISMATCH key %u iteration %u element "
+						"%llu: got "
 						"%.9g want %.9g\n",
 						o.rank, keys[k].id, t, (unsigned long long)i,
 						out[k][i], want[i]);
-					pbox_close(c);
-					return 1;
+					return finish(&o, &B, c, 1);
 				}
 			}
 			for (uint32_t r = 0; r < o.workers; r++) {
@@ -296,14 +324,13 @@ int main(int argc, char **argv)
 		pbox_client_stats(c, &st);
 		printf("rank %u: OK %u iterations x %llu keys; tx %llu B rx %llu B, %llu "
 		       "retransmits, %llu probes, %llu dropped\n",
-		       o.rank, o.iters, (unsigned long long)o.nkeys, (unsigned long long)st.tx_bytes,
-		       (unsigned long long)st.rx_bytes, (unsigned long long)st.retransmits,
-		       (unsigned long long)st.probes, (unsigned long long)st.dropped);
+		       o.rank, o.iters, (unsigned long long)o.nkeys,
+		       (unsigned long long)st.tx_bytes, (unsigned long long)st.rx_bytes,
+		       (unsigned long long)st.retransmits, (unsigned long long)st.probes,
+		       (unsigned long long)st.dropped);
 	}
-	pbox_close(c);
-	return o.expect_fail ? 1 : 0;
+	return finish(&o, &B, c, o.expect_fail ? 1 : 0);
 opfail:
 	fprintf(stderr, "rank %u: operation failed: %s (%d)\n", o.rank, pbox_last_error(), rc);
-	pbox_close(c);
-	return o.expect_fail ? 0 : 1;
+	return finish(&o, &B, c, o.expect_fail ? 0 : 1);
 }

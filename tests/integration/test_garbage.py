@@ -33,8 +33,17 @@ def main():
         workers = [subprocess.Popen(
             [build_path("tests/integration/pbox-check-worker"), "--server", d.control,
              "--job", "1", "--token", "t", "--rank", str(r), "--workers", "2",
-             "--keys", "30000,5", "--iters", "60"],
+             "--keys", "30000,5", "--iters", "600"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        # Garbage with the job's id must meet a running session (else it is unknown_job).
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            job = d.stats()["jobs"][0]
+            if job["state"] == "active" and job["registered"] == 2:
+                break
+            time.sleep(0.05)
+        else:
+            fail("the job's session did not start")
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sent = {"truncated": 0, "bad_magic": 0, "bad_version": 0, "bad_type": 0,
                 "bad_length": 0, "unknown_job": 0, "bad_cookie": 0, "bad_reserved": 0}
@@ -100,6 +109,13 @@ def main():
         drops = d.stats()["totals"]["drops"]
         print("sent:", sent)
         print("counted:", {k: v for k, v in drops.items() if v})
+        # A wrong cookie for job 1 counts as unknown_job if it arrives after the session
+        # ended (the workers finished first); together they must add up.
+        both = drops["unknown_job"] + drops["bad_cookie"]
+        if not (0.9 * 750 <= both <= 750):
+            fail("sent 750 unknown-job/bad-cookie datagrams, pboxd counted %d" % both)
+        sent.pop("unknown_job")
+        sent.pop("bad_cookie")
         for reason, n in sent.items():
             # Loopback does not lose datagrams unless a socket buffer overflows; allow a
             # little for that, but every counted one must have the right reason.

@@ -2,6 +2,8 @@
 /* The simulated appliance of the unit tests (see sim.h). */
 #include "sim.h"
 
+#include "common/compiler.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -151,7 +153,19 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	s->job.mode = c->mode;
 	s->job.reduce = c->reduce;
 	s->job.deterministic = c->deterministic;
-	s->job.window = c->window ? c->window : PBOX_DEFAULT_WINDOW;
+	s->job.sync = pbox_sync_ops(c->sync.model);
+	s->job.sync_cfg = c->sync;
+	if (s->job.sync_cfg.quorum == 0) {
+		s->job.sync_cfg.quorum = c->nranks;
+	}
+	s->job.credits = c->credits ? c->credits : 1;
+	s->job.verify_crc = c->verify_crc;
+	s->job.window = PBOX_MAX(c->window, s->job.sync->min_window(&s->job.sync_cfg));
+	s->job.window = PBOX_MAX(s->job.window, s->job.credits + 1);
+	s->live[0] = (c->nranks >= 64 ? ~0ull : (1ull << c->nranks) - 1);
+	s->job.live = s->live;
+	s->job.nlive = c->nranks;
+	s->job.generation = 1;
 	s->job.opt = pbox_optimizer_find(c->optimizer ? c->optimizer : "sgd");
 	s->job.opt_params = c->opt;
 	s->job.state = pbox_job_state_create(&s->job);
@@ -184,6 +198,11 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 			.rto_ms = c->rto_ms ? c->rto_ms : 10,
 			.rto_max_ms = 80,
 			.timeout_ms = c->timeout_ms ? c->timeout_ms : 2000,
+			.staleness = s->job.sync->worker_staleness(&s->job.sync_cfg),
+			.accept_newer = s->job.sync->folds_late && c->mode != PBOX_MODE_SERVER_OPT,
+			.credits = s->job.credits,
+			.plain = c->plain,
+			.crc = true,
 			.done = on_done,
 			.done_arg = s,
 		};
@@ -255,6 +274,18 @@ void sim_advance(struct sim *s, uint64_t ns)
 			pbox_node_timers(s->node[r]);
 			pbox_node_flush(s->node[r]);
 		}
+	}
+	sim_pump(s, 0);
+}
+
+void sim_remove_rank(struct sim *s, uint32_t rank)
+{
+	s->live[0] &= ~(1ull << rank);
+	s->job.nlive--;
+	s->job.generation++;
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		pbox_engine_job_changed(&s->eng[k], s->tab);
+		pbox_engine_flush(&s->eng[k]);
 	}
 	sim_pump(s, 0);
 }

@@ -39,8 +39,8 @@ typedef enum sim_verdict (*sim_filter_fn)(struct sim *s, enum sim_dir dir, uint3
 
 struct sim_pkt {
 	enum sim_dir dir;
-	uint32_t to;	/* core or rank */
-	uint32_t from;	/* rank (to appliance) or core (to worker) */
+	uint32_t to;   /* core or rank */
+	uint32_t from; /* rank (to appliance) or core (to worker) */
 	uint32_t len;
 	uint8_t *data;
 };
@@ -51,6 +51,7 @@ struct sim {
 	struct pbox_jobdesc desc;
 	struct pbox_job job;
 	uint64_t cookies[SIM_MAX_RANKS];
+	uint64_t live[1];
 	struct pbox_jobtab *tab;
 	struct pbox_engine eng[SIM_MAX_CORES];
 	struct pbox_core_stats stats[SIM_MAX_CORES];
@@ -86,7 +87,11 @@ struct sim_job_cfg {
 	bool deterministic;
 	const char *optimizer; /* server-optimizer jobs */
 	struct pbox_opt_params opt;
-	uint32_t window; /* 0: default */
+	uint32_t window;           /* 0: the sync model's minimum */
+	struct pbox_sync_cfg sync; /* zero: BSP */
+	uint32_t credits;          /* 0: 1 */
+	bool verify_crc;
+	bool plain; /* nodes: plain flow */
 	uint32_t timeout_ms, rto_ms;
 	bool no_nodes; /* tests that speak to the engine directly */
 };
@@ -112,14 +117,18 @@ void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *
  * the oldest one addressed to rank; returns false if none. */
 bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload);
 
+/* Take rank out of the counts (as pboxd does when a worker leaves) and let every core
+ * reconcile, as it does when it sees the new table. */
+void sim_remove_rank(struct sim *s, uint32_t rank);
+
 /* Sum of a counter over cores, e.g. SIM_STAT(s, iterations). */
-#define SIM_STAT(s, field)                                                                         \
-	({                                                                                         \
-		uint64_t t_ = 0;                                                                   \
-		for (uint32_t k_ = 0; k_ < (s)->ncores; k_++) {                                    \
-			t_ += (s)->stats[k_].field;                                                \
-		}                                                                                  \
-		t_;                                                                                \
+#define SIM_STAT(s, field)                                      \
+	({                                                      \
+		uint64_t t_ = 0;                                \
+		for (uint32_t k_ = 0; k_ < (s)->ncores; k_++) { \
+			t_ += (s)->stats[k_].field;             \
+		}                                               \
+		t_;                                             \
 	})
 
 #endif /* PBOX_TEST_SIM_H */

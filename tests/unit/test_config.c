@@ -64,9 +64,11 @@ static void test_valid(void **state)
 		     "  chunk_bytes = 65536; mtu = 9000; busy_poll = true; deterministic = true;\n"
 		     "  fault = \"drop=0.01,seed=3\"; stats_interval = 5; };\n"
 		     "jobs = ( { id = 3; token = \"x\"; workers = 4; mode = \"server-optimizer\";\n"
-		     "           optimizer = { name = \"adamw\"; lr = 1e-3; wd = 0.01; beta2 = 0.99; };\n"
+		     "           optimizer = { name = \"adamw\"; lr = 1e-3; wd = 0.01; beta2 = "
+		     "0.99; };\n"
 		     "           keys = ( [0, 10], [1, 20] ); },\n"
-		     "         { id = 4; token = \"y\"; workers = 1; reduce = \"sum\"; deterministic = false; } );\n",
+		     "         { id = 4; token = \"y\"; workers = 1; reduce = \"sum\"; "
+		     "deterministic = false; } );\n",
 		     &cfg, err, sizeof(err)),
 		0);
 	assert_int_equal(cfg.base_port, 9100);
@@ -108,7 +110,8 @@ static void test_errors(void **state)
 	expect_error("jobs = ( { token = \"t\"; workers = 2; } );\n", "job needs an id");
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"magic\"; } );\n",
 		     "unknown mode 'magic'");
-	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; optimizer = { name = \"nag\"; }; } );\n",
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; optimizer = { name = \"nag\"; "
+		     "}; } );\n",
 		     "only with mode = \"server-optimizer\"");
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"server-optimizer\";\n"
 		     " optimizer = { name = \"lamb\"; }; } );\n",
@@ -123,6 +126,80 @@ static void test_errors(void **state)
 		     "elements 1..2^40");
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; colour = \"red\"; } );\n",
 		     "jobs[0].colour: unknown setting");
+}
+
+static void test_sync_and_flow(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(
+		load("appliance = { worker_timeout = 3; };\n"
+		     "jobs = ( { id = 1; token = \"t\"; workers = 4; mode = \"server-optimizer\";\n"
+		     "  sync = { model = \"pssp-dyn\"; staleness = 3; alpha = 0.8; release = "
+		     "\"eager\"; };\n"
+		     "  flow = { mode = \"notify-ack\"; credits = 2; verify = true; }; },\n"
+		     "  { id = 2; token = \"u\"; workers = 5;\n"
+		     "  sync = { model = \"drop-stragglers\"; quorum = 4; }; on_worker_loss = "
+		     "\"abort\"; },\n"
+		     "  { id = 3; token = \"v\"; workers = 2; flow = { mode = \"plain\"; }; } );\n",
+		     &cfg, err, sizeof(err)),
+		0);
+	assert_int_equal(cfg.worker_timeout, 3);
+	assert_int_equal(cfg.jobs[0].sync_cfg.model, PBOX_SYNC_PSSP_DYN);
+	assert_int_equal(cfg.jobs[0].sync_cfg.staleness, 3);
+	assert_true(cfg.jobs[0].sync_cfg.eager);
+	assert_true(cfg.jobs[0].sync_cfg.alpha > 0.79 && cfg.jobs[0].sync_cfg.alpha < 0.81);
+	assert_int_equal(cfg.jobs[0].credits, 2);
+	assert_true(cfg.jobs[0].verify_crc);
+	assert_int_equal(cfg.jobs[0].window, 5); /* s + 2 */
+	assert_false(cfg.jobs[0].abort_on_loss); /* not BSP: continue by default */
+	assert_int_equal(cfg.jobs[1].sync_cfg.quorum, 4);
+	assert_true(cfg.jobs[1].abort_on_loss);
+	assert_int_equal(cfg.jobs[1].window, 4);
+	assert_true(cfg.jobs[2].plain_flow);
+	assert_int_equal(cfg.jobs[2].credits, cfg.jobs[2].window - 1);
+	assert_true(cfg.jobs[2].abort_on_loss); /* BSP */
+	pboxd_config_free(&cfg);
+}
+
+static void test_sync_errors(void **state)
+{
+	(void)state;
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; sync = { model = \"ssp\"; }; "
+		     "} );\n",
+		     "needs mode = \"server-optimizer\"");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; sync = { model = "
+		     "\"lockstep\"; }; } );\n",
+		     "unknown model 'lockstep'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2;\n"
+		     " sync = { model = \"drop-stragglers\"; quorum = 3; }; } );\n",
+		     "sync.quorum: must be between 1 and 2");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; deterministic = true;\n"
+		     " sync = { model = \"drop-stragglers\"; }; } );\n",
+		     "cannot be deterministic");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"server-optimizer\";\n"
+		     " flow = { credits = 2; }; sync = { model = \"asp\"; }; } );\n",
+		     "sync model 'asp' needs flow credits = 1");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"server-optimizer\";\n"
+		     " window = 3; sync = { model = \"ssp\"; staleness = 4; }; } );\n",
+		     "window: must be at least 6");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; sync = { release = \"soon\"; "
+		     "}; } );\n",
+		     "unknown release 'soon'");
+	expect_error(
+		"jobs = ( { id = 1; token = \"t\"; workers = 2; flow = { mode = \"tcp\"; }; } );\n",
+		"unknown flow mode 'tcp'");
+	expect_error(
+		"jobs = ( { id = 1; token = \"t\"; workers = 2; flow = { credits = 0; }; } );\n",
+		"flow.credits: must be between 1");
+	expect_error(
+		"jobs = ( { id = 1; token = \"t\"; workers = 2; on_worker_loss = \"panic\"; } );\n",
+		"unknown on_worker_loss 'panic'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; sync = { model = \"pssp\";\n"
+		     " probability = 1.5; }; mode = \"server-optimizer\"; } );\n",
+		     "probability: must be between 0 and 1");
 }
 
 static void test_missing_file(void **state)
@@ -163,10 +240,9 @@ static void test_parsers(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_missing_file),
-		cmocka_unit_test(test_parsers),
+		cmocka_unit_test(test_valid),         cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
+		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

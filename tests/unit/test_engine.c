@@ -97,8 +97,8 @@ static void push_all(struct sim *s, uint32_t t, float **g, bool shuffle, bool du
 }
 
 /* Collect the DATA replies to rank into out; returns the number of DATA datagrams. */
-static uint32_t collect(struct sim *s, uint32_t rank, float *out, uint32_t *label,
-			uint32_t *acks, uint32_t *errors)
+static uint32_t collect(struct sim *s, uint32_t rank, float *out, uint32_t *label, uint32_t *acks,
+			uint32_t *errors)
 {
 	uint8_t payload[PBOX_WIRE_MAX_PAYLOAD];
 	struct pbox_msg m;
@@ -165,7 +165,8 @@ static void agg_run(bool det, bool shuffle, bool dup, uint32_t nranks)
 				assert_memory_equal(got, want, sizeof(want));
 			} else {
 				for (uint32_t i = 0; i < NELEM; i++) {
-					assert_true(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
+					assert_true(fabsf(got[i] - want[i]) <=
+						    1e-5f * (1 + fabsf(want[i])));
 				}
 			}
 		}
@@ -403,12 +404,14 @@ static void test_iov_pieces(void **state)
 					.frag_len = pbox_frag_len(&b.desc, cd->bytes, f),
 					.chunk_len = cd->bytes,
 				};
-				struct pbox_peer from = { .ip = 1, .port = __builtin_bswap16(20000 + r) };
+				struct pbox_peer from = { .ip = 1,
+							  .port = __builtin_bswap16(20000 + r) };
 				uint32_t len = PBOX_WIRE_HDR_LEN + m.frag_len, off = 0, n = 0;
 
 				pbox_wire_encode(&m, (struct pbox_wire_hdr *)pkt);
 				memcpy(pkt + PBOX_WIRE_HDR_LEN,
-				       (const uint8_t *)(g[r] + cd->elem_off) + f * FRAG, m.frag_len);
+				       (const uint8_t *)(g[r] + cd->elem_off) + f * FRAG,
+				       m.frag_len);
 				/* Cut at random byte positions, header included. */
 				while (off < len && n < 7) {
 					uint32_t take = 1 + rnd() % 300;

@@ -182,8 +182,8 @@ static void test_model_balance(void **state)
 	}
 	assert_int_equal(pbox_jobdesc_build(&d, keys, 64, 4, 6, KB32, 8192, NULL, err, sizeof(err)),
 			 0);
-	assert_int_equal(pbox_jobdesc_build(&d2, keys, 64, 4, 6, KB32, 8192, NULL, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		pbox_jobdesc_build(&d2, keys, 64, 4, 6, KB32, 8192, NULL, err, sizeof(err)), 0);
 	for (uint32_t k = 0; k < 6; k++) {
 		mx = d.core_bytes[k] > mx ? d.core_bytes[k] : mx;
 		mn = d.core_bytes[k] < mn ? d.core_bytes[k] : mn;
@@ -209,9 +209,9 @@ static void test_frag_for_mtu(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_boundaries),    cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_huge_key),      cmocka_unit_test(test_lpt_bound),
-		cmocka_unit_test(test_lpt_known),     cmocka_unit_test(test_model_balance),
+		cmocka_unit_test(test_boundaries),   cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_huge_key),     cmocka_unit_test(test_lpt_bound),
+		cmocka_unit_test(test_lpt_known),    cmocka_unit_test(test_model_balance),
 		cmocka_unit_test(test_frag_for_mtu),
 	};
 

@@ -18,7 +18,7 @@
 #include "common/compiler.h"
 #include "kernels/kernels.h"
 
-#define MAXN 1100
+#define MAXN   1100
 #define MAXSRC 8
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -88,9 +88,8 @@ static void run(const struct pbox_kernels *k, const char *what, struct bufs *out
 
 static void test_isa_exact(void **state)
 {
-	static const char *const what[] = { "add",	"reduce",   "mean", "reduce_alias",
-					    "sgd",	"momentum", "nag",  "adam",
-					    "adamw" };
+	static const char *const what[] = { "add",      "reduce", "mean", "reduce_alias", "sgd",
+					    "momentum", "nag",    "adam", "adamw" };
 	const struct pbox_kernels *isas[4];
 	unsigned nisa = pbox_kernels_supported(isas, 4);
 	struct pbox_opt_params p;
@@ -111,12 +110,16 @@ static void test_isa_exact(void **state)
 						fill(&g_in);
 						run(g_scalar, what[w], &g_ref, off, n, nsrc, &p, 7);
 						for (unsigned i = 0; i < nisa; i++) {
-							run(isas[i], what[w], &g_got, off, n, nsrc, &p, 7);
-							if (memcmp(&g_ref, &g_got, sizeof(g_ref)) != 0) {
-								fail_msg("%s: %s n=%zu off=%zu nsrc=%u "
-									 "clip=%d differs from scalar",
-									 isas[i]->isa, what[w], n, off,
-									 nsrc, clip);
+							run(isas[i], what[w], &g_got, off, n, nsrc,
+							    &p, 7);
+							if (memcmp(&g_ref, &g_got, sizeof(g_ref)) !=
+							    0) {
+								fail_msg("%s: %s n=%zu off=%zu "
+									 "nsrc=%u "
+									 "clip=%d differs from "
+									 "scalar",
+									 isas[i]->isa, what[w], n,
+									 off, nsrc, clip);
 							}
 							checks++;
 						}
@@ -171,8 +174,7 @@ static void test_reference_formulas(void **state)
 
 	ww = w;
 	mm = m;
-	pbox_optimizer_step(pbox_optimizer_find("nag"), g_scalar, &ww, &mm, NULL, src, 2, 1, &p,
-			    1);
+	pbox_optimizer_step(pbox_optimizer_find("nag"), g_scalar, &ww, &mm, NULL, src, 2, 1, &p, 1);
 	{
 		float m1 = m * p.momentum, g2 = g + p.wd * w;
 
@@ -185,8 +187,7 @@ static void test_reference_formulas(void **state)
 	ww = w;
 	mm = m;
 	vv = v;
-	pbox_optimizer_step(pbox_optimizer_find("adam"), g_scalar, &ww, &mm, &vv, src, 2, 1, &p,
-			    3);
+	pbox_optimizer_step(pbox_optimizer_find("adam"), g_scalar, &ww, &mm, &vv, src, 2, 1, &p, 3);
 	{
 		float g2 = g + p.wd * w;
 		float m1 = p.beta1 * m + (1.0f - p.beta1) * g2;

@@ -177,7 +177,9 @@ static void test_lost_result_probe(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg(2);
 	static struct ranks R;
-	struct dropper d = { .left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 1 };
+	struct dropper d = {
+		.left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 1
+	};
 	struct sim s;
 
 	(void)state;
@@ -190,8 +192,11 @@ static void test_lost_result_probe(void **state)
 	start_all(&s, &R, 0, 0, 1);
 	sim_pump(&s, 0);
 	{
-		R.op[1] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL, .key = 0, .iter = 0,
-					    .src = R.g[1], .dst = R.out[1] };
+		R.op[1] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+					    .key = 0,
+					    .iter = 0,
+					    .src = R.g[1],
+					    .dst = R.out[1] };
 		for (uint32_t i = 0; i < 10; i++) {
 			R.g[1][i] = (float)(1000 + i);
 		}
@@ -218,7 +223,9 @@ static void test_probe_after_ack(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg(2);
 	static struct ranks R;
-	struct dropper d = { .left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 0 };
+	struct dropper d = {
+		.left = 1, .type = PBOX_MSG_DATA, .dir = SIM_TO_WORKER, .endpoint = 0
+	};
 	struct sim s;
 
 	(void)state;
@@ -352,13 +359,239 @@ static void test_chaos(void **state)
 	sim_fini(&s);
 }
 
+/* The caller changes its gradient buffer while the push is in flight: the resend's
+ * version words no longer match and the operation fails instead of sending torn data. */
+static void test_torn_buffer(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static struct ranks R;
+	struct dropper d = { .left = 1, .type = PBOX_MSG_PUSH, .dir = SIM_TO_APPLIANCE };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	R.g[0][3] += 1.0f; /* the caller breaks the contract */
+	sim_advance(&s, 10 * MS);
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, -EILSEQ);
+	assert_non_null(strstr(R.op[0].errmsg, "buffer changed while its push was in flight"));
+	assert_int_equal(SIM_STAT(&s, agg_frags), 0); /* nothing torn reached the sum */
+	sim_fini(&s);
+}
+
+/* Two credits: two pushes of one key may be in flight; a third is refused. */
+static void test_credit_lanes(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static float g[3][10];
+	struct pbox_op op[3];
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	cfg.credits = 2;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (int i = 0; i < 3; i++) {
+		op[i] = (struct pbox_op){
+			.kind = PBOX_OP_PUSH, .key = 0, .iter = (uint32_t)i, .src = g[i]
+		};
+	}
+	assert_int_equal(pbox_node_submit(s.node[0], &op[0]), 0);
+	assert_int_equal(pbox_node_submit(s.node[0], &op[1]), 0);
+	assert_int_equal(pbox_node_submit(s.node[0], &op[2]), -EBUSY);
+	assert_non_null(strstr(op[2].errmsg, "2 unacknowledged contribution(s) per chunk"));
+	pbox_node_flush(s.node[0]);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(op[0].status, 0);
+	assert_int_equal(op[1].status, 0);
+	assert_int_equal(pbox_node_submit(s.node[0], &op[2]), 0);
+	sim_fini(&s);
+}
+
+/* Plain flow: a push completes when sent (before any ACK); the node resends from its own
+ * copy, so the caller may reuse the buffer at once. */
+static void test_plain_flow(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	struct dropper d = { .left = 1, .type = PBOX_MSG_PUSH, .dir = SIM_TO_APPLIANCE };
+	static float g[10], out[10];
+	struct pbox_op op = { .kind = PBOX_OP_PUSH, .key = 0, .iter = 0, .src = g };
+	struct pbox_op pull = { .kind = PBOX_OP_PULL, .key = 0, .iter = 0, .dst = out };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	cfg.plain = true;
+	cfg.credits = 4;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	for (int i = 0; i < 10; i++) {
+		g[i] = (float)i;
+	}
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	assert_int_equal(s.ncompleted, 1); /* complete before anything was delivered */
+	memset(g, 0xff, sizeof(g));        /* reused at once */
+	sim_pump(&s, 0);
+	sim_advance(&s, 10 * MS); /* the dropped push is resent from the copy */
+	assert_int_equal(pbox_node_submit(s.node[0], &pull), 0);
+	pbox_node_flush(s.node[0]);
+	sim_pump(&s, 0);
+	assert_int_equal(pull.status, 0);
+	for (int i = 0; i < 10; i++) {
+		assert_true(out[i] == (float)i);
+	}
+	sim_fini(&s);
+}
+
+/* A result staler than the job's bound is ignored; the operation times out saying so. */
+static void test_staleness_bound(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	cfg.mode = PBOX_MODE_SERVER_OPT;
+	cfg.optimizer = "sgd";
+	pbox_opt_params_default(&cfg.opt);
+	cfg.sync.model = PBOX_SYNC_SSP;
+	cfg.sync.staleness = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	/* The appliance misbehaves: it never pauses anyone (PSSP with c = 0) while the worker
+	 * expects SSP(1). */
+	s.job.sync = pbox_sync_ops(PBOX_SYNC_PSSP);
+	s.job.sync_cfg.probability = 0.0;
+	{
+		static float w0[10];
+		struct pbox_op init = { .kind = PBOX_OP_INIT, .key = 0, .src = w0 };
+
+		assert_int_equal(pbox_node_submit(s.node[0], &init), 0);
+		pbox_node_flush(s.node[0]);
+		sim_pump(&s, 0);
+		assert_int_equal(init.status, 0);
+	}
+	s.ncompleted = 0;
+	/* Rank 0 alone runs ahead at version 0: iteration 0 wants version >= 0 (1 - s), which
+	 * is fine; iteration 1 wants >= 1, and version 0 is too stale. */
+	for (uint32_t t = 0; t < 2; t++) {
+		R.op[0] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+					    .key = 0,
+					    .iter = t,
+					    .src = R.g[0],
+					    .dst = R.out[0] };
+		assert_int_equal(pbox_node_submit(s.node[0], &R.op[0]), 0);
+		pbox_node_flush(s.node[0]);
+		sim_pump(&s, 0);
+		if (t == 0) {
+			assert_int_equal(s.ncompleted, 1);
+			assert_int_equal(R.op[0].status, 0);
+			assert_int_equal(R.op[0].label, 0);
+		}
+	}
+	assert_int_equal(s.ncompleted, 1);
+	assert_true(pbox_node_stats(s.node[0])->stale_results >= 1);
+	for (int i = 0; i < 200 && s.ncompleted < 2; i++) {
+		sim_advance(&s, 20 * MS);
+	}
+	assert_int_equal(R.op[0].status, -ETIMEDOUT);
+	assert_non_null(strstr(R.op[0].errmsg, "staler than the job's bound of 1"));
+	sim_fini(&s);
+}
+
+/* Liveness when fast workers run into the window: a straggler, PSSP that never pauses
+ * (so pushes beyond the window are refused and resent on the RETRY hint or the timeout),
+ * lossy and duplicating links. Every operation of every rank completes. */
+static void test_window_liveness(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(3);
+	static struct ranks R;
+	static float w0[2500];
+	uint64_t x = 99;
+	uint32_t next[3] = { 0 }, done_iters[3] = { 0 };
+	bool busy[3] = { false };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[0]; /* 3 chunks */
+	cfg.nkeys = 1;
+	cfg.mode = PBOX_MODE_SERVER_OPT;
+	cfg.optimizer = "sgd";
+	pbox_opt_params_default(&cfg.opt);
+	cfg.sync.model = PBOX_SYNC_PSSP;
+	cfg.sync.staleness = 1;
+	cfg.sync.probability = 0.0;
+	cfg.timeout_ms = 60000;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	{
+		struct pbox_op init = { .kind = PBOX_OP_INIT, .key = 0, .src = w0 };
+
+		assert_int_equal(pbox_node_submit(s.node[0], &init), 0);
+		pbox_node_flush(s.node[0]);
+		sim_pump(&s, 0);
+		assert_int_equal(init.status, 0);
+	}
+	s.filter = chaos;
+	s.filter_arg = &x;
+	for (uint32_t tick = 0; tick < 4000 && done_iters[2] < 40; tick++) {
+		for (uint32_t r = 0; r < 3; r++) {
+			/* rank 2 works at a third of the others' pace */
+			if (busy[r] && R.op[r].status != 0) {
+				fail_msg("rank %u failed: %s", r, R.op[r].errmsg);
+			}
+			if (busy[r] || (r == 2 && tick % 3 != 0)) {
+				continue;
+			}
+			R.op[r] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+						    .key = 0,
+						    .iter = next[r]++,
+						    .src = R.g[r],
+						    .dst = R.out[r] };
+			assert_int_equal(pbox_node_submit(s.node[r], &R.op[r]), 0);
+			pbox_node_flush(s.node[r]);
+			busy[r] = true;
+		}
+		s.ncompleted = 0;
+		sim_advance(&s, 2 * MS);
+		for (uint32_t r = 0; r < 3; r++) {
+			if (busy[r] && pbox_node_inflight(s.node[r]) == 0) {
+				assert_int_equal(R.op[r].status, 0);
+				busy[r] = false;
+				done_iters[r]++;
+			}
+		}
+	}
+	assert_int_equal(done_iters[2], 40);
+	assert_true(SIM_STAT(&s, drops[PBOX_DROP_FUTURE_ITER]) > 0); /* the window was hit */
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),	   cmocka_unit_test(test_retransmit_backoff),
-		cmocka_unit_test(test_lost_result_probe), cmocka_unit_test(test_probe_after_ack),
-		cmocka_unit_test(test_deadline_messages), cmocka_unit_test(test_appliance_error),
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_retransmit_backoff),
+		cmocka_unit_test(test_lost_result_probe),
+		cmocka_unit_test(test_probe_after_ack),
+		cmocka_unit_test(test_deadline_messages),
+		cmocka_unit_test(test_appliance_error),
 		cmocka_unit_test(test_chaos),
+		cmocka_unit_test(test_torn_buffer),
+		cmocka_unit_test(test_credit_lanes),
+		cmocka_unit_test(test_plain_flow),
+		cmocka_unit_test(test_staleness_bound),
+		cmocka_unit_test(test_window_liveness),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

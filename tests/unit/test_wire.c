@@ -322,10 +322,10 @@ static void test_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),   cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_roundtrip),     cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_header_fields), cmocka_unit_test(test_fragments),
-		cmocka_unit_test(test_job_fields),  cmocka_unit_test(test_worker_role),
-		cmocka_unit_test(test_garbage),	    cmocka_unit_test(test_names),
+		cmocka_unit_test(test_job_fields),    cmocka_unit_test(test_worker_role),
+		cmocka_unit_test(test_garbage),       cmocka_unit_test(test_names),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

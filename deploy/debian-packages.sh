@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Install the Debian 12 packages pbox builds, runs and is tested with. Run as root.
+# Usage: deploy/debian-packages.sh
+set -euo pipefail
+
+packages=(
+	# build
+	meson ninja-build pkg-config gcc clang-format
+	# libraries of the data plane and the control channel
+	liburcu-dev libconfig-dev libjansson-dev libisal-dev zlib1g-dev
+	# the training demo: BLAS and the dataset
+	libopenblas-dev dataset-fashion-mnist
+	# kernel-bypass data plane
+	dpdk-dev libbpf-dev libxdp-dev iproute2
+	# tests
+	libcmocka-dev
+	# Python package and PyTorch integration (Debian's python3 / torch)
+	python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
+)
+
+if [ "$(id -u)" != 0 ]; then
+	echo "deploy/debian-packages.sh: run as root (it installs Debian packages)" >&2
+	exit 2
+fi
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "deploy/debian-packages.sh: all ${#packages[@]} packages are installed"
+	exit 0
+fi
+echo "deploy/debian-packages.sh: installing ${#missing[@]} package(s): ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,646 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Synchronisation models on the engine (FluentPS's conditions, ASAP's NOTIFY-ACK): for
+ * scripted arrival orders, exactly which push-pulls are answered (and with which model
+ * version) and which are held, step by step; PSSP's pause frequencies and their identity
+ * across cores; drop-stragglers never losing a contribution; credits and version words;
+ * ranks leaving mid-iteration.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/compiler.h"
+#include "common/crc.h"
+#include "engine/sync.h"
+#include "sim.h"
+
+#define N     3
+#define NELEM 16 /* one chunk, one fragment */
+
+static const struct pbox_keyspec g_key[] = { { 1, NELEM } };
+
+static struct sim_job_cfg job_cfg(enum pbox_sync_model model, uint32_t s, bool eager)
+{
+	struct sim_job_cfg c = {
+		.nranks = N,
+		.ncores = 1,
+		.keys = g_key,
+		.nkeys = 1,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_SERVER_OPT,
+		.optimizer = "sgd",
+		.no_nodes = true,
+	};
+
+	pbox_opt_params_default(&c.opt);
+	c.opt.lr = 1.0f; /* w -= sum of gradients: every contribution shows in the model */
+	c.sync.model = model;
+	c.sync.staleness = s;
+	c.sync.eager = eager;
+	c.sync.seed = 7;
+	return c;
+}
+
+static float grad_of(uint32_t r, uint32_t t, uint32_t i)
+{
+	return (float)(1 + r * 100 + t * 10 + i % 3); /* small integers: sums are exact */
+}
+
+static void init_model(struct sim *s)
+{
+	float w[NELEM] = { 0 };
+	struct pbox_msg m = { .type = PBOX_MSG_INIT, .chunk = 0, .frag_len = NELEM * 4 };
+	struct pbox_msg r;
+
+	sim_send_msg(s, 0, &m, w);
+	while (sim_take_reply(s, 0, &r, NULL)) {
+	}
+}
+
+static void push_pull(struct sim *s, uint32_t rank, uint32_t t)
+{
+	float g[NELEM];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.flags = PBOX_F_WANT_REPLY,
+		.chunk = 0,
+		.iter = t,
+		.frag_len = NELEM * 4,
+	};
+
+	for (uint32_t i = 0; i < NELEM; i++) {
+		g[i] = grad_of(rank, t, i);
+	}
+	sim_send_msg(s, rank, &m, g);
+}
+
+/* The versions sent to each rank since the last call (-1: none). */
+static void replies(struct sim *s, int32_t *ver)
+{
+	for (uint32_t r = 0; r < N; r++) {
+		struct pbox_msg m;
+
+		ver[r] = -1;
+		while (sim_take_reply(s, r, &m, NULL)) {
+			if (m.type == PBOX_MSG_DATA) {
+				assert_int_equal(ver[r], -1); /* one answer per push-pull */
+				ver[r] = (int32_t)m.iter;
+			}
+			assert_true(m.type != PBOX_MSG_ERROR);
+		}
+	}
+}
+
+/* One step of a table: rank `who` push-pulls its next iteration; `want` lists the model
+ * version each rank gets right after (-1: no answer: held, or not asked). */
+struct step {
+	uint32_t who;
+	int32_t want[N];
+};
+
+static void run_table(struct sim_job_cfg cfg, const struct step *steps, unsigned n,
+		      const char *name)
+{
+	uint32_t next[N] = { 0 };
+	bool busy[N] = { false };
+	struct sim s;
+
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	init_model(&s);
+	for (unsigned i = 0; i < n; i++) {
+		int32_t got[N];
+
+		/* The script only lets a rank push when its last push-pull was answered. */
+		if (busy[steps[i].who]) {
+			fail_msg("%s step %u: bad script, rank %u still waits", name, i + 1,
+				 steps[i].who);
+		}
+		push_pull(&s, steps[i].who, next[steps[i].who]++);
+		busy[steps[i].who] = true;
+		replies(&s, got);
+		for (uint32_t r = 0; r < N; r++) {
+			if (got[r] != steps[i].want[r]) {
+				fail_msg(
+					"%s step %u (rank %u pushed iteration %u): rank %u got %d, "
+					"table says %d",
+					name, i + 1, steps[i].who, next[steps[i].who] - 1, r,
+					got[r], steps[i].want[r]);
+			}
+			if (got[r] >= 0) {
+				busy[r] = false;
+			}
+		}
+	}
+	sim_fini(&s);
+}
+
+#define X -1
+
+/* BSP: a push-pull of iteration t is answered with version t + 1, when everyone is in. */
+static void test_table_bsp(void **state)
+{
+	static const struct step t[] = {
+		{ 0, { X, X, X } }, { 1, { X, X, X } }, { 2, { 1, 1, 1 } },
+		{ 0, { X, X, X } }, { 1, { X, X, X } }, { 2, { 2, 2, 2 } },
+	};
+
+	(void)state;
+	run_table(job_cfg(PBOX_SYNC_BSP, 0, false), t, PBOX_ARRAY_SIZE(t), "bsp");
+}
+
+/* SSP, s = 1, lazy: answered iff t <= V; a held pull waits for its own iteration. */
+static const struct step g_ssp1[] = {
+	{ 0, { 0, X, X } },                     /* t=0 <= V=0 */
+	{ 1, { X, 0, X } }, { 0, { X, X, X } }, /* t=1 > 0: held (wants 2) */
+	{ 1, { X, X, X } }, { 2, { X, X, 1 } }, /* V=1: the held ones want 2, still waiting */
+	{ 2, { 2, 2, 2 } },                     /* V=2: released */
+	{ 0, { 2, X, X } },                     /* t=2 <= 2 */
+	{ 1, { X, 2, X } }, { 0, { X, X, X } }, /* t=3 > 2 */
+	{ 2, { X, X, 3 } },                     /* V=3: rank 0 wants 4 */
+	{ 1, { X, 3, X } },                     /* t=3 <= V=3 */
+};
+
+static void test_table_ssp(void **state)
+{
+	(void)state;
+	run_table(job_cfg(PBOX_SYNC_SSP, 1, false), g_ssp1, PBOX_ARRAY_SIZE(g_ssp1),
+		  "ssp s=1 lazy");
+}
+
+/* SSP, s = 1, eager (soft barrier): held pulls go out at the next advance. */
+static void test_table_ssp_eager(void **state)
+{
+	static const struct step t[] = {
+		{ 0, { 0, X, X } }, { 1, { X, 0, X } }, { 0, { X, X, X } },
+		{ 1, { X, X, X } }, { 2, { 1, 1, 1 } }, /* V=1: everything held is released, with
+							   version 1 */
+		{ 0, { X, X, X } },                     /* t=2 > V=1 */
+		{ 1, { X, X, X } }, { 2, { 2, 2, 2 } },
+	};
+
+	(void)state;
+	run_table(job_cfg(PBOX_SYNC_SSP, 1, true), t, PBOX_ARRAY_SIZE(t), "ssp s=1 eager");
+}
+
+/* ASP: always answered; the first contribution completes an iteration and later ones
+ * are added to the next one, so the model moves at the pace of the fastest worker. */
+static const struct step g_asp[] = {
+	{ 0, { 1, X, X } }, /* completes iteration 0 */
+	{ 1, { X, 1, X } }, /* its iteration 0 is late: added to iteration 1 */
+	{ 0, { 2, X, X } }, /* t=1: completes 1 (with rank 1's gradient) */
+	{ 1, { X, 2, X } }, /* t=1 late: added to 2 */
+	{ 0, { 3, X, X } }, /* t=2: completes 2 */
+	{ 2, { X, X, 3 } }, /* the straggler's t=0: added to 3 */
+	{ 2, { X, X, 3 } }, /* and its t=1 */
+	{ 1, { X, 3, X } }, /* t=2: late, added to 3 */
+	{ 0, { 4, X, X } }, /* t=3: completes 3 with three folded gradients */
+};
+
+static void test_table_asp(void **state)
+{
+	(void)state;
+	run_table(job_cfg(PBOX_SYNC_ASP, 0, false), g_asp, PBOX_ARRAY_SIZE(g_asp), "asp");
+}
+
+/* PSSP at its limits: c = 1 pauses exactly as SSP does, c = 0 never pauses (ASP). */
+static void test_table_pssp_limits(void **state)
+{
+	struct sim_job_cfg c = job_cfg(PBOX_SYNC_PSSP, 1, false);
+	const struct step *t = g_ssp1;
+	static const struct step asp_like[] = {
+		{ 0, { 0, X, X } }, { 1, { X, 0, X } }, { 0, { 0, X, X } }, /* k=1 >= s, c=0 */
+		{ 1, { X, 0, X } }, { 2, { X, X, 1 } },
+	};
+
+	(void)state;
+	c.sync.probability = 1.0;
+	run_table(c, t, PBOX_ARRAY_SIZE(g_ssp1), "pssp c=1");
+	c.sync.probability = 0.0;
+	run_table(c, asp_like, PBOX_ARRAY_SIZE(asp_like), "pssp c=0");
+	/* Dynamic with alpha = 2: P(k >= s) = 2 / (1 + e^(s-k)) >= 1: like SSP. */
+	c = job_cfg(PBOX_SYNC_PSSP_DYN, 1, false);
+	c.sync.alpha = 2.0;
+	run_table(c, t, PBOX_ARRAY_SIZE(g_ssp1), "pssp-dyn a=2");
+}
+
+/* Never lost: replay a table's pushes; the model at version `version` must be exactly
+ * minus the sum of every push (SGD, lr 1), the late ones included. */
+static void never_lost(struct sim_job_cfg c, const struct step *t, unsigned n, uint32_t version,
+		       uint32_t late)
+{
+	struct sim s;
+	uint32_t next[N] = { 0 };
+	float model[NELEM] = { 0 }, got[NELEM];
+	struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = 0, .iter = version };
+	uint8_t payload[NELEM * 4];
+
+	assert_int_equal(sim_init(&s, &c), 0);
+	init_model(&s);
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t r = t[i].who;
+		int32_t v[N];
+
+		push_pull(&s, r, next[r]);
+		for (uint32_t e = 0; e < NELEM; e++) {
+			model[e] -= grad_of(r, next[r], e);
+		}
+		next[r]++;
+		replies(&s, v);
+	}
+	sim_send_msg(&s, 0, &m, NULL);
+	assert_true(sim_take_reply(&s, 0, &m, payload));
+	assert_int_equal(m.type, PBOX_MSG_DATA);
+	assert_int_equal(m.iter, version);
+	memcpy(got, payload, sizeof(got));
+	assert_memory_equal(got, model, sizeof(model));
+	assert_int_equal(SIM_STAT(&s, late_contribs), late);
+	sim_fini(&s);
+}
+
+static void test_asp_never_lost(void **state)
+{
+	(void)state;
+	never_lost(job_cfg(PBOX_SYNC_ASP, 0, false), g_asp, PBOX_ARRAY_SIZE(g_asp), 4, 5);
+}
+
+/* Drop-stragglers, quorum 2 of 3: iterations complete with any two; the straggler's
+ * late contributions are folded into the next open iteration and answered at once. */
+static void test_table_drop_stragglers(void **state)
+{
+	struct sim_job_cfg c = job_cfg(PBOX_SYNC_DROP_STRAGGLERS, 0, false);
+	static const struct step t[] = {
+		{ 0, { X, X, X } }, { 1, { 1, 1, X } }, /* two of three: iteration 0 done */
+		{ 0, { X, X, X } }, { 1, { 2, 2, X } },
+		{ 2, { X, X, 2 } }, /* rank 2's iteration 0: late, folded into 2, answered */
+		{ 0, { X, X, X } }, /* iteration 2 has rank 0 (rank 2's fold does not count) */
+		{ 2, { X, X, 2 } }, /* rank 2's iteration 1: late too */
+		{ 1, { 3, 3, X } },
+	};
+
+	(void)state;
+	c.sync.quorum = 2;
+	run_table(c, t, PBOX_ARRAY_SIZE(t), "drop-stragglers");
+	/* Rank 2's folds went into iteration 2, now complete: version 3. */
+	never_lost(c, t, PBOX_ARRAY_SIZE(t), 3, 2);
+}
+
+/* PSSP draws: the pause frequency matches c, and the dynamic probability, within 5 sigma. */
+static void test_pssp_frequencies(void **state)
+{
+	struct pbox_sync_cfg c = {
+		.model = PBOX_SYNC_PSSP, .staleness = 3, .probability = 0.3, .seed = 11
+	};
+	const uint32_t n = 200000;
+	uint32_t paused = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < n; i++) {
+		/* progress p = 10 + s at version 10: k = s, always in the paused region */
+		paused += pbox_sync_pssp_pause(&c, 5, i % 64, 13 + i / 64 * 100, 10 + i / 64 * 100);
+	}
+	{
+		double sd = sqrt(n * 0.3 * 0.7);
+
+		assert_true(fabs(paused - n * 0.3) < 5 * sd);
+	}
+	/* Below the staleness bound nobody pauses. */
+	for (uint32_t i = 0; i < 1000; i++) {
+		assert_false(pbox_sync_pssp_pause(&c, 5, i, 12, 10));
+	}
+	c.model = PBOX_SYNC_PSSP_DYN;
+	c.alpha = 1.0;
+	for (uint32_t k = 3; k <= 6; k++) {
+		double p = 1.0 / (1.0 + exp(3.0 - (double)k)), sd = sqrt(n * p * (1 - p));
+
+		paused = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			paused += pbox_sync_pssp_pause(&c, 5, i % 97, 1000 + i + k, 1000 + i);
+		}
+		if (fabs(paused - n * p) >= 5 * sd) {
+			fail_msg("pssp-dyn k=%u: %u of %u paused, expected %.0f", k, paused, n,
+				 n * p);
+		}
+	}
+}
+
+/* Every core (chunk) decides the same for a worker and iteration: run a PSSP job on two
+ * cores, one chunk each, and compare which push-pulls each answered. */
+static void test_pssp_same_on_every_core(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, NELEM }, { 2, NELEM } };
+	struct sim_job_cfg c = job_cfg(PBOX_SYNC_PSSP, 1, false);
+	struct sim s;
+	uint32_t paused = 0, answered = 0;
+	float g[NELEM] = { 0 };
+
+	(void)state;
+	c.ncores = 2;
+	c.keys = keys;
+	c.nkeys = 2;
+	c.sync.probability = 0.5;
+	c.window = 64;
+	assert_int_equal(sim_init(&s, &c), 0);
+	assert_true(s.desc.chunks[0].core != s.desc.chunks[1].core);
+	for (uint32_t ch = 0; ch < 2; ch++) {
+		struct pbox_msg m = { .type = PBOX_MSG_INIT, .chunk = ch, .frag_len = NELEM * 4 };
+		struct pbox_msg r;
+
+		sim_send_msg(&s, 0, &m, g);
+		while (sim_take_reply(&s, 0, &r, NULL)) {
+		}
+	}
+	/* Rank 0 runs ahead alone (nobody else pushes, so V stays 0): from t >= s each
+	 * push-pull is paused on both chunks or on neither. */
+	for (uint32_t t = 0; t < 60; t++) {
+		bool got[2] = { false, false };
+		struct pbox_msg r;
+
+		for (uint32_t ch = 0; ch < 2; ch++) {
+			struct pbox_msg m = { .type = PBOX_MSG_PUSH,
+					      .flags = PBOX_F_WANT_REPLY,
+					      .chunk = ch,
+					      .iter = t,
+					      .frag_len = NELEM * 4 };
+
+			sim_send_msg(&s, 0, &m, g);
+		}
+		while (sim_take_reply(&s, 0, &r, NULL)) {
+			if (r.type == PBOX_MSG_DATA) {
+				got[r.chunk] = true;
+			}
+		}
+		if (got[0] != got[1]) {
+			fail_msg("iteration %u: chunk 0 %s, chunk 1 %s", t,
+				 got[0] ? "answered" : "paused", got[1] ? "answered" : "paused");
+		}
+		if (t >= 1) {
+			paused += !got[0];
+			answered += got[0];
+		}
+		/* A paused pull stays held; forget it so the next iteration is a fresh draw
+		 * (a real worker would wait; here we only test the decision). */
+		for (uint32_t k = 0; k < 2; k++) {
+			for (uint32_t i = 0; i < s.job.state->core[k].nchunks; i++) {
+				struct pbox_chunk_state *cs = &s.job.state->core[k].chunks[i];
+
+				if (cs->pull_want[0] != PBOX_PULL_NONE) {
+					cs->pull_want[0] = PBOX_PULL_NONE;
+					cs->nheld--;
+				}
+			}
+		}
+	}
+	assert_true(paused > 10 && answered > 10); /* c = 0.5 over 59 draws */
+	sim_fini(&s);
+}
+
+/* NOTIFY-ACK: with one credit, a second contribution cannot start while the first is
+ * unconsumed; it is refused and nothing of the first is disturbed. */
+static void test_credits(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 512 } }; /* 2 fragments of 1 KB */
+	struct sim_job_cfg c = {
+		.nranks = 2,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.deterministic = true,
+		.no_nodes = true,
+		.window = 4,
+	};
+	struct sim s;
+	float g0[512], g1[512], out[512];
+	uint8_t payload[1024];
+	struct pbox_msg r;
+	uint32_t acks = 0;
+
+	(void)state;
+	for (uint32_t i = 0; i < 512; i++) {
+		g0[i] = (float)i;
+		g1[i] = 1000.0f + (float)i;
+	}
+	assert_int_equal(sim_init(&s, &c), 0);
+	{
+		struct pbox_msg m = {
+			.type = PBOX_MSG_PUSH, .chunk = 0, .iter = 0, .frag_len = 1024
+		};
+
+		sim_send_msg(&s, 0, &m, g0); /* first half of iteration 0 */
+		m.iter = 1;
+		sim_send_msg(&s, 0, &m, g1); /* second contribution: refused */
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_CREDIT]), 1);
+		m.iter = 0;
+		m.frag_off = 1024;
+		sim_send_msg(&s, 0, &m, g0 + 256); /* completes iteration 0: ACK */
+		while (sim_take_reply(&s, 0, &r, NULL)) {
+			acks += r.type == PBOX_MSG_ACK;
+		}
+		assert_int_equal(acks, 1);
+		m.iter = 1;
+		m.frag_off = 0;
+		sim_send_msg(&s, 0, &m, g1); /* now it is accepted */
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_CREDIT]), 1);
+		/* Rank 1 completes iteration 0; its sum holds rank 0's iteration-0 data only. */
+		m.frag_off = 0;
+		m.iter = 0;
+		m.flags = PBOX_F_WANT_REPLY;
+		sim_send_msg(&s, 1, &m, g0);
+		m.frag_off = 1024;
+		sim_send_msg(&s, 1, &m, g0 + 256);
+		while (sim_take_reply(&s, 1, &r, payload)) {
+			if (r.type == PBOX_MSG_DATA) {
+				memcpy((uint8_t *)out + r.frag_off, payload, r.frag_len);
+			}
+		}
+		for (uint32_t i = 0; i < 512; i++) {
+			assert_true(out[i] == 2.0f * (float)i);
+		}
+	}
+	sim_fini(&s);
+}
+
+/* Version words: with verification on, a fragment whose CRC32C does not match its bytes is
+ * dropped and never aggregated; a matching one is. */
+static void test_version_words(void **state)
+{
+	struct sim_job_cfg c = job_cfg(PBOX_SYNC_BSP, 0, false);
+	struct sim s;
+	float g[NELEM];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.flags = PBOX_F_CRC,
+		.chunk = 0,
+		.iter = 0,
+		.frag_len = NELEM * 4,
+	};
+
+	(void)state;
+	c.mode = PBOX_MODE_AGGREGATE;
+	c.verify_crc = true;
+	assert_int_equal(sim_init(&s, &c), 0);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		g[i] = (float)i;
+	}
+	m.arg1 = pbox_crc32c(g, sizeof(g), PBOX_CRC_INIT) ^ 1;
+	sim_send_msg(&s, 0, &m, g);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_CHECKSUM]), 1);
+	assert_int_equal(SIM_STAT(&s, agg_frags), 0);
+	m.arg1 ^= 1;
+	sim_send_msg(&s, 0, &m, g);
+	assert_int_equal(SIM_STAT(&s, agg_frags), 1);
+	/* The word is the CRC32C of the concatenated bytes, however they are cut. */
+	{
+		struct pbox_iov v[3] = { { g, 5 },
+					 { (uint8_t *)g + 5, 30 },
+					 { (uint8_t *)g + 35, 29 } };
+
+		assert_int_equal(pbox_crc32c_iov(v, 3), pbox_crc32c(g, sizeof(g), PBOX_CRC_INIT));
+	}
+	sim_fini(&s);
+}
+
+/* A rank leaves mid-iteration: the iteration completes with the remaining ranks; what the
+ * departed rank had sent in time (a fragment) still counts, the rest does not stall it. */
+static void test_member_leaves(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 512 } }; /* 2 fragments */
+	struct sim_job_cfg c = {
+		.nranks = 3,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float g[512], out[512];
+	uint8_t payload[1024];
+	struct pbox_msg r;
+
+	(void)state;
+	for (uint32_t i = 0; i < 512; i++) {
+		g[i] = 1.0f;
+	}
+	for (int det = 0; det < 2; det++) {
+		c.deterministic = det;
+		assert_int_equal(sim_init(&s, &c), 0);
+		for (uint32_t w = 0; w < 2; w++) {
+			for (uint32_t f = 0; f < 2; f++) {
+				struct pbox_msg m = { .type = PBOX_MSG_PUSH,
+						      .flags = PBOX_F_WANT_REPLY,
+						      .chunk = 0,
+						      .frag_off = f * 1024,
+						      .frag_len = 1024 };
+
+				sim_send_msg(&s, w, &m, g + f * 256);
+			}
+		}
+		{
+			/* Rank 2 sends its first fragment only, then is gone. */
+			struct pbox_msg m = { .type = PBOX_MSG_PUSH, .chunk = 0, .frag_len = 1024 };
+
+			sim_send_msg(&s, 2, &m, g);
+		}
+		assert_false(sim_take_reply(&s, 0, &r, NULL) && r.type == PBOX_MSG_DATA);
+		sim_remove_rank(&s, 2);
+		assert_int_equal(SIM_STAT(&s, iterations), 1);
+		memset(out, 0, sizeof(out));
+		while (sim_take_reply(&s, 0, &r, payload)) {
+			if (r.type == PBOX_MSG_DATA) {
+				memcpy((uint8_t *)out + r.frag_off, payload, r.frag_len);
+			}
+		}
+		for (uint32_t i = 0; i < 512; i++) {
+			assert_true(out[i] == (i < 256 ? 3.0f : 2.0f));
+		}
+		assert_int_equal(SIM_STAT(&s, membership_changes), 1);
+		sim_fini(&s);
+	}
+}
+
+/* An incomplete contribution's retransmission round is not acknowledged (it would make
+ * the worker stop resending what the appliance still lacks). */
+static void test_no_ack_for_incomplete(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 768 } }; /* 3 fragments */
+	struct sim_job_cfg c = {
+		.nranks = 2,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float g[768] = { 0 };
+	struct pbox_msg r;
+	uint32_t acks = 0;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &c), 0);
+	for (int round = 0; round < 2; round++) {
+		for (uint32_t f = 0; f < 3; f += 2) { /* fragment 1 lost every time */
+			struct pbox_msg m = { .type = PBOX_MSG_PUSH,
+					      .flags = round ? PBOX_F_RETRANSMIT : 0,
+					      .chunk = 0,
+					      .frag_off = f * 1024,
+					      .frag_len = 1024 };
+
+			sim_send_msg(&s, 0, &m, g + f * 256);
+		}
+	}
+	while (sim_take_reply(&s, 0, &r, NULL)) {
+		acks += r.type == PBOX_MSG_ACK;
+	}
+	assert_int_equal(acks, 0);
+	sim_fini(&s);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	for (int m = PBOX_SYNC_BSP; m <= PBOX_SYNC_DROP_STRAGGLERS; m++) {
+		assert_int_equal(pbox_sync_parse(pbox_sync_name(m)), m);
+		assert_true(pbox_sync_ops(m)->min_window(
+				    &(struct pbox_sync_cfg){ .staleness = 3 }) >= 2);
+	}
+	assert_int_equal(pbox_sync_parse("bogus"), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table_bsp),
+		cmocka_unit_test(test_table_ssp),
+		cmocka_unit_test(test_table_ssp_eager),
+		cmocka_unit_test(test_table_asp),
+		cmocka_unit_test(test_asp_never_lost),
+		cmocka_unit_test(test_table_pssp_limits),
+		cmocka_unit_test(test_table_drop_stragglers),
+		cmocka_unit_test(test_pssp_frequencies),
+		cmocka_unit_test(test_pssp_same_on_every_core),
+		cmocka_unit_test(test_credits),
+		cmocka_unit_test(test_version_words),
+		cmocka_unit_test(test_member_leaves),
+		cmocka_unit_test(test_no_ack_for_incomplete),
+		cmocka_unit_test(test_names),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
