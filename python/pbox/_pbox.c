@@ -1,0 +1,1557 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pbox._pbox: the CPython binding of libpbox (include/pbox/pbox.h).
+ *
+ * Client wraps one struct pbox_client; Handle is one operation, or a group of operations
+ * on several keys of one buffer (push_pull_many, used by the PyTorch DDP hook), in flight.
+ * Buffers are any C-contiguous float32 buffer-protocol object; torch tensors go through an
+ * adapter installed by pbox/__init__.py that returns a numpy view of the same memory. The
+ * exported Py_buffer is held by the Handle until the operation completes, so libpbox's
+ * progress thread reads and writes the caller's memory in place, with no copy.
+ *
+ * Threads and the GIL: every call that can block (connect, register, waiting, close) runs
+ * with the GIL released. Completion arrives on libpbox's progress thread as one callback
+ * per key; only the last callback of a Handle takes the GIL, once, to release the buffers
+ * and complete the optional notify object (e.g. a torch.futures.Future). Waiters sleep on
+ * the Handle's own condition variable and are woken before the GIL is taken, so a thread
+ * in Handle.wait() never depends on the GIL to make progress. A Handle does not keep its
+ * Client alive: closing (or collecting) a Client fails the operations in flight with
+ * ECANCELED before close returns, through libpbox's callbacks or, for submissions libpbox
+ * dropped, from the Client's in-flight list; on a progress thread a thread of its own
+ * does the closing (struct core).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <pbox/pbox.h>
+
+/* Handle.wait sleeps in slices this long so that Ctrl-C (signals) is noticed. */
+#define WAIT_SLICE_NS 100000000ll
+
+enum op_kind {
+	OP_PUSH,
+	OP_PULL,
+	OP_PUSH_PULL,
+	OP_INIT,
+};
+
+static const char *const g_op_names[] = {
+	[OP_PUSH] = "push",
+	[OP_PULL] = "pull",
+	[OP_PUSH_PULL] = "push-pull",
+	[OP_INIT] = "init",
+};
+
+static PyObject *g_error;            /* pbox.PboxError(OSError) */
+static PyObject *g_timeout_error;    /* + TimeoutError */
+static PyObject *g_connection_error; /* + ConnectionError */
+static PyObject *g_permission_error; /* + PermissionError */
+static PyObject *g_adapter;          /* callable: non-buffer object -> buffer object */
+/* Set on libpbox progress threads (they run Python code only inside op_done). */
+static __thread bool g_progress_thread;
+
+struct ckey {
+	uint32_t id;
+	uint64_t nelem;
+};
+
+struct handle;
+
+/*
+ * What closing a client needs, apart from the Python object: a Client can be collected,
+ * or closed, on a libpbox progress thread (by a completion's callback, or by the garbage
+ * collector running there), where pbox_close would join the thread it runs on. It is
+ * then closed by a thread of its own, which shares this struct with the Client.
+ */
+struct core {
+	struct pbox_client *c;
+	uint32_t refs; /* atomic: the Client and a closer */
+	/* Handles started and not complete. libpbox drops submissions its progress thread
+	 * had not picked up when pbox_close stops it; closing completes those from here. */
+	pthread_mutex_t hlock;
+	struct handle *inflight;
+};
+
+struct client {
+	PyObject ob_base;
+	struct pbox_client *c; /* NULL once closed (or being closed) */
+	struct core *core;
+	struct ckey *keys; /* sorted by id; NULL before register */
+	uint32_t nkeys;
+	bool registering;
+	char server[256];
+	struct pbox_job_info info;
+	PyObject *weakreflist;
+};
+
+struct handle {
+	PyObject ob_base;
+	struct pbox_client *pc;     /* for callbacks only, which end before pbox_close does */
+	struct core *owner;         /* outlives its in-flight handles */
+	struct handle *prev, *next; /* owner->inflight list, under owner->hlock */
+	enum op_kind kind;
+	uint32_t key, iter, nops; /* key / iter: the first operation's, for messages */
+	Py_buffer in, out;
+	bool has_in, has_out;
+	PyObject *notify, *result;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint32_t remaining; /* callbacks still due (atomic) */
+	bool done;          /* under lock */
+	int status;         /* under lock: 0 or the first error */
+	char msg[512];      /* under lock: the first error's message */
+};
+
+static PyTypeObject g_client_type;
+static PyTypeObject g_handle_type;
+
+/* ---- errors ------------------------------------------------------------------------- */
+
+static PyObject *error_class(int err)
+{
+	switch (err) {
+	case ETIMEDOUT:
+		return g_timeout_error;
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case ENOTCONN:
+	case EPIPE:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+		return g_connection_error;
+	case EACCES:
+	case EPERM:
+		return g_permission_error;
+	default:
+		return g_error;
+	}
+}
+
+/* An instance of the PboxError subclass for errno err. Messages come from C code and
+ * may hold anything: bytes that are not UTF-8 are replaced rather than lost in a
+ * UnicodeDecodeError. */
+static PyObject *new_exception(int err, const char *msg)
+{
+	PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+	PyObject *exc;
+
+	if (text == NULL) {
+		return NULL;
+	}
+	exc = PyObject_CallFunction(error_class(err), "iO", err, text);
+	Py_DECREF(text);
+	return exc;
+}
+
+/* Raise the PboxError subclass for -status with msg (libpbox's message). Returns NULL. */
+static PyObject *raise_status(int status, const char *msg)
+{
+	int err = status < 0 ? -status : EIO;
+	PyObject *exc;
+
+	if (msg == NULL || msg[0] == '\0') {
+		msg = strerror(err);
+	}
+	exc = new_exception(err, msg);
+	if (exc != NULL) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+static PyObject *raise_last(int status)
+{
+	return raise_status(status, pbox_last_error());
+}
+
+/* ---- argument helpers --------------------------------------------------------------- */
+
+static int get_u64(PyObject *o, const char *name, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+
+	if (!PyLong_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s must be an integer, not %.80s", name,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	v = PyLong_AsUnsignedLongLong(o);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError, "%s must be between 0 and %llu", name,
+			     (unsigned long long)max);
+		return -1;
+	}
+	if (v > max) {
+		PyErr_Format(PyExc_ValueError, "%s must be between 0 and %llu (got %llu)", name,
+			     (unsigned long long)max, v);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int get_u32(PyObject *o, const char *name, uint32_t *out)
+{
+	uint64_t v;
+
+	if (get_u64(o, name, UINT32_MAX, &v) < 0) {
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* Seconds (float or int, > 0 unless zero_ok) to milliseconds; None leaves *ms unchanged. */
+static int get_seconds_ms(PyObject *o, const char *name, uint32_t *ms)
+{
+	double s;
+
+	if (o == NULL || o == Py_None) {
+		return 0;
+	}
+	s = PyFloat_AsDouble(o);
+	if (s == -1.0 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.80s", name,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	if (!(s >= 0.001 && s <= 86400.0)) {
+		PyErr_Format(PyExc_ValueError,
+			     "%s must be between 0.001 and 86400 seconds (got %g)", name, s);
+		return -1;
+	}
+	*ms = (uint32_t)(s * 1000.0 + 0.5);
+	return 0;
+}
+
+static bool is_float32_format(const char *f)
+{
+	if (f == NULL) {
+		return false; /* unsigned bytes */
+	}
+	if (f[0] == '@' || f[0] == '=' ||
+	    (f[0] == '<' && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)) {
+		f++;
+	}
+	return strcmp(f, "f") == 0;
+}
+
+/*
+ * Export obj as a C-contiguous float32 buffer (writable if asked). Objects without the
+ * buffer protocol (torch tensors) go through the adapter. Errors name the key and role.
+ */
+static int get_view(PyObject *obj, bool writable, const char *role, uint32_t key, Py_buffer *v)
+{
+	PyObject *conv = NULL;
+	int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+
+	if (!PyObject_CheckBuffer(obj)) {
+		if (g_adapter == NULL) {
+			PyErr_Format(
+				PyExc_TypeError,
+				"key %u: %s must support the buffer protocol (a numpy array, a "
+				"bytearray, ...), not %.80s",
+				key, role, Py_TYPE(obj)->tp_name);
+			return -1;
+		}
+		conv = PyObject_CallFunction(g_adapter, "Os", obj, role);
+		if (conv == NULL) {
+			return -1;
+		}
+		if (!PyObject_CheckBuffer(conv)) {
+			PyErr_Format(PyExc_TypeError,
+				     "key %u: %s (%.80s) must support the buffer protocol (a numpy "
+				     "array, a contiguous CPU torch tensor, ...)",
+				     key, role, Py_TYPE(obj)->tp_name);
+			Py_DECREF(conv);
+			return -1;
+		}
+		obj = conv;
+	}
+	if (PyObject_GetBuffer(obj, v, flags) < 0) {
+		PyObject *et, *ev, *tb, *s;
+
+		PyErr_Fetch(&et, &ev, &tb);
+		PyErr_NormalizeException(&et, &ev, &tb);
+		s = ev ? PyObject_Str(ev) : NULL;
+		PyErr_Format(PyExc_ValueError, "key %u: %s cannot be used%s: %s", key, role,
+			     writable ? " as a writable C-contiguous buffer"
+				      : " as a C-contiguous buffer",
+			     s ? PyUnicode_AsUTF8(s) : "unknown reason");
+		Py_XDECREF(s);
+		Py_XDECREF(et);
+		Py_XDECREF(ev);
+		Py_XDECREF(tb);
+		Py_XDECREF(conv);
+		return -1;
+	}
+	Py_XDECREF(conv); /* the view keeps its own reference to the exporter */
+	if (v->itemsize != 4 || !is_float32_format(v->format)) {
+		PyErr_Format(
+			PyExc_TypeError,
+			"key %u: %s has items of format '%s' (%zd bytes); pbox exchanges float32 "
+			"(numpy.float32, torch.float32)",
+			key, role, v->format ? v->format : "B", v->itemsize);
+		PyBuffer_Release(v);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- Handle ------------------------------------------------------------------------- */
+
+static struct handle *handle_new(struct client *cl, enum op_kind kind, uint32_t nops)
+{
+	struct handle *h = PyObject_New(struct handle, &g_handle_type);
+	pthread_condattr_t ca;
+
+	if (h == NULL) {
+		return NULL;
+	}
+	h->pc = cl->c;
+	h->owner = cl->core;
+	h->prev = h->next = NULL;
+	h->kind = kind;
+	h->key = 0;
+	h->iter = 0;
+	h->nops = nops;
+	h->has_in = h->has_out = false;
+	h->notify = h->result = NULL;
+	h->remaining = 0;
+	h->done = false;
+	h->status = 0;
+	h->msg[0] = '\0';
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&h->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return h;
+}
+
+/* GIL held. Release what the operation borrowed. */
+static void handle_release_refs(struct handle *h)
+{
+	if (h->has_in) {
+		PyBuffer_Release(&h->in);
+		h->has_in = false;
+	}
+	if (h->has_out) {
+		PyBuffer_Release(&h->out);
+		h->has_out = false;
+	}
+	Py_CLEAR(h->notify);
+	Py_CLEAR(h->result);
+}
+
+static void handle_dealloc(struct handle *h)
+{
+	handle_release_refs(h);
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->cond);
+	PyObject_Free(h);
+}
+
+static PyObject *handle_exception(struct handle *h)
+{
+	int err = -h->status;
+
+	return new_exception(err, h->msg);
+}
+
+/* GIL held: h is about to be submitted. */
+static void handle_link(struct handle *h)
+{
+	struct core *cl = h->owner;
+
+	pthread_mutex_lock(&cl->hlock);
+	h->prev = NULL;
+	h->next = cl->inflight;
+	if (cl->inflight != NULL) {
+		cl->inflight->prev = h;
+	}
+	cl->inflight = h;
+	pthread_mutex_unlock(&cl->hlock);
+}
+
+static void handle_unlink(struct handle *h)
+{
+	struct core *cl = h->owner;
+
+	pthread_mutex_lock(&cl->hlock);
+	if (h->prev != NULL) {
+		h->prev->next = h->next;
+	} else if (cl->inflight == h) {
+		cl->inflight = h->next;
+	}
+	if (h->next != NULL) {
+		h->next->prev = h->prev;
+	}
+	h->prev = h->next = NULL;
+	pthread_mutex_unlock(&cl->hlock);
+}
+
+/* GIL held: complete the notify object (set_result / set_exception). */
+static void handle_notify(struct handle *h)
+{
+	PyObject *r;
+
+	if (h->notify == NULL) {
+		return;
+	}
+	if (h->status == 0) {
+		r = PyObject_CallMethod(h->notify, "set_result", "O",
+					h->result ? h->result : Py_None);
+	} else {
+		PyObject *exc = handle_exception(h);
+
+		r = exc ? PyObject_CallMethod(h->notify, "set_exception", "O", exc) : NULL;
+		Py_XDECREF(exc);
+	}
+	if (r == NULL) {
+		PyErr_WriteUnraisable(h->notify);
+	}
+	Py_XDECREF(r);
+}
+
+/*
+ * The last callback of h (progress thread, or the submitting thread when a group could
+ * not be started whole). Wake waiters first: they need no GIL. Then take the GIL once.
+ */
+static void handle_complete(struct handle *h)
+{
+	PyGILState_STATE gs;
+
+	handle_unlink(h);
+	pthread_mutex_lock(&h->lock);
+	h->done = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+
+	gs = PyGILState_Ensure();
+	handle_notify(h);
+	handle_release_refs(h);
+	Py_DECREF(h); /* the reference the operations held */
+	PyGILState_Release(gs);
+}
+
+static void handle_note_error(struct handle *h, int status, const char *msg)
+{
+	pthread_mutex_lock(&h->lock);
+	if (h->status == 0) {
+		h->status = status;
+		snprintf(h->msg, sizeof(h->msg), "%s", msg);
+	}
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* libpbox completion callback: progress thread, no GIL. */
+static void op_done(uint32_t key, int status, void *arg)
+{
+	struct handle *h = arg;
+
+	g_progress_thread = true;
+	if (status < 0) {
+		char msg[512];
+
+		/* The callback gets only the errno; libpbox keeps the message with the op
+		 * until a wait collects it. The op is complete, so this wait does not block. */
+		if (pbox_wait(h->pc, key, 0) == status && pbox_last_error()[0] != '\0') {
+			snprintf(msg, sizeof(msg), "%s", pbox_last_error());
+		} else {
+			snprintf(msg, sizeof(msg), "%s of key %u failed: %s", g_op_names[h->kind],
+				 key, strerror(-status));
+		}
+		handle_note_error(h, status, msg);
+	}
+	if (__atomic_sub_fetch(&h->remaining, 1, __ATOMIC_ACQ_REL) == 0) {
+		handle_complete(h);
+	}
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/*
+ * Wait for h with the GIL released, in slices so that signals are handled. timeout_ns < 0:
+ * no limit. Returns 1 when done, 0 when the timeout passed, -1 with an exception set
+ * (a signal handler raised).
+ */
+static int handle_wait_done(struct handle *h, int64_t timeout_ns)
+{
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : mono_ns() + timeout_ns;
+
+	for (;;) {
+		int64_t until = mono_ns() + WAIT_SLICE_NS;
+		struct timespec abs;
+		PyThreadState *tstate;
+		bool done;
+
+		if (until > deadline) {
+			until = deadline;
+		}
+		abs.tv_sec = (time_t)(until / 1000000000ll);
+		abs.tv_nsec = (long)(until % 1000000000ll);
+		tstate = PyEval_SaveThread();
+		pthread_mutex_lock(&h->lock);
+		while (!h->done && pthread_cond_timedwait(&h->cond, &h->lock, &abs) != ETIMEDOUT) {
+		}
+		done = h->done;
+		pthread_mutex_unlock(&h->lock);
+		PyEval_RestoreThread(tstate);
+		if (done) {
+			return 1;
+		}
+		if (PyErr_CheckSignals() < 0) {
+			return -1;
+		}
+		if (mono_ns() >= deadline) {
+			return 0;
+		}
+	}
+}
+
+/* After h is done: None, or raise its error. */
+static PyObject *handle_result(struct handle *h)
+{
+	int status;
+	char msg[sizeof(h->msg)];
+
+	pthread_mutex_lock(&h->lock);
+	status = h->status;
+	snprintf(msg, sizeof(msg), "%s", h->msg);
+	pthread_mutex_unlock(&h->lock);
+	if (status < 0) {
+		return raise_status(status, msg);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *handle_wait(struct handle *h, PyObject *args, PyObject *kw)
+{
+	static const char *kwlist[] = { "timeout", NULL };
+	PyObject *to = Py_None;
+	int64_t tns = -1;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", (char **)kwlist, &to)) {
+		return NULL;
+	}
+	if (to != Py_None) {
+		double s = PyFloat_AsDouble(to);
+
+		if (s == -1.0 && PyErr_Occurred()) {
+			return NULL;
+		}
+		if (!(s >= 0.0 && s < 1e9)) {
+			PyErr_Format(PyExc_ValueError, "timeout must be >= 0 seconds (got %g)", s);
+			return NULL;
+		}
+		tns = (int64_t)(s * 1e9);
+	}
+	rc = handle_wait_done(h, tns);
+	if (rc < 0) {
+		return NULL;
+	}
+	if (rc == 0) {
+		PyErr_Format(
+			PyExc_TimeoutError,
+			"%s of key %u (iteration %u%s): not complete after %.3f s; the operation "
+			"is still in flight (wait again, or let it fail at its deadline)",
+			g_op_names[h->kind], h->key, h->iter,
+			h->nops > 1 ? ", with other keys" : "", (double)tns / 1e9);
+		return NULL;
+	}
+	return handle_result(h);
+}
+
+static PyObject *handle_done(struct handle *h, PyObject *unused)
+{
+	bool done;
+
+	(void)unused;
+	pthread_mutex_lock(&h->lock);
+	done = h->done;
+	pthread_mutex_unlock(&h->lock);
+	return PyBool_FromLong(done);
+}
+
+static PyObject *handle_repr(struct handle *h)
+{
+	bool done;
+	int status;
+
+	pthread_mutex_lock(&h->lock);
+	done = h->done;
+	status = h->status;
+	pthread_mutex_unlock(&h->lock);
+	return PyUnicode_FromFormat("<pbox.Handle %s key %u iteration %u%s: %s>",
+				    g_op_names[h->kind], h->key, h->iter,
+				    h->nops > 1 ? " (+ more keys)" : "",
+				    !done         ? "in flight"
+				    : status == 0 ? "done"
+						  : "failed");
+}
+
+static PyObject *handle_get_keys(struct handle *h, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLong(h->nops);
+}
+
+static PyMethodDef g_handle_methods[] = {
+	{ "wait", (PyCFunction)(void (*)(void))handle_wait, METH_VARARGS | METH_KEYWORDS,
+	  "wait(timeout=None)\n--\n\nWait for the operation (GIL released). Returns None, raises "
+	  "the operation's PboxError, or TimeoutError if timeout (seconds) passes first; the "
+	  "operation then stays in flight." },
+	{ "done", (PyCFunction)handle_done, METH_NOARGS,
+	  "done()\n--\n\nTrue once the operation has completed (successfully or not)." },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef g_handle_getset[] = {
+	{ "nkeys", (getter)handle_get_keys, NULL, "number of keys in the operation", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject g_handle_type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pbox.Handle",
+	.tp_basicsize = sizeof(struct handle),
+	.tp_dealloc = (destructor)handle_dealloc,
+	.tp_repr = (reprfunc)handle_repr,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "An asynchronous pbox operation in flight (see Client.push_pull_async).",
+	.tp_methods = g_handle_methods,
+	.tp_getset = g_handle_getset,
+};
+
+/* ---- Client: lifecycle -------------------------------------------------------------- */
+
+static int client_init(struct client *self, PyObject *args, PyObject *kw)
+{
+	static const char *kwlist[] = { "server",     "job",       "token", "rank",
+					"world_size", "timeout",   "rto",   "max_inflight",
+					"local_addr", "busy_poll", NULL };
+	const char *server = NULL, *token = NULL, *local_addr = NULL;
+	PyObject *job_o, *rank_o, *ws_o = Py_None, *to_o = Py_None, *rto_o = Py_None;
+	PyObject *mi_o = NULL;
+	int busy_poll = 0;
+	struct pbox_client_opts o = { 0 };
+	struct pbox_client *c = NULL;
+	uint32_t ws = 0;
+	PyThreadState *ts;
+	int rc;
+
+	if (self->c != NULL || self->core->c != NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "pbox.Client is already connected");
+		return -1;
+	}
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "zOsO|O$OOOzp:Client", (char **)kwlist, &server,
+					 &job_o, &token, &rank_o, &ws_o, &to_o, &rto_o, &mi_o,
+					 &local_addr, &busy_poll)) {
+		return -1;
+	}
+	if (get_u32(job_o, "job", &o.job) < 0 || get_u32(rank_o, "rank", &o.rank) < 0 ||
+	    get_seconds_ms(to_o, "timeout", &o.timeout_ms) < 0 ||
+	    get_seconds_ms(rto_o, "rto", &o.rto_ms) < 0 ||
+	    (mi_o != NULL && get_u32(mi_o, "max_inflight", &o.max_inflight) < 0) ||
+	    (ws_o != Py_None && get_u32(ws_o, "world_size", &ws) < 0)) {
+		return -1;
+	}
+	if (ws_o != Py_None && (ws == 0 || o.rank >= ws)) {
+		PyErr_Format(PyExc_ValueError, "rank %u is out of range for world size %u", o.rank,
+			     ws);
+		return -1;
+	}
+	o.server = server;
+	o.token = token;
+	o.local_addr = local_addr;
+	o.busy_poll = busy_poll != 0;
+	snprintf(self->server, sizeof(self->server), "%s", server ? server : "127.0.0.1:7000");
+
+	ts = PyEval_SaveThread();
+	rc = pbox_connect(&o, &c);
+	PyEval_RestoreThread(ts);
+	if (rc < 0) {
+		raise_last(rc);
+		return -1;
+	}
+	pbox_job_info(c, &self->info);
+	if (ws != 0 && ws != self->info.workers) {
+		ts = PyEval_SaveThread();
+		pbox_close(c);
+		PyEval_RestoreThread(ts);
+		PyErr_Format(g_error,
+			     "job %u on pboxd at %s has %u workers, but this process runs "
+			     "with world size %u: the job and the launch must agree",
+			     o.job, self->server, self->info.workers, ws);
+		return -1;
+	}
+	self->c = c;
+	self->core->c = c;
+	return 0;
+}
+
+static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	struct client *self = (struct client *)type->tp_alloc(type, 0);
+
+	(void)args;
+	(void)kw;
+	if (self == NULL) {
+		return NULL;
+	}
+	self->core = calloc(1, sizeof(*self->core));
+	if (self->core == NULL) {
+		Py_DECREF(self);
+		return PyErr_NoMemory();
+	}
+	self->core->refs = 1;
+	pthread_mutex_init(&self->core->hlock, NULL);
+	return (PyObject *)self;
+}
+
+static void core_put(struct core *k)
+{
+	if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		pthread_mutex_destroy(&k->hlock);
+		free(k);
+	}
+}
+
+/*
+ * Without the GIL. Close k->c: its operations in flight fail (ECANCELED) through callbacks
+ * that take the GIL; handles whose submissions libpbox dropped are then completed here
+ * with the same error (handle_complete takes the GIL itself).
+ */
+static void core_close(struct core *k)
+{
+	pbox_close(k->c);
+	k->c = NULL;
+	for (;;) {
+		struct handle *h;
+
+		pthread_mutex_lock(&k->hlock);
+		h = k->inflight;
+		pthread_mutex_unlock(&k->hlock);
+		if (h == NULL) {
+			break;
+		}
+		handle_note_error(h, -ECANCELED,
+				  "the pbox client was closed before the operation completed");
+		__atomic_store_n(&h->remaining, 0, __ATOMIC_RELEASE);
+		handle_complete(h);
+	}
+}
+
+static void *closer_main(void *arg)
+{
+	struct core *k = arg;
+
+	core_close(k);
+	core_put(k);
+	return NULL;
+}
+
+/* GIL held. Close the client: here, or on a thread of its own when this is a progress
+ * thread (see struct core). */
+static void client_shutdown(struct client *self)
+{
+	struct core *k = self->core;
+	PyThreadState *ts;
+
+	if (self->c == NULL) {
+		return;
+	}
+	self->c = NULL;
+	if (g_progress_thread) {
+		pthread_attr_t attr;
+		pthread_t t;
+		int rc;
+
+		__atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &attr, closer_main, k);
+		pthread_attr_destroy(&attr);
+		if (rc == 0) {
+			return;
+		}
+		/* Closing here would join this very thread: leave the client open (leaked)
+		 * rather than crash, and say so. */
+		__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
+		fprintf(stderr, "pbox: cannot start a thread to close the client to %s: %s\n",
+			self->server, strerror(rc));
+		return;
+	}
+	ts = PyEval_SaveThread();
+	core_close(k);
+	PyEval_RestoreThread(ts);
+}
+
+static void client_dealloc(struct client *self)
+{
+	if (self->weakreflist != NULL) {
+		PyObject_ClearWeakRefs((PyObject *)self);
+	}
+	if (self->core != NULL) {
+		client_shutdown(self);
+		core_put(self->core);
+	}
+	PyMem_Free(self->keys);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int check_open(struct client *self)
+{
+	if (self->c == NULL) {
+		PyErr_SetString(g_error, "the pbox client is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *client_close(struct client *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->c == NULL) {
+		Py_RETURN_NONE;
+	}
+	if (self->registering) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"cannot close the pbox client: another thread is registering keys");
+		return NULL;
+	}
+	client_shutdown(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(struct client *self, PyObject *unused)
+{
+	(void)unused;
+	if (check_open(self) < 0) {
+		return NULL;
+	}
+	Py_INCREF(self);
+	return (PyObject *)self;
+}
+
+static PyObject *client_exit(struct client *self, PyObject *args)
+{
+	PyObject *r;
+
+	(void)args;
+	r = client_close(self, NULL);
+	if (r == NULL) {
+		return NULL;
+	}
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+/* ---- Client: registration ----------------------------------------------------------- */
+
+static int cmp_ckey(const void *a, const void *b)
+{
+	const struct ckey *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static const struct ckey *find_key(const struct client *self, uint32_t id)
+{
+	struct ckey probe = { .id = id };
+
+	return bsearch(&probe, self->keys, self->nkeys, sizeof(*self->keys), cmp_ckey);
+}
+
+static int add_key(PyObject *id_o, PyObject *n_o, struct pbox_key_info *k)
+{
+	if (get_u32(id_o, "key id", &k->id) < 0 ||
+	    get_u64(n_o, "key length", UINT64_MAX, &k->nelem) < 0) {
+		return -1;
+	}
+	if (k->nelem == 0) {
+		PyErr_Format(PyExc_ValueError, "key %u: length must be at least 1 float32 value",
+			     k->id);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *client_register(struct client *self, PyObject *args, PyObject *kw)
+{
+	static const char *kwlist[] = { "keys", NULL };
+	PyObject *keys_o, *seq = NULL, *items = NULL;
+	struct pbox_key_info *keys = NULL;
+	struct ckey *table = NULL;
+	PyThreadState *ts;
+	Py_ssize_t n;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:register", (char **)kwlist, &keys_o) ||
+	    check_open(self) < 0) {
+		return NULL;
+	}
+	if (self->keys != NULL || self->registering) {
+		PyErr_SetString(g_error, "keys are already registered with this client");
+		return NULL;
+	}
+	if (PyDict_Check(keys_o)) {
+		items = PyDict_Items(keys_o);
+		keys_o = items;
+	}
+	if (items == NULL && PyErr_Occurred()) {
+		return NULL;
+	}
+	seq = PySequence_Fast(keys_o,
+			      "keys must be a dict {id: nelem} or a sequence of (id, nelem)");
+	if (seq == NULL) {
+		goto err;
+	}
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n == 0 || n > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "register: no keys given");
+		goto err;
+	}
+	keys = PyMem_Calloc((size_t)n, sizeof(*keys));
+	table = PyMem_Calloc((size_t)n, sizeof(*table));
+	if (keys == NULL || table == NULL) {
+		PyErr_NoMemory();
+		goto err;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+
+		if (!PyTuple_Check(it) && !PyList_Check(it)) {
+			PyErr_Format(PyExc_TypeError,
+				     "register: entry %zd must be (id, nelem), not %.80s", i,
+				     Py_TYPE(it)->tp_name);
+			goto err;
+		}
+		if (PySequence_Fast_GET_SIZE(it) != 2) {
+			PyErr_Format(PyExc_TypeError, "register: entry %zd must be (id, nelem)", i);
+			goto err;
+		}
+		if (add_key(PySequence_Fast_GET_ITEM(it, 0), PySequence_Fast_GET_ITEM(it, 1),
+			    &keys[i]) < 0) {
+			goto err;
+		}
+		table[i].id = keys[i].id;
+		table[i].nelem = keys[i].nelem;
+	}
+	qsort(table, (size_t)n, sizeof(*table), cmp_ckey);
+	for (Py_ssize_t i = 1; i < n; i++) {
+		if (table[i].id == table[i - 1].id) {
+			PyErr_Format(PyExc_ValueError, "register: key id %u appears twice",
+				     table[i].id);
+			goto err;
+		}
+	}
+	self->registering = true;
+	ts = PyEval_SaveThread();
+	rc = pbox_register(self->c, keys, (uint32_t)n);
+	PyEval_RestoreThread(ts);
+	self->registering = false;
+	if (rc < 0) {
+		raise_last(rc);
+		goto err;
+	}
+	pbox_job_info(self->c, &self->info);
+	self->keys = table;
+	self->nkeys = (uint32_t)n;
+	PyMem_Free(keys);
+	Py_DECREF(seq);
+	Py_XDECREF(items);
+	Py_RETURN_NONE;
+err:
+	PyMem_Free(keys);
+	PyMem_Free(table);
+	Py_XDECREF(seq);
+	Py_XDECREF(items);
+	return NULL;
+}
+
+/* ---- Client: operations ------------------------------------------------------------- */
+
+static const struct ckey *lookup(struct client *self, PyObject *key_o, uint32_t *id)
+{
+	const struct ckey *k;
+
+	if (check_open(self) < 0 || get_u32(key_o, "key", id) < 0) {
+		return NULL;
+	}
+	if (self->keys == NULL) {
+		PyErr_SetString(g_error, "no keys registered yet (call register first)");
+		return NULL;
+	}
+	k = find_key(self, *id);
+	if (k == NULL) {
+		PyErr_Format(PyExc_KeyError, "key %u was not registered", *id);
+	}
+	return k;
+}
+
+static int check_len(const Py_buffer *v, const struct ckey *k, const char *role)
+{
+	Py_ssize_t have = v->len / 4;
+
+	if ((uint64_t)have != k->nelem) {
+		PyErr_Format(PyExc_ValueError,
+			     "key %u: %s holds %zd float32 values but the key has %llu", k->id,
+			     role, have, (unsigned long long)k->nelem);
+		return -1;
+	}
+	return 0;
+}
+
+static int submit(struct handle *h, uint32_t key, uint32_t iter, const float *src, float *dst)
+{
+	switch (h->kind) {
+	case OP_PUSH:
+		return pbox_push_async(h->pc, key, iter, src, op_done, h);
+	case OP_PULL:
+		return pbox_pull_async(h->pc, key, iter, dst, op_done, h);
+	case OP_PUSH_PULL:
+		return pbox_push_pull_async(h->pc, key, iter, src, dst, op_done, h);
+	case OP_INIT:
+		return pbox_init_async(h->pc, key, src, op_done, h);
+	}
+	return -EINVAL;
+}
+
+static int set_notify(struct handle *h, PyObject *notify, PyObject *result)
+{
+	if (notify != NULL && notify != Py_None) {
+		if (!PyObject_HasAttrString(notify, "set_result") ||
+		    !PyObject_HasAttrString(notify, "set_exception")) {
+			PyErr_Format(
+				PyExc_TypeError,
+				"notify must have set_result and set_exception (a future), not "
+				"%.80s",
+				Py_TYPE(notify)->tp_name);
+			return -1;
+		}
+		Py_INCREF(notify);
+		h->notify = notify;
+	}
+	if (result != NULL && result != Py_None) {
+		Py_INCREF(result);
+		h->result = result;
+	}
+	return 0;
+}
+
+/* One operation on one key; returns a started Handle or NULL with an exception. */
+static struct handle *start_one(struct client *self, enum op_kind kind, PyObject *args,
+				PyObject *kw)
+{
+	static const char *kwlist[] = { "key",    "iteration", "buffer", "out",
+					"notify", "result",    NULL };
+	static const char *kwlist_init[] = { "key", "buffer", "notify", "result", NULL };
+	PyObject *key_o, *it_o = NULL, *buf_o, *out_o = Py_None, *notify = NULL, *result = NULL;
+	const struct ckey *k;
+	struct handle *h;
+	uint32_t id, iter = 0;
+	const float *src = NULL;
+	float *dst = NULL;
+	int rc;
+
+	if (kind == OP_INIT) {
+		if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO", (char **)kwlist_init, &key_o,
+						 &buf_o, &notify, &result)) {
+			return NULL;
+		}
+	} else if (kind == OP_PUSH_PULL) {
+		if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O$OO", (char **)kwlist, &key_o,
+						 &it_o, &buf_o, &out_o, &notify, &result)) {
+			return NULL;
+		}
+	} else {
+		static const char *kwl[] = {
+			"key", "iteration", "buffer", "notify", "result", NULL
+		};
+
+		if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OO", (char **)kwl, &key_o, &it_o,
+						 &buf_o, &notify, &result)) {
+			return NULL;
+		}
+	}
+	k = lookup(self, key_o, &id);
+	if (k == NULL || (it_o != NULL && get_u32(it_o, "iteration", &iter) < 0)) {
+		return NULL;
+	}
+	h = handle_new(self, kind, 1);
+	if (h == NULL) {
+		return NULL;
+	}
+	h->key = id;
+	h->iter = iter;
+	if (set_notify(h, notify, result) < 0) {
+		goto err;
+	}
+	if (kind == OP_PULL || (kind == OP_PUSH_PULL && out_o == Py_None)) {
+		/* pull, or push-pull in place: one writable view */
+		if (get_view(buf_o, true, kind == OP_PULL ? "out" : "buffer", id, &h->out) < 0) {
+			goto err;
+		}
+		h->has_out = true;
+		if (check_len(&h->out, k, kind == OP_PULL ? "out" : "buffer") < 0) {
+			goto err;
+		}
+		dst = h->out.buf;
+		src = dst;
+	} else {
+		if (get_view(buf_o, false, kind == OP_INIT ? "values" : "grad", id, &h->in) < 0) {
+			goto err;
+		}
+		h->has_in = true;
+		if (check_len(&h->in, k, kind == OP_INIT ? "values" : "grad") < 0) {
+			goto err;
+		}
+		src = h->in.buf;
+		if (kind == OP_PUSH_PULL) {
+			if (get_view(out_o, true, "out", id, &h->out) < 0) {
+				goto err;
+			}
+			h->has_out = true;
+			if (check_len(&h->out, k, "out") < 0) {
+				goto err;
+			}
+			dst = h->out.buf;
+		}
+	}
+	h->remaining = 1;
+	Py_INCREF(h); /* held by the operation until its callback */
+	handle_link(h);
+	rc = submit(h, id, iter, src, dst);
+	if (rc < 0) {
+		handle_unlink(h);
+		Py_DECREF(h);
+		raise_last(rc);
+		goto err;
+	}
+	return h;
+err:
+	Py_DECREF(h);
+	return NULL;
+}
+
+static PyObject *run_sync(struct handle *h)
+{
+	PyObject *r;
+
+	if (h == NULL) {
+		return NULL;
+	}
+	if (handle_wait_done(h, -1) < 0) {
+		Py_DECREF(h);
+		return NULL;
+	}
+	r = handle_result(h);
+	Py_DECREF(h);
+	return r;
+}
+
+#define OP_METHODS(name, kind)                                                               \
+	static PyObject *client_op_##name(struct client *self, PyObject *args, PyObject *kw) \
+	{                                                                                    \
+		return run_sync(start_one(self, kind, args, kw));                            \
+	}                                                                                    \
+	static PyObject *client_op_##name##_async(struct client *self, PyObject *args,       \
+						  PyObject *kw)                              \
+	{                                                                                    \
+		return (PyObject *)start_one(self, kind, args, kw);                          \
+	}
+
+OP_METHODS(push, OP_PUSH)
+OP_METHODS(pull, OP_PULL)
+OP_METHODS(push_pull, OP_PUSH_PULL)
+OP_METHODS(init, OP_INIT)
+
+/*
+ * push_pull_many(buffer, slices, notify=None, result=None): push-pull of several keys
+ * whose values lie in one buffer, in place; slices are (key, iteration, offset) with the
+ * offset in float32 elements. One Handle, completed when every key is.
+ */
+static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyObject *kw)
+{
+	static const char *kwlist[] = { "buffer", "slices", "notify", "result", NULL };
+	PyObject *buf_o, *sl_o, *notify = NULL, *result = NULL, *seq = NULL;
+	struct handle *h = NULL;
+	struct {
+		uint32_t id, iter;
+		uint64_t off;
+	} *ops = NULL;
+	unsigned char *seen = NULL;
+	Py_ssize_t n, total;
+	float *base;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:push_pull_many", (char **)kwlist, &buf_o,
+					 &sl_o, &notify, &result) ||
+	    check_open(self) < 0) {
+		return NULL;
+	}
+	if (self->keys == NULL) {
+		PyErr_SetString(g_error, "no keys registered yet (call register first)");
+		return NULL;
+	}
+	seq = PySequence_Fast(sl_o, "slices must be a sequence of (key, iteration, offset)");
+	if (seq == NULL) {
+		return NULL;
+	}
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n == 0 || n > (Py_ssize_t)self->nkeys) {
+		PyErr_Format(PyExc_ValueError, "push_pull_many: %zd slices for %u registered keys",
+			     n, self->nkeys);
+		goto err;
+	}
+	h = handle_new(self, OP_PUSH_PULL, (uint32_t)n);
+	ops = PyMem_Calloc((size_t)n, sizeof(*ops));
+	seen = PyMem_Calloc(self->nkeys, 1);
+	if (h == NULL || ops == NULL || seen == NULL) {
+		if (h != NULL) {
+			PyErr_NoMemory();
+		}
+		goto err;
+	}
+	if (set_notify(h, notify, result) < 0) {
+		goto err;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+		const struct ckey *k;
+
+		if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3) {
+			PyErr_Format(PyExc_TypeError,
+				     "push_pull_many: slice %zd must be a tuple (key, iteration, "
+				     "offset)",
+				     i);
+			goto err;
+		}
+		k = lookup(self, PyTuple_GET_ITEM(it, 0), &ops[i].id);
+		if (k == NULL || get_u32(PyTuple_GET_ITEM(it, 1), "iteration", &ops[i].iter) < 0 ||
+		    get_u64(PyTuple_GET_ITEM(it, 2), "offset", UINT64_MAX, &ops[i].off) < 0) {
+			goto err;
+		}
+		if (seen[k - self->keys]) {
+			PyErr_Format(PyExc_ValueError, "push_pull_many: key %u appears twice",
+				     ops[i].id);
+			goto err;
+		}
+		seen[k - self->keys] = 1;
+	}
+	if (get_view(buf_o, true, "buffer", ops[0].id, &h->out) < 0) {
+		goto err;
+	}
+	h->has_out = true;
+	total = h->out.len / 4;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		const struct ckey *k = find_key(self, ops[i].id);
+
+		if (ops[i].off > (uint64_t)total || k->nelem > (uint64_t)total - ops[i].off) {
+			PyErr_Format(PyExc_ValueError,
+				     "push_pull_many: key %u (%llu values at offset %llu) does not "
+				     "fit in the buffer of %zd float32 values",
+				     ops[i].id, (unsigned long long)k->nelem,
+				     (unsigned long long)ops[i].off, total);
+			goto err;
+		}
+	}
+	h->key = ops[0].id;
+	h->iter = ops[0].iter;
+	h->remaining = (uint32_t)n;
+	Py_INCREF(h); /* held by the operations until the last callback */
+	handle_link(h);
+	base = h->out.buf;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		float *p = base + ops[i].off;
+		int rc = pbox_push_pull_async(h->pc, ops[i].id, ops[i].iter, p, p, op_done, h);
+
+		if (rc < 0) {
+			if (i == 0) {
+				h->remaining = 0;
+				handle_unlink(h);
+				Py_DECREF(h);
+				raise_last(rc);
+				goto err;
+			}
+			/* Keys before i are in flight and complete through callbacks; the
+			 * Handle reports this error once they have. */
+			handle_note_error(h, rc, pbox_last_error());
+			if (__atomic_sub_fetch(&h->remaining, (uint32_t)(n - i),
+					       __ATOMIC_ACQ_REL) == 0) {
+				handle_complete(h);
+			}
+			break;
+		}
+	}
+	PyMem_Free(ops);
+	PyMem_Free(seen);
+	Py_DECREF(seq);
+	return (PyObject *)h;
+err:
+	Py_XDECREF(h);
+	PyMem_Free(ops);
+	PyMem_Free(seen);
+	Py_XDECREF(seq);
+	return NULL;
+}
+
+/* ---- Client: information ------------------------------------------------------------ */
+
+static PyObject *client_get_info(struct client *self, void *unused)
+{
+	const struct pbox_job_info *i = &self->info;
+
+	(void)unused;
+	if (check_open(self) < 0) {
+		return NULL;
+	}
+	return Py_BuildValue("{s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:K, s:s}", "job", i->job,
+			     "rank", i->rank, "workers", i->workers, "mode",
+			     i->mode == PBOX_JOB_SERVER_OPTIMIZER ? "server-optimizer"
+								  : "aggregate",
+			     "cores", i->cores, "chunk_bytes", i->chunk_bytes, "frag_bytes",
+			     i->frag_bytes, "nchunks", i->nchunks, "total_bytes",
+			     (unsigned long long)i->total_bytes, "server", self->server);
+}
+
+static PyObject *client_get_keys(struct client *self, void *unused)
+{
+	PyObject *d = PyDict_New();
+
+	(void)unused;
+	for (uint32_t i = 0; d != NULL && i < self->nkeys; i++) {
+		PyObject *k = PyLong_FromUnsignedLong(self->keys[i].id);
+		PyObject *v = PyLong_FromUnsignedLongLong(self->keys[i].nelem);
+
+		if (k == NULL || v == NULL || PyDict_SetItem(d, k, v) < 0) {
+			Py_CLEAR(d);
+		}
+		Py_XDECREF(k);
+		Py_XDECREF(v);
+	}
+	return d;
+}
+
+static PyObject *client_get_closed(struct client *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->c == NULL);
+}
+
+static PyObject *client_stats(struct client *self, PyObject *unused)
+{
+	struct pbox_client_stats s;
+
+	(void)unused;
+	if (check_open(self) < 0) {
+		return NULL;
+	}
+	pbox_client_stats(self->c, &s);
+	return Py_BuildValue(
+		"{s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K}", "tx_bytes",
+		(unsigned long long)s.tx_bytes, "rx_bytes", (unsigned long long)s.rx_bytes,
+		"tx_pkts", (unsigned long long)s.tx_pkts, "rx_pkts", (unsigned long long)s.rx_pkts,
+		"retransmits", (unsigned long long)s.retransmits, "probes",
+		(unsigned long long)s.probes, "dropped", (unsigned long long)s.dropped, "ops_done",
+		(unsigned long long)s.ops_done, "ops_failed", (unsigned long long)s.ops_failed);
+}
+
+static PyObject *client_repr(struct client *self)
+{
+	if (self->c == NULL) {
+		return PyUnicode_FromString("<pbox.Client closed>");
+	}
+	return PyUnicode_FromFormat("<pbox.Client %s job %u rank %u of %u, %u keys>", self->server,
+				    self->info.job, self->info.rank, self->info.workers,
+				    self->nkeys);
+}
+
+#define METH_KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
+
+static PyMethodDef g_client_methods[] = {
+	{ "register", METH_KW(client_register),
+	  "register(keys)\n--\n\nRegister the job's keys, the same on every rank: a dict "
+	  "{id: nelem} or a sequence of (id, nelem) pairs (nelem float32 values)." },
+	{ "push", METH_KW(client_op_push),
+	  "push(key, iteration, buffer)\n--\n\nContribute a gradient; returns once acknowledged." },
+	{ "pull", METH_KW(client_op_pull),
+	  "pull(key, iteration, buffer)\n--\n\nFetch a result into buffer (writable)." },
+	{ "push_pull", METH_KW(client_op_push_pull),
+	  "push_pull(key, iteration, buffer, out=None)\n--\n\nContribute buffer and receive the "
+	  "iteration's result into out (default: into buffer, in place)." },
+	{ "init", METH_KW(client_op_init),
+	  "init(key, buffer)\n--\n\nSet the initial model of a server-optimizer job (rank 0)." },
+	{ "push_async", METH_KW(client_op_push_async),
+	  "push_async(key, iteration, buffer, *, notify=None, result=None) -> Handle" },
+	{ "pull_async", METH_KW(client_op_pull_async),
+	  "pull_async(key, iteration, buffer, *, notify=None, result=None) -> Handle" },
+	{ "push_pull_async", METH_KW(client_op_push_pull_async),
+	  "push_pull_async(key, iteration, buffer, out=None, *, notify=None, result=None) -> "
+	  "Handle\n\nStart a push-pull. The buffers belong to the operation until it completes. "
+	  "notify, if given, is completed from libpbox's progress thread with "
+	  "notify.set_result(result) or notify.set_exception(error)." },
+	{ "init_async", METH_KW(client_op_init_async),
+	  "init_async(key, buffer, *, notify=None, result=None) -> Handle" },
+	{ "push_pull_many", METH_KW(client_push_pull_many),
+	  "push_pull_many(buffer, slices, notify=None, result=None) -> Handle\n--\n\n"
+	  "Push-pull several keys stored in one float32 buffer, in place; slices is a sequence "
+	  "of (key, iteration, offset in elements). One Handle for all of them." },
+	{ "stats", (PyCFunction)client_stats, METH_NOARGS,
+	  "stats()\n--\n\nThe client's counters (libpbox pbox_client_stats) as a dict." },
+	{ "close", (PyCFunction)client_close, METH_NOARGS,
+	  "close()\n--\n\nLeave the job; operations in flight fail with ECANCELED." },
+	{ "__enter__", (PyCFunction)client_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)client_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef g_client_getset[] = {
+	{ "info", (getter)client_get_info, NULL, "job information (pbox_job_info) as a dict",
+	  NULL },
+	{ "keys", (getter)client_get_keys, NULL, "registered keys: {id: nelem}", NULL },
+	{ "closed", (getter)client_get_closed, NULL, "True after close()", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+static PyTypeObject g_client_type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pbox.Client",
+	.tp_basicsize = sizeof(struct client),
+	.tp_dealloc = (destructor)client_dealloc,
+	.tp_repr = (reprfunc)client_repr,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc =
+		"Client(server, job, token, rank, world_size=None, *, timeout=None, rto=None, "
+		"max_inflight=None, local_addr=None, busy_poll=False)\n--\n\n"
+		"A worker of a pbox job: connects to pboxd at server ('host:port') and is admitted "
+		"as rank. timeout (seconds) bounds connecting and every operation (default 30); "
+		"world_size, if given, must equal the job's worker count.",
+	.tp_weaklistoffset = offsetof(struct client, weakreflist),
+	.tp_methods = g_client_methods,
+	.tp_getset = g_client_getset,
+	.tp_init = (initproc)client_init,
+	.tp_new = client_new,
+};
+
+/* ---- module ------------------------------------------------------------------------- */
+
+static PyObject *mod_version(PyObject *m, PyObject *unused)
+{
+	(void)m;
+	(void)unused;
+	return PyUnicode_FromString(pbox_version());
+}
+
+static PyObject *mod_set_adapter(PyObject *m, PyObject *fn)
+{
+	(void)m;
+	if (fn != Py_None && !PyCallable_Check(fn)) {
+		PyErr_SetString(PyExc_TypeError, "the buffer adapter must be callable or None");
+		return NULL;
+	}
+	Py_XDECREF(g_adapter);
+	g_adapter = fn == Py_None ? NULL : fn;
+	Py_XINCREF(g_adapter);
+	Py_RETURN_NONE;
+}
+
+static PyMethodDef g_mod_methods[] = {
+	{ "version", mod_version, METH_NOARGS, "version()\n--\n\nlibpbox's version string." },
+	{ "_set_buffer_adapter", mod_set_adapter, METH_O,
+	  "Install fn(obj, role) -> buffer object, used for arguments without the buffer "
+	  "protocol (torch tensors)." },
+	{ NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef g_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "pbox._pbox",
+	.m_doc = "CPython binding of libpbox, the pbox worker library.",
+	.m_size = -1,
+	.m_methods = g_mod_methods,
+};
+
+static PyObject *new_error(const char *name, PyObject *base2, const char *doc)
+{
+	PyObject *bases = base2 ? PyTuple_Pack(2, g_error, base2) : NULL;
+	PyObject *e;
+
+	if (base2 != NULL && bases == NULL) {
+		return NULL;
+	}
+	e = PyErr_NewExceptionWithDoc(name, doc, bases, NULL);
+	Py_XDECREF(bases);
+	return e;
+}
+
+PyMODINIT_FUNC PyInit__pbox(void);
+
+PyMODINIT_FUNC PyInit__pbox(void)
+{
+	PyObject *m;
+
+	if (PyType_Ready(&g_client_type) < 0 || PyType_Ready(&g_handle_type) < 0) {
+		return NULL;
+	}
+	m = PyModule_Create(&g_module);
+	if (m == NULL) {
+		return NULL;
+	}
+	g_error = PyErr_NewExceptionWithDoc("pbox.PboxError",
+					    "An error of libpbox: errno is the cause, strerror "
+					    "libpbox's message.",
+					    PyExc_OSError, NULL);
+	if (g_error == NULL) {
+		goto err;
+	}
+	g_timeout_error = new_error("pbox.PboxTimeoutError", PyExc_TimeoutError,
+				    "An operation or connection passed its deadline.");
+	g_connection_error = new_error("pbox.PboxConnectionError", PyExc_ConnectionError,
+				       "pboxd cannot be reached, or the connection or job ended.");
+	g_permission_error = new_error("pbox.PboxPermissionError", PyExc_PermissionError,
+				       "The appliance refused admission (wrong token).");
+	if (g_timeout_error == NULL || g_connection_error == NULL || g_permission_error == NULL) {
+		goto err;
+	}
+	Py_INCREF(&g_client_type);
+	Py_INCREF(&g_handle_type);
+	if (PyModule_AddObject(m, "Client", (PyObject *)&g_client_type) < 0 ||
+	    PyModule_AddObject(m, "Handle", (PyObject *)&g_handle_type) < 0) {
+		goto err;
+	}
+	Py_INCREF(g_error);
+	Py_INCREF(g_timeout_error);
+	Py_INCREF(g_connection_error);
+	Py_INCREF(g_permission_error);
+	if (PyModule_AddObject(m, "PboxError", g_error) < 0 ||
+	    PyModule_AddObject(m, "PboxTimeoutError", g_timeout_error) < 0 ||
+	    PyModule_AddObject(m, "PboxConnectionError", g_connection_error) < 0 ||
+	    PyModule_AddObject(m, "PboxPermissionError", g_permission_error) < 0) {
+		goto err;
+	}
+	return m;
+err:
+	Py_DECREF(m);
+	return NULL;
+}
