@@ -177,10 +177,12 @@ static int ctl_connect(struct pbox_client *c)
 /* Send req and wait for the response object (events arriving first are handled). */
 static int ctl_call(struct pbox_client *c, json_t *req, json_t **resp)
 {
-	const char *op = json_string_value(json_object_get(req, "op"));
+	char op[32];
 	int rc = pbox_ctl_send(c->ctl_fd, req, (int)c->opts.timeout_ms);
 	uint64_t deadline = pbox_clock_ns(NULL) + (uint64_t)c->opts.timeout_ms * 1000000ull;
 
+	/* The name outlives the request object, for the messages below. */
+	snprintf(op, sizeof(op), "%s", json_string_value(json_object_get(req, "op")));
 	json_decref(req);
 	if (rc < 0) {
 		return fail(rc, "%s: cannot send to pboxd: %s", op, strerror(-rc));
@@ -282,6 +284,8 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	c->info.workers = (uint32_t)json_integer_value(json_object_get(resp, "workers"));
 	c->info.mode = mode && strcmp(mode, "server-optimizer") == 0 ? PBOX_JOB_SERVER_OPTIMIZER
 								     : PBOX_JOB_AGGREGATE;
+	c->info.mean = json_string_value(json_object_get(resp, "reduce")) != NULL &&
+		       strcmp(json_string_value(json_object_get(resp, "reduce")), "mean") == 0;
 	json_decref(resp);
 	*out = c;
 	return 0;
@@ -340,6 +344,10 @@ static void op_done(struct pbox_op *op, void *arg)
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	if (cb != NULL) {
+		/* Inside the callback pbox_last_error() tells why the operation failed. */
+		if (op->status < 0) {
+			snprintf(g_errmsg, sizeof(g_errmsg), "%s", op->errmsg);
+		}
 		cb(c->desc.keys[op->key].id, op->status, cb_arg);
 	}
 }
@@ -505,7 +513,9 @@ static void *progress_main(void *arg)
 			}
 		}
 	}
+	/* Operations still in flight, and those submitted but not yet picked up, fail. */
 	pbox_node_fail(c->node, -ECANCELED, "the client was closed");
+	drain_submissions(c);
 	return NULL;
 }
 
@@ -652,6 +662,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.rto_ms = c->opts.rto_ms;
 	ncfg.timeout_ms = c->opts.timeout_ms;
 	ncfg.max_inflight = c->opts.max_inflight;
+	ncfg.window_bytes = c->opts.window_bytes;
 	ncfg.staleness = c->staleness;
 	ncfg.accept_newer = c->folds_late && c->info.mode != PBOX_JOB_SERVER_OPTIMIZER;
 	ncfg.credits = c->credits;
@@ -948,6 +959,13 @@ void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st)
 void pbox_close(struct pbox_client *c)
 {
 	if (c == NULL) {
+		return;
+	}
+	if (c->thread_started && pthread_equal(pthread_self(), c->thread)) {
+		/* A completion callback cannot close its own client: the progress thread
+		 * would have to join itself. */
+		PBOX_LOG_ERR(CLIENT, "pbox_close called from a completion callback of the same "
+				     "client; close it from another thread");
 		return;
 	}
 	if (c->thread_started) {

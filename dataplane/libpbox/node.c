@@ -68,6 +68,7 @@ struct pbox_node {
 	struct pbox_op **pending_tail;
 	uint32_t nops;           /* lanes busy */
 	uint32_t inflight;       /* wchunks in PH_SEND */
+	uint64_t inflight_bytes; /* their bytes */
 	uint32_t q_head, q_tail; /* queued wchunks, index + 1 */
 	uint32_t active_head;    /* wchunks in PH_SEND / PH_WAIT, index + 1 */
 	uint32_t seq;
@@ -140,6 +141,9 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	}
 	if (n->cfg.max_inflight == 0) {
 		n->cfg.max_inflight = 256;
+	}
+	if (n->cfg.window_bytes == 0) {
+		n->cfg.window_bytes = 4u << 20;
 	}
 	n->nlanes = n->cfg.credits ? n->cfg.credits : 1;
 	n->d = cfg->desc;
@@ -424,6 +428,7 @@ static void chunk_idle(struct pbox_node *n, uint32_t i)
 
 	if (w->phase == PH_SEND) {
 		n->inflight--;
+		n->inflight_bytes -= n->d->chunks[wc_chunk(n, i)].bytes;
 	}
 	if (w->phase == PH_SEND || w->phase == PH_WAIT) {
 		active_del(n, i);
@@ -544,6 +549,7 @@ static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
 	w->rlabel = UINT32_MAX;
 	pbox_bitmap_zero(w->rbits, n->d->chunks[wc_chunk(n, i)].nfrags);
 	n->inflight++;
+	n->inflight_bytes += n->d->chunks[wc_chunk(n, i)].bytes;
 	active_add(n, i);
 	arm(n, w, t);
 	send_chunk(n, i, false);
@@ -557,6 +563,11 @@ static void start_queued(struct pbox_node *n)
 
 	while (n->q_head && n->inflight < n->cfg.max_inflight) {
 		uint32_t i = n->q_head - 1;
+
+		if (n->inflight > 0 &&
+		    n->inflight_bytes + n->d->chunks[wc_chunk(n, i)].bytes > n->cfg.window_bytes) {
+			break;
+		}
 
 		n->q_head = n->ch[i].next_queued;
 		if (n->q_head == 0) {
@@ -721,11 +732,14 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			continue; /* the answer to a probe: only the count is news */
 		}
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
-			/* The data is in; from now on only probe for a lost result. */
+			/* The data is in; from now on only probe for a lost result. The
+			 * result usually waits for slower peers, not for a loss: probe four
+			 * times less eagerly than data is resent. */
 			n->inflight--;
+			n->inflight_bytes -= n->d->chunks[c].bytes;
 			w->phase = PH_WAIT;
 			w->tries = 0;
-			w->rto_ms = n->cfg.rto_ms;
+			w->rto_ms = PBOX_MIN(4 * n->cfg.rto_ms, n->cfg.rto_max_ms);
 			arm(n, w, now(n));
 			continue;
 		}

@@ -29,7 +29,10 @@
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
  * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
  * it consumed the data, so the caller's buffer is free exactly then.
- * At most max_inflight chunks are being sent at once; the rest wait their turn.
+ * At most max_inflight chunks, and window_bytes of them, are being sent (unacknowledged)
+ * at once; the rest wait their turn. Results owed after an ACK are not limited: a worker
+ * that held back its contributions until earlier results came in could deadlock with a
+ * peer that submits keys in another order.
  *
  * Threading: a node is used by one thread at a time (the progress thread); completion
  * callbacks run on that thread.
@@ -108,6 +111,7 @@ struct pbox_node_cfg {
 	uint32_t rto_max_ms;   /* cap of the doubling (0: 1000 ms) */
 	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
 	uint32_t max_inflight; /* chunks sending at once (0: 256) */
+	uint32_t window_bytes; /* bytes of those chunks (0: 4 MiB); one chunk always may */
 	uint32_t staleness;    /* oldest acceptable result: want - staleness (UINT32_MAX: any) */
 	bool accept_newer;     /* aggregate jobs with drop-stragglers: newer results do */
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */

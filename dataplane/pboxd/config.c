@@ -36,8 +36,7 @@ static void setting_path(const config_setting_t *s, char *buf, size_t len)
 	}
 }
 
-static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
-	PBOX_PRINTF(3, 4);
+static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...) PBOX_PRINTF(3, 4);
 
 static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
 {
@@ -88,7 +87,8 @@ static int get_u32(struct cctx *c, const config_setting_t *g, const char *name, 
 	if (s == NULL) {
 		return 0;
 	}
-	if (config_setting_type(s) != CONFIG_TYPE_INT && config_setting_type(s) != CONFIG_TYPE_INT64) {
+	if (config_setting_type(s) != CONFIG_TYPE_INT &&
+	    config_setting_type(s) != CONFIG_TYPE_INT64) {
 		return bad(c, s, "must be an integer");
 	}
 	v = config_setting_get_int64(s);
@@ -270,7 +270,8 @@ static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_jo
 		id = config_setting_get_int64_elem(k, 0);
 		ne = config_setting_get_int64_elem(k, 1);
 		if (id < 0 || id > UINT32_MAX || ne <= 0 || ne > (1LL << 40)) {
-			return bad(c, k, "id must be 0..2^32-1 and elements 1..2^40 (got [%lld, %lld])",
+			return bad(c, k,
+				   "id must be 0..2^32-1 and elements 1..2^40 (got [%lld, %lld])",
 				   id, ne);
 		}
 		j->keys[i].id = (uint32_t)id;
@@ -452,8 +453,8 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 		"id",     "token",         "workers", "mode", "reduce",         "optimizer", "keys",
 		"window", "deterministic", "sync",    "flow", "on_worker_loss", NULL
 	};
-	static const char *const opt_keys[] = { "name",	 "lr",	  "momentum", "wd",  "rescale",
-						"clip",	 "beta1", "beta2",    "eps", NULL };
+	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
+						"clip", "beta1", "beta2",    "eps", NULL };
 	const config_setting_t *s, *where;
 	char buf[64];
 	int rc;
@@ -497,7 +498,8 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 		} else if (strcmp(buf, "server-optimizer") == 0) {
 			j->mode = PBOX_MODE_SERVER_OPT;
 		} else {
-			return bad(c, where, "unknown mode '%s' (aggregate, server-optimizer)", buf);
+			return bad(c, where, "unknown mode '%s' (aggregate, server-optimizer)",
+				   buf);
 		}
 	}
 	if ((rc = get_str(c, g, "reduce", buf, sizeof(buf), &where)) != 0) {
@@ -734,7 +736,8 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		{
 			uint32_t v = cfg->base_port;
 
-			if ((rc = get_u32(&c, a, "base_port", 1, 65535 - PBOX_MAX_CORES, &v)) != 0) {
+			if ((rc = get_u32(&c, a, "base_port", 1, 65535 - PBOX_MAX_CORES, &v)) !=
+			    0) {
 				goto out;
 			}
 			cfg->base_port = (uint16_t)v;
@@ -742,9 +745,9 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		if ((rc = get_str(&c, a, "control", buf, sizeof(buf), &where)) != 0) {
 			goto out;
 		}
-		if (where != NULL && pboxd_parse_hostport(buf, cfg->control_host,
-							  sizeof(cfg->control_host),
-							  &cfg->control_port) != 0) {
+		if (where != NULL &&
+		    pboxd_parse_hostport(buf, cfg->control_host, sizeof(cfg->control_host),
+					 &cfg->control_port) != 0) {
 			rc = bad(&c, where, "'%s': expected \"host:port\"", buf);
 			goto out;
 		}
@@ -865,7 +868,8 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes) == 0) {
-		snprintf(err, errlen, "%s: mtu %u is too small to carry a fragment", file, cfg->mtu);
+		snprintf(err, errlen, "%s: mtu %u is too small to carry a fragment", file,
+			 cfg->mtu);
 		return -EINVAL;
 	}
 	if ((uint32_t)cfg->base_port + cfg->ncores > 65536) {

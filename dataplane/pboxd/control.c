@@ -16,7 +16,7 @@
 #include "common/ctlproto.h"
 #include "common/log.h"
 
-#define MAX_CONNS	 4096
+#define MAX_CONNS        4096
 #define MAX_BAD_REQUESTS 8
 
 struct conn {
@@ -164,7 +164,8 @@ static void accept_all(struct pboxd_control *ctl)
 	for (;;) {
 		struct sockaddr_in sa;
 		socklen_t sl = sizeof(sa);
-		int fd = accept4(ctl->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(ctl->lfd, (struct sockaddr *)&sa, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct conn *c;
 		char ip[INET_ADDRSTRLEN];
 		int one = 1;
@@ -206,7 +207,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	const char *op;
 
 	if (req == NULL || !json_is_object(req)) {
-		resp = pbox_ctl_error(EINVAL, "not a JSON object: %s", req ? "wrong type" : jerr.text);
+		resp = pbox_ctl_error(EINVAL, "not a JSON object: %s",
+				      req ? "wrong type" : jerr.text);
 		c->bad++;
 		goto out;
 	}
@@ -230,8 +232,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	} else if (strcmp(op, "stats") == 0) {
 		resp = ctl->stats(ctl->stats_arg);
 	} else {
-		resp = pbox_ctl_error(EINVAL, "unknown op '%s' (hello, register, leave, ping, stats)",
-				      op);
+		resp = pbox_ctl_error(EINVAL,
+				      "unknown op '%s' (hello, register, leave, ping, stats)", op);
 		c->bad++;
 	}
 out:

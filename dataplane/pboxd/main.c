@@ -37,8 +37,8 @@ static void usage(FILE *f)
 		"poll-mode data-plane cores and runs the optimizer on the appliance.\n"
 		"\n"
 		"Options (command-line values override the configuration file):\n"
-		"  -c, --config FILE        configuration file (default: none; see pboxd.conf(5)\n"
-		"                           style example in the README)\n"
+		"  -c, --config FILE        configuration file (default: none; see\n"
+		"                           dataplane/pboxd/pboxd.conf.example)\n"
 		"      --check-config       validate the configuration and exit\n"
 		"      --transport NAME     data plane: udp (kernel sockets, default) or dpdk\n"
 		"                           (kernel bypass; arguments after -- go to the DPDK\n"
@@ -173,7 +173,8 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			int n = pboxd_parse_cpulist(optarg, cfg->cpus, PBOX_MAX_CORES);
 
 			if (n <= 0) {
-				fprintf(stderr, "pboxd: --cpus %s: expected a CPU list like 0,1 or 2-5\n",
+				fprintf(stderr,
+					"pboxd: --cpus %s: expected a CPU list like 0,1 or 2-5\n",
 					optarg);
 				return EX_USAGE;
 			}
@@ -198,9 +199,11 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			cfg->base_port = (uint16_t)v;
 			break;
 		case OPT_CONTROL:
-			if (pboxd_parse_hostport(optarg, cfg->control_host, sizeof(cfg->control_host),
+			if (pboxd_parse_hostport(optarg, cfg->control_host,
+						 sizeof(cfg->control_host),
 						 &cfg->control_port) != 0) {
-				fprintf(stderr, "pboxd: --control %s: expected HOST:PORT\n", optarg);
+				fprintf(stderr, "pboxd: --control %s: expected HOST:PORT\n",
+					optarg);
 				return EX_USAGE;
 			}
 			break;
@@ -210,8 +213,9 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 				return EX_USAGE;
 			}
 			if (v % PBOX_FRAG_ALIGN != 0) {
-				fprintf(stderr, "pboxd: --chunk-bytes %lu: must be a multiple of %u\n",
-					v, PBOX_FRAG_ALIGN);
+				fprintf(stderr,
+					"pboxd: --chunk-bytes %lu: must be a multiple of %u\n", v,
+					PBOX_FRAG_ALIGN);
 				return EX_USAGE;
 			}
 			cfg->chunk_bytes = (uint32_t)v;
@@ -258,8 +262,9 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			int lvl = pbox_log_parse_level(optarg);
 
 			if (lvl < 0) {
-				fprintf(stderr, "pboxd: --log-level %s: expected err, warn, info or "
-						"debug\n",
+				fprintf(stderr,
+					"pboxd: --log-level %s: expected err, warn, info or "
+					"debug\n",
 					optarg);
 				return EX_USAGE;
 			}
@@ -305,7 +310,8 @@ static int run(struct app *a)
 		return EX_OSERR;
 	}
 	if (a->cfg.stats_interval > 0) {
-		struct itimerspec it = { { a->cfg.stats_interval, 0 }, { a->cfg.stats_interval, 0 } };
+		struct itimerspec it = { { a->cfg.stats_interval, 0 },
+					 { a->cfg.stats_interval, 0 } };
 
 		tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		timerfd_settime(tfd, 0, &it, NULL);
@@ -331,7 +337,8 @@ static int run(struct app *a)
 			if (now.tv_sec >= drain_deadline.tv_sec) {
 				PBOX_LOG_WARN(MAIN, "drain timeout: aborting %u session(s)",
 					      pboxd_sessions_active(a->sessions));
-				pboxd_sessions_abort_all(a->sessions, "the appliance is shutting down");
+				pboxd_sessions_abort_all(a->sessions,
+							 "the appliance is shutting down");
 				break;
 			}
 			timeout = 200;
@@ -353,7 +360,8 @@ static int run(struct app *a)
 			}
 			if (signals >= 2) {
 				PBOX_LOG_WARN(MAIN, "second signal: stopping now");
-				pboxd_sessions_abort_all(a->sessions, "the appliance is shutting down");
+				pboxd_sessions_abort_all(a->sessions,
+							 "the appliance is shutting down");
 				break;
 			}
 			if (signals == 1 && !draining) {
@@ -361,10 +369,11 @@ static int run(struct app *a)
 				pboxd_control_stop_accepting(a->control);
 				clock_gettime(CLOCK_MONOTONIC, &drain_deadline);
 				drain_deadline.tv_sec += a->cfg.drain_timeout;
-				PBOX_LOG_INFO(MAIN,
-					      "stopping: no new connections; %u session(s) get %u s "
-					      "to finish",
-					      pboxd_sessions_active(a->sessions), a->cfg.drain_timeout);
+				PBOX_LOG_INFO(
+					MAIN,
+					"stopping: no new connections; %u session(s) get %u s "
+					"to finish",
+					pboxd_sessions_active(a->sessions), a->cfg.drain_timeout);
 			}
 		}
 		if (tfd >= 0 && (p[1].revents & POLLIN)) {
@@ -443,8 +452,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (a.cfg.njobs == 0) {
-		PBOX_LOG_WARN(MAIN, "no jobs configured: workers will be refused (add a jobs = ( ... ) "
-				    "list to the configuration)");
+		PBOX_LOG_WARN(MAIN,
+			      "no jobs configured: workers will be refused (add a jobs = ( ... ) "
+			      "list to the configuration)");
 	}
 	/* Signals are taken through signalfd by the control loop; block them in every
 	 * thread (the cores inherit the mask). */

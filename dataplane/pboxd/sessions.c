@@ -20,8 +20,8 @@ enum sess_state {
 
 struct member {
 	struct pboxd_member_ref *ref; /* NULL: rank not connected */
-	uint64_t cookie;	      /* 0 until registered */
-	bool removed;		      /* taken out of the running session's counts */
+	uint64_t cookie;              /* 0 until registered */
+	bool removed;                 /* taken out of the running session's counts */
 };
 
 struct job {
@@ -38,7 +38,7 @@ struct job {
 	bool has_desc;
 	struct pbox_job_state *state;
 	uint64_t sessions; /* sessions started so far */
-	uint64_t *live;	   /* ranks counted as members of the running session */
+	uint64_t *live;    /* ranks counted as members of the running session */
 	uint32_t nlive;
 	uint64_t generation; /* bumped when live changes */
 	uint64_t removed;    /* ranks removed from sessions, all time */
@@ -153,8 +153,9 @@ static int publish(struct pboxd_sessions *s)
 			continue;
 		}
 		/* One allocation: the job entry, its cookies, its live bitmap. */
-		pj = calloc(1, sizeof(*pj) + (j->cfg->workers + pbox_bitmap_words(j->cfg->workers)) *
-					       sizeof(uint64_t));
+		pj = calloc(1,
+			    sizeof(*pj) + (j->cfg->workers + pbox_bitmap_words(j->cfg->workers)) *
+						  sizeof(uint64_t));
 		if (pj == NULL) {
 			for (uint32_t k = 0; k < tab->njobs; k++) {
 				free((void *)tab->jobs[k]);
@@ -215,7 +216,8 @@ static void abort_session(struct pboxd_sessions *s, struct job *j, const char *r
 	PBOX_LOG_WARN(ADMIN, "job %u: session aborted: %s", j->cfg->id, reason);
 	/* Tell the members first, so the reason is on its way before their datagrams start
 	 * being refused. */
-	ev = json_pack("{s:s, s:i, s:s}", "event", "abort", "errno", ECONNABORTED, "reason", reason);
+	ev = json_pack("{s:s, s:i, s:s}", "event", "abort", "errno", ECONNABORTED, "reason",
+		       reason);
 	for (uint32_t r = 0; r < j->cfg->workers; r++) {
 		if (j->members[r].ref != NULL) {
 			j->members[r].ref->send_event(j->members[r].ref, ev);
@@ -251,12 +253,14 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 				      ref->job, ref->rank);
 	}
 	if (!json_is_integer(jid) || !json_is_integer(jrank) || token == NULL) {
-		return pbox_ctl_error(EINVAL, "hello needs integer 'job', 'rank' and string 'token'");
+		return pbox_ctl_error(EINVAL,
+				      "hello needs integer 'job', 'rank' and string 'token'");
 	}
 	if (version != PBOX_CTL_PROTO_VERSION) {
-		return pbox_ctl_error(EPROTONOSUPPORT,
-				      "control protocol version %lld not supported (pboxd speaks %d)",
-				      (long long)version, PBOX_CTL_PROTO_VERSION);
+		return pbox_ctl_error(
+			EPROTONOSUPPORT,
+			"control protocol version %lld not supported (pboxd speaks %d)",
+			(long long)version, PBOX_CTL_PROTO_VERSION);
 	}
 	j = json_integer_value(jid) >= 0 && json_integer_value(jid) <= UINT32_MAX
 		    ? find_job(s, (uint32_t)json_integer_value(jid))
@@ -270,8 +274,9 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		}
 		PBOX_LOG_WARN(ADMIN, "%s: refused: job %lld is not configured", ref->peer,
 			      (long long)json_integer_value(jid));
-		return pbox_ctl_error(ENOENT, "job %lld is not configured on this appliance (jobs: %s)",
-				      (long long)json_integer_value(jid), known[0] ? known : "none");
+		return pbox_ctl_error(
+			ENOENT, "job %lld is not configured on this appliance (jobs: %s)",
+			(long long)json_integer_value(jid), known[0] ? known : "none");
 	}
 	if (!token_equal(token, j->cfg->token)) {
 		PBOX_LOG_WARN(ADMIN, "%s: refused: wrong token for job %u", ref->peer, j->cfg->id);
@@ -279,9 +284,10 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 				      (long long)json_integer_value(jrank));
 	}
 	if (json_integer_value(jrank) < 0 || json_integer_value(jrank) >= j->cfg->workers) {
-		return pbox_ctl_error(EINVAL, "job %u has %u workers (ranks 0..%u); rank %lld is out of range",
-				      j->cfg->id, j->cfg->workers, j->cfg->workers - 1,
-				      (long long)json_integer_value(jrank));
+		return pbox_ctl_error(
+			EINVAL, "job %u has %u workers (ranks 0..%u); rank %lld is out of range",
+			j->cfg->id, j->cfg->workers, j->cfg->workers - 1,
+			(long long)json_integer_value(jrank));
 	}
 	rank = (uint32_t)json_integer_value(jrank);
 	if (j->st == SESS_ABORTED) {
@@ -291,8 +297,8 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 				      j->cfg->id, j->abort_reason, j->nconnected);
 	}
 	if (j->members[rank].ref != NULL) {
-		return pbox_ctl_error(EBUSY, "rank %u of job %u is already connected (from %s)", rank,
-				      j->cfg->id, j->members[rank].ref->peer);
+		return pbox_ctl_error(EBUSY, "rank %u of job %u is already connected (from %s)",
+				      rank, j->cfg->id, j->members[rank].ref->peer);
 	}
 	if (j->st == SESS_ACTIVE && j->members[rank].removed) {
 		return pbox_ctl_error(EBUSY,
@@ -308,8 +314,9 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 	ref->rank = rank;
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u connected from %s (%u of %u)", j->cfg->id, rank,
 		      ref->peer, j->nconnected, j->cfg->workers);
-	return json_pack("{s:b, s:i, s:s}", "ok", 1, "workers", (json_int_t)j->cfg->workers, "mode",
-			 mode_name(j->cfg->mode));
+	return json_pack("{s:b, s:i, s:s, s:s}", "ok", 1, "workers", (json_int_t)j->cfg->workers,
+			 "mode", mode_name(j->cfg->mode), "reduce",
+			 j->cfg->reduce == PBOX_REDUCE_MEAN ? "mean" : "sum");
 }
 
 /* Parse the request's keys; returns the count or a negative errno with *resp set. */
@@ -337,10 +344,11 @@ static int parse_keys(const json_t *arr, struct pbox_keyspec **out, json_t **res
 		    !json_is_integer(json_array_get(p, 1)) || id < 0 || id > UINT32_MAX ||
 		    ne <= 0 || ne > (1LL << 40)) {
 			free(ks);
-			*resp = pbox_ctl_error(EINVAL,
-					       "key #%zu: expected [id, elements] with id 0..2^32-1 "
-					       "and 1..2^40 elements",
-					       i);
+			*resp = pbox_ctl_error(
+				EINVAL,
+				"key #%zu: expected [id, elements] with id 0..2^32-1 "
+				"and 1..2^40 elements",
+				i);
 			return -EINVAL;
 		}
 		ks[i].id = (uint32_t)id;
@@ -355,16 +363,17 @@ static json_t *keys_differ(const struct job *j, const struct pbox_keyspec *ks, u
 			   const struct pbox_keyspec *want, uint32_t nwant, const char *whose)
 {
 	if (n != nwant) {
-		return pbox_ctl_error(EINVAL, "job %u: %u keys registered, but %s has %u", j->cfg->id,
-				      n, whose, nwant);
+		return pbox_ctl_error(EINVAL, "job %u: %u keys registered, but %s has %u",
+				      j->cfg->id, n, whose, nwant);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (ks[i].id != want[i].id || ks[i].nelem != want[i].nelem) {
-			return pbox_ctl_error(EINVAL,
-					      "job %u: key #%u is id %u with %llu elements here, but "
-					      "id %u with %llu elements in %s",
-					      j->cfg->id, i, ks[i].id, (unsigned long long)ks[i].nelem,
-					      want[i].id, (unsigned long long)want[i].nelem, whose);
+			return pbox_ctl_error(
+				EINVAL,
+				"job %u: key #%u is id %u with %llu elements here, but "
+				"id %u with %llu elements in %s",
+				j->cfg->id, i, ks[i].id, (unsigned long long)ks[i].nelem,
+				want[i].id, (unsigned long long)want[i].nelem, whose);
 		}
 	}
 	return NULL;
@@ -397,20 +406,22 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 		pbox_jobdesc_free(&j->desc);
 		j->has_desc = false;
 		free(ks);
-		return pbox_ctl_error(ENOMEM, "job %u: not enough memory for the chunk state (see "
-					      "pboxd's log)",
+		return pbox_ctl_error(ENOMEM,
+				      "job %u: not enough memory for the chunk state (see "
+				      "pboxd's log)",
 				      j->cfg->id);
 	}
 	j->keys = ks;
 	j->nkeys = n;
 	j->st = SESS_ACTIVE;
 	j->sessions++;
-	PBOX_LOG_INFO(ADMIN,
-		      "job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
-		      "cores, %s%s",
-		      j->cfg->id, (unsigned long long)j->sessions, n, (double)j->desc.total_bytes / 1e6,
-		      j->desc.nchunks, j->desc.chunk_bytes, j->desc.ncores, mode_name(j->cfg->mode),
-		      j->cfg->deterministic ? ", deterministic" : "");
+	PBOX_LOG_INFO(
+		ADMIN,
+		"job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
+		"cores, %s%s",
+		j->cfg->id, (unsigned long long)j->sessions, n, (double)j->desc.total_bytes / 1e6,
+		j->desc.nchunks, j->desc.chunk_bytes, j->desc.ncores, mode_name(j->cfg->mode),
+		j->cfg->deterministic ? ", deterministic" : "");
 	return NULL;
 }
 
@@ -425,7 +436,8 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 	int n;
 
 	if (!ref->joined) {
-		return pbox_ctl_error(EPROTO, "say hello (job, rank, token) before registering keys");
+		return pbox_ctl_error(EPROTO,
+				      "say hello (job, rank, token) before registering keys");
 	}
 	j = find_job(s, ref->job);
 	m = &j->members[ref->rank];
@@ -490,14 +502,15 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 		return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
 				 "s:b, s:b, s:i}",
 				 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports",
-				 ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
-				 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
-				 "core_map", map, "sync", j->cfg->sync->name, "staleness",
+				 ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes,
+				 "frag_bytes", (json_int_t)j->desc.frag_bytes, "window",
+				 (json_int_t)j->cfg->window, "core_map", map, "sync",
+				 j->cfg->sync->name, "staleness",
 				 st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
 				 (json_int_t)j->cfg->credits, "flow",
 				 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
-				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
-				 s->cfg->worker_timeout ? 1000 : 0);
+				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc,
+				 "heartbeat_ms", s->cfg->worker_timeout ? 1000 : 0);
 	}
 }
 
@@ -575,7 +588,8 @@ void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref
 		j->members[ref->rank].ref = ref;
 	} else if (j->st == SESS_ACTIVE && j->nconnected > 1) {
 		drop_from_counts(j, ref->rank,
-				 ref->gone_reason[0] ? ref->gone_reason : "was lost (connection closed)");
+				 ref->gone_reason[0] ? ref->gone_reason
+						     : "was lost (connection closed)");
 	} else {
 		PBOX_LOG_INFO(ADMIN, "job %u: %s", j->cfg->id, why);
 	}
@@ -590,13 +604,14 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 	for (uint32_t i = 0; i < s->njobs; i++) {
 		const struct job *j = &s->jobs[i];
 
-		json_t *o = json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
-				      (json_int_t)j->cfg->id, "state", names[j->st], "mode",
-				      mode_name(j->cfg->mode), "workers", (json_int_t)j->cfg->workers,
-				      "connected", (json_int_t)j->nconnected, "registered",
-				      (json_int_t)j->nregistered, "sessions", (json_int_t)j->sessions,
-				      "chunks", (json_int_t)(j->has_desc ? j->desc.nchunks : 0),
-				      "bytes", (json_int_t)(j->has_desc ? j->desc.total_bytes : 0));
+		json_t *o =
+			json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
+				  (json_int_t)j->cfg->id, "state", names[j->st], "mode",
+				  mode_name(j->cfg->mode), "workers", (json_int_t)j->cfg->workers,
+				  "connected", (json_int_t)j->nconnected, "registered",
+				  (json_int_t)j->nregistered, "sessions", (json_int_t)j->sessions,
+				  "chunks", (json_int_t)(j->has_desc ? j->desc.nchunks : 0),
+				  "bytes", (json_int_t)(j->has_desc ? j->desc.total_bytes : 0));
 
 		json_object_set_new(o, "sync", json_string(j->cfg->sync->name));
 		if (j->state != NULL) {
@@ -614,10 +629,12 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 
 					vmin = PBOX_MIN(vmin, v);
 					vmax = PBOX_MAX(vmax, v);
-					held += __atomic_load_n(&cj->chunks[c].nheld, __ATOMIC_RELAXED);
+					held += __atomic_load_n(&cj->chunks[c].nheld,
+								__ATOMIC_RELAXED);
 				}
 			}
-			json_object_set_new(o, "version_min", json_integer(vmin == UINT32_MAX ? 0 : vmin));
+			json_object_set_new(o, "version_min",
+					    json_integer(vmin == UINT32_MAX ? 0 : vmin));
 			json_object_set_new(o, "version_max", json_integer(vmax));
 			json_object_set_new(o, "pulls_waiting", json_integer(held));
 		}

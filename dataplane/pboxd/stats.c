@@ -32,7 +32,8 @@ static json_t *core_json(const struct pbox_core_stats *s, uint64_t tx_dropped, u
 	uint64_t ndrops = 0, cyc = s->busy_cycles + s->idle_cycles;
 
 	for (int r = 1; r < PBOX_DROP_COUNT; r++) {
-		json_object_set_new(drops, pbox_drop_reason_name(r), json_integer((json_int_t)s->drops[r]));
+		json_object_set_new(drops, pbox_drop_reason_name(r),
+				    json_integer((json_int_t)s->drops[r]));
 		ndrops += s->drops[r];
 	}
 	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -41,15 +42,16 @@ static json_t *core_json(const struct pbox_core_stats *s, uint64_t tx_dropped, u
 		      "tx_errors", (json_int_t)(s->tx_errors + tx_dropped), "agg_frags",
 		      (json_int_t)s->agg_frags, "agg_bytes", (json_int_t)s->agg_bytes, "iterations",
 		      (json_int_t)s->iterations, "dups", (json_int_t)s->dups, "rx_retransmits",
-		      (json_int_t)s->rx_retransmits, "replies_resent", (json_int_t)s->replies_resent,
-		      "pulls_held", (json_int_t)s->pulls_held, "acks", (json_int_t)s->acks,
-		      "errors_sent", (json_int_t)s->errors_sent);
+		      (json_int_t)s->rx_retransmits, "replies_resent",
+		      (json_int_t)s->replies_resent, "pulls_held", (json_int_t)s->pulls_held,
+		      "acks", (json_int_t)s->acks, "errors_sent", (json_int_t)s->errors_sent);
 	json_object_set_new(o, "dropped", json_integer((json_int_t)ndrops));
 	json_object_set_new(o, "rx_truncated", json_integer((json_int_t)rx_trunc));
 	json_object_set_new(o, "drops", drops);
 	json_object_set_new(o, "busy_cycles", json_integer((json_int_t)s->busy_cycles));
 	json_object_set_new(o, "idle_cycles", json_integer((json_int_t)s->idle_cycles));
-	json_object_set_new(o, "busy_pct", json_real(cyc ? 100.0 * (double)s->busy_cycles / (double)cyc : 0));
+	json_object_set_new(o, "busy_pct",
+			    json_real(cyc ? 100.0 * (double)s->busy_cycles / (double)cyc : 0));
 	return o;
 }
 

@@ -144,7 +144,8 @@ static void usage(FILE *f)
 		"      --optimizer NAME   %s (default %s)\n"
 		"      --deterministic    sum gradients in rank order: bit-reproducible (default)\n"
 		"      --no-deterministic sum gradients in arrival order\n"
-		"      --sync MODEL       bsp (default), ssp, asp, pssp, pssp-dyn, drop-stragglers\n"
+		"      --sync MODEL       bsp (default), ssp, asp, pssp, pssp-dyn, "
+		"drop-stragglers\n"
 		"      --staleness S      ssp / pssp bound (default 2)\n"
 		"      --probability C    pssp pause probability (default 0.5)\n"
 		"      --alpha A          pssp-dyn scale (default 1)\n"
@@ -332,7 +333,8 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			rc = pbox_cli_u32("demo", "--staleness", optarg, 0, 62, &o->staleness);
 			break;
 		case OPT_PROB:
-			rc = pbox_cli_double("demo", "--probability", optarg, 0, 1, &o->probability);
+			rc = pbox_cli_double("demo", "--probability", optarg, 0, 1,
+					     &o->probability);
 			break;
 		case OPT_ALPHA:
 			rc = pbox_cli_double("demo", "--alpha", optarg, 0, 2, &o->alpha);
@@ -1463,7 +1465,8 @@ static void print_json(struct demo *d, int rc, const char *error)
 	json_object_set_new(o, "release", json_string(d->o.release));
 	json_object_set_new(o, "staleness", json_integer(d->o.staleness));
 	json_object_set_new(o, "slow_rank",
-			    d->o.slow_rank == UINT32_MAX ? json_null() : json_integer(d->o.slow_rank));
+			    d->o.slow_rank == UINT32_MAX ? json_null()
+							 : json_integer(d->o.slow_rank));
 	json_object_set_new(o, "slow_factor", json_real(d->o.slow_factor));
 	json_object_set_new(o, "cores", json_integer(d->o.cores));
 	json_object_set_new(o, "fault", d->o.fault ? json_string(d->o.fault) : json_null());

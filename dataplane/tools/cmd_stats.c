@@ -100,6 +100,17 @@ static void print_stats(const char *addr, const json_t *st)
 		       get_u64(c, "chunks"),
 		       pbox_cli_bytes((double)get_u64(c, "bytes"), b, sizeof(b)),
 		       get_u64(c, "sessions"));
+		if (json_string_value(json_object_get(c, "sync")) != NULL) {
+			printf("    sync %s", json_string_value(json_object_get(c, "sync")));
+			if (json_object_get(c, "version_min") != NULL) {
+				printf(", chunk versions %" PRIu64 "..%" PRIu64 ", %" PRIu64
+				       " pulls waiting, %" PRIu64 " of %" PRIu64 " workers counted",
+				       get_u64(c, "version_min"), get_u64(c, "version_max"),
+				       get_u64(c, "pulls_waiting"), get_u64(c, "live"),
+				       get_u64(c, "workers"));
+			}
+			printf(", %" PRIu64 " workers removed so far\n", get_u64(c, "removed"));
+		}
 	}
 }
 

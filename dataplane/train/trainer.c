@@ -365,8 +365,9 @@ static int rank_loop(struct trainer *t, struct pbox_client *c)
 				/* A deliberate straggler: its compute takes slow_factor times as
 				 * long. */
 				double extra = (now_s() - c0) * (t->cfg->slow_factor - 1.0);
-				struct timespec ts = { (time_t)extra,
-						       (long)((extra - (double)(time_t)extra) * 1e9) };
+				struct timespec ts = {
+					(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)
+				};
 
 				nanosleep(&ts, NULL);
 			}

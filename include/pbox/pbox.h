@@ -68,7 +68,8 @@ struct pbox_client_opts {
 	const char *local_addr; /* local IPv4 address for the data socket (NULL: any) */
 	uint32_t timeout_ms;    /* deadline of each operation and of connecting (0: 30 s) */
 	uint32_t rto_ms;        /* first retransmission timeout (0: 50 ms) */
-	uint32_t max_inflight;  /* chunks sent before their ACK (0: 256) */
+	uint32_t max_inflight;  /* chunks sent before their ACK (0: 256) ... */
+	uint32_t window_bytes;  /* ... and their bytes (0: 4 MiB; one chunk may always go) */
 	const char *fault;      /* fault injection spec, see PBOX_FAULT (NULL: env / none) */
 	bool busy_poll;         /* progress thread spins instead of sleeping when idle */
 };
@@ -83,6 +84,7 @@ struct pbox_job_info {
 	uint32_t rank;
 	uint32_t workers;
 	enum pbox_job_mode_public mode;
+	bool mean;            /* aggregate jobs: the result is the mean (else the sum) */
 	uint32_t cores;       /* appliance data-plane cores serving the job */
 	uint32_t chunk_bytes; /* 0 until registered */
 	uint32_t frag_bytes;
@@ -105,7 +107,9 @@ struct pbox_client_stats {
 	uint64_t ops_failed;
 };
 
-/* Completion callback of the asynchronous calls: key id and final status. */
+/* Completion callback of the asynchronous calls: key id and final status; when status is
+ * negative, pbox_last_error() called inside the callback says why. Runs on the progress
+ * thread: it must not block, and must not call pbox_close() on its own client. */
 typedef void (*pbox_done_fn)(uint32_t key, int status, void *arg);
 
 /*
@@ -163,7 +167,8 @@ int64_t pbox_result_version(struct pbox_client *c, uint32_t key);
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.
- * Operations still in flight fail with -ECANCELED. */
+ * Operations still in flight, or submitted and not yet started, fail with -ECANCELED
+ * (their callbacks run before pbox_close returns). Not from a completion callback. */
 void pbox_close(struct pbox_client *c);
 
 /* The message of the last error returned to this thread ("" if none). */

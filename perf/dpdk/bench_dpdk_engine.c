@@ -358,16 +358,25 @@ static double add_bandwidth(unsigned seg)
 		acc[i] = 0;
 		g[i] = (float)(i % 7);
 	}
+	double best = 0;
+
 	k->add(acc, g, n); /* warm */
-	t0 = rte_rdtsc();
-	for (size_t r = 0; r < reps; r++) {
-		k->add(acc, g, n);
-		__asm__ volatile("" : : "r"(acc) : "memory"); /* keep every pass */
+	/* Best of five: a single pass is at the mercy of whatever else the CPU runs. */
+	for (int rep = 0; rep < 5; rep++) {
+		double gbs;
+
+		t0 = rte_rdtsc();
+		for (size_t r = 0; r < reps / 5; r++) {
+			k->add(acc, g, n);
+			__asm__ volatile("" : : "r"(acc) : "memory"); /* keep every pass */
+		}
+		t1 = rte_rdtsc();
+		gbs = (double)(reps / 5) * seg / ((double)(t1 - t0) / (double)rte_get_tsc_hz()) / 1e9;
+		best = gbs > best ? gbs : best;
 	}
-	t1 = rte_rdtsc();
 	free(acc);
 	free(g);
-	return (double)reps * seg / ((double)(t1 - t0) / (double)rte_get_tsc_hz()) / 1e9;
+	return best;
 }
 
 static void usage(FILE *f)

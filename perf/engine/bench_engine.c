@@ -106,7 +106,8 @@ static double add_ws_gbs(uint32_t nw, uint32_t frag)
 
 		for (uint64_t r = 0; r < rounds; r++) {
 			for (size_t i = 0; i < npk; i++) {
-				size_t seg = i / nw; /* workers' copies of a segment arrive together */
+				size_t seg =
+					i / nw; /* workers' copies of a segment arrive together */
 
 				k->add(acc + seg * frag / 4 % (model / 4),
 				       (const float *)(pool + i * (frag + 64) + 64), frag / 4);
@@ -182,7 +183,8 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 
 				pbox_wire_encode(&m, (struct pbox_wire_hdr *)p);
 				for (uint32_t i = 0; i < frag / 4; i++) {
-					((float *)(p + PBOX_WIRE_HDR_LEN))[i] = 1e-6f * (float)(i + r);
+					((float *)(p + PBOX_WIRE_HDR_LEN))[i] =
+						1e-6f * (float)(i + r);
 				}
 				pkts[npk++] = p;
 			}
@@ -251,8 +253,8 @@ int main(void)
 		for (uint32_t nw = 2; nw <= 8; nw *= 2) {
 			double gbs, sps = engine_segs(nw, frag, &gbs), ws = add_ws_gbs(nw, frag);
 
-			printf("| %u KB | %.1f | %u | %.1f | %.0f | %.2f | %.2f | %.2f |\n", frag / 1024,
-			       add, nw, ws, sps, gbs, gbs / add, gbs / ws);
+			printf("| %u KB | %.1f | %u | %.1f | %.0f | %.2f | %.2f | %.2f |\n",
+			       frag / 1024, add, nw, ws, sps, gbs, gbs / add, gbs / ws);
 			fflush(stdout);
 		}
 	}

@@ -202,6 +202,7 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 			.accept_newer = s->job.sync->folds_late && c->mode != PBOX_MODE_SERVER_OPT,
 			.credits = s->job.credits,
 			.plain = c->plain,
+			.window_bytes = c->window_bytes,
 			.crc = true,
 			.done = on_done,
 			.done_arg = s,

@@ -238,7 +238,9 @@ static void test_probe_after_ack(void **state)
 	/* Deliver rank 0's push alone first so it is ACKed and then waits. */
 	sim_pump(&s, 0);
 	assert_int_equal(s.ncompleted, 1); /* rank 1 */
-	sim_advance(&s, 10 * MS);
+	sim_advance(&s, 39 * MS);
+	assert_int_equal(pbox_node_stats(s.node[0])->probes, 0); /* probes wait 4 x rto */
+	sim_advance(&s, 1 * MS);
 	assert_int_equal(pbox_node_stats(s.node[0])->probes, 1);
 	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 0);
 	assert_int_equal(s.ncompleted, 2);
@@ -577,6 +579,33 @@ static void test_window_liveness(void **state)
 	sim_fini(&s);
 }
 
+/* The send window counts bytes: with room for one 4 KB chunk, a 3-chunk push sends one
+ * chunk at a time, each after the previous one's ACK. */
+static void test_window_bytes(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static float g[2500];
+	struct pbox_op op = { .kind = PBOX_OP_PUSH, .key = 0, .iter = 0, .src = g };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[0];
+	cfg.nkeys = 1;
+	cfg.window_bytes = 4096;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	pbox_node_flush(s.node[0]);
+	assert_int_equal(s.qtail - s.qhead, 4); /* the 4 fragments of chunk 0 only */
+	assert_int_equal(sim_pump(&s, 4), 4);   /* they arrive; the ACK is queued */
+	assert_int_equal(sim_pump(&s, 1), 1);   /* the ACK: chunk 1 goes */
+	assert_int_equal(s.qtail - s.qhead, 4);
+	sim_pump(&s, 0);
+	assert_int_equal(op.status, 0);
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(SIM_STAT(&s, agg_frags), 10);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -592,6 +621,7 @@ int main(void)
 		cmocka_unit_test(test_plain_flow),
 		cmocka_unit_test(test_staleness_bound),
 		cmocka_unit_test(test_window_liveness),
+		cmocka_unit_test(test_window_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
