@@ -371,7 +371,8 @@ static double add_bandwidth(unsigned seg)
 			__asm__ volatile("" : : "r"(acc) : "memory"); /* keep every pass */
 		}
 		t1 = rte_rdtsc();
-		gbs = (double)(reps / 5) * seg / ((double)(t1 - t0) / (double)rte_get_tsc_hz()) / 1e9;
+		gbs = (double)(reps / 5) * seg / ((double)(t1 - t0) / (double)rte_get_tsc_hz()) /
+		      1e9;
 		best = gbs > best ? gbs : best;
 	}
 	free(acc);
