@@ -45,6 +45,10 @@ static json_t *core_json(const struct pbox_core_stats *s, uint64_t tx_dropped, u
 		      (json_int_t)s->rx_retransmits, "replies_resent",
 		      (json_int_t)s->replies_resent, "pulls_held", (json_int_t)s->pulls_held,
 		      "acks", (json_int_t)s->acks, "errors_sent", (json_int_t)s->errors_sent);
+	json_object_set_new(o, "folded_frags", json_integer((json_int_t)s->folded_frags));
+	json_object_set_new(o, "late_contribs", json_integer((json_int_t)s->late_contribs));
+	json_object_set_new(o, "membership_changes",
+			    json_integer((json_int_t)s->membership_changes));
 	json_object_set_new(o, "dropped", json_integer((json_int_t)ndrops));
 	json_object_set_new(o, "rx_truncated", json_integer((json_int_t)rx_trunc));
 	json_object_set_new(o, "drops", drops);
