@@ -41,6 +41,7 @@
 #include <urcu-qsbr.h>
 
 #include "common/log.h"
+#include "common/numlist.h"
 #include "dpdk/dpdk.h"
 #include "kernels/kernels.h"
 #include "sim.h"
@@ -62,21 +63,12 @@ static unsigned g_seq;
 
 static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, unsigned hi)
 {
-	unsigned n = 0;
-	char *copy = strdup(s), *save = NULL;
+	uint64_t v[16];
+	int n = pbox_parse_u64_list(s, v, max < 16 ? max : 16, lo, hi);
 
-	for (char *p = strtok_r(copy, ",", &save); p != NULL; p = strtok_r(NULL, ",", &save)) {
-		char *end;
-		unsigned long v = strtoul(p, &end, 10);
-
-		if (*end != '\0' || v < lo || v > hi || n == max) {
-			free(copy);
-			return -EINVAL;
-		}
-		out[n++] = (unsigned)v;
-	}
-	free(copy);
-	return (int)n;
+	for (int i = 0; i < n; i++)
+		out[i] = (unsigned)v[i];
+	return n;
 }
 
 static uint32_t build_frame(uint8_t *buf, uint32_t rank, uint16_t dport, const struct pbox_msg *m,
@@ -415,6 +407,9 @@ int main(int argc, char **argv)
 		switch (o) {
 		case 's':
 			n = parse_list(optarg, cf.sizes, 8, 64, 8192);
+			for (int i = 0; i < n; i++)
+				if (cf.sizes[i] % 64 != 0)
+					n = -1;
 			if (n <= 0) {
 				fprintf(stderr, "--sizes %s: 1..8 multiples of 64 up to 8192\n",
 					optarg);

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/numlist.h"
+
 #include <pbox/pbox.h>
 
 struct opts {
@@ -55,7 +57,8 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->iters = 10;
 	o->seconds = 5;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		char *end, *save = NULL, *s;
+		char *end;
+		int n;
 
 		switch (c) {
 		case 's':
@@ -96,21 +99,15 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->bench = true;
 			break;
 		case 'k':
-			s = strdup(optarg);
-			for (char *p = strtok_r(s, ",", &save); p != NULL;
-			     p = strtok_r(NULL, ",", &save)) {
-				if (o->nkeys == 16 ||
-				    (o->nelem[o->nkeys++] = strtoull(p, &end, 10)) == 0 ||
-				    *end != '\0') {
-					fprintf(stderr,
-						"pbox-dpdk-worker: --keys %s: expected 1..16 "
-						"positive element counts\n",
-						optarg);
-					free(s);
-					return -1;
-				}
+			n = pbox_parse_u64_list(optarg, o->nelem, 16, 1, UINT32_MAX);
+			if (n < 0) {
+				fprintf(stderr,
+					"pbox-dpdk-worker: --keys %s: expected 1..16 positive "
+					"element counts\n",
+					optarg);
+				return -1;
 			}
-			free(s);
+			o->nkeys = (uint32_t)n;
 			break;
 		case 'h':
 			usage(stdout);

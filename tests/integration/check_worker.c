@@ -19,7 +19,10 @@
 
 #include <pbox/pbox.h>
 
+#include "common/numlist.h"
 #include "kernels/kernels.h"
+
+#define PBOX_MAX_KEYS_ARG 256
 
 struct opts {
 	const char *server;
@@ -95,13 +98,20 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->workers = (uint32_t)atoi(optarg);
 			break;
 		case 'k': {
-			char *s = strdup(optarg), *save = NULL;
+			int n;
 
-			o->nelem = calloc(strlen(optarg) + 1, sizeof(*o->nelem));
-			for (char *p = strtok_r(s, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-				o->nelem[o->nkeys++] = strtoull(p, NULL, 0);
+			free(o->nelem);
+			o->nelem = calloc(PBOX_MAX_KEYS_ARG, sizeof(*o->nelem));
+			n = pbox_parse_u64_list(optarg, o->nelem, PBOX_MAX_KEYS_ARG, 1, UINT32_MAX);
+			if (n < 0) {
+				fprintf(stderr,
+					"pbox-check-worker: --keys %s: expected 1..%d positive "
+					"element "
+					"counts\n",
+					optarg, PBOX_MAX_KEYS_ARG);
+				return -1;
 			}
-			free(s);
+			o->nkeys = (uint64_t)n;
 			break;
 		}
 		case 'i':
