@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The training demo under relaxed synchronisation with one deliberately slowed worker
 (rank 2 computes 2x as long): SSP (s=2), ASP and PSSP (s=2, c=0.5) all reach >= 85% test
-accuracy. Then a worker killed mid-training under SSP with on_worker_loss = continue: the
+accuracy in 5 epochs. (At 3 epochs, where BSP reaches 87.6%, PSSP's stale momentum steps
+leave it at 85-86.6%, too close to the bar for a test; by epoch 5 every mode is at 86.5-87.5%.) Then a worker killed mid-training under SSP with on_worker_loss = continue: the
 other ranks finish their training, and pboxd logs the loss and counts it."""
 import json
 import signal
@@ -14,7 +15,7 @@ from pboxtest import Pboxd, build_path, fail
 
 
 def demo(*args):
-    cmd = [build_path("dataplane/tools/pbox"), "demo", "--json", "--epochs", "3",
+    cmd = [build_path("dataplane/tools/pbox"), "demo", "--json", "--epochs", "5",
            "--slow-rank", "2", "--slow-factor", "2"] + list(args)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=300)
