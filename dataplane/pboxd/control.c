@@ -215,8 +215,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	op = json_string_value(json_object_get(req, "op"));
 	c->ref.last_seen_ms = now_ms();
 	if (op != NULL && strcmp(op, "ping") == 0) {
-		/* Heartbeat: no answer, so it never interleaves with request/response. */
-		pboxd_sessions_ping(ctl->sessions, &c->ref);
+		/* Heartbeat (last_seen_ms stamped above): no answer, so it never interleaves
+		 * with request/response. */
 		json_decref(req);
 		return;
 	}
@@ -264,6 +264,11 @@ static void serve(struct pboxd_control *ctl, struct conn *c)
 		}
 		c->dead = true;
 	}
+}
+
+void pboxd_control_tick(struct pboxd_control *ctl)
+{
+	pboxd_sessions_tick(ctl->sessions, now_ms());
 }
 
 void pboxd_control_handle(struct pboxd_control *ctl, const struct pollfd *p, unsigned n)

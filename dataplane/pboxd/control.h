@@ -35,6 +35,11 @@ unsigned pboxd_control_pollfds(struct pboxd_control *c, struct pollfd *p, unsign
 /* Handle the events reported in p[0..n) (as filled by pboxd_control_pollfds). */
 void pboxd_control_handle(struct pboxd_control *c, const struct pollfd *p, unsigned n);
 
+/* Heartbeat check, every pboxd_sessions_heartbeat_ms: members silent for longer than the
+ * worker timeout (on the clock that stamps their requests) are declared dead; their
+ * connections are closed by the next pboxd_control_handle. */
+void pboxd_control_tick(struct pboxd_control *c);
+
 /* Bound port (host order). */
 uint16_t pboxd_control_port(const struct pboxd_control *c);
 

@@ -295,7 +295,8 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 static int run(struct app *a)
 {
 	sigset_t mask;
-	int sfd, tfd = -1, signals = 0;
+	int sfd, tfd = -1, hfd = -1, signals = 0;
+	uint32_t heartbeat_ms = pboxd_sessions_heartbeat_ms(a->sessions);
 	struct timespec drain_deadline = { 0 };
 	bool draining = false;
 
@@ -316,6 +317,23 @@ static int run(struct app *a)
 		tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 		timerfd_settime(tfd, 0, &it, NULL);
 	}
+	if (heartbeat_ms > 0) {
+		struct timespec iv = { heartbeat_ms / 1000, (long)(heartbeat_ms % 1000) * 1000000 };
+		struct itimerspec it = { iv, iv };
+
+		hfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+		if (hfd < 0 || timerfd_settime(hfd, 0, &it, NULL) != 0) {
+			PBOX_LOG_ERR(MAIN, "heartbeat timer: %s", strerror(errno));
+			close(sfd);
+			if (tfd >= 0) {
+				close(tfd);
+			}
+			if (hfd >= 0) {
+				close(hfd);
+			}
+			return EX_OSERR;
+		}
+	}
 	PBOX_LOG_INFO(MAIN, "pboxd %s ready: %u job%s configured", PBOX_VERSION_STRING,
 		      a->cfg.njobs, a->cfg.njobs == 1 ? "" : "s");
 	for (;;) {
@@ -325,6 +343,7 @@ static int run(struct app *a)
 
 		p[n++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
 		p[n++] = (struct pollfd){ .fd = tfd, .events = POLLIN };
+		p[n++] = (struct pollfd){ .fd = hfd, .events = POLLIN };
 		nctl = pboxd_control_pollfds(a->control, p + n, PBOX_ARRAY_SIZE(p) - n);
 		if (draining) {
 			struct timespec now;
@@ -384,11 +403,21 @@ static int run(struct app *a)
 				pboxd_dp_transport_print(stderr, &a->dp);
 			}
 		}
+		if (hfd >= 0 && (p[2].revents & POLLIN)) {
+			uint64_t ticks;
+
+			if (read(hfd, &ticks, sizeof(ticks)) > 0) {
+				pboxd_control_tick(a->control);
+			}
+		}
 		pboxd_control_handle(a->control, p + n, nctl);
 	}
 	close(sfd);
 	if (tfd >= 0) {
 		close(tfd);
+	}
+	if (hfd >= 0) {
+		close(hfd);
 	}
 	return 0;
 }

@@ -510,7 +510,7 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 				 (json_int_t)j->cfg->credits, "flow",
 				 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
 				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc,
-				 "heartbeat_ms", s->cfg->worker_timeout ? 1000 : 0);
+				 "heartbeat_ms", (json_int_t)pboxd_sessions_heartbeat_ms(s));
 	}
 }
 
@@ -645,10 +645,9 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 	return arr;
 }
 
-void pboxd_sessions_ping(struct pboxd_sessions *s, struct pboxd_member_ref *ref)
+uint32_t pboxd_sessions_heartbeat_ms(const struct pboxd_sessions *s)
 {
-	(void)s;
-	(void)ref; /* last_seen_ms is stamped by the control channel on every request */
+	return PBOX_MIN(1000u, s->cfg->worker_timeout * 1000u / 3);
 }
 
 void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms)

@@ -57,9 +57,11 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 				const json_t *req);
 json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
-/* A heartbeat ({"op":"ping"}); no response. */
-void pboxd_sessions_ping(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
-/* Once a second or so: members of running sessions silent for longer than the worker
+/* The interval at which members send heartbeats ({"op":"ping"}, stamped into
+ * last_seen_ms by the control channel) and at which pboxd_sessions_tick should run: a
+ * third of the worker timeout, at most 1 s; 0 when heartbeats are off. */
+uint32_t pboxd_sessions_heartbeat_ms(const struct pboxd_sessions *s);
+/* Every heartbeat interval: members of running sessions silent for longer than the worker
  * timeout are declared dead (told, disconnected, and handled as lost). */
 void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms);
 

@@ -3,7 +3,10 @@
 """A worker killed mid-iteration gives the other workers of its job a clear error at
 once (the appliance aborts the session and tells them), while another job on the same
 appliance keeps training; the aborted job can start a new session afterwards. A worker
-that stops without dying (stalled) gives the others a clear timeout error."""
+that stops without dying (stalled) gives the others a clear timeout error. A worker that
+stops sending heartbeats (a stopped process) is declared dead after worker_timeout and
+its session aborted, well before the others' own timeout."""
+import signal
 import subprocess
 import time
 
@@ -12,10 +15,10 @@ from pboxtest import Pboxd, build_path, fail
 W = None
 
 
-def start(d, job, token, rank, n, *extra):
+def start(d, job, token, rank, n, *extra, timeout_ms=5000):
     return subprocess.Popen([W, "--server", d.control, "--job", str(job), "--token", token,
                              "--rank", str(rank), "--workers", str(n), "--keys", "20000,77",
-                             "--timeout-ms", "5000"] + list(extra),
+                             "--timeout-ms", str(timeout_ms)] + list(extra),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -74,6 +77,43 @@ def main():
         log = d.log()
         if "rank 2 (127.0.0.1:" not in log or "session aborted" not in log:
             fail("pboxd did not log the abort with the rank and its address")
+    silent_worker()
+
+
+def silent_worker():
+    """SIGSTOP a worker: its connection stays open but its heartbeats stop."""
+    jobs = [{"id": 1, "token": "a", "workers": 3, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=1, worker_timeout=2) as d:
+        ranks = [start(d, 1, "a", r, 3, "--iters", "400", "--expect-fail", timeout_ms=30000)
+                 for r in range(2)]
+        stopped = start(d, 1, "a", 2, 3, "--iters", "400", timeout_ms=30000)
+        # Let all three train a few iterations, then freeze rank 2.
+        deadline = time.time() + 30
+        while True:
+            job = [j for j in d.stats()["jobs"] if j["id"] == 1][0]
+            if job.get("registered") == 3 and job.get("version_min", 0) >= 3:
+                break
+            if time.time() > deadline:
+                fail("job 1 did not start training: %s" % job)
+            time.sleep(0.05)
+        stopped.send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            for r, p in enumerate(ranks):
+                rc, out = finish(p, "job 1 rank %d (peer stopped)" % r)
+                if rc != 0 or "aborted" not in out or "no heartbeat" not in out:
+                    fail("rank %d was not told that rank 2 was declared dead" % r)
+            elapsed = time.time() - t0
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+            stopped.kill()
+            stopped.wait()
+        print("rank 2 declared dead %.1f s after it stopped (worker_timeout 2 s)" % elapsed)
+        if elapsed > 10:
+            fail("the survivors took %.1f s to learn of the silent worker (worker_timeout "
+                 "2 s, their own timeout 30 s)" % elapsed)
+        if "declared dead: no heartbeat for 2 s" not in d.log():
+            fail("pboxd did not log why rank 2 was removed")
 
 
 if __name__ == "__main__":
