@@ -1485,6 +1485,7 @@ static void print_json(struct demo *d, int rc, const char *error)
 
 static int setup(struct demo *d)
 {
+	const char *tmpdir;
 	uint8_t rnd[16];
 	ssize_t n;
 
@@ -1506,8 +1507,10 @@ static int setup(struct demo *d)
 	for (size_t i = 0; i < sizeof(rnd); i++) {
 		snprintf(d->token + 2 * i, 3, "%02x", rnd[i]);
 	}
+	tmpdir = getenv("TMPDIR");
+	/* mkdtemp(3) replaces the six X of the template with a unique name. */
 	snprintf(d->dir, sizeof(d->dir), "%s/pbox-demo-XXXXXX",
-		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		 tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp");
 	if (mkdtemp(d->dir) == NULL) {
 		fprintf(stderr, "pbox demo: cannot create a temporary directory %s: %s\n", d->dir,
 			strerror(errno));
