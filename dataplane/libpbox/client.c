@@ -29,6 +29,7 @@
 #include "common/ctlproto.h"
 #include "common/jobdesc.h"
 #include "common/log.h"
+#include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/udp.h"
 
@@ -65,6 +66,7 @@ struct pbox_client {
 	uint32_t staleness;
 	uint32_t credits;
 	bool plain, folds_late;
+	bool crc; /* stamp fragments with CRC32C version words */
 	uint32_t heartbeat_ms;
 	uint64_t next_ping_ns;
 	/* after registration */
@@ -326,8 +328,9 @@ static void op_done(struct pbox_op *op, void *arg)
 	void *cb_arg;
 
 	/* Refused because the job was aborted: the reason travels on the control channel
-	 * (sent before the refusals); pick it up so the error says why. */
-	if (op->status == -ECONNABORTED && c->ctl_fd >= 0) {
+	 * (sent before the refusals); pick it up so the error says why. Once a failure is
+	 * recorded there is nothing more to learn (fail_err is written on this thread only). */
+	if (op->status == -ECONNABORTED && c->fail_err == 0 && c->ctl_fd >= 0) {
 		ctl_read_events(c);
 	}
 	pthread_mutex_lock(&c->lock);
@@ -401,13 +404,20 @@ static bool ctl_read_events(struct pbox_client *c)
 	return c->fail_err != 0;
 }
 
-/* On the progress thread: events, then fail the node if the session failed. */
-static void ctl_events(struct pbox_client *c)
+/* On the progress thread: fail the node, once, when the session has failed. */
+static void apply_failure(struct pbox_client *c)
 {
-	if (ctl_read_events(c) && !c->node_failed) {
+	if (c->fail_err != 0 && !c->node_failed) {
 		c->node_failed = true;
 		pbox_node_fail(c->node, c->fail_err, c->fail_msg);
 	}
+}
+
+/* On the progress thread: events, then fail the node if the session failed. */
+static void ctl_events(struct pbox_client *c)
+{
+	ctl_read_events(c);
+	apply_failure(c);
 }
 
 static void drain_submissions(struct pbox_client *c)
@@ -468,10 +478,7 @@ static void *progress_main(void *arg)
 		for (unsigned i = 0; i < n; i++) {
 			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
 		}
-		if (c->fail_err != 0 && !c->node_failed) {
-			c->node_failed = true;
-			pbox_node_fail(c->node, c->fail_err, c->fail_msg);
-		}
+		apply_failure(c);
 		heartbeat(c);
 		pbox_node_timers(c->node);
 		pbox_node_flush(c->node);
@@ -513,7 +520,16 @@ static void *progress_main(void *arg)
 			}
 		}
 	}
-	/* Operations still in flight, and those submitted but not yet picked up, fail. */
+	/* Operations still in flight, and those submitted but not yet picked up, fail, so
+	 * that every callback has run when pbox_close returns. Refuse new submissions first
+	 * (start() checks fail_err under the lock), or one made from a callback below would
+	 * be left in the list after the last drain. */
+	pthread_mutex_lock(&c->lock);
+	if (c->fail_err == 0) {
+		c->fail_err = -ECANCELED;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "the client was closed");
+	}
+	pthread_mutex_unlock(&c->lock);
 	pbox_node_fail(c->node, -ECANCELED, "the client was closed");
 	drain_submissions(c);
 	return NULL;
@@ -582,11 +598,25 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 	{
 		json_int_t st = json_integer_value(json_object_get(resp, "staleness"));
 		const char *flow = json_string_value(json_object_get(resp, "flow"));
-		json_int_t credits = json_integer_value(json_object_get(resp, "credits"));
+		json_t *cr = json_object_get(resp, "credits");
+		json_int_t credits = json_integer_value(cr);
 
+		/* The slot table and the node's lanes are sized by it: a value we would have
+		 * to guess at is a protocol error, not a default. */
+		if (!json_is_integer(cr) || credits < 1 || credits > PBOX_MAX_CREDITS) {
+			return fail(-EPROTO,
+				    "register: pboxd sent no valid 'credits' (unacknowledged "
+				    "contributions per chunk, 1..%u); is it the same version as "
+				    "libpbox %s?",
+				    PBOX_MAX_CREDITS, PBOX_VERSION_STRING);
+		}
 		c->staleness = st < 0 ? UINT32_MAX : (uint32_t)st;
-		c->credits = credits > 0 && credits <= 64 ? (uint32_t)credits : 1;
+		c->credits = (uint32_t)credits;
 		c->plain = flow != NULL && strcmp(flow, "plain") == 0;
+		/* CRC version words: the appliance checks them if the job says so ("crc");
+		 * in NOTIFY-ACK flow they also let a resend notice a buffer changed under it.
+		 * A plain push resends from the node's own copy, which cannot change. */
+		c->crc = !c->plain || json_is_true(json_object_get(resp, "crc"));
 		c->folds_late = json_is_true(json_object_get(resp, "folds_late"));
 		c->heartbeat_ms =
 			(uint32_t)json_integer_value(json_object_get(resp, "heartbeat_ms"));
@@ -667,7 +697,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.accept_newer = c->folds_late && c->info.mode != PBOX_JOB_SERVER_OPTIMIZER;
 	ncfg.credits = c->credits;
 	ncfg.plain = c->plain;
-	ncfg.crc = true;
+	ncfg.crc = c->crc;
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);
@@ -678,6 +708,9 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	fcntl(c->ctl_fd, F_SETFL, fcntl(c->ctl_fd, F_GETFL) | O_NONBLOCK);
 	rc = pthread_create(&c->thread, NULL, progress_main, c);
 	if (rc != 0) {
+		/* No thread would ever complete an operation: accept none. */
+		pbox_node_destroy(c->node);
+		c->node = NULL;
 		rc = fail(-rc, "register: cannot start the progress thread: %s", strerror(rc));
 		goto out;
 	}

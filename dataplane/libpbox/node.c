@@ -298,6 +298,9 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 		struct pbox_msg m = { .type = PBOX_MSG_PULL, .flags = rflag, .iter = ln->iter };
 
 		xmit(n, c, &m, NULL);
+		if (again) {
+			n->stats.retransmits++;
+		}
 		return true;
 	}
 	for (uint32_t f = 0; f < cd->nfrags; f++) {
@@ -397,11 +400,13 @@ static void op_finish(struct pbox_node *n, struct pbox_op *op)
 static int start_op(struct pbox_node *n, struct pbox_op *op);
 
 /* The lane is finished (all chunks done or failed): free it, complete its op, and give it
- * to a plain push of the same key waiting for one. */
+ * to the oldest plain push of the same key waiting for one. A waiting push that cannot
+ * start (the node has failed, or there is no memory for its copy) fails with the reason,
+ * and the next one gets the lane: none is left waiting for a lane no one will free. */
 static void lane_finish(struct pbox_node *n, struct lane *ln)
 {
 	uint32_t key = (uint32_t)(ln - n->lanes) / n->nlanes;
-	struct pbox_op *op = ln->op, *next = n->pending_head[key];
+	struct pbox_op *op = ln->op;
 
 	ln->kind = PBOX_OP_NONE;
 	ln->op = NULL;
@@ -409,13 +414,22 @@ static void lane_finish(struct pbox_node *n, struct lane *ln)
 	if (op != NULL) {
 		op_finish(n, op);
 	}
-	if (next != NULL && ln->kind == PBOX_OP_NONE) {
+	/* Re-read the list after the callback: it may have queued another push. */
+	while (n->pending_head[key] != NULL && ln->kind == PBOX_OP_NONE) {
+		struct pbox_op *next = n->pending_head[key];
+		int rc;
+
 		n->pending_head[key] = next->next_pending;
 		if (n->pending_head[key] == NULL) {
 			n->pending_tail[key] = NULL;
 		}
 		n->nops--; /* start_op counts it again */
-		if (start_op(n, next) != 0) {
+		rc = n->failed != 0 ? n->failed : start_op(n, next);
+		if (rc != 0) {
+			next->status = rc;
+			if (next->errmsg[0] == '\0') {
+				snprintf(next->errmsg, sizeof(next->errmsg), "%s", n->failmsg);
+			}
 			op_finish(n, next);
 		}
 	}
@@ -718,7 +732,7 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 				arm(n, w, now(n));
 				n->stats.retry_hints++;
 				if (!send_chunk(n, i, true)) {
-					return;
+					break; /* the lane failed; queued chunks may go below */
 				}
 			}
 			continue;

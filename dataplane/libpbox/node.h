@@ -21,9 +21,10 @@
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
  *    so duplicates and reordering are harmless; a result of another version restarts
  *    the collection; a result older than the job's staleness bound is ignored;
- *  - every fragment carries a CRC32C version word of its bytes taken when the operation
- *    started; a resend whose bytes no longer match (the caller changed the buffer while
- *    the push was in flight) fails the operation instead of sending torn data;
+ *  - with cfg.crc, every fragment carries a CRC32C version word of its bytes taken when
+ *    the operation started; a resend whose bytes no longer match (the caller changed the
+ *    buffer while the push was in flight) fails the operation instead of sending torn
+ *    data, and an appliance that verifies the words drops corrupted fragments;
  *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
  *    and a message saying what was and was not received.
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for

@@ -16,9 +16,9 @@
  * the Handle's own condition variable and are woken before the GIL is taken, so a thread
  * in Handle.wait() never depends on the GIL to make progress. A Handle does not keep its
  * Client alive: closing (or collecting) a Client fails the operations in flight with
- * ECANCELED before close returns, through libpbox's callbacks or, for submissions libpbox
- * dropped, from the Client's in-flight list; on a progress thread a thread of its own
- * does the closing (struct core).
+ * ECANCELED before close returns, through libpbox's callbacks (pbox_close runs every
+ * outstanding callback before it returns); on a progress thread a thread of its own does
+ * the closing (struct core).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -65,8 +65,6 @@ struct ckey {
 	uint64_t nelem;
 };
 
-struct handle;
-
 /*
  * What closing a client needs, apart from the Python object: a Client can be collected,
  * or closed, on a libpbox progress thread (by a completion's callback, or by the garbage
@@ -76,10 +74,6 @@ struct handle;
 struct core {
 	struct pbox_client *c;
 	uint32_t refs; /* atomic: the Client and a closer */
-	/* Handles started and not complete. libpbox drops submissions its progress thread
-	 * had not picked up when pbox_close stops it; closing completes those from here. */
-	pthread_mutex_t hlock;
-	struct handle *inflight;
 };
 
 struct client {
@@ -96,9 +90,7 @@ struct client {
 
 struct handle {
 	PyObject ob_base;
-	struct pbox_client *pc;     /* for callbacks only, which end before pbox_close does */
-	struct core *owner;         /* outlives its in-flight handles */
-	struct handle *prev, *next; /* owner->inflight list, under owner->hlock */
+	struct pbox_client *pc; /* to submit with: set just before, with the GIL held */
 	enum op_kind kind;
 	uint32_t key, iter, nops; /* key / iter: the first operation's, for messages */
 	Py_buffer in, out;
@@ -314,7 +306,7 @@ static int get_view(PyObject *obj, bool writable, const char *role, uint32_t key
 
 /* ---- Handle ------------------------------------------------------------------------- */
 
-static struct handle *handle_new(struct client *cl, enum op_kind kind, uint32_t nops)
+static struct handle *handle_new(enum op_kind kind, uint32_t nops)
 {
 	struct handle *h = PyObject_New(struct handle, &g_handle_type);
 	pthread_condattr_t ca;
@@ -322,9 +314,7 @@ static struct handle *handle_new(struct client *cl, enum op_kind kind, uint32_t 
 	if (h == NULL) {
 		return NULL;
 	}
-	h->pc = cl->c;
-	h->owner = cl->core;
-	h->prev = h->next = NULL;
+	h->pc = NULL;
 	h->kind = kind;
 	h->key = 0;
 	h->iter = 0;
@@ -373,38 +363,6 @@ static PyObject *handle_exception(struct handle *h)
 	return new_exception(err, h->msg);
 }
 
-/* GIL held: h is about to be submitted. */
-static void handle_link(struct handle *h)
-{
-	struct core *cl = h->owner;
-
-	pthread_mutex_lock(&cl->hlock);
-	h->prev = NULL;
-	h->next = cl->inflight;
-	if (cl->inflight != NULL) {
-		cl->inflight->prev = h;
-	}
-	cl->inflight = h;
-	pthread_mutex_unlock(&cl->hlock);
-}
-
-static void handle_unlink(struct handle *h)
-{
-	struct core *cl = h->owner;
-
-	pthread_mutex_lock(&cl->hlock);
-	if (h->prev != NULL) {
-		h->prev->next = h->next;
-	} else if (cl->inflight == h) {
-		cl->inflight = h->next;
-	}
-	if (h->next != NULL) {
-		h->next->prev = h->prev;
-	}
-	h->prev = h->next = NULL;
-	pthread_mutex_unlock(&cl->hlock);
-}
-
 /* GIL held: complete the notify object (set_result / set_exception). */
 static void handle_notify(struct handle *h)
 {
@@ -436,7 +394,6 @@ static void handle_complete(struct handle *h)
 {
 	PyGILState_STATE gs;
 
-	handle_unlink(h);
 	pthread_mutex_lock(&h->lock);
 	h->done = true;
 	pthread_cond_broadcast(&h->cond);
@@ -466,12 +423,13 @@ static void op_done(uint32_t key, int status, void *arg)
 
 	g_progress_thread = true;
 	if (status < 0) {
+		/* libpbox sets this thread's last error to the operation's message before it
+		 * calls back (pbox_done_fn). */
+		const char *why = pbox_last_error();
 		char msg[512];
 
-		/* The callback gets only the errno; libpbox keeps the message with the op
-		 * until a wait collects it. The op is complete, so this wait does not block. */
-		if (pbox_wait(h->pc, key, 0) == status && pbox_last_error()[0] != '\0') {
-			snprintf(msg, sizeof(msg), "%s", pbox_last_error());
+		if (why[0] != '\0') {
+			snprintf(msg, sizeof(msg), "%s", why);
 		} else {
 			snprintf(msg, sizeof(msg), "%s of key %u failed: %s", g_op_names[h->kind],
 				 key, strerror(-status));
@@ -726,41 +684,25 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return PyErr_NoMemory();
 	}
 	self->core->refs = 1;
-	pthread_mutex_init(&self->core->hlock, NULL);
 	return (PyObject *)self;
 }
 
 static void core_put(struct core *k)
 {
 	if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		pthread_mutex_destroy(&k->hlock);
 		free(k);
 	}
 }
 
 /*
- * Without the GIL. Close k->c: its operations in flight fail (ECANCELED) through callbacks
- * that take the GIL; handles whose submissions libpbox dropped are then completed here
- * with the same error (handle_complete takes the GIL itself).
+ * Without the GIL. Close k->c: its operations in flight, and those submitted but not yet
+ * started, fail (ECANCELED) through callbacks that take the GIL, all before pbox_close
+ * returns.
  */
 static void core_close(struct core *k)
 {
 	pbox_close(k->c);
 	k->c = NULL;
-	for (;;) {
-		struct handle *h;
-
-		pthread_mutex_lock(&k->hlock);
-		h = k->inflight;
-		pthread_mutex_unlock(&k->hlock);
-		if (h == NULL) {
-			break;
-		}
-		handle_note_error(h, -ECANCELED,
-				  "the pbox client was closed before the operation completed");
-		__atomic_store_n(&h->remaining, 0, __ATOMIC_RELEASE);
-		handle_complete(h);
-	}
 }
 
 static void *closer_main(void *arg)
@@ -1100,7 +1042,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	if (k == NULL || (it_o != NULL && get_u32(it_o, "iteration", &iter) < 0)) {
 		return NULL;
 	}
-	h = handle_new(self, kind, 1);
+	h = handle_new(kind, 1);
 	if (h == NULL) {
 		return NULL;
 	}
@@ -1140,12 +1082,16 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 			dst = h->out.buf;
 		}
 	}
+	/* The buffer adapter runs Python code, during which another thread may have closed
+	 * the client: look again, and submit without letting go of the GIL. */
+	if (check_open(self) < 0) {
+		goto err;
+	}
+	h->pc = self->c;
 	h->remaining = 1;
 	Py_INCREF(h); /* held by the operation until its callback */
-	handle_link(h);
 	rc = submit(h, id, iter, src, dst);
 	if (rc < 0) {
-		handle_unlink(h);
 		Py_DECREF(h);
 		raise_last(rc);
 		goto err;
@@ -1225,7 +1171,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			     n, self->nkeys);
 		goto err;
 	}
-	h = handle_new(self, OP_PUSH_PULL, (uint32_t)n);
+	h = handle_new(OP_PUSH_PULL, (uint32_t)n);
 	ops = PyMem_Calloc((size_t)n, sizeof(*ops));
 	seen = PyMem_Calloc(self->nkeys, 1);
 	if (h == NULL || ops == NULL || seen == NULL) {
@@ -1277,11 +1223,15 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			goto err;
 		}
 	}
+	/* As in start_one: the adapter may have let another thread close the client. */
+	if (check_open(self) < 0) {
+		goto err;
+	}
+	h->pc = self->c;
 	h->key = ops[0].id;
 	h->iter = ops[0].iter;
 	h->remaining = (uint32_t)n;
 	Py_INCREF(h); /* held by the operations until the last callback */
-	handle_link(h);
 	base = h->out.buf;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		float *p = base + ops[i].off;
@@ -1290,7 +1240,6 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 		if (rc < 0) {
 			if (i == 0) {
 				h->remaining = 0;
-				handle_unlink(h);
 				Py_DECREF(h);
 				raise_last(rc);
 				goto err;
@@ -1319,21 +1268,43 @@ err:
 
 /* ---- Client: information ------------------------------------------------------------ */
 
+/* The synchronisation contract (sync, staleness, credits) comes with registration: None
+ * before it. A staleness of -1 means any (no bound). */
 static PyObject *client_get_info(struct client *self, void *unused)
 {
 	const struct pbox_job_info *i = &self->info;
+	PyObject *sync, *stale, *credits, *d = NULL;
 
 	(void)unused;
 	if (check_open(self) < 0) {
 		return NULL;
 	}
-	return Py_BuildValue("{s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:K, s:s}", "job", i->job,
-			     "rank", i->rank, "workers", i->workers, "mode",
-			     i->mode == PBOX_JOB_SERVER_OPTIMIZER ? "server-optimizer"
-								  : "aggregate",
-			     "cores", i->cores, "chunk_bytes", i->chunk_bytes, "frag_bytes",
-			     i->frag_bytes, "nchunks", i->nchunks, "total_bytes",
-			     (unsigned long long)i->total_bytes, "server", self->server);
+	if (self->keys == NULL) {
+		Py_INCREF(Py_None);
+		Py_INCREF(Py_None);
+		Py_INCREF(Py_None);
+		sync = stale = credits = Py_None;
+	} else {
+		sync = PyUnicode_FromString(i->sync);
+		stale = i->staleness == UINT32_MAX ? PyLong_FromLong(-1)
+						   : PyLong_FromUnsignedLong(i->staleness);
+		credits = PyLong_FromUnsignedLong(i->credits);
+	}
+	if (sync != NULL && stale != NULL && credits != NULL) {
+		d = Py_BuildValue(
+			"{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:K, s:s, s:O, "
+			"s:O, s:O}",
+			"job", i->job, "rank", i->rank, "workers", i->workers, "mode",
+			i->mode == PBOX_JOB_SERVER_OPTIMIZER ? "server-optimizer" : "aggregate",
+			"reduce", i->mean ? "mean" : "sum", "cores", i->cores, "chunk_bytes",
+			i->chunk_bytes, "frag_bytes", i->frag_bytes, "nchunks", i->nchunks,
+			"total_bytes", (unsigned long long)i->total_bytes, "server", self->server,
+			"sync", sync, "staleness", stale, "credits", credits);
+	}
+	Py_XDECREF(sync);
+	Py_XDECREF(stale);
+	Py_XDECREF(credits);
+	return d;
 }
 
 static PyObject *client_get_keys(struct client *self, void *unused)
@@ -1428,7 +1399,12 @@ static PyMethodDef g_client_methods[] = {
 };
 
 static PyGetSetDef g_client_getset[] = {
-	{ "info", (getter)client_get_info, NULL, "job information (pbox_job_info) as a dict",
+	{ "info", (getter)client_get_info, NULL,
+	  "job information (pbox_job_info) as a dict: job, rank, workers, mode "
+	  "('aggregate' or 'server-optimizer'), reduce ('mean' or 'sum'), server; after "
+	  "register also cores, chunk_bytes, frag_bytes, nchunks, total_bytes (0 before) and "
+	  "sync ('bsp', 'ssp', ...), staleness (iterations; -1: any), credits (operations "
+	  "per key in flight at once) (None before)",
 	  NULL },
 	{ "keys", (getter)client_get_keys, NULL, "registered keys: {id: nelem}", NULL },
 	{ "closed", (getter)client_get_closed, NULL, "True after close()", NULL },

@@ -102,8 +102,10 @@ class PBoxState:
             self._key_of[p.data_ptr()] = i
         if not keys:
             raise ValueError("pbox.torch: the model has no trainable parameters")
-        # One extra one-element key, pushed once now: with a 1 from every rank the result
-        # says whether the job averages, and it is a start-up barrier of all ranks.
+        # One extra one-element key, push-pulled once at the end of start-up: a barrier
+        # of all ranks, so that training starts with every rank admitted, and a rank that
+        # could not connect or register makes the others time out here rather than in
+        # their first backward(). (Whether the job averages is read from client.info.)
         self._probe = len(params)
         keys.append((self._probe, 1))
         self.rank, self.world_size = rank, world_size
@@ -117,17 +119,18 @@ class PBoxState:
         self.client = pbox.Client(server, job, token, rank, world_size, timeout=timeout,
                                   local_addr=local_addr)
         try:
-            if self.client.info["mode"] != "aggregate":
+            info = self.client.info
+            if info["mode"] != "aggregate":
                 raise pbox.PboxError(22, "job %d on pboxd at %s is a %s job; the DDP hook needs "
                                      "mode = \"aggregate\", reduce = \"mean\""
-                                     % (job, server, self.client.info["mode"]))
+                                     % (job, server, info["mode"]))
+            # With one rank the sum is the mean.
+            if info["reduce"] != "mean" and world_size > 1:
+                raise pbox.PboxError(22, "job %d on pboxd at %s sums gradients (reduce = "
+                                     "\"%s\"); the DDP hook needs reduce = \"mean\""
+                                     % (job, server, info["reduce"]))
             self.client.register(keys)
-            one = torch.ones(1)
-            self.client.push_pull(self._probe, 0, one)
-            if world_size > 1 and one.item() != 1.0:
-                raise pbox.PboxError(22, "job %d on pboxd at %s sums gradients (1 from each "
-                                     "rank gave %g); the DDP hook needs reduce = \"mean\""
-                                     % (job, server, one.item()))
+            self.client.push_pull(self._probe, 0, torch.ones(1))
         except BaseException:
             self.client.close()
             raise

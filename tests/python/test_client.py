@@ -374,6 +374,46 @@ def test_close_cancels_operations_in_flight(appliance):
     clients[1].close()
 
 
+def test_info_reports_the_jobs_contract(appliance):
+    """info says how the job reduces (from connecting on) and, once keys are registered,
+    how it synchronises: the sync model, the staleness bound (-1: none) and the operations
+    per key that may be in flight (credits), which the client then allows."""
+    opt = {"name": "sgd", "lr": 0.5}
+    d = appliance([aggregate_job(1, 1, reduce="sum"),
+                   {"id": 2, "token": TOKEN, "workers": 1, "mode": "server-optimizer",
+                    "optimizer": opt, "sync": {"model": "ssp", "staleness": 2},
+                    "flow": {"mode": "notify-ack", "credits": 3}},
+                   {"id": 3, "token": TOKEN, "workers": 1, "mode": "server-optimizer",
+                    "optimizer": opt, "sync": {"model": "asp"}}])
+    with connect(d, 0, 1) as c:
+        i = c.info
+        assert i["mode"] == "aggregate" and i["reduce"] == "sum"
+        assert i["sync"] is None and i["staleness"] is None and i["credits"] is None
+        c.register({0: 8})
+        i = c.info
+        assert (i["reduce"], i["sync"], i["staleness"], i["credits"]) == ("sum", "bsp", 0, 1)
+    with connect(d, 0, 1, job=2) as c:
+        c.register({0: 8})
+        i = c.info
+        assert (i["mode"], i["sync"], i["staleness"], i["credits"]) == (
+            "server-optimizer", "ssp", 2, 3)
+        c.init(0, np.zeros(8, np.float32))
+        # Pulls of a model version that does not exist yet stay in flight: three at once.
+        outs = [np.zeros(8, np.float32) for _ in range(4)]
+        hs = [c.pull_async(0, 100, outs[k]) for k in range(3)]
+        with pytest.raises(pbox.PboxError) as ei:
+            c.pull_async(0, 100, outs[3])
+        assert ei.value.errno == errno.EBUSY and "3 operation(s) in flight" in str(ei.value)
+        c.close()
+        for h in hs:  # each with its own error, from libpbox
+            with pytest.raises(pbox.PboxError, match="the client was closed") as ei:
+                h.wait(10)
+            assert ei.value.errno == errno.ECANCELED
+    with connect(d, 0, 1, job=3) as c:
+        c.register({0: 8})
+        assert (c.info["sync"], c.info["staleness"]) == ("asp", -1)
+
+
 def test_import_errors_are_clear(tmp_path):
     """Without libpbox (the package copied away from the build tree's library) and without
     torch, the imports fail with messages that say what to do."""

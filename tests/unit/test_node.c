@@ -455,6 +455,73 @@ static void test_plain_flow(void **state)
 	sim_fini(&s);
 }
 
+/* Plain flow, one credit: two pushes wait behind one whose data never arrives. When that
+ * lane fails at its deadline (its op completed long ago, so the node fails as a whole),
+ * the waiting pushes fail with the reason: none is reported sent, none is left waiting. */
+static void test_plain_waiting_pushes_fail(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	struct dropper all = { .left = 1000000, .type = PBOX_MSG_PUSH, .dir = SIM_TO_APPLIANCE };
+	static float g[3][10];
+	struct pbox_op op[3];
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	cfg.plain = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &all;
+	for (int i = 0; i < 3; i++) {
+		op[i] = (struct pbox_op){
+			.kind = PBOX_OP_PUSH, .key = 0, .iter = (uint32_t)i, .src = g[i]
+		};
+		assert_int_equal(pbox_node_submit(s.node[0], &op[i]), 0);
+	}
+	pbox_node_flush(s.node[0]);
+	assert_int_equal(s.ncompleted, 1); /* the first, once sent; the others wait */
+	assert_int_equal(op[0].status, 0);
+	for (int i = 0; i < 200 && s.ncompleted < 3; i++) {
+		sim_advance(&s, 20 * MS);
+	}
+	assert_int_equal(s.ncompleted, 3);
+	for (int i = 1; i < 3; i++) {
+		assert_int_equal(op[i].status, -ETIMEDOUT);
+		assert_non_null(strstr(op[i].errmsg, "push of key 9 (iteration 0) timed out"));
+	}
+	assert_int_equal(pbox_node_inflight(s.node[0]), 0);
+	assert_int_equal(pbox_node_stats(s.node[0])->ops_failed, 2);
+	assert_int_equal(pbox_node_submit(s.node[0], &op[0]), -ETIMEDOUT);
+	sim_fini(&s);
+}
+
+/* A pull's resends count as retransmissions, like a push's. */
+static void test_pull_retransmits_counted(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	struct dropper d = { .left = 2, .type = PBOX_MSG_PULL, .dir = SIM_TO_APPLIANCE };
+	static float out[10];
+	struct pbox_op pull = { .kind = PBOX_OP_PULL, .key = 0, .iter = 0, .dst = out };
+	struct sim s;
+
+	(void)state;
+	cfg.keys = &g_keys[1];
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = drop_first;
+	s.filter_arg = &d;
+	assert_int_equal(pbox_node_submit(s.node[0], &pull), 0);
+	pbox_node_flush(s.node[0]);
+	sim_pump(&s, 0);
+	sim_advance(&s, 10 * MS); /* first resend, dropped */
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 1);
+	sim_advance(&s, 20 * MS); /* second resend, delivered */
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 2);
+	assert_int_equal(d.dropped, 2);
+	sim_fini(&s);
+}
+
 /* A result staler than the job's bound is ignored; the operation times out saying so. */
 static void test_staleness_bound(void **state)
 {
@@ -619,6 +686,8 @@ int main(void)
 		cmocka_unit_test(test_torn_buffer),
 		cmocka_unit_test(test_credit_lanes),
 		cmocka_unit_test(test_plain_flow),
+		cmocka_unit_test(test_plain_waiting_pushes_fail),
+		cmocka_unit_test(test_pull_retransmits_counted),
 		cmocka_unit_test(test_staleness_bound),
 		cmocka_unit_test(test_window_liveness),
 		cmocka_unit_test(test_window_bytes),
