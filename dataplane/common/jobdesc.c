@@ -162,6 +162,12 @@ int pbox_jobdesc_build(struct pbox_jobdesc *d, const struct pbox_keyspec *keys, 
 		     "fragment size %u: must be a multiple of %u, at most the chunk size %u",
 		     frag_bytes, PBOX_FRAG_ALIGN, chunk_bytes);
 	}
+	if (PBOX_DIV_ROUND_UP(chunk_bytes, frag_bytes) > PBOX_MAX_FRAGS_PER_CHUNK) {
+		FAIL(-EINVAL,
+		     "chunks of %u bytes in fragments of %u bytes: more than %u fragments per "
+		     "chunk (use a larger MTU or smaller chunks)",
+		     chunk_bytes, frag_bytes, PBOX_MAX_FRAGS_PER_CHUNK);
+	}
 	d->nworkers = nworkers;
 	d->ncores = ncores;
 	d->chunk_bytes = chunk_bytes;

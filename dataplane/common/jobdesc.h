@@ -30,6 +30,8 @@
 #define PBOX_MIN_CHUNK_BYTES     64u
 #define PBOX_MAX_CHUNK_BYTES     (64u << 20)
 #define PBOX_DEFAULT_CHUNK_BYTES (32u << 10)
+/* Fragments per chunk: the engine counts them per rank in 16 bits. */
+#define PBOX_MAX_FRAGS_PER_CHUNK 32768u
 /* Fragments are whole cache lines so each lands 64-byte aligned in the accumulator. */
 #define PBOX_FRAG_ALIGN 64u
 

@@ -74,6 +74,14 @@ static void test_errors(void **state)
 			 -EINVAL);
 	assert_int_equal(pbox_jobdesc_build(&d, dup, 2, 1, 0, KB32, 1024, NULL, err, sizeof(err)),
 			 -EINVAL);
+	/* 64 MiB chunks of 1 KiB fragments: 65536 fragments overflow the engine's counters. */
+	assert_int_equal(
+		pbox_jobdesc_build(&d, dup, 2, 1, 1, 64u << 20, 1024, NULL, err, sizeof(err)),
+		-EINVAL);
+	assert_non_null(strstr(err, "more than 32768 fragments per chunk"));
+	assert_int_equal(
+		pbox_jobdesc_build(&d, dup, 2, 1, 1, 64u << 20, 2048, NULL, err, sizeof(err)), 0);
+	pbox_jobdesc_free(&d);
 	{
 		uint32_t map[2] = { 0, 5 };
 
