@@ -15,7 +15,8 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-double pbox_sync_draw(uint64_t seed, uint32_t job, uint32_t rank, uint32_t progress)
+/* The PSSP draw for (seed, job, rank, progress): uniform in [0, 1). */
+static double draw(uint64_t seed, uint32_t job, uint32_t rank, uint32_t progress)
 {
 	uint64_t h =
 		mix(seed ^ mix(((uint64_t)job << 32) | rank) ^ mix(0x5055ull << 32 | progress));
@@ -28,7 +29,7 @@ bool pbox_sync_pssp_pause(const struct pbox_sync_cfg *c, uint32_t job, uint32_t 
 {
 	double k = (double)p - (double)v, prob;
 
-	if (p < v || k < (double)c->staleness) {
+	if (k < (double)c->staleness) { /* also p < v: k < 0 */
 		return false;
 	}
 	if (c->model == PBOX_SYNC_PSSP_DYN) {
@@ -36,7 +37,7 @@ bool pbox_sync_pssp_pause(const struct pbox_sync_cfg *c, uint32_t job, uint32_t 
 	} else {
 		prob = c->probability;
 	}
-	return pbox_sync_draw(c->seed, job, rank, p) < prob;
+	return draw(c->seed, job, rank, p) < prob;
 }
 
 /* want = p + 1, so "k = p - v < s" is "want <= v + s". */
@@ -71,7 +72,7 @@ static bool ready_asp(const struct pbox_sync_cfg *c, uint32_t job, uint32_t rank
 static bool ready_pssp(const struct pbox_sync_cfg *c, uint32_t job, uint32_t rank, uint32_t want,
 		       uint32_t v)
 {
-	if ((uint64_t)want <= (uint64_t)v + c->staleness || want == 0) {
+	if ((uint64_t)want <= (uint64_t)v + c->staleness) { /* also want == 0 */
 		return true;
 	}
 	return !pbox_sync_pssp_pause(c, job, rank, want - 1, v);
@@ -136,15 +137,55 @@ static uint32_t window_drop(const struct pbox_sync_cfg *c)
 }
 
 static const struct pbox_sync_ops g_ops[] = {
-	[PBOX_SYNC_BSP] = { "bsp", ready_bsp, quorum_all, false, stale_zero, window_bsp },
-	[PBOX_SYNC_SSP] = { "ssp", ready_ssp, quorum_all, false, stale_s, window_s },
-	[PBOX_SYNC_ASP] = { "asp", ready_asp, quorum_one, true, stale_unbounded, window_drop },
-	[PBOX_SYNC_PSSP] = { "pssp", ready_pssp, quorum_all, false, stale_unbounded, window_s },
-	[PBOX_SYNC_PSSP_DYN] = { "pssp-dyn", ready_pssp, quorum_all, false, stale_unbounded,
-				 window_s },
-	[PBOX_SYNC_DROP_STRAGGLERS] = { "drop-stragglers", ready_bsp, quorum_drop, true, stale_zero,
-					window_drop },
+	[PBOX_SYNC_BSP] = { .name = "bsp",
+			    .ready = ready_bsp,
+			    .quorum = quorum_all,
+			    .folds_late = false,
+			    .worker_staleness = stale_zero,
+			    .min_window = window_bsp },
+	[PBOX_SYNC_SSP] = { .name = "ssp",
+			    .ready = ready_ssp,
+			    .quorum = quorum_all,
+			    .folds_late = false,
+			    .worker_staleness = stale_s,
+			    .min_window = window_s },
+	[PBOX_SYNC_ASP] = { .name = "asp",
+			    .ready = ready_asp,
+			    .quorum = quorum_one,
+			    .folds_late = true,
+			    .worker_staleness = stale_unbounded,
+			    .min_window = window_drop },
+	[PBOX_SYNC_PSSP] = { .name = "pssp",
+			     .ready = ready_pssp,
+			     .quorum = quorum_all,
+			     .folds_late = false,
+			     .worker_staleness = stale_unbounded,
+			     .min_window = window_s },
+	[PBOX_SYNC_PSSP_DYN] = { .name = "pssp-dyn",
+				 .ready = ready_pssp,
+				 .quorum = quorum_all,
+				 .folds_late = false,
+				 .worker_staleness = stale_unbounded,
+				 .min_window = window_s },
+	[PBOX_SYNC_DROP_STRAGGLERS] = { .name = "drop-stragglers",
+					.ready = ready_bsp,
+					.quorum = quorum_drop,
+					.folds_late = true,
+					.worker_staleness = stale_zero,
+					.min_window = window_drop },
 };
+
+void pbox_sync_cfg_defaults(struct pbox_sync_cfg *c, uint32_t workers)
+{
+	*c = (struct pbox_sync_cfg){
+		.model = PBOX_SYNC_BSP,
+		.staleness = 2,
+		.probability = 0.5,
+		.alpha = 1.0,
+		.quorum = workers,
+		.seed = 1,
+	};
+}
 
 const struct pbox_sync_ops *pbox_sync_ops(enum pbox_sync_model m)
 {

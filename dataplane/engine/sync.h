@@ -82,8 +82,9 @@ const struct pbox_sync_ops *pbox_sync_ops(enum pbox_sync_model m);
 int pbox_sync_parse(const char *name);
 const char *pbox_sync_name(enum pbox_sync_model m);
 
-/* The PSSP draw for (seed, job, rank, progress): uniform in [0, 1). */
-double pbox_sync_draw(uint64_t seed, uint32_t job, uint32_t rank, uint32_t progress);
+/* BSP, and the documented defaults of every parameter (s = 2, c = 0.5, a = 1, quorum all
+ * workers, lazy release, seed 1), for pboxd's configuration and pbox demo. */
+void pbox_sync_cfg_defaults(struct pbox_sync_cfg *c, uint32_t workers);
 
 /* Whether a worker with progress p at chunk version v is paused (PSSP models only). */
 bool pbox_sync_pssp_pause(const struct pbox_sync_cfg *c, uint32_t job, uint32_t rank, uint32_t p,

@@ -163,6 +163,32 @@ static int get_str(struct cctx *c, const config_setting_t *g, const char *name, 
 	return 0;
 }
 
+/* A string setting that must be one of names[] (NULL-terminated): *out becomes its index,
+ * and is left alone when the setting is absent. `what` names it in the error. */
+static int get_choice(struct cctx *c, const config_setting_t *g, const char *name, const char *what,
+		      const char *const *names, int *out)
+{
+	const config_setting_t *where;
+	char buf[64], list[160] = "";
+	size_t len = 0;
+	int rc = get_str(c, g, name, buf, sizeof(buf), &where);
+
+	if (rc != 0 || where == NULL) {
+		return rc;
+	}
+	for (int i = 0; names[i] != NULL; i++) {
+		if (strcmp(buf, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+		if (len < sizeof(list)) {
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+						i == 0 ? "" : ", ", names[i]);
+		}
+	}
+	return bad(c, where, "unknown %s '%s' (%s)", what, buf, list);
+}
+
 int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
 {
 	const char *colon = strrchr(s, ':');
@@ -285,19 +311,14 @@ static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job
 {
 	static const char *const keys[] = { "model",  "staleness", "probability", "alpha",
 					    "quorum", "release",   "seed",        NULL };
+	static const char *const releases[] = { "lazy", "eager", NULL };
 	const config_setting_t *s = config_setting_get_member(g, "sync"), *where;
 	struct pbox_sync_cfg *sc = &j->sync_cfg;
 	char buf[64];
 	float f;
-	int rc, m;
+	int rc, m, eager;
 
-	memset(sc, 0, sizeof(*sc));
-	sc->model = PBOX_SYNC_BSP;
-	sc->staleness = 2;
-	sc->probability = 0.5;
-	sc->alpha = 1.0;
-	sc->quorum = j->workers;
-	sc->seed = 1;
+	pbox_sync_cfg_defaults(sc, j->workers);
 	if (s == NULL) {
 		j->sync = pbox_sync_ops(sc->model);
 		return 0;
@@ -341,18 +362,11 @@ static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job
 		}
 		sc->seed = seed;
 	}
-	if ((rc = get_str(c, s, "release", buf, sizeof(buf), &where)) != 0) {
+	eager = sc->eager;
+	if ((rc = get_choice(c, s, "release", "release", releases, &eager)) != 0) {
 		return rc;
 	}
-	if (where != NULL) {
-		if (strcmp(buf, "lazy") == 0) {
-			sc->eager = false;
-		} else if (strcmp(buf, "eager") == 0) {
-			sc->eager = true;
-		} else {
-			return bad(c, where, "unknown release '%s' (lazy, eager)", buf);
-		}
-	}
+	sc->eager = eager == 1;
 	j->sync = pbox_sync_ops(sc->model);
 	return 0;
 }
@@ -360,9 +374,9 @@ static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job
 static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
 	static const char *const keys[] = { "mode", "credits", "verify", NULL };
-	const config_setting_t *s = config_setting_get_member(g, "flow"), *where;
-	char buf[64];
-	int rc;
+	static const char *const modes[] = { "notify-ack", "plain", NULL };
+	const config_setting_t *s = config_setting_get_member(g, "flow");
+	int rc, plain = 0;
 
 	j->credits = PBOX_DEFAULT_CREDITS;
 	j->plain_flow = false;
@@ -374,18 +388,10 @@ static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job
 		return bad(c, s, "must be a group { mode = \"notify-ack\"; credits = 1; }");
 	}
 	if ((rc = only(c, s, keys)) != 0 ||
-	    (rc = get_str(c, s, "mode", buf, sizeof(buf), &where)) != 0) {
+	    (rc = get_choice(c, s, "mode", "flow mode", modes, &plain)) != 0) {
 		return rc;
 	}
-	if (where != NULL) {
-		if (strcmp(buf, "notify-ack") == 0) {
-			j->plain_flow = false;
-		} else if (strcmp(buf, "plain") == 0) {
-			j->plain_flow = true;
-		} else {
-			return bad(c, where, "unknown flow mode '%s' (notify-ack, plain)", buf);
-		}
-	}
+	j->plain_flow = plain == 1;
 	if ((rc = get_u32(c, s, "credits", 1, PBOX_MAX_CREDITS, &j->credits)) != 0 ||
 	    (rc = get_bool(c, s, "verify", &j->verify_crc)) != 0) {
 		return rc;
@@ -396,10 +402,9 @@ static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job
 /* Checks across a job's settings, and the values derived from them. */
 static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
-	const config_setting_t *where;
-	char buf[32];
+	static const char *const losses[] = { "abort", "continue", NULL };
 	uint32_t min_window;
-	int rc;
+	int rc, loss;
 
 	if (j->sync_cfg.model != PBOX_SYNC_BSP && j->sync_cfg.model != PBOX_SYNC_DROP_STRAGGLERS &&
 	    j->mode != PBOX_MODE_SERVER_OPT) {
@@ -430,19 +435,12 @@ static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_jo
 	if (j->plain_flow) {
 		j->credits = j->window - 1;
 	}
-	j->abort_on_loss = j->sync_cfg.model == PBOX_SYNC_BSP;
-	if ((rc = get_str(c, g, "on_worker_loss", buf, sizeof(buf), &where)) != 0) {
+	/* BSP cannot go on without a rank; the relaxed models can. */
+	loss = j->sync_cfg.model == PBOX_SYNC_BSP ? 0 : 1;
+	if ((rc = get_choice(c, g, "on_worker_loss", "on_worker_loss", losses, &loss)) != 0) {
 		return rc;
 	}
-	if (where != NULL) {
-		if (strcmp(buf, "abort") == 0) {
-			j->abort_on_loss = true;
-		} else if (strcmp(buf, "continue") == 0) {
-			j->abort_on_loss = false;
-		} else {
-			return bad(c, where, "unknown on_worker_loss '%s' (abort, continue)", buf);
-		}
-	}
+	j->abort_on_loss = loss == 0;
 	return 0;
 }
 
@@ -455,9 +453,11 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	};
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
+	static const char *const modes[] = { "aggregate", "server-optimizer", NULL };
+	static const char *const reduces[] = { "sum", "mean", NULL };
 	const config_setting_t *s, *where;
 	char buf[64];
-	int rc;
+	int rc, mode, reduce;
 
 	if (!config_setting_is_group(g)) {
 		return bad(c, g, "each job must be a group { id = ...; token = ...; ... }");
@@ -489,31 +489,17 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	if (where == NULL || strlen(j->token) < 1) {
 		return bad(c, where ? where : g, "job needs a non-empty token (the job's secret)");
 	}
-	if ((rc = get_str(c, g, "mode", buf, sizeof(buf), &where)) != 0) {
+	/* Indexed by enum pbox_job_mode and enum pbox_reduce_op. */
+	_Static_assert(PBOX_MODE_AGGREGATE == 0 && PBOX_MODE_SERVER_OPT == 1, "modes[] order");
+	_Static_assert(PBOX_REDUCE_SUM == 0 && PBOX_REDUCE_MEAN == 1, "reduces[] order");
+	mode = (int)j->mode;
+	reduce = (int)j->reduce;
+	if ((rc = get_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
+	    (rc = get_choice(c, g, "reduce", "reduce", reduces, &reduce)) != 0) {
 		return rc;
 	}
-	if (where != NULL) {
-		if (strcmp(buf, "aggregate") == 0) {
-			j->mode = PBOX_MODE_AGGREGATE;
-		} else if (strcmp(buf, "server-optimizer") == 0) {
-			j->mode = PBOX_MODE_SERVER_OPT;
-		} else {
-			return bad(c, where, "unknown mode '%s' (aggregate, server-optimizer)",
-				   buf);
-		}
-	}
-	if ((rc = get_str(c, g, "reduce", buf, sizeof(buf), &where)) != 0) {
-		return rc;
-	}
-	if (where != NULL) {
-		if (strcmp(buf, "sum") == 0) {
-			j->reduce = PBOX_REDUCE_SUM;
-		} else if (strcmp(buf, "mean") == 0) {
-			j->reduce = PBOX_REDUCE_MEAN;
-		} else {
-			return bad(c, where, "unknown reduce '%s' (sum, mean)", buf);
-		}
-	}
+	j->mode = (enum pbox_job_mode)mode;
+	j->reduce = (enum pbox_reduce_op)reduce;
 	s = config_setting_get_member(g, "optimizer");
 	if (s != NULL) {
 		if (!config_setting_is_group(s)) {
@@ -563,8 +549,9 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 		"eal",         "addresses",     "rx_desc",  "tx_desc",   "mbuf_bytes",
 		"tx_drain_us", "idle_sleep_us", "steering", "zero_copy", NULL
 	};
-	const config_setting_t *s, *where;
-	int rc;
+	static const char *const steerings[] = { "auto", "flow", "rss", "software", NULL };
+	const config_setting_t *s;
+	int rc, steering = -1;
 
 	if (!config_setting_is_group(g)) {
 		return bad(c, g, "must be a group { eal = [ ... ]; ... }");
@@ -576,14 +563,11 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 	    (rc = get_u32(c, g, "tx_drain_us", 0, 100000, &dc->tx_drain_us)) != 0 ||
 	    (rc = get_u32(c, g, "idle_sleep_us", 1, 100000, &dc->idle_sleep_us)) != 0 ||
 	    (rc = get_bool(c, g, "zero_copy", &dc->zero_copy)) != 0 ||
-	    (rc = get_str(c, g, "steering", dc->steering, sizeof(dc->steering), &where)) != 0) {
+	    (rc = get_choice(c, g, "steering", "steering", steerings, &steering)) != 0) {
 		return rc;
 	}
-	if (where != NULL && strcmp(dc->steering, "auto") != 0 &&
-	    strcmp(dc->steering, "flow") != 0 && strcmp(dc->steering, "rss") != 0 &&
-	    strcmp(dc->steering, "software") != 0) {
-		return bad(c, where, "unknown steering '%s' (auto, flow, rss, software)",
-			   dc->steering);
+	if (steering >= 0) {
+		snprintf(dc->steering, sizeof(dc->steering), "%s", steerings[steering]);
 	}
 	s = config_setting_get_member(g, "eal");
 	if (s != NULL) {
@@ -850,6 +834,7 @@ out:
 int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 {
 	const char *file = cfg->path[0] ? cfg->path : "command line";
+	uint32_t frag;
 
 #ifdef PBOX_HAVE_DPDK
 	if (strcmp(cfg->transport, "dpdk") == 0) {
@@ -867,9 +852,17 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "EAL arguments after -- need --transport dpdk");
 		return -EINVAL;
 	}
-	if (pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes) == 0) {
+	frag = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
+	if (frag == 0) {
 		snprintf(err, errlen, "%s: mtu %u is too small to carry a fragment", file,
 			 cfg->mtu);
+		return -EINVAL;
+	}
+	if (PBOX_DIV_ROUND_UP(cfg->chunk_bytes, frag) > PBOX_MAX_FRAGS_PER_CHUNK) {
+		snprintf(err, errlen,
+			 "%s: chunk_bytes %u at mtu %u makes more than %u fragments per chunk "
+			 "(use a larger mtu or smaller chunks)",
+			 file, cfg->chunk_bytes, cfg->mtu, PBOX_MAX_FRAGS_PER_CHUNK);
 		return -EINVAL;
 	}
 	if ((uint32_t)cfg->base_port + cfg->ncores > 65536) {

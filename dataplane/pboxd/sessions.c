@@ -21,7 +21,6 @@ enum sess_state {
 struct member {
 	struct pboxd_member_ref *ref; /* NULL: rank not connected */
 	uint64_t cookie;              /* 0 until registered */
-	bool removed;                 /* taken out of the running session's counts */
 };
 
 struct job {
@@ -300,7 +299,7 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		return pbox_ctl_error(EBUSY, "rank %u of job %u is already connected (from %s)",
 				      rank, j->cfg->id, j->members[rank].ref->peer);
 	}
-	if (j->st == SESS_ACTIVE && j->members[rank].removed) {
+	if (j->st == SESS_ACTIVE && !pbox_bit_test(j->live, rank)) {
 		return pbox_ctl_error(EBUSY,
 				      "rank %u was removed from the running session of job %u; it "
 				      "can join the next session",
@@ -396,7 +395,6 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	j->has_desc = true;
 	for (uint32_t r = 0; r < j->cfg->workers; r++) {
 		pbox_bit_set(j->live, r);
-		j->members[r].removed = false;
 	}
 	j->nlive = j->cfg->workers;
 	j->generation++;
@@ -524,7 +522,6 @@ static void drop_from_counts(struct job *j, uint32_t rank, const char *why)
 	j->nlive--;
 	j->generation++;
 	j->removed++;
-	j->members[rank].removed = true;
 	PBOX_LOG_WARN(ADMIN, "job %u: rank %u %s; the session continues with %u of %u workers",
 		      j->cfg->id, rank, why, j->nlive, j->cfg->workers);
 }
