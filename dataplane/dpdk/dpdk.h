@@ -25,7 +25,9 @@
 #ifndef PBOX_DPDK_H
 #define PBOX_DPDK_H
 
+#include <sched.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -83,13 +85,14 @@ struct pbox_dpdk_stats {
 	uint64_t ignored_l3;    /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
 	uint64_t bad_ip;        /* malformed IPv4: version, length, header checksum */
 	uint64_t ip_fragments;  /* fragmented IPv4 (pbox never fragments: dropped) */
-	uint64_t bad_udp;       /* UDP length wrong, or checksum flagged bad by the device */
+	uint64_t bad_udp;       /* UDP length or checksum wrong */
 	uint64_t truncated;     /* frames shorter than their Ethernet/IP/UDP headers */
 	uint64_t tx_frames;     /* frames the device accepted */
 	uint64_t tx_dropped;    /* frames the device would not take (freed) */
 	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
 	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
 	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
+	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
 	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
 } PBOX_CACHE_ALIGNED;
 
@@ -106,6 +109,17 @@ int pbox_dpdk_eal_init(int argc, char **argv);
 
 /* Whether argv (EAL options) already chooses the lcores (-l, -c, --lcores). */
 bool pbox_dpdk_eal_has_cores(int argc, char *const *argv);
+
+/*
+ * The EAL "--lcores" value for ncores data-plane cores, into buf (len bytes): lcore 0 (the
+ * control thread) and data-plane lcore k + 1 may run on any CPU of allowed, except that
+ * lcore k + 1 runs on cpus[k] when cpus[k] >= 0 (pinned). The lcores that may run
+ * anywhere form one group, and CPU sets are written as ranges, so the length grows with
+ * the runs of CPUs, not their number: e.g. "(0-1,3)@(0-63),2@5". Returns 0, -EINVAL
+ * (allowed is empty) or -E2BIG (buf too small).
+ */
+int pbox_dpdk_lcores_arg(const cpu_set_t *allowed, const int *cpus, uint32_t ncores, char *buf,
+			 size_t len);
 
 /* Release what the EAL holds (after pbox_dpdk_close). */
 void pbox_dpdk_eal_cleanup(void);
@@ -149,9 +163,10 @@ const char *pbox_dpdk_steer_name(enum pbox_dpdk_steer_method m);
 /* Whether replies on port i are zero-copy. */
 bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i);
 
-/* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). */
+/* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). The
+ * count ends at the last field: the struct's size also counts its cache-line padding. */
 extern const char *const pbox_dpdk_stat_names[];
-#define PBOX_DPDK_NSTATS (sizeof(struct pbox_dpdk_stats) / sizeof(uint64_t))
+#define PBOX_DPDK_NSTATS (offsetof(struct pbox_dpdk_stats, reclaim_waits) / sizeof(uint64_t) + 1)
 
 /*
  * Mbufs a pool must hold so that no queue starves (l3fwd's sizing, spelled out), for nq

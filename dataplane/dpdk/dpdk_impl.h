@@ -5,8 +5,8 @@
  * Ownership: struct pbox_dpdk and its ports are written by the control thread before
  * launch and after stop only; lcores read them. struct dpdk_core k is written by lcore k
  * only, except rel_bits (set by whichever thread frees an external-buffer mbuf: the
- * device's TX completion on lcore k, or the consumer of a net_ring) and the counters'
- * readers (relaxed atomic loads).
+ * device's TX completion on lcore k, or the consumer of a net_ring). The counters, tx_refs
+ * and released are read by other threads with atomic loads.
  */
 #ifndef PBOX_DPDK_IMPL_H
 #define PBOX_DPDK_IMPL_H
@@ -37,9 +37,10 @@ struct dpdk_port {
 	struct rte_mempool *hdr_pool; /* reply headers (whole frames in copy mode) */
 	struct rte_mempool *ext_pool; /* zero-copy payload segments: no data room */
 	uint16_t nb_rxd, nb_txd;
-	bool zero_copy;   /* payload chained by reference */
-	bool tx_ip_cksum; /* the device fills the IPv4 header checksum */
-	bool rx_cksum;    /* the device flags IPv4 / UDP checksums on receive */
+	bool zero_copy;    /* payload chained by reference */
+	bool tx_ip_cksum;  /* the device fills the IPv4 header checksum */
+	bool rx_ip_cksum;  /* the device flags IPv4 header checksums on receive */
+	bool rx_udp_cksum; /* the device flags UDP checksums on receive */
 	enum pbox_dpdk_steer_method steer;
 	uint32_t nflows;
 	struct rte_flow *flows[PBOX_MAX_CORES];
@@ -68,14 +69,13 @@ struct dpdk_core {
 	struct dpdk_txbuf txb[PBOX_DPDK_MAX_PORTS];
 	uint64_t last_flush; /* TSC of the last TX flush */
 	uint16_t ip_id;
-	/* Reply payload references (the engine's pbox_tx_ops numbering): tx_refs handed out,
-	 * every ref <= released known released. rel_bits marks released refs above that,
-	 * over a window of ref_window (a power of two larger than the refs that can be
-	 * outstanding). */
+	/* Zero-copy reply payload references (the engine's pbox_tx_ops numbering): tx_refs
+	 * handed out, every ref <= released known released. rel_bits marks released refs
+	 * above that, over a window of ref_window (a power of two larger than the refs that
+	 * can be outstanding). tx_refs and released are stored atomically (the lcore is
+	 * their only writer) for pbox_dpdk_quiesce on the control thread. */
 	uint64_t tx_refs;
 	uint64_t released;
-	uint64_t released_pub; /* released, published for pbox_dpdk_quiesce */
-	uint64_t tx_refs_pub;  /* tx_refs, likewise */
 	uint64_t *rel_bits;
 	uint64_t ref_window;
 	bool reclaim_warned;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* EAL start-up with the checks that turn DPDK's obscure failures into precise errors. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,84 @@ bool pbox_dpdk_eal_has_cores(int argc, char *const *argv)
 		}
 	}
 	return false;
+}
+
+/* Append printf-style to buf at *off; false (buf unchanged past *off) if it does not fit. */
+static bool __attribute__((format(printf, 4, 5)))
+put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *off, len - *off, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= len - *off) {
+		return false;
+	}
+	*off += (size_t)n;
+	return true;
+}
+
+/* The ids in set as "a-b,c,...", consecutive ids compressed into ranges. */
+static bool put_set(char *buf, size_t len, size_t *off, const cpu_set_t *set)
+{
+	const char *sep = "";
+
+	for (int lo = 0; lo < CPU_SETSIZE; lo++) {
+		int hi = lo;
+
+		if (!CPU_ISSET(lo, set)) {
+			continue;
+		}
+		while (hi + 1 < CPU_SETSIZE && CPU_ISSET(hi + 1, set)) {
+			hi++;
+		}
+		/* The EAL's group parser marks "no range open" with RTE_MAX_LCORE, so a range
+		 * starting at that id would lose its start: write the id alone first. */
+		if (lo == RTE_MAX_LCORE && hi > lo) {
+			if (!put(buf, len, off, "%s%d", sep, lo)) {
+				return false;
+			}
+			sep = ",";
+			lo++;
+		}
+		if (!(hi > lo ? put(buf, len, off, "%s%d-%d", sep, lo, hi)
+			      : put(buf, len, off, "%s%d", sep, lo))) {
+			return false;
+		}
+		sep = ",";
+		lo = hi;
+	}
+	return true;
+}
+
+int pbox_dpdk_lcores_arg(const cpu_set_t *allowed, const int *cpus, uint32_t ncores, char *buf,
+			 size_t len)
+{
+	cpu_set_t any;
+	size_t off = 0;
+	bool ok;
+
+	if (CPU_COUNT(allowed) == 0 || ncores >= CPU_SETSIZE) {
+		return -EINVAL;
+	}
+	CPU_ZERO(&any);
+	CPU_SET(0, &any);
+	for (uint32_t k = 0; k < ncores; k++) {
+		if (cpus[k] < 0) {
+			CPU_SET(k + 1, &any);
+		}
+	}
+	ok = put(buf, len, &off, "(") && put_set(buf, len, &off, &any) &&
+	     put(buf, len, &off, ")@(") && put_set(buf, len, &off, allowed) &&
+	     put(buf, len, &off, ")");
+	for (uint32_t k = 0; ok && k < ncores; k++) {
+		if (cpus[k] >= 0) {
+			ok = put(buf, len, &off, ",%u@%d", k + 1, cpus[k]);
+		}
+	}
+	return ok ? 0 : -E2BIG;
 }
 
 /* Free hugepages of every size, from sysfs (0 if none or unreadable). */

@@ -3,10 +3,11 @@
  * The data-plane lcores: per-core state, the poll loop, start / stop / quiesce.
  *
  * Every lcore runs the loop of STYLE.md: drain its inbox (frames other cores received for
- * it) -> RX burst from its queue on every port -> engine -> flush TX when the input ran
- * dry or on the TSC drain timer -> poll TX completions while replies are outstanding ->
- * RCU quiescent state -> busy / idle cycle accounting. Without busy_poll an lcore idle for
- * idle_us sleeps idle_sleep_us at a time, RCU-offline (shared CPUs, tests).
+ * it) -> RX burst from its queue on every port -> engine -> job-table changes -> flush TX
+ * when the input ran dry or on the TSC drain timer -> poll TX completions while replies
+ * are outstanding -> RCU quiescent state -> busy / idle cycle accounting. Without
+ * busy_poll an lcore idle for idle_us sleeps idle_sleep_us at a time, RCU-offline (shared
+ * CPUs, tests).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,8 +31,7 @@ const char *const pbox_dpdk_stat_names[] = {
 	"ip_fragments", "bad_udp",       "truncated",    "tx_frames",     "tx_dropped",
 	"tx_nombuf",    "tx_copied",     "tx_zero_copy", "reclaim_waits",
 };
-_Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) ==
-		       offsetof(struct pbox_dpdk_stats, reclaim_waits) / sizeof(uint64_t) + 1,
+_Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) == PBOX_DPDK_NSTATS,
 	       "one name per counter");
 
 static bool tx_pending(const struct dpdk_core *c)
@@ -104,6 +104,12 @@ static int lcore_main(void *arg)
 			got += n;
 			full |= n == burst;
 		}
+		/* A new job table (a worker left) is reconciled now, not when the next datagram
+		 * of that job arrives; the table read after the last receive is current. */
+		if (got == 0) {
+			tab = rcu_dereference(*d->tab);
+		}
+		pbox_engine_observe_table(&c->engine, tab);
 		t1 = rte_rdtsc();
 		/* TX: at once when the input ran dry (latency), else on the drain timer
 		 * (bursts under load). */
@@ -289,9 +295,9 @@ int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms)
 	}
 	for (uint32_t k = 0; k < d->cfg.ncores; k++) {
 		const struct dpdk_core *c = &d->cores[k];
-		uint64_t target = __atomic_load_n(&c->tx_refs_pub, __ATOMIC_ACQUIRE);
+		uint64_t target = __atomic_load_n(&c->tx_refs, __ATOMIC_ACQUIRE);
 
-		while (__atomic_load_n(&c->released_pub, __ATOMIC_ACQUIRE) < target) {
+		while (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) < target) {
 			struct timespec ts = { 0, 100000 };
 
 			if (rte_rdtsc() > deadline) {
@@ -300,7 +306,7 @@ int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms)
 					      "device after %u ms (released up to %llu)",
 					      k, (unsigned long long)target, timeout_ms,
 					      (unsigned long long)__atomic_load_n(
-						      &c->released_pub, __ATOMIC_RELAXED));
+						      &c->released, __ATOMIC_RELAXED));
 				return -ETIMEDOUT;
 			}
 			nanosleep(&ts, NULL);

@@ -17,12 +17,13 @@
 
 #include "common/log.h"
 #include "dpdk.h"
+#include "kernels/kernels.h"
 #include "pboxd/dataplane.h"
 
 struct glue {
 	struct pbox_dpdk *d;
 	bool eal;
-	char lcores[1024];
+	char lcores[4096];
 };
 
 static enum pbox_dpdk_steering steering_of(const char *s)
@@ -39,37 +40,16 @@ static enum pbox_dpdk_steering steering_of(const char *s)
 	return PBOX_DPDK_STEER_AUTO;
 }
 
-/* "--lcores" value: lcore 0 (the control thread) may run on any CPU this process may use;
- * data-plane lcore k + 1 on cpus[k] when pinned, else anywhere too. */
+/* "--lcores" value: the control thread (lcore 0) and unpinned data-plane lcores may run
+ * on any CPU this process may use; pinned ones on their CPU. */
 static int lcores_arg(const struct pboxd_config *cfg, char *buf, size_t len)
 {
-	char any[512] = "(";
 	cpu_set_t set;
-	size_t n;
-	int first = 1;
 
 	if (sched_getaffinity(0, sizeof(set), &set) != 0) {
 		return -errno;
 	}
-	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-		if (CPU_ISSET(cpu, &set)) {
-			n = strlen(any);
-			snprintf(any + n, sizeof(any) - n, "%s%d", first ? "" : ",", cpu);
-			first = 0;
-		}
-	}
-	n = strlen(any);
-	snprintf(any + n, sizeof(any) - n, ")");
-	snprintf(buf, len, "0@%s", any);
-	for (uint32_t k = 0; k < cfg->ncores; k++) {
-		n = strlen(buf);
-		if (cfg->cpus[k] >= 0) {
-			snprintf(buf + n, len - n, ",%u@%d", k + 1, cfg->cpus[k]);
-		} else {
-			snprintf(buf + n, len - n, ",%u@%s", k + 1, any);
-		}
-	}
-	return strlen(buf) + 1 < len ? 0 : -E2BIG;
+	return pbox_dpdk_lcores_arg(&set, cfg->cpus, cfg->ncores, buf, len);
 }
 
 static void dpdk_stop(struct pboxd_dp *dp)
@@ -156,14 +136,11 @@ static int dpdk_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	if (rc != 0) {
 		return rc;
 	}
-	for (uint32_t k = 0; k < cfg->ncores; k++) {
-		dp->cores[k].xport = g->d;
-	}
 	PBOX_LOG_INFO(MAIN,
 		      "%u data-plane core%s on dpdk (%u port%s), udp ports %u-%u, kernels %s, %s",
 		      cfg->ncores, cfg->ncores == 1 ? "" : "s", pbox_dpdk_nports(g->d),
 		      pbox_dpdk_nports(g->d) == 1 ? "" : "s", cfg->base_port,
-		      cfg->base_port + cfg->ncores - 1, dp->cores[0].engine.kern->isa,
+		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
 		      cfg->busy_poll ? "busy polling" : "polling, sleeping when idle");
 	return 0;
 }

@@ -135,6 +135,7 @@ static int steer_flow(struct pbox_dpdk *d, struct dpdk_port *p)
 				rte_flow_destroy(p->id, p->flows[j], &err);
 				p->flows[j] = NULL;
 			}
+			p->nflows = 0;
 			return -ENOTSUP;
 		}
 		p->nflows = k + 1;
@@ -224,8 +225,8 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 			     p->id, p->name, frame, cfg->mbuf_bytes, frame);
 		return -ENOTSUP;
 	}
-	p->rx_cksum = (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM) &&
-		      (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
+	p->rx_ip_cksum = (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM) != 0;
+	p->rx_udp_cksum = (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) != 0;
 
 	want_tx = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM;
 	if (cfg->zero_copy) {

@@ -8,8 +8,9 @@
  * reference number; its free callback (run by whoever frees the mbuf: the PMD on TX
  * completion, a net_ring consumer, the flush that gives up on it) marks the reference
  * released. reclaim(upto) waits until every reference up to `upto` is marked, polling TX
- * completions meanwhile. Devices without multi-segment TX get one mbuf with the payload
- * copied; those references are released at once.
+ * completions meanwhile. Devices without multi-segment TX (and devices that read by DMA:
+ * chunk memory is not mapped for them) get one mbuf with the payload copied, which takes
+ * no reference: the chunk memory is free again when send returns.
  *
  * Frames are buffered per port and handed to the device in bursts: when a burst is full,
  * and from the lcore loop when its input ran dry or the TSC drain timer expired.
@@ -58,8 +59,7 @@ static uint64_t advance(struct dpdk_core *c)
 		next++;
 	}
 	if (next - 1 != c->released) {
-		c->released = next - 1;
-		__atomic_store_n(&c->released_pub, c->released, __ATOMIC_RELEASE);
+		__atomic_store_n(&c->released, next - 1, __ATOMIC_RELEASE);
 	}
 	return c->released;
 }
@@ -197,7 +197,8 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 		return -EINVAL;
 	}
 	p = &d->ports[to->ifport];
-	if (len != 0 && pbox_unlikely(c->tx_refs - c->released >= c->ref_window - 1)) {
+	if (len != 0 && p->zero_copy &&
+	    pbox_unlikely(c->tx_refs - c->released >= c->ref_window - 1)) {
 		/* Every reference slot in use: wait for the oldest half. */
 		wait_released(c, c->tx_refs - c->ref_window / 2);
 	}
@@ -219,35 +220,32 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	memcpy(pb, hdr, PBOX_WIRE_HDR_LEN);
 	h->data_len = PBOX_DPDK_HDRS + PBOX_WIRE_HDR_LEN;
 	h->pkt_len = h->data_len;
-	if (len != 0) {
-		uint64_t ref = ++c->tx_refs;
+	if (e != NULL) {
+		struct dpdk_tx_ref *r = rte_mbuf_to_priv(e);
 
-		if (e != NULL) {
-			struct dpdk_tx_ref *r = rte_mbuf_to_priv(e);
-
-			r->core = c;
-			r->ref = ref;
-			r->shinfo.free_cb = ext_free_cb;
-			r->shinfo.fcb_opaque = r;
-			rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
-			/* Virtual devices read by virtual address; the IOVA is not used. */
-			rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload,
-						  (rte_iova_t)(uintptr_t)payload, (uint16_t)len,
-						  &r->shinfo);
-			e->data_len = (uint16_t)len;
-			e->pkt_len = len;
-			h->next = e;
-			h->nb_segs = 2;
-			h->pkt_len += len;
-			DPDK_STAT_ADD(c, tx_zero_copy, 1);
-		} else {
-			memcpy(pb + PBOX_WIRE_HDR_LEN, payload, len);
-			h->data_len = (uint16_t)(h->data_len + len);
-			h->pkt_len += len;
-			mark_released(c, ref);
-			DPDK_STAT_ADD(c, tx_copied, 1);
-		}
-		__atomic_store_n(&c->tx_refs_pub, c->tx_refs, __ATOMIC_RELAXED);
+		/* Only a payload attached by reference needs one: a copied payload no longer
+		 * references chunk memory once this returns. */
+		__atomic_store_n(&c->tx_refs, c->tx_refs + 1, __ATOMIC_RELAXED);
+		r->core = c;
+		r->ref = c->tx_refs;
+		r->shinfo.free_cb = ext_free_cb;
+		r->shinfo.fcb_opaque = r;
+		rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
+		/* Virtual devices read by virtual address; the IOVA is not used. */
+		rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload,
+					  (rte_iova_t)(uintptr_t)payload, (uint16_t)len,
+					  &r->shinfo);
+		e->data_len = (uint16_t)len;
+		e->pkt_len = len;
+		h->next = e;
+		h->nb_segs = 2;
+		h->pkt_len += len;
+		DPDK_STAT_ADD(c, tx_zero_copy, 1);
+	} else if (len != 0) {
+		memcpy(pb + PBOX_WIRE_HDR_LEN, payload, len);
+		h->data_len = (uint16_t)(h->data_len + len);
+		h->pkt_len += len;
+		DPDK_STAT_ADD(c, tx_copied, 1);
 	}
 	pbox_dpdk_tx_frame(c, to->ifport, h);
 	return 0;
@@ -261,6 +259,8 @@ static void tx_flush(void *ctx)
 	(void)ctx;
 }
 
+/* Only zero-copy replies are numbered: reclaim(queued()) then waits for the zero-copy
+ * replies sent so far, which covers every one that may still reference chunk memory. */
 static uint64_t tx_queued(void *ctx)
 {
 	const struct dpdk_core *c = ctx;

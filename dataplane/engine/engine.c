@@ -829,6 +829,20 @@ void pbox_engine_job_changed(struct pbox_engine *e, const struct pbox_jobtab *ta
 	}
 }
 
+void pbox_engine_observe_table(struct pbox_engine *e, const struct pbox_jobtab *tab)
+{
+	uint64_t gen = tab != NULL ? tab->generation : 0;
+
+	if (pbox_likely(tab == e->seen_tab && gen == e->seen_tab_generation)) {
+		return;
+	}
+	e->seen_tab = tab;
+	e->seen_tab_generation = gen;
+	/* Membership may have changed: chunks waiting for departed ranks may now complete. */
+	pbox_engine_job_changed(e, tab);
+	pbox_engine_flush(e);
+}
+
 /* ---- entry points -------------------------------------------------------------------- */
 
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)

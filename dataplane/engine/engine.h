@@ -73,6 +73,10 @@ struct pbox_engine {
 	void *tx_ctx;
 	struct pbox_core_stats *stats;
 	uint64_t released; /* payload datagrams the transport has released (see reclaim) */
+	/* The job table last passed to pbox_engine_observe_table, and its generation (a new
+	 * table may be allocated where a freed one was). */
+	const struct pbox_jobtab *seen_tab;
+	uint64_t seen_tab_generation;
 };
 
 /*
@@ -96,6 +100,14 @@ void pbox_engine_rx_iov(struct pbox_engine *e, const struct pbox_jobtab *tab,
 /* The job table changed (call when a core sees a new table): chunks of jobs whose
  * membership changed stop waiting for departed ranks and answer what they can. */
 void pbox_engine_job_changed(struct pbox_engine *e, const struct pbox_jobtab *tab);
+
+/*
+ * Call once per poll-loop iteration with the job table the core reads now (may be NULL):
+ * when it is not the table seen last time, runs pbox_engine_job_changed and flushes what
+ * that queued, so departed ranks are reconciled without waiting for a datagram. Costs a
+ * comparison when the table did not change.
+ */
+void pbox_engine_observe_table(struct pbox_engine *e, const struct pbox_jobtab *tab);
 
 /* Flush queued replies (call at the end of every receive burst). */
 void pbox_engine_flush(struct pbox_engine *e);

@@ -38,26 +38,17 @@ static void *core_main(void *arg)
 	struct pboxd_dp *dp = c->dp;
 	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
 	uint64_t last_work = __rdtsc();
-	const struct pbox_jobtab *seen = NULL;
 
 	rcu_register_thread();
 	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
 		uint64_t t0 = __rdtsc(), t1;
 		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
-		const struct pbox_jobtab *cur = rcu_dereference(dp->tab);
+		/* Read the table after the receive: a worker admitted by a table published
+		 * before its datagram was sent is always seen. */
+		const struct pbox_jobtab *tab = rcu_dereference(dp->tab);
 
-		if (pbox_unlikely(cur != seen)) {
-			/* A new table: membership may have changed; waiting chunks may now be
-			 * able to complete without the departed ranks. */
-			pbox_engine_job_changed(&c->engine, cur);
-			pbox_engine_flush(&c->engine);
-			seen = cur;
-		}
+		pbox_engine_observe_table(&c->engine, tab);
 		if (n > 0) {
-			/* Read the table after the receive: a worker admitted by a table
-			 * published before its datagram was sent is always seen. */
-			const struct pbox_jobtab *tab = rcu_dereference(dp->tab);
-
 			for (unsigned i = 0; i < n; i++) {
 				if (i + 1 < n) {
 					/* the next header arrives in cache while this one is

@@ -66,7 +66,6 @@ struct pboxd_core {
 	pthread_t thread;
 	bool started;
 	struct pbox_udp *udp;
-	void *xport; /* state of other transports */
 	struct pbox_engine engine;
 	struct pboxd_dp *dp;
 } PBOX_CACHE_ALIGNED;

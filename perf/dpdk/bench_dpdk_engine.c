@@ -43,11 +43,11 @@
 #include "common/log.h"
 #include "common/numlist.h"
 #include "dpdk/dpdk.h"
+#include "frame.h"
 #include "kernels/kernels.h"
 #include "sim.h"
 
 #define BASE_PORT 7100
-#define APP_IP    RTE_IPV4(10, 0, 0, 1)
 #define RING_SZ   65536
 #define NSETS     3
 
@@ -69,35 +69,6 @@ static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, u
 	for (int i = 0; i < n; i++)
 		out[i] = (unsigned)v[i];
 	return n;
-}
-
-static uint32_t build_frame(uint8_t *buf, uint32_t rank, uint16_t dport, const struct pbox_msg *m,
-			    const void *payload)
-{
-	struct rte_ether_hdr *eth = (struct rte_ether_hdr *)buf;
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-	struct pbox_wire_hdr *h = (struct pbox_wire_hdr *)(udp + 1);
-
-	memset(eth, 0, sizeof(*eth));
-	eth->src_addr.addr_bytes[0] = 0x02;
-	eth->src_addr.addr_bytes[5] = (uint8_t)(rank + 1);
-	eth->ether_type = htons(RTE_ETHER_TYPE_IPV4);
-	memset(ip, 0, sizeof(*ip));
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->total_length = htons((uint16_t)(20 + 8 + 64 + m->frag_len));
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->src_addr = htonl(RTE_IPV4(10, 0, 0, 10 + rank));
-	ip->dst_addr = htonl(APP_IP);
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	udp->src_port = htons((uint16_t)(40000 + rank));
-	udp->dst_port = htons(dport);
-	udp->dgram_len = htons((uint16_t)(8 + 64 + m->frag_len));
-	udp->dgram_cksum = 0;
-	pbox_wire_encode(m, h);
-	memcpy(h + 1, payload, m->frag_len);
-	return 14 + 20 + 8 + 64 + m->frag_len;
 }
 
 struct result {
@@ -177,20 +148,15 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * NSETS);
 		return -ENOMEM;
 	}
-	snprintf(name, sizeof(name), "b%u_rx", g_seq);
-	rx = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-	snprintf(name, sizeof(name), "b%u_tx", g_seq);
-	tx = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-	snprintf(name, sizeof(name), "bench%u", g_seq++);
-	id = rte_eth_from_rings(name, &rx, 1, &tx, 1, (unsigned)rte_socket_id());
-	if (rx == NULL || tx == NULL || id < 0 || per_iter * NSETS > RING_SZ / 2) {
+	id = frame_ring_port("b", g_seq++, 1, RING_SZ, &rx, &tx);
+	if (id < 0 || per_iter * NSETS > RING_SZ / 2) {
 		fprintf(stderr,
 			"bench: cannot set up the ring port (or %u frames per iteration is "
 			"too many)\n",
 			per_iter);
 		return -ENOMEM;
 	}
-	cfg.addrs[0] = htonl(APP_IP);
+	cfg.addrs[0] = htonl(FRAME_APP_IP);
 	rcu_assign_pointer(tab, s.tab);
 	d = pbox_dpdk_open(&cfg, &tab, &stp);
 	if (d == NULL) {
@@ -224,7 +190,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 					for (uint32_t i = 0; i < m.frag_len / 4; i++) {
 						g[i] = (float)((r + i + f) % 7);
 					}
-					len = build_frame(buf, r, BASE_PORT, &m, g);
+					len = frame_build(buf, r, BASE_PORT, &m, g);
 					if (mb == NULL || len > rte_pktmbuf_tailroom(mb)) {
 						fprintf(stderr, "bench: feed pool too small\n");
 						return -ENOMEM;
@@ -237,7 +203,12 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 			}
 		}
 	}
-	pbox_dpdk_launch(d);
+	rc = pbox_dpdk_launch(d);
+	if (rc != 0) {
+		fprintf(stderr, "bench: cannot launch the data-plane lcore: %s\n", strerror(-rc));
+		pbox_dpdk_close(d);
+		return rc;
+	}
 	t0 = rte_rdtsc();
 	busy0 = idle0 = frags0 = bytes0 = 0;
 	for (uint32_t t = 0;; t++) {

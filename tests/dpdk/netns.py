@@ -22,12 +22,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from pboxtest import build_path, fail, to_libconfig  # noqa: E402
+INTEGRATION = os.path.join(HERE, "..", "integration")
+sys.path.insert(0, INTEGRATION)
+import pboxtest  # noqa: E402
+from pboxtest import build_path, fail  # noqa: E402
 
 DATA_IP = "10.231.0.1"
 CTL_IP = "10.232.0.1"
@@ -66,33 +67,32 @@ def sh(*cmd, ns=None, check=True):
     return r
 
 
-class Pboxd:
-    """pboxd in the appliance namespace, on the "udp" or "dpdk" transport."""
+class Pboxd(pboxtest.Pboxd):
+    """pboxd in the appliance namespace, on the "udp" or "dpdk" transport, at the
+    namespace's fixed addresses. Stopping it, its log and the exit-status check are
+    pboxtest.Pboxd's."""
 
     def __init__(self, topo, transport, jobs, cores=1, extra_app=None):
         self.topo = topo
         self.transport = transport
-        self.dir = tempfile.mkdtemp(prefix="pbox-dpdk-")
-        self.conf = os.path.join(self.dir, "pboxd.conf")
-        self.logpath = os.path.join(self.dir, "pboxd.log")
-        data = DATA_IP if transport == "dpdk" else CTL_IP
-        app = {"transport": transport, "data_address": data, "base_port": BASE_PORT,
-               "control": "%s:%d" % (CTL_IP, CONTROL_PORT), "cores": cores,
-               "drain_timeout": 2, "mtu": 1500}
+        app = {"transport": transport, "data_address": DATA_IP if transport == "dpdk" else CTL_IP,
+               "base_port": BASE_PORT, "control": "%s:%d" % (CTL_IP, CONTROL_PORT),
+               "mtu": 1500}
         if transport == "dpdk":
             app["dpdk"] = {"eal": ["--no-pci", "--in-memory", "--log-level", "lib.eal:error",
                                    "--vdev", "net_af_xdp0,iface=dp0,queue_count=%d" % cores]}
         app.update(extra_app or {})
-        with open(self.conf, "w") as f:
-            f.write(to_libconfig(app, jobs))
-        self.control = "%s:%d" % (CTL_IP, CONTROL_PORT)
-        self.proc = None
+        # The configuration names the namespace's addresses: they override the free
+        # loopback ports pboxtest picks.
+        super().__init__(jobs, cores=cores, **app)
+        self.control = app["control"]
+        self.args = ["ip", "netns", "exec", topo.app_ns] + self.args
 
-    def __enter__(self):
+    def start(self):
+        """Start pboxd in the appliance namespace; it is ready when its log says so (its
+        control port is not reachable from this namespace)."""
         self.logf = open(self.logpath, "w")
-        self.proc = subprocess.Popen(["ip", "netns", "exec", self.topo.app_ns,
-                                      build_path("dataplane/pboxd"), "-c", self.conf],
-                                     stdout=self.logf, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         self.topo.procs.append(self.proc)
         deadline = time.time() + 30
@@ -102,61 +102,23 @@ class Pboxd:
                 fail("pboxd (%s) exited at start with status %d" %
                      (self.transport, self.proc.returncode))
             if "ready:" in self.log():
-                return self
+                return
             time.sleep(0.1)
         self.dump_log()
         fail("pboxd (%s) did not become ready" % self.transport)
 
-    def __exit__(self, et, ev, tb):
-        rc = self.stop()
-        if et is None and rc != 0:
-            self.dump_log()
-            fail("pboxd (%s) exited with status %d" % (self.transport, rc))
-        if et is not None:
-            self.dump_log()
-        return False
-
-    def stop(self):
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.dump_log()
-                fail("pboxd (%s) did not stop within 30 s" % self.transport)
-        self.logf.close()
-        rc = self.proc.returncode
-        self.proc = None
-        return rc
-
     def stats(self):
         """The stats object, asked from inside the appliance namespace."""
-        code = ("import json,socket\n"
-                "s=socket.create_connection(('%s',%d),timeout=10)\n"
-                "s.sendall(b'{\"op\":\"stats\"}\\n')\n"
-                "b=b''\n"
-                "while not b.endswith(b'\\n'):\n"
-                "    d=s.recv(1<<20)\n"
-                "    if not d: break\n"
-                "    b+=d\n"
-                "print(b.decode().split('\\n')[0])\n") % (CTL_IP, CONTROL_PORT)
-        r = sh(PYTHON, "-c", code, ns=self.topo.app_ns)
-        return json.loads(r.stdout)
-
-    def log(self):
-        with open(self.logpath) as f:
-            return f.read()
+        code = ("import json, sys\n"
+                "sys.path.insert(0, %r)\n"
+                "from pboxtest import control_request\n"
+                "print(json.dumps(control_request(%r, {'op': 'stats'})))\n") % (
+                    INTEGRATION, self.control)
+        return json.loads(sh(PYTHON, "-c", code, ns=self.topo.app_ns).stdout)
 
     def dump_log(self):
-        try:
-            sys.stderr.write("---- pboxd (%s) log ----\n%s-------------------\n" %
-                             (self.transport, self.log()))
-        except OSError:
-            pass
+        sys.stderr.write("(pboxd on the %s transport)\n" % self.transport)
+        super().dump_log()
 
 
 class Topology:

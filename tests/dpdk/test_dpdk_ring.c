@@ -16,6 +16,8 @@
  *
  * The job tables come from the engine's unit-test harness (tests/unit/sim.h, no_nodes).
  */
+#include <errno.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,12 +43,13 @@
 #include <urcu-qsbr.h>
 
 #include "dpdk/dpdk.h"
+#include "frame.h"
 #include "kernels/kernels.h"
 #include "sim.h"
 
 #define NCORES    2
 #define BASE_PORT 7100
-#define APP_IP    RTE_IPV4(10, 0, 0, 1)
+#define APP_IP    FRAME_APP_IP
 #define RING_SZ   8192
 #define MAX_FRAME 16384
 
@@ -64,16 +67,6 @@ struct app {
 	struct pbox_core_stats stats[NCORES];
 	struct sim s;
 };
-
-static void worker_addr(uint32_t rank, uint8_t mac[6], uint32_t *ip, uint16_t *port)
-{
-	static const uint8_t base[6] = { 0x02, 0x00, 0x5e, 0x10, 0x00, 0x00 };
-
-	memcpy(mac, base, 6);
-	mac[5] = (uint8_t)(rank + 1);
-	*ip = htonl(RTE_IPV4(10, 0, 0, 10 + rank));
-	*port = htons((uint16_t)(40000 + rank));
-}
 
 static void app_open(struct app *a, const struct sim_job_cfg *jc)
 {
@@ -94,24 +87,14 @@ static void app_open(struct app *a, const struct sim_job_cfg *jc)
 		.zero_copy = true,
 	};
 	struct pbox_core_stats *st[NCORES];
-	char name[64];
 	int id;
 
 	memset(a, 0, sizeof(*a));
 	assert_int_equal(sim_init(&a->s, jc), 0);
 	for (unsigned q = 0; q < NCORES; q++) {
-		snprintf(name, sizeof(name), "t%u_rx%u", g_port_seq, q);
-		a->rx[q] = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY,
-					   RING_F_SP_ENQ | RING_F_SC_DEQ);
-		snprintf(name, sizeof(name), "t%u_tx%u", g_port_seq, q);
-		a->tx[q] = rte_ring_create(name, RING_SZ, SOCKET_ID_ANY,
-					   RING_F_SP_ENQ | RING_F_SC_DEQ);
-		assert_non_null(a->rx[q]);
-		assert_non_null(a->tx[q]);
 		st[q] = &a->stats[q];
 	}
-	snprintf(name, sizeof(name), "net_ring_t%u", g_port_seq++);
-	id = rte_eth_from_rings(name, a->rx, NCORES, a->tx, NCORES, (unsigned)rte_socket_id());
+	id = frame_ring_port("t", g_port_seq++, NCORES, RING_SZ, a->rx, a->tx);
 	assert_true(id >= 0);
 	a->port = (uint16_t)id;
 	cfg.addrs[0] = htonl(APP_IP);
@@ -127,32 +110,35 @@ static void app_close(struct app *a)
 {
 	g_open = NULL;
 	pbox_dpdk_stop(a->d);
-	pbox_dpdk_close(a->d);
+	/* Replies left in the TX rings reference the cores (their release bitmaps) and the
+	 * ports' pools: free them while those exist. */
 	for (unsigned q = 0; q < NCORES; q++) {
 		void *m;
 
 		while (rte_ring_dequeue(a->tx[q], &m) == 0) {
 			rte_pktmbuf_free(m);
 		}
+		while (rte_ring_dequeue(a->rx[q], &m) == 0) {
+			rte_pktmbuf_free(m);
+		}
+	}
+	pbox_dpdk_close(a->d);
+	for (unsigned q = 0; q < NCORES; q++) {
 		rte_ring_free(a->rx[q]);
 		rte_ring_free(a->tx[q]);
 	}
 	sim_fini(&a->s);
 }
 
-static uint64_t dstat(const struct app *a, size_t field_off)
-{
-	uint64_t t = 0;
-
-	for (uint32_t k = 0; k < NCORES; k++) {
-		const uint8_t *s = (const uint8_t *)pbox_dpdk_core_stats(a->d, k);
-
-		t += __atomic_load_n((const uint64_t *)(const void *)(s + field_off),
-				     __ATOMIC_RELAXED);
-	}
-	return t;
-}
-#define DSTAT(a, f) dstat(a, offsetof(struct pbox_dpdk_stats, f))
+/* Sum of a struct pbox_dpdk_stats counter over the cores. */
+#define DSTAT(a, f)                                                                 \
+	({                                                                          \
+		uint64_t t_ = 0;                                                    \
+		for (uint32_t k_ = 0; k_ < NCORES; k_++) {                          \
+			t_ += pbox_stat_read(&pbox_dpdk_core_stats((a)->d, k_)->f); \
+		}                                                                   \
+		t_;                                                                 \
+	})
 
 static uint64_t estat_drop(const struct app *a, enum pbox_drop_reason r)
 {
@@ -165,40 +151,6 @@ static uint64_t estat_drop(const struct app *a, enum pbox_drop_reason r)
 }
 
 /* ---- frames ---- */
-
-/* An Ethernet/IPv4/UDP/pbox frame from rank (src) to dport into buf; returns its length. */
-static uint32_t build_frame(uint8_t *buf, uint32_t rank, uint16_t dport, const struct pbox_msg *m,
-			    const void *payload)
-{
-	struct rte_ether_hdr *eth = (struct rte_ether_hdr *)buf;
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-	struct pbox_wire_hdr *h = (struct pbox_wire_hdr *)(udp + 1);
-	static const uint8_t app_mac[6] = { 0x02, 0, 0, 0, 0, 0x01 };
-	uint32_t ipaddr, len = m->frag_len;
-	uint16_t sport;
-
-	worker_addr(rank, eth->src_addr.addr_bytes, &ipaddr, &sport);
-	memcpy(eth->dst_addr.addr_bytes, app_mac, 6);
-	eth->ether_type = htons(RTE_ETHER_TYPE_IPV4);
-	memset(ip, 0, sizeof(*ip));
-	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->total_length = htons((uint16_t)(20 + 8 + 64 + len));
-	ip->time_to_live = 64;
-	ip->next_proto_id = IPPROTO_UDP;
-	ip->src_addr = ipaddr;
-	ip->dst_addr = htonl(APP_IP);
-	ip->hdr_checksum = rte_ipv4_cksum(ip);
-	udp->src_port = sport;
-	udp->dst_port = htons(dport);
-	udp->dgram_len = htons((uint16_t)(8 + 64 + len));
-	udp->dgram_cksum = 0;
-	pbox_wire_encode(m, h);
-	if (len != 0) {
-		memcpy(h + 1, payload, len);
-	}
-	return 14 + 20 + 8 + 64 + len;
-}
 
 /* An mbuf chain holding buf, cut at the given offsets (ascending, 0-terminated). */
 static struct rte_mbuf *to_mbuf(const uint8_t *buf, uint32_t len, const uint32_t *cuts)
@@ -388,7 +340,7 @@ static void push_iteration(struct app *a, uint32_t t, bool exact, uint32_t seed,
 				for (uint32_t i = 0; i < m.frag_len / 4; i++) {
 					g[i] = grad(r, t, c, i0 + i, exact);
 				}
-				len = build_frame(buf, r, (uint16_t)(BASE_PORT + cd->core), &m, g);
+				len = frame_build(buf, r, (uint16_t)(BASE_PORT + cd->core), &m, g);
 				frames[n++] = to_mbuf(buf, len, multiseg ? cuts : NULL);
 			}
 		}
@@ -450,7 +402,7 @@ static void collect_iteration(struct app *a, uint32_t t, float **want)
 		for (rank = 0; rank < s->nranks && s->cookies[rank] != r->m.cookie; rank++) {
 		}
 		assert_true(rank < s->nranks);
-		worker_addr(rank, mac, &ip, &port);
+		frame_worker_addr(rank, mac, &ip, &port);
 		assert_memory_equal(r->dst_mac, mac, 6);
 		assert_int_equal(r->dst_ip, ip);
 		assert_int_equal(r->dst_port, port);
@@ -630,7 +582,7 @@ static void test_server_opt_reclaim(void **state)
 				.frag_len = pbox_frag_len(&a->s.desc, cd->bytes, f),
 				.chunk_len = cd->bytes,
 			};
-			uint32_t len = build_frame(buf, 0, (uint16_t)(BASE_PORT + cd->core), &m,
+			uint32_t len = frame_build(buf, 0, (uint16_t)(BASE_PORT + cd->core), &m,
 						   model + cd->elem_off + f * 256);
 
 			inject_buf(a, cd->core, buf, len);
@@ -671,7 +623,7 @@ static void test_server_opt_reclaim(void **state)
 						.chunk_len = cd->bytes,
 						.seq = t,
 					};
-					uint32_t len = build_frame(
+					uint32_t len = frame_build(
 						buf, r2, (uint16_t)(BASE_PORT + cd->core), &m,
 						g[r2] + cd->elem_off + f * 256);
 
@@ -802,7 +754,7 @@ static void test_garbage_and_arp(void **state)
 		.frag_len = 1024,
 		.chunk_len = 1024,
 	};
-#define REBUILD() (len = build_frame(buf, 0, dport, &good, g))
+#define REBUILD() (len = frame_build(buf, 0, dport, &good, g))
 	/* runt */
 	REBUILD();
 	inject_buf(a, owner, buf, 10);
@@ -930,6 +882,258 @@ static void test_garbage_and_arp(void **state)
 	free(a);
 }
 
+/* UDP checksums: net_ring has no RX offloads, so they are verified in software, across
+ * segments; a wrong one is dropped under bad_udp, a right one aggregated, and one left
+ * unfinished for a NIC offload (just the pseudo-header sum, as a veth delivers it)
+ * accepted. */
+static void test_udp_checksum(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 256 } };
+	struct sim_job_cfg jc = {
+		.nranks = 3,
+		.ncores = NCORES,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 1024,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	struct app *a = calloc(1, sizeof(*a));
+	uint8_t *buf = malloc(MAX_FRAME);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(buf + 14);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	/* inside the UDP header, and at odd offsets inside the payload */
+	static const uint32_t cuts[] = { 14 + 20 + 5, 14 + 20 + 8 + 64 + 333,
+					 14 + 20 + 8 + 64 + 700, 0 };
+	float g[256];
+	uint32_t owner, len;
+	struct rte_mbuf *m;
+
+	(void)state;
+	for (uint32_t i = 0; i < 256; i++) {
+		g[i] = (float)(i % 13) - 6.0f;
+	}
+	app_open(a, &jc);
+	owner = a->s.desc.chunks[0].core;
+	for (uint32_t r = 0; r < 3; r++) {
+		struct pbox_msg msg = {
+			.type = PBOX_MSG_PUSH,
+			.encoding = PBOX_ENC_F32,
+			.flags = PBOX_F_WANT_REPLY,
+			.job = 42,
+			.sender = r,
+			.cookie = a->s.cookies[r],
+			.frag_len = 1024,
+			.chunk_len = 1024,
+		};
+
+		len = frame_build(buf, r, (uint16_t)(BASE_PORT + owner), &msg, g);
+		udp->dgram_cksum =
+			r == 2 ? rte_ipv4_phdr_cksum(ip, 0) : rte_ipv4_udptcp_cksum(ip, udp);
+		assert_true(udp->dgram_cksum != 0);
+		if (r == 1) {
+			/* First a corrupted copy: one payload bit flipped. */
+			buf[len - 1] ^= 0x10;
+			inject_buf(a, owner, buf, len);
+			buf[len - 1] ^= 0x10;
+		}
+		inject(a, owner, to_mbuf(buf, len, r == 1 ? cuts : NULL));
+	}
+	while ((m = next_reply(a, 500)) != NULL) {
+		rte_pktmbuf_free(m);
+	}
+	assert_int_equal(DSTAT(a, bad_udp), 1);
+	assert_int_equal(pbox_stat_read(&a->stats[owner].agg_frags), 3);
+	assert_int_equal(pbox_stat_read(&a->stats[owner].iterations), 1);
+	free(buf);
+	app_close(a);
+	free(a);
+}
+
+/* A worker leaves while the others wait for its contribution: publishing the job table
+ * without it is enough, with no further datagram, for the cores to complete the
+ * iteration and answer the remaining ranks with the sum of their own gradients. */
+static void test_member_leaves(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 5, 3000 } };
+	struct sim_job_cfg jc = {
+		.nranks = 3,
+		.ncores = NCORES,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 4096,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	struct app *a = calloc(1, sizeof(*a));
+	uint8_t *buf = malloc(MAX_FRAME);
+	float *g = malloc(MAX_FRAME), **want;
+	struct reply *r = malloc(sizeof(*r));
+	struct pbox_jobtab *tab2;
+	struct pbox_job job2;
+	uint64_t live2;
+	uint32_t nchunks, need = 0, got = 0;
+	struct rte_mbuf *m;
+
+	(void)state;
+	app_open(a, &jc);
+	nchunks = a->s.desc.nchunks;
+	want = calloc(nchunks, sizeof(*want));
+	for (uint32_t c = 0; c < nchunks; c++) {
+		const struct pbox_chunk_desc *cd = &a->s.desc.chunks[c];
+
+		want[c] = calloc(1, cd->bytes);
+		need += 2 * cd->nfrags;
+		for (uint32_t i = 0; i < cd->bytes / 4; i++) {
+			want[c][i] = grad(0, 0, c, i, true) + grad(1, 0, c, i, true);
+		}
+	}
+	/* Ranks 0 and 1 push iteration 0 of every chunk; rank 2 never does. */
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		for (uint32_t c = 0; c < nchunks; c++) {
+			const struct pbox_chunk_desc *cd = &a->s.desc.chunks[c];
+
+			for (uint32_t f = 0; f < cd->nfrags; f++) {
+				struct pbox_msg msg = {
+					.type = PBOX_MSG_PUSH,
+					.encoding = PBOX_ENC_F32,
+					.flags = PBOX_F_WANT_REPLY,
+					.job = 42,
+					.sender = rank,
+					.cookie = a->s.cookies[rank],
+					.chunk = c,
+					.frag_off = f * 1024,
+					.frag_len = pbox_frag_len(&a->s.desc, cd->bytes, f),
+					.chunk_len = cd->bytes,
+				};
+				uint32_t len;
+
+				for (uint32_t i = 0; i < msg.frag_len / 4; i++) {
+					g[i] = grad(rank, 0, c, f * 256 + i, true);
+				}
+				len = frame_build(buf, rank, (uint16_t)(BASE_PORT + cd->core), &msg,
+						  g);
+				inject_buf(a, cd->core, buf, len);
+			}
+		}
+	}
+	while ((m = next_reply(a, 300)) != NULL) {
+		if (parse_reply(m, r) && r->m.type == PBOX_MSG_DATA) {
+			fail_msg("a result while rank 2's contribution is missing");
+		}
+		rte_pktmbuf_free(m);
+	}
+	/* Rank 2 leaves: a new table, as pboxd publishes it (a new job entry with the new
+	 * live set and generation, over the same job state). */
+	job2 = a->s.job;
+	live2 = a->s.live[0] & ~(UINT64_C(1) << 2);
+	job2.live = &live2;
+	job2.nlive = 2;
+	job2.generation++;
+	tab2 = calloc(1, sizeof(*tab2) + sizeof(tab2->jobs[0]));
+	assert_non_null(tab2);
+	tab2->generation = a->s.tab->generation + 1;
+	tab2->njobs = 1;
+	tab2->jobs[0] = &job2;
+	rcu_assign_pointer(a->tab, tab2);
+	while (got < need) {
+		uint32_t rank;
+
+		m = next_reply(a, 5000);
+		if (m == NULL) {
+			fail_msg("%u of %u result fragments 5 s after rank 2 left", got, need);
+		}
+		if (!parse_reply(m, r) || r->m.type != PBOX_MSG_DATA) {
+			rte_pktmbuf_free(m);
+			continue;
+		}
+		for (rank = 0; rank < 2 && a->s.cookies[rank] != r->m.cookie; rank++) {
+		}
+		assert_true(rank < 2);
+		assert_int_equal(r->m.iter, 0);
+		assert_memory_equal(r->payload, (const uint8_t *)want[r->m.chunk] + r->m.frag_off,
+				    r->len);
+		got++;
+		rte_pktmbuf_free(m);
+	}
+	assert_int_equal(pbox_stat_read(&a->stats[0].iterations) +
+				 pbox_stat_read(&a->stats[1].iterations),
+			 nchunks);
+	assert_true(pbox_stat_read(&a->stats[0].membership_changes) +
+			    pbox_stat_read(&a->stats[1].membership_changes) >=
+		    1);
+	app_close(a); /* the lcores are stopped: the table can go */
+	free(tab2);
+	for (uint32_t c = 0; c < nchunks; c++) {
+		free(want[c]);
+	}
+	free(want);
+	free(g);
+	free(buf);
+	free(r);
+	free(a);
+}
+
+/* The automatic --lcores value: ranges, one group for the unpinned lcores. (The EAL of
+ * this test parses one: see group_setup.) */
+static void test_lcores_arg(void **state)
+{
+	char buf[4096], want[64];
+	cpu_set_t set;
+	int cpus[64];
+
+	(void)state;
+	CPU_ZERO(&set);
+	for (int c = 0; c < 64; c++) {
+		CPU_SET(c, &set);
+		cpus[c] = -1;
+	}
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 3, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "(0-3)@(0-63)");
+	/* 64 unpinned cores on 64 CPUs: still short */
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 64, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "(0-64)@(0-63)");
+	/* some pinned; CPU runs and single CPUs */
+	CPU_ZERO(&set);
+	for (int c = 0; c < 4; c++) {
+		CPU_SET(c, &set);
+	}
+	CPU_SET(8, &set);
+	CPU_SET(10, &set);
+	CPU_SET(11, &set);
+	cpus[1] = 5;
+	cpus[3] = 9;
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 4, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "(0-1,3)@(0-3,8,10-11),2@5,4@9");
+	cpus[0] = 7;
+	cpus[2] = 6;
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 4, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "(0)@(0-3,8,10-11),1@7,2@5,3@6,4@9");
+	/* a run starting at RTE_MAX_LCORE starts with that id alone (EAL parser) */
+	CPU_ZERO(&set);
+	for (int c = RTE_MAX_LCORE; c < RTE_MAX_LCORE + 3; c++) {
+		CPU_SET(c, &set);
+	}
+	cpus[0] = -1;
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 1, buf, sizeof(buf)), 0);
+	snprintf(want, sizeof(want), "(0-1)@(%d,%d-%d)", RTE_MAX_LCORE, RTE_MAX_LCORE + 1,
+		 RTE_MAX_LCORE + 2);
+	assert_string_equal(buf, want);
+	/* every other CPU of a large machine: fits 4 KB, not 64 bytes */
+	CPU_ZERO(&set);
+	for (int c = 0; c < 512; c += 2) {
+		CPU_SET(c, &set);
+	}
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 1, buf, sizeof(buf)), 0);
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 1, buf, 64), -E2BIG);
+	CPU_ZERO(&set);
+	assert_int_equal(pbox_dpdk_lcores_arg(&set, cpus, 1, buf, sizeof(buf)), -EINVAL);
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -942,16 +1146,26 @@ static int teardown(void **state)
 static int group_setup(void **state)
 {
 	static const char *const args[] = {
-		"test_dpdk_ring", "--no-huge",     "-m",       "512",
-		"--no-pci",       "--no-shconf",   "--lcores", "0@(0,1),1@(0,1),2@(0,1)",
+		"test_dpdk_ring", "--no-huge",     "-m",       "512", "--no-pci",
+		"--no-shconf",    "--lcores",      "(lcores)", /* made by pbox_dpdk_lcores_arg */
 		"--log-level",    "lib.eal:error",
 	};
-	char *argv[sizeof(args) / sizeof(args[0]) + 1];
+	static const int unpinned[NCORES] = { -1, -1 };
+	char *argv[sizeof(args) / sizeof(args[0]) + 1], lcores[64];
 	int argc = (int)(sizeof(args) / sizeof(args[0]));
+	cpu_set_t cpus;
 
 	(void)state;
+	/* Every lcore on CPUs 0 and 1, as pboxd asks for unpinned cores: "(0-2)@(0-1)". */
+	CPU_ZERO(&cpus);
+	CPU_SET(0, &cpus);
+	CPU_SET(1, &cpus);
+	if (pbox_dpdk_lcores_arg(&cpus, unpinned, NCORES, lcores, sizeof(lcores)) != 0) {
+		return -1;
+	}
 	for (int i = 0; i < argc; i++) {
-		argv[i] = strdup(args[i]); /* the EAL keeps pointers into argv */
+		/* the EAL keeps pointers into argv */
+		argv[i] = strdup(strcmp(args[i], "(lcores)") == 0 ? lcores : args[i]);
 	}
 	argv[argc] = NULL;
 	if (rte_eal_init(argc, argv) < 0) {
@@ -980,6 +1194,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_multiseg, teardown),
 		cmocka_unit_test_teardown(test_server_opt_reclaim, teardown),
 		cmocka_unit_test_teardown(test_garbage_and_arp, teardown),
+		cmocka_unit_test_teardown(test_udp_checksum, teardown),
+		cmocka_unit_test_teardown(test_member_leaves, teardown),
+		cmocka_unit_test(test_lcores_arg),
 	};
 
 	return cmocka_run_group_tests_name("dpdk_ring", tests, group_setup, group_teardown);
