@@ -89,7 +89,9 @@ static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone
 		.encoding = PBOX_ENC_NONE,
 		.flags = flags,
 		.iter = iter,
-		.arg0 = x->m ? x->m->seq : 0,
+		/* seq echoed only to the sender of the message being handled */
+		.arg0 = x->m != NULL && x->m->sender == rank && !(flags & PBOX_F_RETRY) ? x->m->seq
+											: 0,
 		.arg1 = ndone,
 	};
 
@@ -104,7 +106,7 @@ static void send_error(struct ctx *x, uint32_t rank, uint32_t iter, int err)
 		.encoding = PBOX_ENC_NONE,
 		.iter = iter,
 		.arg0 = (uint32_t)err,
-		.arg1 = x->m ? x->m->type : 0,
+		.arg1 = x->m != NULL && x->m->sender == rank ? x->m->type : 0,
 	};
 
 	xmit(x, rank, &m, NULL);
@@ -345,7 +347,7 @@ static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 	/* The slot's accumulator may still be the result of iter - window, referenced by
 	 * replies. */
 	reclaim(x->e, sl->acc_ref);
-	if (sl->open && x->cs->late_iter != NULL) {
+	if (sl->open && x->job->sync->folds_late) {
 		/* A straggler's partial contribution to the iteration leaving the window keeps
 		 * its fragment bitmap, so its retransmissions are not counted twice. */
 		for (uint32_t w = 0; w < nw; w++) {
@@ -574,48 +576,55 @@ static uint32_t outstanding(const struct ctx *x, uint32_t w)
 
 		n += sl->open && sl->wcnt[w] != 0 && sl->wcnt[w] != x->cd->nfrags;
 	}
-	if (cs->late_cnt != NULL) {
+	if (x->job->sync->folds_late) {
 		n += cs->late_cnt[w] != 0 && cs->late_cnt[w] != x->cd->nfrags;
 	}
 	return n;
 }
 
-/* Drop-stragglers: a push for an iteration already complete is folded forward. */
+/* Drop-stragglers, ASP: a push for an iteration already complete is folded forward. */
 static void push_late(struct ctx *x, uint32_t f)
 {
 	const struct pbox_msg *m = x->m;
 	struct pbox_chunk_state *cs = x->cs;
 	uint32_t w = m->sender, t = m->iter;
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
-	uint64_t *row = cs->late_bits + (size_t)w * fwords;
-	struct pbox_slot *sl;
+	struct pbox_slot *sl = slot_of(x, t);
+	bool in_window = slot_holds(sl, t), complete;
+	uint64_t *row;
+	uint16_t *cnt;
 
-	if (cs->late_iter[w] != t) {
-		if (outstanding(x, w) >= x->job->credits) {
-			drop(x->e, PBOX_DROP_CREDIT);
-			return;
-		}
-		/* Start tracking this late contribution, with what its own iteration already
-		 * counted (if that is still in the window). */
-		sl = slot_of(x, t);
-		cs->late_iter[w] = t;
-		if (slot_holds(sl, t)) {
-			memcpy(row, sl->bits + (size_t)w * fwords, fwords * 8);
-			cs->late_cnt[w] = sl->wcnt[w];
-		} else {
+	/* A contribution not started yet takes a credit; the rest of a started one (in t's
+	 * slot while t is in the window, in late_* after slot_open moved it) does not. */
+	if ((in_window ? sl->wcnt[w] == 0 : cs->late_iter[w] != t) &&
+	    outstanding(x, w) >= x->job->credits) {
+		drop(x->e, PBOX_DROP_CREDIT);
+		return;
+	}
+	if (in_window) {
+		row = sl->bits + (size_t)w * fwords;
+		cnt = &sl->wcnt[w];
+	} else {
+		row = cs->late_bits + (size_t)w * fwords;
+		cnt = &cs->late_cnt[w];
+		if (cs->late_iter[w] != t) {
+			cs->late_iter[w] = t;
 			memset(row, 0, fwords * 8);
-			cs->late_cnt[w] = 0;
+			*cnt = 0;
 		}
 	}
 	if (pbox_bit_test(row, f)) {
-		push_duplicate(x, f, cs->late_cnt[w] == x->cd->nfrags, 0);
+		push_duplicate(x, f, *cnt == x->cd->nfrags, 0);
 		return;
 	}
+	/* Counted before folding: fold may open t + window in t's slot, which moves this
+	 * contribution (bits and count) to late_* if it is still partial. */
 	pbox_bit_set(row, f);
+	complete = ++*cnt == x->cd->nfrags;
 	PBOX_STAT_ADD(x->e->stats, agg_frags, 1);
 	PBOX_STAT_ADD(x->e->stats, agg_bytes, m->frag_len);
 	fold(x, t, f);
-	if (++cs->late_cnt[w] == x->cd->nfrags) {
+	if (complete) {
 		PBOX_STAT_ADD(x->e->stats, late_contribs, 1);
 		contribution_done(x, w, t, 0);
 	}
@@ -629,6 +638,7 @@ static void on_push(struct ctx *x)
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
 	struct pbox_slot *sl;
 	uint64_t *row;
+	bool fresh;
 
 	if (!cs->initialized) {
 		drop(x->e, PBOX_DROP_NOT_READY);
@@ -661,22 +671,19 @@ static void on_push(struct ctx *x)
 		return;
 	}
 	sl = slot_of(x, t);
-	if (!slot_holds(sl, t)) {
-		if (outstanding(x, w) >= x->job->credits) {
-			drop(x->e, PBOX_DROP_CREDIT);
-			return;
-		}
+	fresh = !slot_holds(sl, t);
+	if ((fresh || sl->wcnt[w] == 0) && outstanding(x, w) >= x->job->credits) {
+		/* NOTIFY-ACK: an unacknowledged contribution is still incomplete; a second
+		 * one must not start before the first is consumed. */
+		drop(x->e, PBOX_DROP_CREDIT);
+		return;
+	}
+	if (fresh) {
 		slot_open(x, sl, t);
 	}
 	row = sl->bits + (size_t)w * fwords;
 	if (pbox_bit_test(row, f)) {
 		push_duplicate(x, f, sl->wcnt[w] == x->cd->nfrags, sl->ndone);
-		return;
-	}
-	if (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits) {
-		/* NOTIFY-ACK: an unacknowledged contribution is still incomplete; a second
-		 * one must not start before the first is consumed. */
-		drop(x->e, PBOX_DROP_CREDIT);
 		return;
 	}
 	pbox_bit_set(row, f);
@@ -755,7 +762,7 @@ static void reconcile_chunk(struct ctx *x, const uint64_t *gone)
 {
 	struct pbox_chunk_state *cs = x->cs;
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
-	uint32_t nw = x->d->nworkers, w;
+	uint32_t nw = x->d->nworkers, w, q;
 
 	PBOX_BIT_FOREACH(w, gone, nw)
 	{
@@ -765,6 +772,7 @@ static void reconcile_chunk(struct ctx *x, const uint64_t *gone)
 		}
 		pbox_bit_clear(cs->blocked, w);
 	}
+	q = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
 	for (uint32_t s = 0; s < x->job->window; s++) {
 		struct pbox_slot *sl = &cs->slot[s];
 
@@ -772,18 +780,20 @@ static void reconcile_chunk(struct ctx *x, const uint64_t *gone)
 			continue;
 		}
 		for (uint32_t f = 0; f < x->cd->nfrags; f++) {
-			uint32_t need = 0;
+			uint32_t need = sl->need[f];
 
-			if (sl->need[f] == PBOX_FRAG_FINAL) {
+			if (need == PBOX_FRAG_FINAL) {
 				continue;
 			}
 			if (x->job->sync->folds_late) {
 				/* What the departed sent in time still counts. */
-				uint32_t q = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
-				uint32_t counted = sl->quorum - sl->need[f];
+				uint32_t counted = sl->quorum - need;
 
 				need = q > counted ? q - counted : 0;
 			} else {
+				/* Every live rank completes the fragment: recount (a rare event;
+				 * exact whatever the slot saw before the change). */
+				need = 0;
 				for (uint32_t r = 0; r < nw; r++) {
 					need += pbox_bit_test(x->job->live, r) &&
 						!pbox_bit_test(sl->bits + (size_t)r * fwords, f);
@@ -791,7 +801,7 @@ static void reconcile_chunk(struct ctx *x, const uint64_t *gone)
 			}
 			sl->need[f] = (uint16_t)need;
 		}
-		sl->quorum = x->job->sync->quorum(&x->job->sync_cfg, x->job->nlive);
+		sl->quorum = q;
 	}
 	advance(x);
 }
@@ -865,6 +875,8 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	}
 	if (npay == 1 && pay[0].base == NULL) {
 		pay[0].base = m.payload; /* contiguous: just past the header */
+	} else {
+		m.payload = NULL; /* in pieces (x.pay); hdr may be a copy */
 	}
 	x.e = e;
 	x.m = &m;

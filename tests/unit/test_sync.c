@@ -612,6 +612,124 @@ static void test_no_ack_for_incomplete(void **state)
 	sim_fini(&s);
 }
 
+/* Drop-stragglers with multi-fragment chunks: a straggler that had sent part of its
+ * contribution when the quorum completed the iteration finishes it late (folded forward,
+ * acknowledged), and is not refused a credit by its own half-sent contribution. */
+static void test_straggler_finishes_late(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 32 } }; /* 2 fragments of 64 B */
+	struct sim_job_cfg c = {
+		.nranks = 3,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 128,
+		.frag_bytes = 64,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct sim s;
+	float g[32] = { 0 };
+	struct pbox_msg r;
+	uint32_t acks = 0;
+
+	(void)state;
+	c.sync.model = PBOX_SYNC_DROP_STRAGGLERS;
+	c.sync.quorum = 2;
+	assert_int_equal(sim_init(&s, &c), 0);
+	{
+		struct pbox_msg m = { .type = PBOX_MSG_PUSH, .chunk = 0, .frag_len = 64 };
+
+		sim_send_msg(&s, 2, &m, g); /* rank 2: first half of iteration 0 */
+		for (uint32_t w = 0; w < 2; w++) {
+			for (uint32_t f = 0; f < 2; f++) {
+				m.frag_off = f * 64;
+				sim_send_msg(&s, w, &m, g + f * 16);
+			}
+		}
+		assert_int_equal(s.job.state->core[0].chunks[0].version, 1);
+		m.frag_off = 64;
+		sim_send_msg(&s, 2, &m, g + 16); /* rank 2: the rest, late */
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_CREDIT]), 0);
+		assert_int_equal(SIM_STAT(&s, late_contribs), 1);
+		while (sim_take_reply(&s, 2, &r, NULL)) {
+			acks += r.type == PBOX_MSG_ACK && r.iter == 0;
+		}
+		assert_int_equal(acks, 1);
+		m.iter = 1;
+		m.frag_off = 0;
+		sim_send_msg(&s, 2, &m, g); /* its next contribution starts at once */
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_CREDIT]), 0);
+	}
+	sim_fini(&s);
+}
+
+/* ASP with two-fragment chunks: a straggler's late second half folds into the iteration
+ * that reuses its own iteration's slot (0 + window); the contribution still completes,
+ * is acknowledged, takes no extra credit, and every gradient reaches the model. */
+static void test_asp_late_half_reuses_its_slot(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 1, 32 } }; /* 2 fragments of 64 B */
+	struct sim_job_cfg c = job_cfg(PBOX_SYNC_ASP, 0, false);
+	float zero[16] = { 0 }, g[16], want[32] = { 0 }, got[32];
+	uint8_t payload[64];
+	struct pbox_msg m, r;
+	uint32_t acks = 0;
+	struct sim s;
+
+	(void)state;
+	c.keys = keys;
+	c.chunk_bytes = 128;
+	c.frag_bytes = 64;
+	assert_int_equal(sim_init(&s, &c), 0);
+	for (uint32_t f = 0; f < 2; f++) {
+		m = (struct pbox_msg){
+			.type = PBOX_MSG_INIT, .chunk = 0, .frag_off = f * 64, .frag_len = 64
+		};
+		sim_send_msg(&s, 0, &m, zero);
+	}
+#define PUSH(rank, t, f)                                               \
+	do {                                                           \
+		for (uint32_t i = 0; i < 16; i++) {                    \
+			g[i] = (float)(1 + (rank)*100 + (t)*10 + (f)); \
+			want[(f)*16 + i] -= g[i];                      \
+		}                                                      \
+		m = (struct pbox_msg){ .type = PBOX_MSG_PUSH,          \
+				       .chunk = 0,                     \
+				       .iter = (t),                    \
+				       .frag_off = (f)*64,             \
+				       .frag_len = 64 };               \
+		sim_send_msg(&s, (rank), &m, g);                       \
+	} while (0)
+	PUSH(1, 0, 0); /* rank 1: first half of iteration 0 */
+	for (uint32_t t = 0; t < 4; t++) {
+		PUSH(0, t, 0);
+		PUSH(0, t, 1);
+	}
+	assert_int_equal(s.job.state->core[0].chunks[0].version, 4);
+	PUSH(1, 0, 1); /* the rest of iteration 0: folded into 4, in slot 0 */
+	PUSH(1, 1, 0);
+	PUSH(1, 1, 1);
+	PUSH(0, 4, 0);
+	PUSH(0, 4, 1);
+#undef PUSH
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_CREDIT]), 0);
+	assert_int_equal(SIM_STAT(&s, late_contribs), 2);
+	while (sim_take_reply(&s, 1, &r, NULL)) {
+		acks += r.type == PBOX_MSG_ACK;
+	}
+	assert_int_equal(acks, 2);
+	assert_int_equal(s.job.state->core[0].chunks[0].version, 5);
+	m = (struct pbox_msg){ .type = PBOX_MSG_PULL, .chunk = 0, .iter = 5 };
+	sim_send_msg(&s, 0, &m, NULL);
+	while (sim_take_reply(&s, 0, &r, payload)) {
+		if (r.type == PBOX_MSG_DATA) {
+			memcpy((uint8_t *)got + r.frag_off, payload, r.frag_len);
+		}
+	}
+	assert_memory_equal(got, want, sizeof(got));
+	sim_fini(&s);
+}
+
 static void test_names(void **state)
 {
 	(void)state;
@@ -639,6 +757,8 @@ int main(void)
 		cmocka_unit_test(test_version_words),
 		cmocka_unit_test(test_member_leaves),
 		cmocka_unit_test(test_no_ack_for_incomplete),
+		cmocka_unit_test(test_straggler_finishes_late),
+		cmocka_unit_test(test_asp_late_half_reuses_its_slot),
 		cmocka_unit_test(test_names),
 	};
 
