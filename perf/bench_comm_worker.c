@@ -25,11 +25,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <pbox/pbox.h>
 
+#include "common/args.h"
+#include "common/clock.h"
+
+#define PROG             "pbox-bench-comm"
 #define MAX_TABLE_KEYS   100000u
 #define MAX_PLANNED_ITER 1000000u
 
@@ -95,30 +98,6 @@ static void usage(FILE *f)
 		"appliance refused or an exchange failed.\n");
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
-		fprintf(stderr, "pbox-bench-comm: --%s '%s': expected an integer %u..%u\n", opt, s,
-			min, max);
-		return -EINVAL;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -137,7 +116,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *end;
 	int c, rc = 0;
 
 	memset(o, 0, sizeof(*o));
@@ -145,45 +123,39 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->job = 1;
 	o->seconds = 5.0;
 	o->warmup = 2;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1 && rc == 0) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			o->server = optarg;
 			break;
 		case 'j':
-			rc = parse_u32("job", optarg, 0, UINT32_MAX, &o->job);
+			rc = pbox_arg_u32(PROG, "--job", optarg, 0, UINT32_MAX, &o->job);
 			break;
 		case 't':
 			o->token = optarg;
 			break;
 		case 'r':
-			rc = parse_u32("rank", optarg, 0, UINT32_MAX, &o->rank);
+			rc = pbox_arg_u32(PROG, "--rank", optarg, 0, UINT32_MAX, &o->rank);
 			o->rank_set = true;
 			break;
 		case 'm':
 			o->model = optarg;
 			break;
 		case 'S':
-			o->seconds = strtod(optarg, &end);
-			if (*end != '\0' || !(o->seconds > 0 && o->seconds <= 3600)) {
-				fprintf(stderr,
-					"pbox-bench-comm: --seconds '%s': expected a duration in "
-					"seconds, 0 < S <= 3600\n",
-					optarg);
-				rc = -EINVAL;
-			}
+			rc = pbox_arg_double(PROG, "--seconds", optarg, 0.001, 3600, &o->seconds);
 			break;
 		case 'i':
-			rc = parse_u32("iters", optarg, 1, MAX_PLANNED_ITER, &o->iters);
+			rc = pbox_arg_u32(PROG, "--iters", optarg, 1, MAX_PLANNED_ITER, &o->iters);
 			break;
 		case 'w':
-			rc = parse_u32("warmup", optarg, 1, 1000, &o->warmup);
+			rc = pbox_arg_u32(PROG, "--warmup", optarg, 1, 1000, &o->warmup);
 			break;
 		case 'T':
-			rc = parse_u32("timeout-ms", optarg, 1, 3600000, &o->timeout_ms);
+			rc = pbox_arg_u32(PROG, "--timeout-ms", optarg, 1, 3600000, &o->timeout_ms);
 			break;
 		case 'I':
-			rc = parse_u32("max-inflight", optarg, 1, 1u << 20, &o->max_inflight);
+			rc = pbox_arg_u32(PROG, "--max-inflight", optarg, 1, 1u << 20,
+					  &o->max_inflight);
 			break;
 		case 'B':
 			o->busy_poll = true;
@@ -562,26 +534,27 @@ int main(int argc, char **argv)
 	}
 	pbox_job_info(c, &ji);
 	for (uint32_t it = 0; it < o.warmup; it++) {
-		double t0 = now_s();
+		double t0 = pbox_mono_s();
 
 		if (exchange(c, &t, off, grad, out, it) < 0) {
 			goto out;
 		}
-		warm_iter_s = now_s() - t0; /* the last one: the first pays for connection set-up */
+		warm_iter_s =
+			pbox_mono_s() - t0; /* the last one: the first pays for connection set-up */
 	}
 	if (plan_iters(c, &t, &o, ji.workers, warm_iter_s, &r.iters) < 0) {
 		goto out;
 	}
 	pbox_client_stats(c, &r.before);
 	{
-		double t0 = now_s();
+		double t0 = pbox_mono_s();
 
 		for (uint32_t i = 0; i < r.iters; i++) {
 			if (exchange(c, &t, off, grad, out, o.warmup + i) < 0) {
 				goto out;
 			}
 		}
-		r.seconds = now_s() - t0;
+		r.seconds = pbox_mono_s() - t0;
 	}
 	pbox_client_stats(c, &r.after);
 	/* The mean of identical gradients is that gradient; anything else means the results

@@ -37,14 +37,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/args.h"
+#include "common/clock.h"
 #include "kernels/kernels.h"
 
-#define MAX_ISAS 4
-#define MAX_OPS  (3 + 3 * MAX_ISAS) /* per buffer size */
-#define MAX_REPS 1000
+#define PROG      "pbox-bench-kernels"
+#define MAX_ISAS  4
+#define MAX_OPS   (3 + 3 * MAX_ISAS) /* per buffer size */
+#define MAX_REPS  1000
+#define MAX_BYTES (1ull << 36) /* per buffer: 64 GiB */
 
 enum op_kind {
 	OP_MEMCPY,
@@ -112,42 +115,6 @@ static void usage(FILE *f)
 		MAX_REPS);
 }
 
-static int parse_size(const char *s, size_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s) {
-		return -EINVAL;
-	}
-	switch (*end) {
-	case 'k':
-	case 'K':
-		v <<= 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		v <<= 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		v <<= 30;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end != '\0' || v == 0) {
-		return -EINVAL;
-	}
-	*out = (size_t)v;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
@@ -160,7 +127,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *end;
 	int c;
 
 	o->small_bytes = 32u << 10;
@@ -173,49 +139,39 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		switch (c) {
 		case 's':
 		case 'l': {
+			const char *opt = c == 's' ? "--small" : "--large";
 			size_t *dst = c == 's' ? &o->small_bytes : &o->large_bytes;
+			uint64_t v;
 
-			if (parse_size(optarg, dst) != 0 || *dst % 64 != 0) {
-				fprintf(stderr,
-					"pbox-bench-kernels: --%s '%s': expected a positive "
-					"multiple "
-					"of 64 bytes (e.g. 32K, 256M)\n",
-					c == 's' ? "small" : "large", optarg);
+			if (pbox_arg_size(PROG, opt, optarg, 64, MAX_BYTES, &v) != 0) {
+				return -EINVAL;
+			}
+			if (v % 64 != 0) {
+				fprintf(stderr, "%s: %s %s: expected a multiple of 64 bytes\n",
+					PROG, opt, optarg);
+				return -EINVAL;
+			}
+			*dst = (size_t)v;
+			break;
+		}
+		case 'r':
+			if (pbox_arg_u32(PROG, "--reps", optarg, 1, MAX_REPS, &o->reps) != 0) {
 				return -EINVAL;
 			}
 			break;
-		}
-		case 'r': {
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end != '\0' || v == 0 || v > MAX_REPS) {
-				fprintf(stderr, "pbox-bench-kernels: --reps '%s': expected 1..%d\n",
-					optarg, MAX_REPS);
-				return -EINVAL;
-			}
-			o->reps = (unsigned)v;
-			break;
-		}
 		case 'm':
-			o->min_ms = strtod(optarg, &end);
-			if (*end != '\0' || !(o->min_ms > 0 && o->min_ms < 60000)) {
-				fprintf(stderr,
-					"pbox-bench-kernels: --min-ms '%s': expected a number of "
-					"milliseconds between 0 and 60000\n",
-					optarg);
+			if (pbox_arg_double(PROG, "--min-ms", optarg, 0.001, 60000, &o->min_ms) !=
+			    0) {
 				return -EINVAL;
 			}
 			break;
 		case 'c': {
-			long v = strtol(optarg, &end, 10);
+			uint32_t cpu;
 
-			if (*end != '\0' || v < 0 || v >= CPU_SETSIZE) {
-				fprintf(stderr,
-					"pbox-bench-kernels: --cpu '%s': not a CPU number\n",
-					optarg);
+			if (pbox_arg_u32(PROG, "--cpu", optarg, 0, CPU_SETSIZE - 1, &cpu) != 0) {
 				return -EINVAL;
 			}
-			o->cpu = (int)v;
+			o->cpu = (int)cpu;
 			break;
 		}
 		case 'i':
@@ -235,14 +191,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	return 0;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static float *alloc_floats(size_t n)
@@ -349,12 +297,12 @@ static unsigned calibrate(const struct op *op, struct bufs *b, double min_ms)
 	unsigned calls = 1;
 
 	for (;;) {
-		double t0 = now_s(), dt;
+		double t0 = pbox_mono_s(), dt;
 
 		for (unsigned c = 0; c < calls; c++) {
 			run_op(op, b);
 		}
-		dt = now_s() - t0;
+		dt = pbox_mono_s() - t0;
 		if (dt * 1e3 >= min_ms || calls >= (1u << 30)) {
 			return calls;
 		}
@@ -442,12 +390,12 @@ static void measure(struct op *ops, unsigned nops, const struct opts *o)
 
 		for (unsigned j = 0; j < nops; j++) {
 			struct op *op = &ops[(first + j) % nops];
-			double ts = now_s(), dt;
+			double ts = pbox_mono_s(), dt;
 
 			for (unsigned c = 0; c < op->calls; c++) {
 				run_op(op, op->b);
 			}
-			dt = now_s() - ts;
+			dt = pbox_mono_s() - ts;
 			op->gbps[r] = op->bytes_per_elem * (double)op->b->n * op->calls / dt / 1e9;
 		}
 	}
@@ -602,14 +550,14 @@ int main(int argc, char **argv)
 	       o.reps);
 	fflush(stdout);
 
-	t0 = now_s();
+	t0 = pbox_mono_s();
 	nops = build_ops(ops, isas, nisa, &small_b);
 	build_ops(ops + nops, isas, nisa, &large_b);
 	measure(ops, 2 * nops, &o);
 	print_size(ops, nops, &small_b);
 	print_size(ops + nops, nops, &large_b);
 	print_targets(ops, ops + nops, nops, appliance, &o);
-	printf("\nmeasured in %.1f s", now_s() - t0);
+	printf("\nmeasured in %.1f s", pbox_mono_s() - t0);
 	if (getloadavg(load, 1) == 1) {
 		printf("; load average %.2f at the end", load[0]);
 	}

@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Option parsing, control requests and byte formatting for the pbox subcommands. */
+/* Control requests, JSON counters and byte formatting for the pbox subcommands. */
 #include "cli.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -17,50 +16,12 @@
 #include "common/compiler.h"
 #include "common/ctlproto.h"
 
-int pbox_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t lo, uint64_t hi,
-		 uint64_t *out)
+uint64_t pbox_cli_json_u64(const json_t *o, const char *key)
 {
-	unsigned long long v;
-	char *end;
+	const json_t *v = json_object_get(o, key);
 
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < lo || v > hi) {
-		fprintf(stderr, "pbox %s: %s %s: expected an integer between %llu and %llu\n", cmd,
-			opt, s, (unsigned long long)lo, (unsigned long long)hi);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-int pbox_cli_u32(const char *cmd, const char *opt, const char *s, uint32_t lo, uint32_t hi,
-		 uint32_t *out)
-{
-	uint64_t v;
-	int rc = pbox_cli_u64(cmd, opt, s, lo, hi, &v);
-
-	if (rc == 0) {
-		*out = (uint32_t)v;
-	}
-	return rc;
-}
-
-int pbox_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
-		    double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
-		fprintf(stderr, "pbox %s: %s %s: expected a number between %g and %g\n", cmd, opt,
-			s, lo, hi);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
+	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v)
+							       : 0;
 }
 
 static long long ms_left(const struct timespec *deadline)

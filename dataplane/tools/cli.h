@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Helpers shared by the subcommands of the `pbox` program: strict number parsing with
- * messages that name the option, one request on pboxd's control channel, and byte
- * counts for people.
+ * Helpers shared by the subcommands of the `pbox` program: one request on pboxd's
+ * control channel, counters read from JSON, and byte counts for people. Option values
+ * are parsed by common/args.h (pbox_arg_*, with the program name "pbox <command>").
  *
  * Thread safety: no state; pbox_cli_bytes() writes the caller's buffer.
  */
@@ -19,17 +19,9 @@ int pbox_cmd_train(int argc, char **argv);
 int pbox_cmd_demo(int argc, char **argv);
 int pbox_cmd_stats(int argc, char **argv);
 
-/*
- * Parse s as the value of option opt of command cmd: an unsigned integer in [lo, hi] or a
- * finite number in [lo, hi]. Returns 0, or -EINVAL after printing to stderr e.g.
- * "pbox demo: --batch abc: expected an integer between 1 and 60000".
- */
-int pbox_cli_u32(const char *cmd, const char *opt, const char *s, uint32_t lo, uint32_t hi,
-		 uint32_t *out);
-int pbox_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t lo, uint64_t hi,
-		 uint64_t *out);
-int pbox_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
-		    double *out);
+/* The member key of o as an unsigned counter: 0 if o is not an object, key is absent, or
+ * its value is not a positive integer (pboxd's and the workers' JSON counters). */
+uint64_t pbox_cli_json_u64(const json_t *o, const char *key);
 
 /*
  * Send one request to the pboxd control address "host:port" and return its reply in

@@ -10,8 +10,8 @@
  * Children run in their own process group (so a terminal's Ctrl-C reaches only the demo,
  * which then stops them in order) with a parent-death signal (so they cannot outlive a
  * demo that is killed). Every way out - success, a failed worker, pboxd dying, bad
- * options, SIGINT/SIGTERM/SIGHUP - goes through demo_stop(), which stops and reaps every
- * child this process started and removes the temporary directory.
+ * options, SIGINT/SIGTERM/SIGHUP/SIGQUIT - goes through demo_stop(), which stops and
+ * reaps every child this process started and removes the temporary directory.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,13 +29,15 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/args.h"
+#include "common/clock.h"
 #include "common/compiler.h"
 #include "common/ctlproto.h"
 #include "train/fmnist.h"
+#include "train/schedule.h"
 #include "train/trainer.h"
 #include "engine/sync.h"
 #include "transport/fault.h"
@@ -113,14 +115,6 @@ struct demo {
 	bool interrupted;
 	json_t *appliance; /* pboxd counters at the end */
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -270,26 +264,26 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 	while (rc == 0 && (c = getopt_long(argc, argv, "h", g_opts, NULL)) != -1) {
 		switch (c) {
 		case OPT_WORKERS:
-			rc = pbox_cli_u32("demo", "--workers", optarg, 1, 64, &o->workers);
+			rc = pbox_arg_u32("pbox demo", "--workers", optarg, 1, 64, &o->workers);
 			break;
 		case OPT_EPOCHS:
-			rc = pbox_cli_u32("demo", "--epochs", optarg, 1, 1000, &o->epochs);
+			rc = pbox_arg_u32("pbox demo", "--epochs", optarg, 1, 1000, &o->epochs);
 			break;
 		case OPT_BATCH:
-			rc = pbox_cli_u32("demo", "--batch", optarg, 1, 60000, &o->batch);
+			rc = pbox_arg_u32("pbox demo", "--batch", optarg, 1, 60000, &o->batch);
 			break;
 		case OPT_MAX_STEPS:
-			rc = pbox_cli_u64("demo", "--max-steps", optarg, 1, UINT32_MAX,
+			rc = pbox_arg_u64("pbox demo", "--max-steps", optarg, 1, UINT32_MAX,
 					  &o->max_steps);
 			break;
 		case OPT_LR:
-			rc = pbox_cli_double("demo", "--lr", optarg, 0, 1e6, &o->lr);
+			rc = pbox_arg_double("pbox demo", "--lr", optarg, 0, 1e6, &o->lr);
 			break;
 		case OPT_MOMENTUM:
-			rc = pbox_cli_double("demo", "--momentum", optarg, 0, 1, &o->momentum);
+			rc = pbox_arg_double("pbox demo", "--momentum", optarg, 0, 1, &o->momentum);
 			break;
 		case OPT_WD:
-			rc = pbox_cli_double("demo", "--wd", optarg, 0, 1e3, &o->wd);
+			rc = pbox_arg_double("pbox demo", "--wd", optarg, 0, 1e3, &o->wd);
 			break;
 		case OPT_OPTIMIZER:
 			o->optimizer = optarg;
@@ -303,13 +297,13 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			o->det_given = true;
 			break;
 		case OPT_CORES:
-			rc = pbox_cli_u32("demo", "--cores", optarg, 1, 64, &o->cores);
+			rc = pbox_arg_u32("pbox demo", "--cores", optarg, 1, 64, &o->cores);
 			break;
 		case OPT_MTU:
-			rc = pbox_cli_u32("demo", "--mtu", optarg, 576, 65535, &o->mtu);
+			rc = pbox_arg_u32("pbox demo", "--mtu", optarg, 576, 65535, &o->mtu);
 			break;
 		case OPT_SEED:
-			rc = pbox_cli_u64("demo", "--seed", optarg, 0, UINT64_MAX, &o->seed);
+			rc = pbox_arg_u64("pbox demo", "--seed", optarg, 0, UINT64_MAX, &o->seed);
 			break;
 		case OPT_FAULT:
 			o->fault = optarg;
@@ -330,17 +324,17 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			o->sync = optarg;
 			break;
 		case OPT_STALENESS:
-			rc = pbox_cli_u32("demo", "--staleness", optarg, 0, 62, &o->staleness);
+			rc = pbox_arg_u32("pbox demo", "--staleness", optarg, 0, 62, &o->staleness);
 			break;
 		case OPT_PROB:
-			rc = pbox_cli_double("demo", "--probability", optarg, 0, 1,
+			rc = pbox_arg_double("pbox demo", "--probability", optarg, 0, 1,
 					     &o->probability);
 			break;
 		case OPT_ALPHA:
-			rc = pbox_cli_double("demo", "--alpha", optarg, 0, 2, &o->alpha);
+			rc = pbox_arg_double("pbox demo", "--alpha", optarg, 0, 2, &o->alpha);
 			break;
 		case OPT_QUORUM:
-			rc = pbox_cli_u32("demo", "--quorum", optarg, 1, 64, &o->quorum);
+			rc = pbox_arg_u32("pbox demo", "--quorum", optarg, 1, 64, &o->quorum);
 			break;
 		case OPT_RELEASE:
 			o->release = optarg;
@@ -349,10 +343,10 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			o->on_loss = optarg;
 			break;
 		case OPT_SLOW_RANK:
-			rc = pbox_cli_u32("demo", "--slow-rank", optarg, 0, 63, &o->slow_rank);
+			rc = pbox_arg_u32("pbox demo", "--slow-rank", optarg, 0, 63, &o->slow_rank);
 			break;
 		case OPT_SLOW_FACTOR:
-			rc = pbox_cli_double("demo", "--slow-factor", optarg, 1, 1000,
+			rc = pbox_arg_double("pbox demo", "--slow-factor", optarg, 1, 1000,
 					     &o->slow_factor);
 			break;
 		case 'h':
@@ -587,11 +581,18 @@ static int write_config(struct demo *d)
 {
 	struct pbox_opt_params p;
 	const char *det = d->o.deterministic ? "true" : "false";
-	FILE *f = fopen(d->conf, "w");
+	/* It holds the job's token: readable by this user only. */
+	int fd = open(d->conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
 
 	if (f == NULL) {
-		fprintf(stderr, "pbox demo: %s: cannot create: %s\n", d->conf, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		fprintf(stderr, "pbox demo: %s: cannot create: %s\n", d->conf, strerror(err));
+		if (fd >= 0) {
+			close(fd);
+		}
+		return -err;
 	}
 	/* The same float parameters as `pbox train --local` uses, printed so that pboxd's
 	 * double parse and float rounding give back exactly these floats. */
@@ -712,7 +713,7 @@ static void describe_status(int st, char *buf, size_t len)
  * and remove the temporary directory unless asked to keep it. */
 static void demo_stop(struct demo *d)
 {
-	double deadline = now_s() + DEMO_STOP_TIMEOUT_S;
+	double deadline = pbox_mono_s() + DEMO_STOP_TIMEOUT_S;
 	bool any;
 
 	for (uint32_t r = 0; d->w != NULL && r < d->o.workers; r++) {
@@ -732,7 +733,7 @@ static void demo_stop(struct demo *d)
 		if (!any) {
 			break;
 		}
-		if (now_s() > deadline) {
+		if (pbox_mono_s() > deadline) {
 			for (uint32_t r = 0; d->w != NULL && r < d->o.workers; r++) {
 				if (d->w[r].pid > 0) {
 					kill(d->w[r].pid, SIGKILL);
@@ -745,7 +746,7 @@ static void demo_stop(struct demo *d)
 					DEMO_STOP_TIMEOUT_S);
 				kill(d->pboxd, SIGKILL);
 			}
-			deadline = now_s() + 60;
+			deadline = pbox_mono_s() + 60;
 		}
 		usleep(10000);
 	}
@@ -837,7 +838,7 @@ static int start_pboxd(struct demo *d)
 			return -EIO;
 		}
 		d->pboxd_reaped = false;
-		deadline = now_s() + DEMO_START_TIMEOUT_S;
+		deadline = pbox_mono_s() + DEMO_START_TIMEOUT_S;
 		while (!control_answers(d->tcp_port)) {
 			if (wait_signal(d, 50)) {
 				return -EINTR;
@@ -846,7 +847,7 @@ static int start_pboxd(struct demo *d)
 			if (d->pboxd_reaped) {
 				break;
 			}
-			if (now_s() > deadline) {
+			if (pbox_mono_s() > deadline) {
 				fprintf(stderr,
 					"pbox demo: pboxd did not open its control port %s within "
 					"%.0f "
@@ -878,12 +879,15 @@ static int start_pboxd(struct demo *d)
 
 static int start_workers(struct demo *d)
 {
-	char fault_env[512];
-	const char *env[3] = { "OPENBLAS_NUM_THREADS=1", NULL, NULL };
+	char fault_env[512], token_env[64];
+	const char *env[4] = { "OPENBLAS_NUM_THREADS=1", token_env, NULL, NULL };
 
+	/* The token goes in the environment, which only this user can read
+	 * (/proc/<pid>/environ), not on the command line, which everyone can. */
+	snprintf(token_env, sizeof(token_env), "PBOX_TOKEN=%s", d->token);
 	if (d->o.fault != NULL) {
 		snprintf(fault_env, sizeof(fault_env), "PBOX_FAULT=%s", d->o.fault);
-		env[1] = fault_env;
+		env[2] = fault_env;
 	}
 	for (uint32_t r = 0; r < d->o.workers; r++) {
 		struct worker *w = &d->w[r];
@@ -906,8 +910,6 @@ static int start_workers(struct demo *d)
 		argv[n++] = d->control;
 		argv[n++] = "--job";
 		argv[n++] = job;
-		argv[n++] = "--token";
-		argv[n++] = d->token;
 		argv[n++] = "--rank";
 		argv[n++] = rank;
 		argv[n++] = "--workers";
@@ -1007,7 +1009,7 @@ static void clear_bar(struct demo *d)
 static void show_progress(struct demo *d, bool force)
 {
 	uint64_t done = min_steps(d), spe = d->steps_per_epoch;
-	double now = now_s(), rate;
+	double now = pbox_mono_s(), rate;
 	uint32_t epoch, step;
 	bool testing;
 	char wire[32];
@@ -1062,14 +1064,6 @@ static void show_epoch(struct demo *d, uint32_t e)
 	fflush(d->out);
 }
 
-static uint64_t jint(const json_t *o, const char *k)
-{
-	const json_t *v = json_object_get(o, k);
-
-	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v)
-							       : 0;
-}
-
 static double jreal(const json_t *o, const char *k)
 {
 	const json_t *v = json_object_get(o, k);
@@ -1081,13 +1075,13 @@ static void read_net(const json_t *o, struct pbox_client_stats *n)
 {
 	const json_t *net = json_object_get(o, "net");
 
-	n->tx_bytes = jint(net, "tx_bytes");
-	n->rx_bytes = jint(net, "rx_bytes");
-	n->tx_pkts = jint(net, "tx_pkts");
-	n->rx_pkts = jint(net, "rx_pkts");
-	n->retransmits = jint(net, "retransmits");
-	n->probes = jint(net, "probes");
-	n->dropped = jint(net, "dropped");
+	n->tx_bytes = pbox_cli_json_u64(net, "tx_bytes");
+	n->rx_bytes = pbox_cli_json_u64(net, "rx_bytes");
+	n->tx_pkts = pbox_cli_json_u64(net, "tx_pkts");
+	n->rx_pkts = pbox_cli_json_u64(net, "rx_pkts");
+	n->retransmits = pbox_cli_json_u64(net, "retransmits");
+	n->probes = pbox_cli_json_u64(net, "probes");
+	n->dropped = pbox_cli_json_u64(net, "dropped");
 }
 
 static void read_stats(const json_t *o, const char *k, struct pbox_mlp_stats *acc)
@@ -1095,19 +1089,22 @@ static void read_stats(const json_t *o, const char *k, struct pbox_mlp_stats *ac
 	const json_t *s = json_object_get(o, k);
 
 	acc->loss += jreal(s, "loss");
-	acc->correct += jint(s, "correct");
-	acc->samples += jint(s, "samples");
+	acc->correct += pbox_cli_json_u64(s, "correct");
+	acc->samples += pbox_cli_json_u64(s, "samples");
 }
 
 static void show_ready(struct demo *d)
 {
-	uint32_t q = d->o.batch / d->o.workers, rem = d->o.batch % d->o.workers;
+	uint32_t start, most, least;
 	char per[32];
 
-	if (rem != 0) {
-		snprintf(per, sizeof(per), "%u-%u", q, q + 1);
+	/* Rank 0 gets the largest shard of the batch, the last rank the smallest. */
+	pbox_sched_split(d->o.batch, d->o.workers, 0, &start, &most);
+	pbox_sched_split(d->o.batch, d->o.workers, d->o.workers - 1, &start, &least);
+	if (least != most) {
+		snprintf(per, sizeof(per), "%u-%u", least, most);
 	} else {
-		snprintf(per, sizeof(per), "%u", q);
+		snprintf(per, sizeof(per), "%u", most);
 	}
 	fprintf(d->out,
 		"all %u workers ready after %.1f s: %u steps per epoch of %u samples (%s per "
@@ -1133,20 +1130,20 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 	if (strcmp(ev, "ready") == 0) {
 		if (!w->ready) {
 			w->ready = true;
-			d->steps_per_epoch = (uint32_t)jint(o, "steps");
+			d->steps_per_epoch = (uint32_t)pbox_cli_json_u64(o, "steps");
 			if (++d->nready == d->o.workers) {
-				d->t_ready = now_s();
+				d->t_ready = pbox_mono_s();
 				d->last_plain = d->t_ready;
 				show_ready(d);
 			}
 		}
 	} else if (strcmp(ev, "step") == 0) {
-		w->total_steps = jint(o, "total_steps");
+		w->total_steps = pbox_cli_json_u64(o, "total_steps");
 		read_net(o, &w->net);
 	} else if (strcmp(ev, "epoch") == 0) {
-		uint32_t e = (uint32_t)jint(o, "epoch");
+		uint32_t e = (uint32_t)pbox_cli_json_u64(o, "epoch");
 
-		w->total_steps = jint(o, "total_steps");
+		w->total_steps = pbox_cli_json_u64(o, "total_steps");
 		read_net(o, &w->net);
 		if (e >= 1 && e <= d->o.epochs) {
 			struct epoch_sum *s = &d->ep[e - 1];
@@ -1155,7 +1152,7 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 			read_stats(o, "test", &s->test);
 			s->train_s = PBOX_MAX(s->train_s, jreal(o, "train_s"));
 			s->eval_s = PBOX_MAX(s->eval_s, jreal(o, "eval_s"));
-			s->steps = PBOX_MAX(s->steps, (uint32_t)jint(o, "step"));
+			s->steps = PBOX_MAX(s->steps, (uint32_t)pbox_cli_json_u64(o, "step"));
 			if (++s->reports == d->o.workers) {
 				s->wire_bytes = wire_bytes(d, NULL, NULL);
 				show_epoch(d, e - 1);
@@ -1167,7 +1164,7 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 		if (!w->done) {
 			w->done = true;
 			if (++d->ndone == d->o.workers) {
-				d->t_done = now_s();
+				d->t_done = pbox_mono_s();
 			}
 		}
 	} else if (strcmp(ev, "error") == 0) {
@@ -1307,7 +1304,18 @@ static void fetch_appliance_stats(struct demo *d)
 	char err[256];
 
 	if (pbox_cli_ctl_request(d->control, req, &reply, 5000, err, sizeof(err)) == 0) {
+		const json_t *jobs = json_object_get(reply, "jobs"), *job;
+		size_t i;
+
 		d->appliance = json_incref(json_object_get(reply, "totals"));
+		/* The synchronisation model pboxd ran the job under, as it reports it: shows
+		 * that --sync reached the appliance. */
+		json_array_foreach(jobs, i, job)
+		{
+			if (d->appliance != NULL && pbox_cli_json_u64(job, "id") == DEMO_JOB_ID) {
+				json_object_set(d->appliance, "sync", json_object_get(job, "sync"));
+			}
+		}
 		json_decref(reply);
 	} else {
 		fprintf(stderr, "pbox demo: could not read pboxd's counters: %s\n", err);
@@ -1318,13 +1326,13 @@ static void fetch_appliance_stats(struct demo *d)
 /* Stop pboxd after a good run; it must exit cleanly. */
 static int stop_pboxd(struct demo *d)
 {
-	double deadline = now_s() + DEMO_STOP_TIMEOUT_S;
+	double deadline = pbox_mono_s() + DEMO_STOP_TIMEOUT_S;
 	char how[128];
 
 	if (d->pboxd > 0) {
 		kill(d->pboxd, SIGTERM);
 	}
-	while (d->pboxd > 0 && now_s() < deadline) {
+	while (d->pboxd > 0 && pbox_mono_s() < deadline) {
 		usleep(10000);
 		reap(d);
 	}
@@ -1390,11 +1398,12 @@ static void print_summary(struct demo *d)
 		fprintf(d->out,
 			"pboxd: %llu chunk iterations on %u core%s, %llu duplicates and %llu "
 			"retransmissions received, %llu replies re-sent, %llu dropped\n",
-			(unsigned long long)jint(d->appliance, "iterations"), d->o.cores,
-			d->o.cores == 1 ? "" : "s", (unsigned long long)jint(d->appliance, "dups"),
-			(unsigned long long)jint(d->appliance, "rx_retransmits"),
-			(unsigned long long)jint(d->appliance, "replies_resent"),
-			(unsigned long long)jint(d->appliance, "dropped"));
+			(unsigned long long)pbox_cli_json_u64(d->appliance, "iterations"),
+			d->o.cores, d->o.cores == 1 ? "" : "s",
+			(unsigned long long)pbox_cli_json_u64(d->appliance, "dups"),
+			(unsigned long long)pbox_cli_json_u64(d->appliance, "rx_retransmits"),
+			(unsigned long long)pbox_cli_json_u64(d->appliance, "replies_resent"),
+			(unsigned long long)pbox_cli_json_u64(d->appliance, "dropped"));
 	}
 	if (d->o.save_model != NULL) {
 		fprintf(d->out, "model saved to %s\n", d->o.save_model);
@@ -1448,7 +1457,7 @@ static void print_json(struct demo *d, int rc, const char *error)
 		json_object_set_new(o, "train_s", json_real(t.train_s));
 		json_object_set_new(o, "samples_per_s",
 				    json_real(t.train_s > 0 ? (double)t.samples / t.train_s : 0));
-		json_object_set_new(o, "elapsed_s", json_real(now_s() - d->t_start));
+		json_object_set_new(o, "elapsed_s", json_real(pbox_mono_s() - d->t_start));
 		json_object_set_new(o, "tx_bytes", json_integer((json_int_t)t.tx));
 		json_object_set_new(o, "rx_bytes", json_integer((json_int_t)t.rx));
 		json_object_set_new(o, "wire_bytes", json_integer((json_int_t)(t.tx + t.rx)));
@@ -1499,7 +1508,8 @@ static int setup(struct demo *d)
 	if (find_pboxd(d) != 0) {
 		return -ENOENT;
 	}
-	/* A fresh secret per run: nobody else on the machine can join the job. */
+	/* A fresh secret per run, so nobody else on the machine can join the job: pboxd reads
+	 * it from a 0600 file in a 0700 directory, the workers from their environment. */
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
 		fprintf(stderr, "pbox demo: getrandom: %s\n", strerror(errno));
 		return -EIO;
@@ -1542,7 +1552,7 @@ int pbox_cmd_demo(int argc, char **argv)
 
 	memset(&d, 0, sizeof(d));
 	d.sigfd = -1;
-	d.t_start = now_s();
+	d.t_start = pbox_mono_s();
 	rc = parse(argc, argv, &d.o);
 	if (rc != 0) {
 		return rc > 0 ? 0 : 64;
@@ -1559,6 +1569,7 @@ int pbox_cmd_demo(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGQUIT);
 	sigaddset(&mask, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &mask, &d.oldmask);
 	d.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);

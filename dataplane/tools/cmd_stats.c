@@ -25,14 +25,6 @@ static void usage(FILE *f)
 		"  -h, --help               this text\n");
 }
 
-static uint64_t get_u64(const json_t *o, const char *key)
-{
-	const json_t *v = json_object_get(o, key);
-
-	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v)
-							       : 0;
-}
-
 static void print_core(const char *name, const json_t *c)
 {
 	char rxb[32], txb[32];
@@ -40,12 +32,13 @@ static void print_core(const char *name, const json_t *c)
 
 	printf("%-5s %11" PRIu64 " %10s %11" PRIu64 " %10s %10" PRIu64 " %10" PRIu64 " %8" PRIu64
 	       " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6.1f\n",
-	       name, get_u64(c, "rx_pkts"),
-	       pbox_cli_bytes((double)get_u64(c, "rx_bytes"), rxb, sizeof(rxb)),
-	       get_u64(c, "tx_pkts"),
-	       pbox_cli_bytes((double)get_u64(c, "tx_bytes"), txb, sizeof(txb)),
-	       get_u64(c, "agg_frags"), get_u64(c, "iterations"), get_u64(c, "dups"),
-	       get_u64(c, "rx_retransmits"), get_u64(c, "replies_resent"), get_u64(c, "dropped"),
+	       name, pbox_cli_json_u64(c, "rx_pkts"),
+	       pbox_cli_bytes((double)pbox_cli_json_u64(c, "rx_bytes"), rxb, sizeof(rxb)),
+	       pbox_cli_json_u64(c, "tx_pkts"),
+	       pbox_cli_bytes((double)pbox_cli_json_u64(c, "tx_bytes"), txb, sizeof(txb)),
+	       pbox_cli_json_u64(c, "agg_frags"), pbox_cli_json_u64(c, "iterations"),
+	       pbox_cli_json_u64(c, "dups"), pbox_cli_json_u64(c, "rx_retransmits"),
+	       pbox_cli_json_u64(c, "replies_resent"), pbox_cli_json_u64(c, "dropped"),
 	       json_is_number(busy) ? json_number_value(busy) : 0.0);
 }
 
@@ -64,13 +57,13 @@ static void print_stats(const char *addr, const json_t *st)
 	       "resent", "dropped", "busy%");
 	json_array_foreach(cores, i, c)
 	{
-		snprintf(name, sizeof(name), "%" PRIu64, get_u64(c, "core"));
+		snprintf(name, sizeof(name), "%" PRIu64, pbox_cli_json_u64(c, "core"));
 		print_core(name, c);
 	}
 	if (json_is_object(tot)) {
 		print_core("all", tot);
 		drops = json_object_get(tot, "drops");
-		if (get_u64(tot, "dropped") != 0 && json_is_object(drops)) {
+		if (pbox_cli_json_u64(tot, "dropped") != 0 && json_is_object(drops)) {
 			printf("drops:");
 			json_object_foreach((json_t *)drops, key, v)
 			{
@@ -95,21 +88,24 @@ static void print_stats(const char *addr, const json_t *st)
 		printf("  job %" PRIu64 ": %s, %s, %" PRIu64 "/%" PRIu64
 		       " workers connected, %" PRIu64 " registered, %" PRIu64
 		       " chunks (%s), %" PRIu64 " sessions so far\n",
-		       get_u64(c, "id"), state ? state : "?", mode ? mode : "?",
-		       get_u64(c, "connected"), get_u64(c, "workers"), get_u64(c, "registered"),
-		       get_u64(c, "chunks"),
-		       pbox_cli_bytes((double)get_u64(c, "bytes"), b, sizeof(b)),
-		       get_u64(c, "sessions"));
+		       pbox_cli_json_u64(c, "id"), state ? state : "?", mode ? mode : "?",
+		       pbox_cli_json_u64(c, "connected"), pbox_cli_json_u64(c, "workers"),
+		       pbox_cli_json_u64(c, "registered"), pbox_cli_json_u64(c, "chunks"),
+		       pbox_cli_bytes((double)pbox_cli_json_u64(c, "bytes"), b, sizeof(b)),
+		       pbox_cli_json_u64(c, "sessions"));
 		if (json_string_value(json_object_get(c, "sync")) != NULL) {
 			printf("    sync %s", json_string_value(json_object_get(c, "sync")));
 			if (json_object_get(c, "version_min") != NULL) {
 				printf(", chunk versions %" PRIu64 "..%" PRIu64 ", %" PRIu64
 				       " pulls waiting, %" PRIu64 " of %" PRIu64 " workers counted",
-				       get_u64(c, "version_min"), get_u64(c, "version_max"),
-				       get_u64(c, "pulls_waiting"), get_u64(c, "live"),
-				       get_u64(c, "workers"));
+				       pbox_cli_json_u64(c, "version_min"),
+				       pbox_cli_json_u64(c, "version_max"),
+				       pbox_cli_json_u64(c, "pulls_waiting"),
+				       pbox_cli_json_u64(c, "live"),
+				       pbox_cli_json_u64(c, "workers"));
 			}
-			printf(", %" PRIu64 " workers removed so far\n", get_u64(c, "removed"));
+			printf(", %" PRIu64 " workers removed so far\n",
+			       pbox_cli_json_u64(c, "removed"));
 		}
 	}
 }

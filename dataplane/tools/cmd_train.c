@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/args.h"
 #include "train/fmnist.h"
 #include "train/trainer.h"
 
@@ -135,17 +136,17 @@ static int parse(int argc, char **argv, struct train_args *a)
 	while (rc == 0 && (o = getopt_long(argc, argv, "h", g_opts, NULL)) != -1) {
 		switch (o) {
 		case OPT_EPOCHS:
-			rc = pbox_cli_u32("train", "--epochs", optarg, 1, 100000, &c->epochs);
+			rc = pbox_arg_u32("pbox train", "--epochs", optarg, 1, 100000, &c->epochs);
 			break;
 		case OPT_BATCH:
-			rc = pbox_cli_u32("train", "--batch", optarg, 1, 1u << 24, &c->batch);
+			rc = pbox_arg_u32("pbox train", "--batch", optarg, 1, 1u << 24, &c->batch);
 			break;
 		case OPT_MAX_STEPS:
-			rc = pbox_cli_u64("train", "--max-steps", optarg, 1, UINT32_MAX,
+			rc = pbox_arg_u64("pbox train", "--max-steps", optarg, 1, UINT32_MAX,
 					  &c->max_steps);
 			break;
 		case OPT_SEED:
-			rc = pbox_cli_u64("train", "--seed", optarg, 0, UINT64_MAX, &c->seed);
+			rc = pbox_arg_u64("pbox train", "--seed", optarg, 0, UINT64_MAX, &c->seed);
 			break;
 		case OPT_DATA:
 			c->data_dir = optarg;
@@ -160,20 +161,21 @@ static int parse(int argc, char **argv, struct train_args *a)
 			c->client.server = optarg;
 			break;
 		case OPT_JOB:
-			rc = pbox_cli_u32("train", "--job", optarg, 0, UINT32_MAX, &c->client.job);
+			rc = pbox_arg_u32("pbox train", "--job", optarg, 0, UINT32_MAX,
+					  &c->client.job);
 			break;
 		case OPT_TOKEN:
 			c->client.token = optarg;
 			break;
 		case OPT_RANK:
-			rc = pbox_cli_u32("train", "--rank", optarg, 0, 1023, &c->client.rank);
+			rc = pbox_arg_u32("pbox train", "--rank", optarg, 0, 1023, &c->client.rank);
 			break;
 		case OPT_WORKERS:
-			rc = pbox_cli_u32("train", "--workers", optarg, 1, 1024, &c->workers);
+			rc = pbox_arg_u32("pbox train", "--workers", optarg, 1, 1024, &c->workers);
 			workers_given = true;
 			break;
 		case OPT_TIMEOUT:
-			rc = pbox_cli_u32("train", "--timeout-ms", optarg, 1, 3600000,
+			rc = pbox_arg_u32("pbox train", "--timeout-ms", optarg, 1, 3600000,
 					  &c->client.timeout_ms);
 			break;
 		case OPT_LOCAL:
@@ -184,19 +186,20 @@ static int parse(int argc, char **argv, struct train_args *a)
 			a->opt_given = true;
 			break;
 		case OPT_LR:
-			rc = pbox_cli_double("train", "--lr", optarg, 0, 1e6, &a->lr);
+			rc = pbox_arg_double("pbox train", "--lr", optarg, 0, 1e6, &a->lr);
 			a->opt_given = true;
 			break;
 		case OPT_MOMENTUM:
-			rc = pbox_cli_double("train", "--momentum", optarg, 0, 1, &a->momentum);
+			rc = pbox_arg_double("pbox train", "--momentum", optarg, 0, 1,
+					     &a->momentum);
 			a->opt_given = true;
 			break;
 		case OPT_WD:
-			rc = pbox_cli_double("train", "--wd", optarg, 0, 1e3, &a->wd);
+			rc = pbox_arg_double("pbox train", "--wd", optarg, 0, 1e3, &a->wd);
 			a->opt_given = true;
 			break;
 		case OPT_SLOW:
-			rc = pbox_cli_double("train", "--slow-factor", optarg, 1, 1000,
+			rc = pbox_arg_double("pbox train", "--slow-factor", optarg, 1, 1000,
 					     &c->slow_factor);
 			break;
 		case 'h':

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/compiler.h"
 #include "fmnist.h"
 #include "schedule.h"
@@ -47,14 +48,6 @@ struct trainer {
 	struct pbox_train_event ev;
 	double last_step_ev;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int fail(struct trainer *t, int rc, const char *fmt, ...) PBOX_PRINTF(3, 4);
 static int fail(struct trainer *t, int rc, const char *fmt, ...)
@@ -217,7 +210,7 @@ static int shard_grad(struct trainer *t, uint32_t step, uint32_t rank, float *g,
 /* c: the rank's client (NULL in the local reference), for its counters. */
 static void step_event(struct trainer *t, uint32_t step, struct pbox_client *c)
 {
-	double now = now_s();
+	double now = pbox_mono_s();
 
 	t->ev.step = step + 1;
 	t->ev.total_steps++;
@@ -240,7 +233,7 @@ static int epoch_end(struct trainer *t, double t0, double t1)
 		return fail(t, rc, "test set: a label is out of range");
 	}
 	t->ev.train_s = t1 - t0;
-	t->ev.eval_s = now_s() - t1;
+	t->ev.eval_s = pbox_mono_s() - t1;
 	return 0;
 }
 
@@ -347,14 +340,14 @@ static int rank_loop(struct trainer *t, struct pbox_client *c)
 	uint32_t iter = 0;
 
 	for (uint32_t e = 0; e < t->cfg->epochs && !out_of_steps(t); e++) {
-		double t0 = now_s(), t1;
+		double t0 = pbox_mono_s(), t1;
 
 		pbox_sched_epoch(&t->sched, e);
 		t->ev.epoch = e + 1;
 		t->ev.step = 0;
 		memset(&t->ev.train, 0, sizeof(t->ev.train));
 		for (uint32_t s = 0; s < t->sched.steps && !out_of_steps(t); s++) {
-			double c0 = now_s();
+			double c0 = pbox_mono_s();
 			uint32_t newest = UINT32_MAX;
 
 			rc = shard_grad(t, s, rank, t->g[0], &t->ev.train);
@@ -364,7 +357,7 @@ static int rank_loop(struct trainer *t, struct pbox_client *c)
 			if (t->cfg->slow_factor > 1.0) {
 				/* A deliberate straggler: its compute takes slow_factor times as
 				 * long. */
-				double extra = (now_s() - c0) * (t->cfg->slow_factor - 1.0);
+				double extra = (pbox_mono_s() - c0) * (t->cfg->slow_factor - 1.0);
 				struct timespec ts = {
 					(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)
 				};
@@ -394,7 +387,7 @@ static int rank_loop(struct trainer *t, struct pbox_client *c)
 			iter = newest != UINT32_MAX && newest > iter + 1 ? newest : iter + 1;
 			step_event(t, s, c);
 		}
-		t1 = now_s();
+		t1 = pbox_mono_s();
 		all_train += t1 - t0;
 		rc = epoch_end(t, t0, t1);
 		if (rc < 0) {
@@ -414,7 +407,7 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	struct pbox_key_info keys[2 * PBOX_MLP_MAX_LAYERS];
 	struct pbox_client *c = NULL;
 	struct pbox_job_info info;
-	double t0 = now_s();
+	double t0 = pbox_mono_s();
 	uint32_t shard_start;
 	int rc;
 
@@ -456,7 +449,7 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	}
 	t.ev.rank = cfg->client.rank;
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
-	t.ev.setup_s = now_s() - t0;
+	t.ev.setup_s = pbox_mono_s() - t0;
 	emit(&t, PBOX_TRAIN_EV_READY);
 	rc = rank_loop(&t, c);
 	if (rc < 0) {
@@ -484,7 +477,7 @@ int pbox_train_local(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, v
 	struct trainer t = { .cfg = cfg, .cb = cb, .cb_arg = arg, .err = err, .errlen = errlen };
 	const struct pbox_kernels *kern = pbox_kernels_get();
 	float *m = NULL, *v = NULL;
-	double t_start = now_s(), all_train = 0;
+	double t_start = pbox_mono_s(), all_train = 0;
 	int rc;
 
 	if (cfg->opt == NULL) {
@@ -506,10 +499,10 @@ int pbox_train_local(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, v
 	}
 	pbox_mlp_init_params(t.mlp, t.w, cfg->seed);
 	t.ev.shard = cfg->batch;
-	t.ev.setup_s = now_s() - t_start;
+	t.ev.setup_s = pbox_mono_s() - t_start;
 	emit(&t, PBOX_TRAIN_EV_READY);
 	for (uint32_t e = 0; e < cfg->epochs && !out_of_steps(&t); e++) {
-		double t0 = now_s(), t1;
+		double t0 = pbox_mono_s(), t1;
 
 		pbox_sched_epoch(&t.sched, e);
 		t.ev.epoch = e + 1;
@@ -529,7 +522,7 @@ int pbox_train_local(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, v
 					    t.ev.total_steps + 1);
 			step_event(&t, s, NULL);
 		}
-		t1 = now_s();
+		t1 = pbox_mono_s();
 		all_train += t1 - t0;
 		rc = epoch_end(&t, t0, t1);
 		if (rc < 0) {

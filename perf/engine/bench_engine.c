@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/xport.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
@@ -49,14 +49,6 @@ static uint64_t null_reclaim(void *ctx, uint64_t upto)
 
 static const struct pbox_tx_ops g_tx = { null_send, null_flush, null_queued, null_reclaim };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* GB/s of gradient added by the add kernel on an in-cache pair of frag-sized buffers. */
 static double add_gbs(uint32_t frag)
 {
@@ -71,13 +63,13 @@ static double add_gbs(uint32_t frag)
 	}
 	for (int rep = 0; rep < 5; rep++) {
 		uint64_t iters = 200000000ull / frag;
-		double t0 = now_s(), dt;
+		double t0 = pbox_mono_s(), dt;
 
 		for (uint64_t i = 0; i < iters; i++) {
 			k->add(a, b, n);
 			__asm__ volatile("" ::: "memory");
 		}
-		dt = now_s() - t0;
+		dt = pbox_mono_s() - t0;
 		if ((double)iters * frag / dt / 1e9 > best) {
 			best = (double)iters * frag / dt / 1e9;
 		}
@@ -102,7 +94,7 @@ static double add_ws_gbs(uint32_t nw, uint32_t frag)
 	memset(pool, 0, npk * (frag + 64));
 	for (int rep = 0; rep < 5; rep++) {
 		uint64_t rounds = 400000000ull / (npk * frag) + 1;
-		double t0 = now_s(), dt;
+		double t0 = pbox_mono_s(), dt;
 
 		for (uint64_t r = 0; r < rounds; r++) {
 			for (size_t i = 0; i < npk; i++) {
@@ -114,7 +106,7 @@ static double add_ws_gbs(uint32_t nw, uint32_t frag)
 			}
 			__asm__ volatile("" ::: "memory");
 		}
-		dt = now_s() - t0;
+		dt = pbox_mono_s() - t0;
 		if ((double)rounds * npk * frag / dt / 1e9 > best) {
 			best = (double)rounds * npk * frag / dt / 1e9;
 		}
@@ -192,7 +184,7 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 	}
 	for (int rep = 0; rep < 5; rep++) {
 		uint32_t iters = (uint32_t)(400000000ull / ((uint64_t)npk * frag)) + 1;
-		double t0 = now_s(), dt;
+		double t0 = pbox_mono_s(), dt;
 		struct pbox_peer from = { .ip = htonl(0x7f000001), .port = htons(9) };
 
 		for (uint32_t it = 0; it < iters; it++) {
@@ -210,7 +202,7 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 			}
 			t++;
 		}
-		dt = now_s() - t0;
+		dt = pbox_mono_s() - t0;
 		if ((double)iters * npk / dt > best) {
 			best = (double)iters * npk / dt;
 		}

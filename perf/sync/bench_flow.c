@@ -12,9 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <pbox/pbox.h>
+
+#include "common/args.h"
+#include "common/clock.h"
+
+#define PROG      "pbox-bench-flow"
+#define MAX_KEYS  64
+#define MAX_NELEM (1ull << 28) /* float32 elements per key: 1 GiB */
 
 /* Completions arrive on libpbox's progress thread; the producer sleeps on this until a
  * credit frees up. */
@@ -36,14 +42,6 @@ static void on_done(uint32_t key, int status, void *arg)
 	pthread_mutex_unlock(&g_lock);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -61,44 +59,49 @@ int main(int argc, char **argv)
 		{ "help", 0, NULL, 'h' },   { NULL, 0, NULL, 0 },
 	};
 	struct pbox_client_opts o = { .server = "127.0.0.1:7000", .job = 1 };
-	struct pbox_key_info keys[64];
+	struct pbox_key_info keys[MAX_KEYS];
 	struct pbox_client *c = NULL;
 	struct pbox_job_info info;
 	struct pbox_client_stats st;
 	uint32_t nkeys = 0, iters = 200, nbufs;
 	float **buf;
 	double t0, t1, bytes = 0;
-	int opt, rc;
+	int opt, rc = 0;
 
-	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while (rc == 0 && (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			o.server = optarg;
 			break;
 		case 'j':
-			o.job = (uint32_t)strtoul(optarg, NULL, 0);
+			rc = pbox_arg_u32(PROG, "--job", optarg, 0, UINT32_MAX, &o.job);
 			break;
 		case 't':
 			o.token = optarg;
 			break;
 		case 'r':
-			o.rank = (uint32_t)strtoul(optarg, NULL, 0);
+			rc = pbox_arg_u32(PROG, "--rank", optarg, 0, UINT32_MAX, &o.rank);
 			break;
 		case 'i':
-			iters = (uint32_t)strtoul(optarg, NULL, 0);
+			rc = pbox_arg_u32(PROG, "--iters", optarg, 1, UINT32_MAX, &iters);
 			break;
-		case 'k':
-			for (char *p = strtok(optarg, ","); p && nkeys < 64;
-			     p = strtok(NULL, ",")) {
+		case 'k': {
+			uint64_t nelem[MAX_KEYS];
+			int n = pbox_parse_u64_list(optarg, nelem, MAX_KEYS, 1, MAX_NELEM);
+
+			if (n < 0) {
+				fprintf(stderr,
+					"%s: --keys %s: expected 1 to %d comma-separated element "
+					"counts between 1 and %llu\n",
+					PROG, optarg, MAX_KEYS, MAX_NELEM);
+				return 64;
+			}
+			for (nkeys = 0; nkeys < (uint32_t)n; nkeys++) {
 				keys[nkeys].id = nkeys;
-				keys[nkeys].nelem = strtoull(p, NULL, 0);
-				if (keys[nkeys].nelem == 0) {
-					fprintf(stderr, "pbox-bench-flow: bad key size '%s'\n", p);
-					return 64;
-				}
-				nkeys++;
+				keys[nkeys].nelem = nelem[nkeys];
 			}
 			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -107,7 +110,10 @@ int main(int argc, char **argv)
 			return 64;
 		}
 	}
-	if (o.token == NULL || nkeys == 0 || iters == 0) {
+	if (rc != 0) {
+		return 64;
+	}
+	if (o.token == NULL || nkeys == 0) {
 		usage(stderr);
 		return 64;
 	}
@@ -127,7 +133,7 @@ int main(int argc, char **argv)
 			buf[i][e] = (float)(e % 7);
 		}
 	}
-	t0 = now_s();
+	t0 = pbox_mono_s();
 	for (uint32_t t = 0; t < iters; t++) {
 		for (uint32_t k = 0; k < nkeys; k++) {
 			float *b = buf[k * nbufs + t % nbufs];
@@ -164,7 +170,7 @@ int main(int argc, char **argv)
 		}
 	}
 	rc = pbox_wait_all(c, -1);
-	t1 = now_s();
+	t1 = pbox_mono_s();
 	if (rc < 0) {
 		fprintf(stderr, "pbox-bench-flow rank %u: %s\n", o.rank, pbox_last_error());
 		pbox_close(c);

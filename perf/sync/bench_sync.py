@@ -19,20 +19,19 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
+from pboxtest import Pboxd, run_demo  # noqa: E402
 
 
-def demo(build, epochs, args):
-    cmd = [os.path.join(build, "dataplane", "tools", "pbox"), "demo", "--json", "--epochs",
-           str(epochs), "--slow-rank", "2", "--slow-factor", "2"] + args
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=900)
+def demo(epochs, args):
+    p = run_demo(["--json", "--epochs", str(epochs), "--slow-rank", "2", "--slow-factor", "2"] +
+                 args, timeout=900)
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
         raise SystemExit("pbox demo %s failed" % " ".join(args))
     return json.loads(p.stdout)
 
 
-def sync_table(build, epochs):
+def sync_table(epochs):
     runs = [
         ("BSP", ["--sync", "bsp"]),
         ("SSP s=2, lazy", ["--sync", "ssp", "--staleness", "2"]),
@@ -49,7 +48,7 @@ def sync_table(build, epochs):
     print("|---|---|---|---|---|---|")
     base = None
     for name, args in runs:
-        r = demo(build, epochs, args)
+        r = demo(epochs, args)
         steps_s = r["steps"] / r["train_s"]
         base = base or steps_s
         print("| %s | %.1f | %.0f | %.2f%% | %d | %.2fx |" %
@@ -59,10 +58,8 @@ def sync_table(build, epochs):
 
 
 def flow_table(build, iters):
-    from pboxtest import Pboxd
     keys = ",".join(["262144"] * 4)
     worker = os.path.join(build, "perf", "sync", "pbox-bench-flow")
-    os.environ["PBOX_BUILD_DIR"] = build
     print("## Flow control: 3 workers streaming pushes of 4 x 1 MB keys, %d iterations\n" %
           iters)
     print("| flow | pushes/s per worker | GB/s per worker | retransmits | vs NOTIFY-ACK k=1 |")
@@ -101,8 +98,9 @@ def main():
     ap.add_argument("--only", choices=["sync", "flow"])
     a = ap.parse_args()
     build = os.path.abspath(a.build_dir)
+    os.environ["PBOX_BUILD_DIR"] = build  # for pboxtest
     if a.only != "flow":
-        sync_table(build, a.epochs)
+        sync_table(a.epochs)
     if a.only != "sync":
         flow_table(build, a.iters)
 

@@ -19,16 +19,18 @@
 
 #include <pbox/pbox.h>
 
-#include "common/numlist.h"
+#include "common/args.h"
+#include "common/jobdesc.h"
 #include "kernels/kernels.h"
 
+#define PROG              "pbox-check-worker"
 #define PBOX_MAX_KEYS_ARG 256
 
 struct opts {
 	const char *server;
 	const char *token;
 	uint32_t job, rank, workers, iters;
-	uint64_t nkeys, *nelem;
+	uint64_t nkeys, nelem[PBOX_MAX_KEYS_ARG];
 	bool server_opt, mean, expect_fail, async;
 	int stall_iter; /* this rank stops responding (sleeps) at this iteration */
 	int exit_iter;  /* this rank exits abruptly at this iteration */
@@ -70,7 +72,9 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "exit-at", 1, NULL, 'X' },   { "stall-at", 1, NULL, 'Z' },
 		{ "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
 	};
-	int c;
+	uint32_t at;
+	double lr;
+	int c, n, rc = 0;
 
 	memset(o, 0, sizeof(*o));
 	o->server = "127.0.0.1:7000";
@@ -80,42 +84,37 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->opt = "sgd";
 	o->stall_iter = -1;
 	o->exit_iter = -1;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while (rc == 0 && (c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			o->server = optarg;
 			break;
 		case 'j':
-			o->job = (uint32_t)atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--job", optarg, 0, UINT32_MAX, &o->job);
 			break;
 		case 't':
 			o->token = optarg;
 			break;
 		case 'r':
-			o->rank = (uint32_t)atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--rank", optarg, 0, PBOX_MAX_WORKERS - 1,
+					  &o->rank);
 			break;
 		case 'n':
-			o->workers = (uint32_t)atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--workers", optarg, 1, PBOX_MAX_WORKERS,
+					  &o->workers);
 			break;
-		case 'k': {
-			int n;
-
-			free(o->nelem);
-			o->nelem = calloc(PBOX_MAX_KEYS_ARG, sizeof(*o->nelem));
+		case 'k':
 			n = pbox_parse_u64_list(optarg, o->nelem, PBOX_MAX_KEYS_ARG, 1, UINT32_MAX);
 			if (n < 0) {
 				fprintf(stderr,
-					"pbox-check-worker: --keys %s: expected 1..%d positive "
-					"element "
-					"counts\n",
-					optarg, PBOX_MAX_KEYS_ARG);
-				return -1;
+					"%s: --keys %s: expected 1..%d positive element counts\n",
+					PROG, optarg, PBOX_MAX_KEYS_ARG);
+				rc = -EINVAL;
 			}
-			o->nkeys = (uint64_t)n;
+			o->nkeys = n < 0 ? 0 : (uint64_t)n;
 			break;
-		}
 		case 'i':
-			o->iters = (uint32_t)atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--iters", optarg, 1, UINT32_MAX, &o->iters);
 			break;
 		case 'S':
 			o->server_opt = true;
@@ -124,13 +123,14 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->mean = false;
 			break;
 		case 'l':
-			o->lr = strtof(optarg, NULL);
+			rc = pbox_arg_double(PROG, "--lr", optarg, 0, 1e6, &lr);
+			o->lr = (float)lr;
 			break;
 		case 'O':
 			o->opt = optarg;
 			break;
 		case 'T':
-			o->timeout_ms = (uint32_t)atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--timeout-ms", optarg, 0, 3600000, &o->timeout_ms);
 			break;
 		case 'A':
 			o->async = true;
@@ -139,10 +139,12 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->expect_fail = true;
 			break;
 		case 'X':
-			o->exit_iter = atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--exit-at", optarg, 0, INT32_MAX, &at);
+			o->exit_iter = (int)at;
 			break;
 		case 'Z':
-			o->stall_iter = atoi(optarg);
+			rc = pbox_arg_u32(PROG, "--stall-at", optarg, 0, INT32_MAX, &at);
+			o->stall_iter = (int)at;
 			break;
 		case 'h':
 			usage();
@@ -152,6 +154,9 @@ static int parse(int argc, char **argv, struct opts *o)
 			return -1;
 		}
 	}
+	if (rc != 0) {
+		return -1;
+	}
 	if (o->token == NULL || o->workers == 0 || o->nkeys == 0) {
 		usage();
 		return -1;
@@ -159,13 +164,17 @@ static int parse(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/* Everything main() allocates; finish() frees it all. */
 struct bufs {
-	struct pbox_key_info *keys;
-	float **g, **out, **model, **mom, **vel, **gall;
 	uint64_t nkeys;
+	uint32_t nranks;
+	struct pbox_key_info *keys;
+	float **g, **out, **model, **mom, **vel; /* per key */
+	float **gall; /* per rank: its gradient of the key being checked */
+	float *want;  /* the expected result of that key */
 };
 
-static int finish(struct opts *o, struct bufs *b, struct pbox_client *c, int status)
+static int finish(struct bufs *b, struct pbox_client *c, int status)
 {
 	pbox_close(c);
 	for (uint64_t k = 0; k < b->nkeys; k++) {
@@ -175,6 +184,9 @@ static int finish(struct opts *o, struct bufs *b, struct pbox_client *c, int sta
 		free(b->mom[k]);
 		free(b->vel[k]);
 	}
+	for (uint32_t r = 0; b->gall != NULL && r < b->nranks; r++) {
+		free(b->gall[r]);
+	}
 	free(b->keys);
 	free(b->g);
 	free(b->out);
@@ -182,8 +194,56 @@ static int finish(struct opts *o, struct bufs *b, struct pbox_client *c, int sta
 	free(b->mom);
 	free(b->vel);
 	free(b->gall);
-	free(o->nelem);
+	free(b->want);
 	return status;
+}
+
+/* The keys, their buffers (the model at its initial value) and room for the expected
+ * results. 0 or -ENOMEM; what was allocated is in b either way. */
+static int alloc_bufs(const struct opts *o, struct bufs *b)
+{
+	uint64_t most = 0;
+
+	b->keys = calloc(o->nkeys, sizeof(*b->keys));
+	b->g = calloc(o->nkeys, sizeof(*b->g));
+	b->out = calloc(o->nkeys, sizeof(*b->out));
+	b->model = calloc(o->nkeys, sizeof(*b->model));
+	b->mom = calloc(o->nkeys, sizeof(*b->mom));
+	b->vel = calloc(o->nkeys, sizeof(*b->vel));
+	b->gall = calloc(o->workers, sizeof(*b->gall));
+	if (b->keys == NULL || b->g == NULL || b->out == NULL || b->model == NULL ||
+	    b->mom == NULL || b->vel == NULL || b->gall == NULL) {
+		return -ENOMEM;
+	}
+	for (uint64_t k = 0; k < o->nkeys; k++) {
+		uint64_t n = o->nelem[k];
+
+		b->nkeys = k + 1;
+		b->keys[k].id = (uint32_t)(100 + k);
+		b->keys[k].nelem = n;
+		b->g[k] = calloc(n, sizeof(float));
+		b->out[k] = calloc(n, sizeof(float));
+		b->model[k] = calloc(n, sizeof(float));
+		b->mom[k] = calloc(n, sizeof(float));
+		b->vel[k] = calloc(n, sizeof(float));
+		if (b->g[k] == NULL || b->out[k] == NULL || b->model[k] == NULL ||
+		    b->mom[k] == NULL || b->vel[k] == NULL) {
+			return -ENOMEM;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			b->model[k][i] = init_val(k, i);
+		}
+		most = n > most ? n : most;
+	}
+	b->nranks = o->workers;
+	for (uint32_t r = 0; r < o->workers; r++) {
+		b->gall[r] = calloc(most, sizeof(float));
+		if (b->gall[r] == NULL) {
+			return -ENOMEM;
+		}
+	}
+	b->want = calloc(most, sizeof(float));
+	return b->want == NULL ? -ENOMEM : 0;
 }
 
 int main(int argc, char **argv)
@@ -192,8 +252,7 @@ int main(int argc, char **argv)
 	struct bufs B = { 0 };
 	struct pbox_client_opts co = { 0 };
 	struct pbox_client *c = NULL;
-	struct pbox_key_info *keys;
-	float **g, **out, **model, **mom, **vel, **gall;
+	const struct pbox_kernels *kern = pbox_kernels_get();
 	const struct pbox_optimizer_ops *opt;
 	struct pbox_opt_params p;
 	int rc;
@@ -206,6 +265,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "unknown optimizer %s\n", o.opt);
 		return 2;
 	}
+	if (alloc_bufs(&o, &B) != 0) {
+		fprintf(stderr, "rank %u: out of memory for %llu keys\n", o.rank,
+			(unsigned long long)o.nkeys);
+		return finish(&B, NULL, 2);
+	}
 	pbox_opt_params_default(&p);
 	p.lr = o.lr;
 	co.server = o.server;
@@ -216,49 +280,29 @@ int main(int argc, char **argv)
 	rc = pbox_connect(&co, &c);
 	if (rc < 0) {
 		fprintf(stderr, "rank %u: connect: %s (%d)\n", o.rank, pbox_last_error(), rc);
-		return finish(&o, &B, NULL, o.expect_fail ? 0 : 1);
+		return finish(&B, NULL, o.expect_fail ? 0 : 1);
 	}
-	B.nkeys = o.nkeys;
-	B.keys = keys = calloc(o.nkeys, sizeof(*keys));
-	B.g = g = calloc(o.nkeys, sizeof(*g));
-	B.out = out = calloc(o.nkeys, sizeof(*out));
-	B.model = model = calloc(o.nkeys, sizeof(*model));
-	B.mom = mom = calloc(o.nkeys, sizeof(*mom));
-	B.vel = vel = calloc(o.nkeys, sizeof(*vel));
-	B.gall = gall = calloc(o.workers, sizeof(*gall));
-	for (uint64_t k = 0; k < o.nkeys; k++) {
-		keys[k].id = (uint32_t)(100 + k);
-		keys[k].nelem = o.nelem[k];
-		g[k] = calloc(o.nelem[k], sizeof(float));
-		out[k] = calloc(o.nelem[k], sizeof(float));
-		model[k] = calloc(o.nelem[k], sizeof(float));
-		mom[k] = calloc(o.nelem[k], sizeof(float));
-		vel[k] = calloc(o.nelem[k], sizeof(float));
-		for (uint64_t i = 0; i < o.nelem[k]; i++) {
-			model[k][i] = init_val(k, i);
-		}
-	}
-	rc = pbox_register(c, keys, (uint32_t)o.nkeys);
+	rc = pbox_register(c, B.keys, (uint32_t)o.nkeys);
 	if (rc < 0) {
 		fprintf(stderr, "rank %u: register: %s (%d)\n", o.rank, pbox_last_error(), rc);
-		return finish(&o, &B, c, o.expect_fail ? 0 : 1);
+		return finish(&B, c, o.expect_fail ? 0 : 1);
 	}
 	if (o.server_opt) {
 		for (uint64_t k = 0; k < o.nkeys && o.rank == 0; k++) {
-			rc = pbox_init(c, keys[k].id, model[k]);
+			rc = pbox_init(c, B.keys[k].id, B.model[k]);
 			if (rc < 0) {
 				goto opfail;
 			}
 		}
 		for (uint64_t k = 0; k < o.nkeys; k++) {
-			rc = pbox_pull(c, keys[k].id, 0, out[k]);
+			rc = pbox_pull(c, B.keys[k].id, 0, B.out[k]);
 			if (rc < 0) {
 				goto opfail;
 			}
-			if (memcmp(out[k], model[k], o.nelem[k] * sizeof(float)) != 0) {
+			if (memcmp(B.out[k], B.model[k], o.nelem[k] * sizeof(float)) != 0) {
 				fprintf(stderr, "rank %u: initial model of key %u differs\n",
-					o.rank, keys[k].id);
-				return finish(&o, &B, c, 1);
+					o.rank, B.keys[k].id);
+				return finish(&B, c, 1);
 			}
 		}
 	}
@@ -273,13 +317,13 @@ int main(int argc, char **argv)
 		}
 		for (uint64_t k = 0; k < o.nkeys; k++) {
 			for (uint64_t i = 0; i < o.nelem[k]; i++) {
-				g[k][i] = grad(o.rank, t, k, i);
+				B.g[k][i] = grad(o.rank, t, k, i);
 			}
 			if (o.async) {
-				rc = pbox_push_pull_async(c, keys[k].id, t, g[k], out[k], NULL,
-							  NULL);
+				rc = pbox_push_pull_async(c, B.keys[k].id, t, B.g[k], B.out[k],
+							  NULL, NULL);
 			} else {
-				rc = pbox_push_pull(c, keys[k].id, t, g[k], out[k]);
+				rc = pbox_push_pull(c, B.keys[k].id, t, B.g[k], B.out[k]);
 			}
 			if (rc < 0) {
 				goto opfail;
@@ -293,39 +337,30 @@ int main(int argc, char **argv)
 		}
 		/* The expected result, computed with the appliance's kernels. */
 		for (uint64_t k = 0; k < o.nkeys; k++) {
-			const struct pbox_kernels *kern = pbox_kernels_get();
-			float *want = calloc(o.nelem[k], sizeof(float));
-
 			for (uint32_t r = 0; r < o.workers; r++) {
-				gall[r] = calloc(o.nelem[k], sizeof(float));
 				for (uint64_t i = 0; i < o.nelem[k]; i++) {
-					gall[r][i] = grad(r, t, k, i);
+					B.gall[r][i] = grad(r, t, k, i);
 				}
 			}
 			if (o.server_opt) {
-				pbox_optimizer_step(opt, kern, model[k], mom[k], vel[k],
-						    (const float *const *)gall, o.workers,
+				pbox_optimizer_step(opt, kern, B.model[k], B.mom[k], B.vel[k],
+						    (const float *const *)B.gall, o.workers,
 						    o.nelem[k], &p, t + 1);
-				memcpy(want, model[k], o.nelem[k] * sizeof(float));
+				memcpy(B.want, B.model[k], o.nelem[k] * sizeof(float));
 			} else {
-				kern->reduce(want, (const float *const *)gall, o.workers,
+				kern->reduce(B.want, (const float *const *)B.gall, o.workers,
 					     o.nelem[k], o.mean ? (float)o.workers : 1.0f);
 			}
 			for (uint64_t i = 0; i < o.nelem[k]; i++) {
-				if (memcmp(&want[i], &out[k][i], sizeof(float)) != 0) {
+				if (memcmp(&B.want[i], &B.out[k][i], sizeof(float)) != 0) {
 					fprintf(stderr,
 						"rank %u: MISMATCH key %u iteration %u element "
-						"%llu: got "
-						"%.9g want %.9g\n",
-						o.rank, keys[k].id, t, (unsigned long long)i,
-						out[k][i], want[i]);
-					return finish(&o, &B, c, 1);
+						"%llu: got %.9g want %.9g\n",
+						o.rank, B.keys[k].id, t, (unsigned long long)i,
+						B.out[k][i], B.want[i]);
+					return finish(&B, c, 1);
 				}
 			}
-			for (uint32_t r = 0; r < o.workers; r++) {
-				free(gall[r]);
-			}
-			free(want);
 		}
 	}
 	{
@@ -339,8 +374,8 @@ int main(int argc, char **argv)
 		       (unsigned long long)st.retransmits, (unsigned long long)st.probes,
 		       (unsigned long long)st.dropped);
 	}
-	return finish(&o, &B, c, o.expect_fail ? 1 : 0);
+	return finish(&B, c, o.expect_fail ? 1 : 0);
 opfail:
 	fprintf(stderr, "rank %u: operation failed: %s (%d)\n", o.rank, pbox_last_error(), rc);
-	return finish(&o, &B, c, o.expect_fail ? 0 : 1);
+	return finish(&B, c, o.expect_fail ? 0 : 1);
 }

@@ -7,20 +7,30 @@
                         "--server", d.control])
         print(d.stats()["totals"]["dropped"])
 
-Pboxd picks free ports, writes a libconfig file, starts the build tree's pboxd, waits
-until its control channel answers, and on exit stops it with SIGTERM and checks that it
-exited cleanly. Tests find the build tree through PBOX_BUILD_DIR (set by meson).
+Pboxd picks free ports, writes a libconfig file into a temporary directory, starts the
+build tree's pboxd (on fresh ports if another process took one first), waits until its
+control channel answers, and on exit stops it with SIGTERM, checks that it exited
+cleanly and removes the directory (PBOX_KEEP_LOGS=1 keeps it and says where).
+run_demo() runs `pbox demo` in a temporary TMPDIR and checks that it leaves nothing
+there. Tests find the build tree through PBOX_BUILD_DIR (set by meson).
 """
+import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
-__all__ = ["Pboxd", "build_path", "free_ports", "to_libconfig", "control_request", "fail"]
+__all__ = ["Pboxd", "build_path", "free_ports", "to_libconfig", "control_request", "fail",
+           "run_demo", "children", "alive", "check_gone"]
+
+START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
+EX_UNAVAILABLE = 69
 
 
 def build_path(rel):
@@ -108,22 +118,36 @@ def control_request(addr, obj, timeout=10.0):
     return json.loads(buf.split(b"\n", 1)[0])
 
 
+def keep_logs():
+    """PBOX_KEEP_LOGS set (and not "0"): keep the temporary directories for inspection."""
+    return os.environ.get("PBOX_KEEP_LOGS", "") not in ("", "0")
+
+
 class Pboxd:
     """A pboxd process for one test, on free loopback ports."""
 
     def __init__(self, jobs, cores=2, extra_args=(), **appliance):
-        self.tcp, self.base = free_ports(cores)
-        self.control = "127.0.0.1:%d" % self.tcp
-        app = {"cores": cores, "control": self.control, "base_port": self.base,
-               "data_address": "127.0.0.1", "drain_timeout": 2}
-        app.update(appliance)
+        self.cores = cores
+        self.jobs = jobs
+        self.appliance = appliance
         self.dir = tempfile.mkdtemp(prefix="pboxtest-")
         self.conf = os.path.join(self.dir, "pboxd.conf")
-        with open(self.conf, "w") as f:
-            f.write(to_libconfig(app, jobs))
         self.logpath = os.path.join(self.dir, "pboxd.log")
         self.args = [build_path("dataplane/pboxd"), "-c", self.conf] + list(extra_args)
         self.proc = None
+        self.logf = None
+        self.saved_log = None  # the log's text once the directory is gone
+        self.choose_ports()
+
+    def choose_ports(self):
+        """Free ports now, and the configuration file that names them."""
+        self.tcp, self.base = free_ports(self.cores)
+        self.control = "127.0.0.1:%d" % self.tcp
+        app = {"cores": self.cores, "control": self.control, "base_port": self.base,
+               "data_address": "127.0.0.1", "drain_timeout": 2}
+        app.update(self.appliance)
+        with open(self.conf, "w") as f:
+            f.write(to_libconfig(app, self.jobs))
 
     def __enter__(self):
         self.start()
@@ -139,26 +163,47 @@ class Pboxd:
         return False
 
     def start(self):
-        self.logf = open(self.logpath, "w")
-        self.proc = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                self.dump_log()
-                fail("pboxd exited at start with status %d" % self.proc.returncode)
-            try:
-                socket.create_connection(("127.0.0.1", self.tcp), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.dump_log()
-        fail("pboxd did not open its control port")
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if attempt > 1:
+                self.choose_ports()
+            self.logf = open(self.logpath, "w")
+            self.proc = subprocess.Popen(self.args, stdout=self.logf,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            deadline = time.time() + 20
+            while time.time() < deadline and self.proc.poll() is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.tcp), timeout=0.5).close()
+                    return
+                except OSError:
+                    time.sleep(0.05)
+            rc = self.proc.poll()
+            if rc == EX_UNAVAILABLE and attempt < START_ATTEMPTS:
+                self.halt()
+                print("pboxd could not set up its ports (another process took one?); "
+                      "retrying on fresh ports", file=sys.stderr)
+                continue
+            if rc is None:
+                what = "pboxd did not open its control port %s" % self.control
+            else:
+                what = "pboxd exited at start with status %d" % rc
+            # Stop it before failing: __exit__ does not run when start() fails.
+            self.stop(signal.SIGKILL)
+            self.dump_log()
+            fail(what)
 
     def stats(self):
         return control_request(self.control, {"op": "stats"})
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Stop pboxd (sig, then SIGKILL after timeout s) and return its exit status; then
+        remove the temporary directory, keeping the log's text for log() and dump_log()."""
+        try:
+            return self.halt(sig, timeout)
+        finally:
+            self.remove_dir()
+
+    def halt(self, sig=signal.SIGTERM, timeout=30):
+        """stop() without removing the directory."""
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
@@ -168,6 +213,8 @@ class Pboxd:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                self.logf.close()
+                self.proc = None
                 self.dump_log()
                 fail("pboxd did not stop within %d s of signal %d" % (timeout, sig))
         self.logf.close()
@@ -175,7 +222,22 @@ class Pboxd:
         self.proc = None
         return rc
 
+    def remove_dir(self):
+        if self.dir is None:
+            return
+        if keep_logs():
+            print("pboxd configuration and log kept in %s" % self.dir, file=sys.stderr)
+        else:
+            try:
+                self.saved_log = self.log()
+            except OSError:
+                self.saved_log = ""
+            shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
     def log(self):
+        if self.saved_log is not None:
+            return self.saved_log
         with open(self.logpath) as f:
             return f.read()
 
@@ -184,3 +246,115 @@ class Pboxd:
             sys.stderr.write("---- pboxd log ----\n" + self.log() + "-------------------\n")
         except OSError:
             pass
+
+
+def children(pid):
+    """(pid, cmdline) of the direct children of pid."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append((int(name), cmd))
+    return out
+
+
+def alive(pid, cmd):
+    """Process pid still runs cmd (and is not a zombie)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            now = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return now == cmd and state != "Z"
+
+
+def check_gone(kids, tmpdir, what):
+    """Fail unless every (pid, cmdline) of kids ends within 5 s (those left are killed)
+    and tmpdir (None: not checked) is empty."""
+    deadline = time.time() + 5
+    while time.time() < deadline and any(alive(k, c) for k, c in kids):
+        time.sleep(0.1)
+    left = [c for k, c in kids if alive(k, c)]
+    if left:
+        for k, c in kids:
+            if alive(k, c):
+                os.kill(k, signal.SIGKILL)
+        fail("%s: processes left behind: %s" % (what, left))
+    if tmpdir is not None and os.listdir(tmpdir):
+        fail("%s: temporary files left behind: %s" % (what, os.listdir(tmpdir)))
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper():
+    """Make processes orphaned below this one its children instead of init's, so that
+    whatever a command leaves running shows up in children(os.getpid())."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        fail("prctl(PR_SET_CHILD_SUBREAPER): %s" % os.strerror(ctypes.get_errno()))
+
+
+def run_demo(args, timeout, env=None, watch=False):
+    """Run `pbox demo ARGS` with TMPDIR set to a fresh temporary directory and return the
+    subprocess.CompletedProcess (text stdout and stderr; the caller checks returncode).
+    Past timeout seconds the demo gets SIGTERM (it then stops its children and removes its
+    files), SIGKILL 15 s later, and the test fails. The test fails too if the demo leaves
+    files in TMPDIR (unless ARGS has --keep-logs). With watch, the result's kids lists the
+    (pid, cmdline) of every child of the demo seen while it ran and every process it left
+    behind, for check_gone(); the caller must have no other children then."""
+    cmd = [build_path("dataplane/tools/pbox"), "demo"] + list(args)
+    kids = {}
+    if watch:
+        become_subreaper()
+    with tempfile.TemporaryDirectory(prefix="pboxtest-demo-") as tmpdir:
+        denv = dict(os.environ if env is None else env, TMPDIR=tmpdir)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=denv) as p:
+            if watch:
+                # Sample the children while the demo runs; communicate() collects the
+                # output on its own threads meanwhile.
+                done = threading.Event()
+
+                def sample():
+                    # A zombie's cmdline is empty: keep what the process ran.
+                    while not done.is_set():
+                        kids.update((k, c) for k, c in children(p.pid) if c)
+                        done.wait(0.01)
+
+                sampler = threading.Thread(target=sample, daemon=True)
+                sampler.start()
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    out, err = p.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
+                sys.stderr.write(err[-4000:])
+                fail("pbox demo %s did not finish within %d s (stopped with SIGTERM: exit "
+                     "%d)" % (" ".join(args), timeout, p.returncode))
+            finally:
+                if watch:
+                    done.set()
+                    sampler.join()
+        if watch:
+            kids.update((k, c) for k, c in children(os.getpid()) if alive(k, c))
+        left = os.listdir(tmpdir)
+        if left and "--keep-logs" not in args:
+            fail("pbox demo %s left %s in its TMPDIR" % (" ".join(args), left))
+    res = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    res.kids = sorted(kids.items())
+    return res

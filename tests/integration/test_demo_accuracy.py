@@ -6,19 +6,17 @@ its workers put on the wire, and prints plain progress lines when stderr is not 
 terminal."""
 import json
 import re
-import subprocess
 import sys
 import time
 
-from pboxtest import build_path, fail
+from pboxtest import fail, run_demo
 
 MODEL_FLOATS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
 
 
 def main():
     t0 = time.time()
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "demo", "--json"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    p = run_demo(["--json"], timeout=300)
     elapsed = time.time() - t0
     sys.stdout.write(p.stderr)
     if p.returncode != 0:

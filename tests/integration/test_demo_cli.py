@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The `pbox` command line: help texts, option errors, `pbox stats` against a running
 pboxd, and the demo's clean-up: a worker killed mid-run is reported by rank and cause, and
-Ctrl-C (SIGINT) stops everything; in both cases no child process and no temporary file is
-left behind."""
+Ctrl-C (SIGINT) or SIGQUIT stops everything; in every case no child process and no
+temporary file is left behind, and the job token is on no command line."""
 import json
 import os
 import re
@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, build_path, check_gone, children, fail
 
 
 def pbox_path():
@@ -101,35 +101,6 @@ def check_stats():
     print("stats: ok (%s)" % p.stderr.strip())
 
 
-def children(pid):
-    """(pid, cmdline) of the direct children of pid."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                stat = f.read()
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append((int(name), cmd))
-    return out
-
-
-def alive(pid, cmd):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            now = f.read().replace(b"\0", b" ").decode(errors="replace")
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return now == cmd and state != "Z"
-
-
 def start_demo(tmpdir):
     env = dict(os.environ, TMPDIR=tmpdir)
     p = subprocess.Popen([pbox_path(), "demo", "--epochs", "20"], stdout=subprocess.PIPE,
@@ -146,21 +117,11 @@ def start_demo(tmpdir):
             len([k for k in kids if "pboxd" in k[1]]) != 1:
         p.kill()
         fail("expected pboxd and 3 workers under the demo, found %s" % kids)
+    # The job's token is in the workers' environment, not on command lines anyone can read.
+    if any("--token" in c for _, c in kids):
+        p.kill()
+        fail("the job token is on a command line: %s" % kids)
     return p, kids
-
-
-def check_gone(kids, tmpdir, what):
-    deadline = time.time() + 5
-    while time.time() < deadline and any(alive(k, c) for k, c in kids):
-        time.sleep(0.1)
-    left = [c for k, c in kids if alive(k, c)]
-    if left:
-        for k, c in kids:
-            if alive(k, c):
-                os.kill(k, signal.SIGKILL)
-        fail("%s: processes left behind: %s" % (what, left))
-    if os.listdir(tmpdir):
-        fail("%s: temporary files left behind: %s" % (what, os.listdir(tmpdir)))
 
 
 def check_worker_killed():
@@ -175,16 +136,17 @@ def check_worker_killed():
         print("killed worker: %s" % [l for l in err.splitlines() if "failed" in l][0])
 
 
-def check_interrupt():
+def check_interrupt(sig):
+    name = signal.Signals(sig).name
     with tempfile.TemporaryDirectory(prefix="pbox-demo-int-") as tmpdir:
         p, kids = start_demo(tmpdir)
         t0 = time.time()
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         out, err = p.communicate(timeout=60)
         if p.returncode != 130 or "interrupted" not in err:
-            fail("demo after SIGINT: exit %d, stderr:\n%s" % (p.returncode, err))
-        check_gone(kids, tmpdir, "SIGINT")
-        print("SIGINT: stopped in %.1f s, nothing left behind" % (time.time() - t0))
+            fail("demo after %s: exit %d, stderr:\n%s" % (name, p.returncode, err))
+        check_gone(kids, tmpdir, name)
+        print("%s: stopped in %.1f s, nothing left behind" % (name, time.time() - t0))
 
 
 def main():
@@ -192,7 +154,8 @@ def main():
     check_option_errors()
     check_stats()
     check_worker_killed()
-    check_interrupt()
+    check_interrupt(signal.SIGINT)
+    check_interrupt(signal.SIGQUIT)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import struct
 import subprocess
 import tempfile
 
-from pboxtest import build_path, fail
+from pboxtest import build_path, check_gone, fail, run_demo
 
 NAMES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
          "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
@@ -128,18 +128,18 @@ def main():
         # The demo on damaged data: every rank fails; the report names a rank and the file.
         d = os.path.join(root, "demo")
         write_set(d, False, train_labels=idx_labels([1, 2, 3, 10] + [0] * 56))
-        p = subprocess.run([build_path("dataplane/tools/pbox"), "demo", "--data", d,
-                            "--batch", "12", "--epochs", "1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=60)
+        p = run_demo(["--data", d, "--batch", "12", "--epochs", "1"], timeout=50, watch=True)
         if p.returncode != 1:
             fail("demo on damaged data exited with %d:\n%s%s" % (p.returncode, p.stdout,
                                                                   p.stderr))
         if "failed" not in p.stderr or "rank " not in p.stderr or \
                 "label 10 of sample 3" not in p.stderr:
             fail("demo did not report the failing rank and its error:\n%s" % p.stderr)
-        print("demo on damaged data: %s" % [l for l in p.stderr.splitlines()
-                                            if "failed" in l][0])
+        if not any("pboxd" in c for _, c in p.kids):
+            fail("the demo on damaged data did not start pboxd: %s" % p.kids)
+        check_gone(p.kids, None, "demo on damaged data")
+        print("demo on damaged data: %s; none of its %d processes left" %
+              ([l for l in p.stderr.splitlines() if "failed" in l][0], len(p.kids)))
     finally:
         shutil.rmtree(root)
 

@@ -14,16 +14,13 @@ import sys
 import tempfile
 import time
 
-from pboxtest import build_path, fail
+from pboxtest import build_path, fail, run_demo
 
 STEPS = 200
 FAULT = "drop=0.02,dup=0.02,reorder=0.05,seed=11"
 
 
-def pbox(args, timeout):
-    t0 = time.time()
-    p = subprocess.run([build_path("dataplane/tools/pbox")] + args, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=timeout)
+def checked(args, p, t0):
     sys.stdout.write(p.stderr)
     if p.returncode != 0:
         fail("pbox %s exited with %d:\n%s" % (" ".join(args), p.returncode, p.stdout))
@@ -31,9 +28,18 @@ def pbox(args, timeout):
     return p.stdout
 
 
+def pbox(args, timeout):
+    t0 = time.time()
+    p = subprocess.run([build_path("dataplane/tools/pbox")] + args, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=timeout)
+    return checked(args, p, t0)
+
+
 def demo(model, extra=(), workers=3, steps=STEPS):
-    out = pbox(["demo", "--json", "--workers", str(workers), "--epochs", "1", "--max-steps",
-                str(steps), "--save-model", model] + list(extra), timeout=240)
+    args = ["--json", "--workers", str(workers), "--epochs", "1", "--max-steps", str(steps),
+            "--save-model", model] + list(extra)
+    t0 = time.time()
+    out = checked(["demo"] + args, run_demo(args, timeout=200), t0)
     res = json.loads(out)
     if not res["ok"] or res["steps"] != steps:
         fail("demo did not run %d steps: %s" % (steps, out))

@@ -2,6 +2,7 @@
 /* pboxd configuration: a valid file loads; each kind of mistake is refused with the file,
  * line and setting named. */
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,16 +16,21 @@
 
 #include "pboxd/config.h"
 
-static char g_path[64];
+static char g_path[PATH_MAX];
 
 /* Load text as a config file; returns the load status, err receives the message. */
 static int load(const char *text, struct pboxd_config *cfg, char *err, size_t errlen)
 {
+	const char *tmpdir = getenv("TMPDIR");
 	FILE *f;
-	int rc;
+	int fd, rc;
 
-	snprintf(g_path, sizeof(g_path), "/tmp/pbox-test-config-%d.conf", getpid());
-	f = fopen(g_path, "w");
+	/* mkstemp(3): a new file of our own, not a name someone else may have created. */
+	snprintf(g_path, sizeof(g_path), "%s/pbox-test-config-XXXXXX",
+		 tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp");
+	fd = mkstemp(g_path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
 	assert_non_null(f);
 	fputs(text, f);
 	fclose(f);
