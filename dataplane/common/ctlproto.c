@@ -2,6 +2,8 @@
 /* Newline-delimited JSON framing of the control channel (see ctlproto.h). */
 #include "ctlproto.h"
 
+#include "common/compiler.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -13,12 +15,21 @@
 void pbox_linebuf_init(struct pbox_linebuf *lb)
 {
 	memset(lb, 0, sizeof(*lb));
+	lb->max = PBOX_CTL_MAX_LINE;
 }
 
 void pbox_linebuf_free(struct pbox_linebuf *lb)
 {
+	size_t max = lb->max;
+
 	free(lb->buf);
 	memset(lb, 0, sizeof(*lb));
+	lb->max = max;
+}
+
+void pbox_linebuf_set_max(struct pbox_linebuf *lb, size_t max)
+{
+	lb->max = max ? max : 1;
 }
 
 long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd)
@@ -34,16 +45,13 @@ long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd)
 	for (;;) {
 		ssize_t n;
 
-		if (lb->cap - lb->len < 4096) {
-			size_t ncap = lb->cap ? lb->cap * 2 : 16384;
+		/* A line of max bytes plus its newline, plus the terminator we keep room for. */
+		size_t limit = lb->max + 2;
+
+		if (lb->cap - lb->len < 4096 && lb->cap < limit) {
+			size_t ncap = PBOX_MIN(lb->cap ? lb->cap * 2 : 16384, limit);
 			char *nb;
 
-			if (ncap > PBOX_CTL_MAX_LINE + 1) {
-				if (memchr(lb->buf, '\n', lb->len) != NULL) {
-					return total > 0 ? total : -EAGAIN;
-				}
-				return -E2BIG;
-			}
 			nb = realloc(lb->buf, ncap);
 			if (nb == NULL) {
 				return -ENOMEM;
@@ -51,7 +59,15 @@ long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd)
 			lb->buf = nb;
 			lb->cap = ncap;
 		}
-		n = read(fd, lb->buf + lb->len, lb->cap - lb->len - 1);
+		if (lb->len + 1 >= PBOX_MIN(lb->cap, limit)) {
+			/* Full: fine if a line is complete (the caller takes it, then reads on);
+			 * otherwise the line is longer than max. */
+			if (memchr(lb->buf, '\n', lb->len) != NULL) {
+				return total > 0 ? total : -EAGAIN;
+			}
+			return -E2BIG;
+		}
+		n = read(fd, lb->buf + lb->len, PBOX_MIN(lb->cap, limit) - lb->len - 1);
 		if (n > 0) {
 			lb->len += (size_t)n;
 			total += n;
@@ -87,18 +103,28 @@ char *pbox_linebuf_next(struct pbox_linebuf *lb)
 	return line;
 }
 
-int pbox_ctl_send(int fd, const json_t *obj, int timeout_ms)
+char *pbox_ctl_encode(const json_t *obj, size_t *len)
 {
 	char *s = json_dumps(obj, JSON_COMPACT);
+
+	if (s == NULL) {
+		return NULL;
+	}
+	*len = strlen(s);
+	s[*len] = '\n'; /* json_dumps leaves room for the terminator we overwrite */
+	(*len)++;
+	return s;
+}
+
+int pbox_ctl_send(int fd, const json_t *obj, int timeout_ms)
+{
 	size_t len, off = 0;
+	char *s = pbox_ctl_encode(obj, &len);
 	int rc = 0;
 
 	if (s == NULL) {
 		return -ENOMEM;
 	}
-	len = strlen(s);
-	s[len] = '\n'; /* json_dumps leaves room for the terminator we overwrite */
-	len++;
 	while (off < len) {
 		ssize_t n = write(fd, s + off, len - off);
 

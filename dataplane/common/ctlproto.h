@@ -24,26 +24,57 @@
 #include <jansson.h>
 
 #define PBOX_CTL_PROTO_VERSION 1
-/* Longest line accepted (a register of a million keys stays below it). */
+/* Default bound of a line (pbox_linebuf_init): what clients accept from the appliance (a
+ * register answer's core_map of 2^24 chunks stays below it). pboxd bounds the requests
+ * it reads much lower, with pbox_linebuf_set_max. */
 #define PBOX_CTL_MAX_LINE (64u << 20)
+/* Bytes one key of a register request takes at most: "[4294967295, 1099511627776], " is
+ * 29; 32 leaves room for a little more whitespace. */
+#define PBOX_CTL_REGISTER_KEY_BYTES 32u
+/* The rest of a register request (op, braces, framing). */
+#define PBOX_CTL_REQUEST_OVERHEAD 1024u
+
+/* The longest request line a register of nkeys keys needs. */
+static inline size_t pbox_ctl_register_line_bytes(size_t nkeys)
+{
+	return nkeys * PBOX_CTL_REGISTER_KEY_BYTES + PBOX_CTL_REQUEST_OVERHEAD;
+}
 
 struct pbox_linebuf {
 	char *buf;
 	size_t len;
 	size_t cap;
 	size_t start; /* first byte not yet returned as a line */
+	size_t max;   /* longest line accepted, without its newline */
 };
 
+/* An empty buffer accepting lines up to PBOX_CTL_MAX_LINE bytes. */
 void pbox_linebuf_init(struct pbox_linebuf *lb);
 void pbox_linebuf_free(struct pbox_linebuf *lb);
 
-/* Read what fd has (non-blocking fds: until EAGAIN). Returns bytes read (> 0), 0 on EOF,
- * -EAGAIN if nothing was available, -E2BIG if a line exceeds the limit, or -errno. */
+/* Change the longest line accepted from now on (max >= 1). Lowering it below what is
+ * already buffered makes the next fill return -E2BIG unless a newline is there. */
+void pbox_linebuf_set_max(struct pbox_linebuf *lb, size_t max);
+
+/* Read what fd has (non-blocking fds: until EAGAIN, or until the buffer holds a line of
+ * the maximum length). Returns bytes read (> 0), 0 on EOF, -EAGAIN if nothing was
+ * available, -E2BIG if a line exceeds the limit, or -errno. The buffer never grows
+ * beyond max + 1 bytes. */
 long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd);
+
+/* Bytes read but not yet returned as lines. */
+static inline size_t pbox_linebuf_pending(const struct pbox_linebuf *lb)
+{
+	return lb->len - lb->start;
+}
 
 /* Next complete line (NUL-terminated, without the newline) or NULL. Valid until the next
  * fill or next call. */
 char *pbox_linebuf_next(struct pbox_linebuf *lb);
+
+/* Encode obj compactly with a trailing newline: a malloc'd buffer of *len bytes (not
+ * NUL-terminated), or NULL (out of memory). Does not steal obj. */
+char *pbox_ctl_encode(const json_t *obj, size_t *len);
 
 /* Encode obj compactly with a trailing newline and write it all to fd (blocking fds, or
  * non-blocking ones that have room: waits up to timeout_ms for the rest). Does not steal

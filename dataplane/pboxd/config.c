@@ -263,6 +263,17 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->drain_timeout = 10;
 	cfg->worker_timeout = 10;
 	cfg->fault.seed = 1;
+	cfg->limits = (struct pboxd_control_limits){
+		.max_connections = 4096,
+		.max_per_address = 1024,
+		.max_unauth = 256,
+		.max_unauth_per_address = 32,
+		.unauth_timeout = 5,
+		.max_register_keys = 100000,
+		.max_output_bytes = 1u << 20,
+		.auth_failures_burst = 10,
+		.auth_failures_per_minute = 60,
+	};
 	cfg->dpdk.rx_desc = 1024;
 	cfg->dpdk.tx_desc = 1024;
 	cfg->dpdk.mbuf_bytes = 2048;
@@ -542,6 +553,43 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	return finish_job(c, g, j);
 }
 
+/* The appliance's control_limits = { ... } group. */
+static int load_limits(struct cctx *c, const config_setting_t *g, struct pboxd_control_limits *l)
+{
+	static const char *const keys[] = { "max_connections",
+					    "max_per_address",
+					    "max_unauth",
+					    "max_unauth_per_address",
+					    "unauth_timeout",
+					    "max_register_keys",
+					    "max_output_bytes",
+					    "auth_failures_burst",
+					    "auth_failures_per_minute",
+					    NULL };
+	int rc;
+
+	if (!config_setting_is_group(g)) {
+		return bad(c, g, "must be a group { max_connections = 4096; ... }");
+	}
+	if ((rc = only(c, g, keys)) != 0 ||
+	    (rc = get_u32(c, g, "max_connections", 1, 1u << 20, &l->max_connections)) != 0 ||
+	    (rc = get_u32(c, g, "max_per_address", 1, 1u << 20, &l->max_per_address)) != 0 ||
+	    (rc = get_u32(c, g, "max_unauth", 1, 1u << 20, &l->max_unauth)) != 0 ||
+	    (rc = get_u32(c, g, "max_unauth_per_address", 1, 1u << 20,
+			  &l->max_unauth_per_address)) != 0 ||
+	    (rc = get_u32(c, g, "unauth_timeout", 1, 3600, &l->unauth_timeout)) != 0 ||
+	    (rc = get_u32(c, g, "max_register_keys", 1, PBOX_MAX_KEYS, &l->max_register_keys)) !=
+		    0 ||
+	    (rc = get_u32(c, g, "max_output_bytes", 4096, 1u << 30, &l->max_output_bytes)) != 0 ||
+	    (rc = get_u32(c, g, "auth_failures_burst", 1, 1u << 20, &l->auth_failures_burst)) !=
+		    0 ||
+	    (rc = get_u32(c, g, "auth_failures_per_minute", 1, 1u << 20,
+			  &l->auth_failures_per_minute)) != 0) {
+		return rc;
+	}
+	return 0;
+}
+
 /* The appliance's dpdk = { ... } group. */
 static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpdk_cfg *dc)
 {
@@ -668,15 +716,27 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 {
 	static const char *const top_keys[] = { "appliance", "jobs", NULL };
 	static const char *const app_keys[] = {
-		"transport",      "data_address",
-		"base_port",      "control",
-		"cores",          "cpus",
-		"chunk_bytes",    "mtu",
-		"busy_poll",      "idle_us",
-		"burst",          "deterministic",
-		"stats_interval", "drain_timeout",
-		"fault",          "dpdk",
-		"worker_timeout", NULL,
+		"transport",
+		"data_address",
+		"base_port",
+		"control",
+		"cores",
+		"cpus",
+		"chunk_bytes",
+		"mtu",
+		"busy_poll",
+		"idle_us",
+		"burst",
+		"deterministic",
+		"stats_interval",
+		"drain_timeout",
+		"fault",
+		"dpdk",
+		"worker_timeout",
+		"admin_token",
+		"control_socket",
+		"control_limits",
+		NULL,
 	};
 	struct cctx c = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *a, *jobs, *s;
@@ -793,6 +853,22 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		}
 		s = config_setting_get_member(a, "dpdk");
 		if (s != NULL && (rc = load_dpdk(&c, s, &cfg->dpdk)) != 0) {
+			goto out;
+		}
+		if ((rc = get_str(&c, a, "admin_token", cfg->admin_token, sizeof(cfg->admin_token),
+				  NULL)) != 0 ||
+		    (rc = get_str(&c, a, "control_socket", cfg->control_socket,
+				  sizeof(cfg->control_socket), &where)) != 0) {
+			goto out;
+		}
+		if (where != NULL && cfg->control_socket[0] != '\0' &&
+		    cfg->control_socket[0] != '/') {
+			rc = bad(&c, where,
+				 "must be an absolute path like \"/run/pbox/pboxd.sock\"");
+			goto out;
+		}
+		s = config_setting_get_member(a, "control_limits");
+		if (s != NULL && (rc = load_limits(&c, s, &cfg->limits)) != 0) {
 			goto out;
 		}
 	}

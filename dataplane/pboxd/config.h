@@ -20,6 +20,20 @@
  *     drain_timeout = 10;             # seconds to let sessions finish on SIGTERM
  *     worker_timeout = 10;            # seconds without a heartbeat: a worker is gone
  *     fault = "";                     # fault injection on sends (tests)
+ *     admin_token = "";               # lets a stats request see every job ("": none)
+ *     control_socket = "";            # Unix socket for operators (admin without a token),
+ *                                     # e.g. "/run/pbox/pboxd.sock" ("": none)
+ *     control_limits = {              # the control channel under hostile clients
+ *       max_connections = 4096;       # all connections (also bounded by RLIMIT_NOFILE)
+ *       max_per_address = 1024;       # from one source address
+ *       max_unauth = 256;             # not yet admitted (no valid hello): a new one closes
+ *       max_unauth_per_address = 32;  # the oldest (of its address when that is full)
+ *       unauth_timeout = 5;           # seconds to say a valid hello
+ *       max_register_keys = 100000;   # bounds request lines (32 bytes per key)
+ *       max_output_bytes = 1048576;   # queued answers of a client that does not read
+ *       auth_failures_burst = 10;     # wrong tokens / unknown jobs per address, then
+ *       auth_failures_per_minute = 60; # this many a minute
+ *     };
  *     dpdk = {                        # transport = "dpdk" (kernel bypass) only
  *       eal = [ "--vdev", "net_af_xdp0,iface=eth1" ];  # EAL arguments (pboxd adds
  *                                     # --lcores from cores/cpus unless given here)
@@ -105,6 +119,19 @@ struct pboxd_dpdk_cfg {
 	bool zero_copy;
 };
 
+/* The appliance's control_limits = { ... } group (see the example above). */
+struct pboxd_control_limits {
+	uint32_t max_connections;
+	uint32_t max_per_address;
+	uint32_t max_unauth;
+	uint32_t max_unauth_per_address;
+	uint32_t unauth_timeout; /* seconds */
+	uint32_t max_register_keys;
+	uint32_t max_output_bytes;
+	uint32_t auth_failures_burst;
+	uint32_t auth_failures_per_minute;
+};
+
 struct pboxd_config {
 	char path[512];
 	char transport[16];
@@ -124,6 +151,9 @@ struct pboxd_config {
 	uint32_t drain_timeout;
 	uint32_t worker_timeout; /* seconds; 0: no heartbeat checks */
 	struct pbox_fault_cfg fault;
+	char admin_token[256];    /* "": stats of every job only over control_socket */
+	char control_socket[108]; /* "": none */
+	struct pboxd_control_limits limits;
 	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;

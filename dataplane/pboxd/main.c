@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sysexits.h>
@@ -133,17 +134,64 @@ struct app {
 	struct pboxd_control *control;
 };
 
-static json_t *stats_cb(void *arg)
+static json_t *stats_cb(void *arg, bool all, uint32_t job)
 {
 	struct app *a = arg;
-	json_t *o = pboxd_stats_json(&a->dp, a->sessions), *t = pboxd_dp_transport_json(&a->dp);
+	json_t *o, *t, *jobs, *mine, *j;
+	size_t i;
 
+	if (!all) {
+		/* A member: its own job's entry, nothing about the others or the cores. */
+		jobs = pboxd_sessions_status(a->sessions);
+		mine = json_array();
+		json_array_foreach(jobs, i, j)
+		{
+			if (json_integer_value(json_object_get(j, "id")) == (json_int_t)job) {
+				json_array_append(mine, j);
+			}
+		}
+		json_decref(jobs);
+		return json_pack("{s:b, s:o}", "ok", 1, "jobs", mine);
+	}
+	o = pboxd_stats_json(&a->dp, a->sessions);
+	t = pboxd_dp_transport_json(&a->dp);
 	if (o != NULL && t != NULL) {
 		json_object_set_new(o, "transport", t);
 	} else {
 		json_decref(t);
 	}
 	return o;
+}
+
+/* Raise the soft open-file limit to the hard one: each control connection takes a
+ * descriptor, and the default soft limit (1024) is below the connection cap. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		PBOX_LOG_WARN(MAIN, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+		return;
+	}
+	if (rl.rlim_cur >= rl.rlim_max) {
+		PBOX_LOG_INFO(MAIN, "open-file limit %llu (the hard limit)",
+			      (unsigned long long)rl.rlim_cur);
+		return;
+	}
+	{
+		rlim_t before = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+			PBOX_LOG_WARN(MAIN,
+				      "cannot raise the open-file limit from %llu to %llu: %s",
+				      (unsigned long long)before, (unsigned long long)rl.rlim_max,
+				      strerror(errno));
+			return;
+		}
+		PBOX_LOG_INFO(MAIN, "open-file limit raised from %llu to %llu (the hard limit)",
+			      (unsigned long long)before, (unsigned long long)rl.rlim_max);
+	}
 }
 
 /* Command-line overrides, applied after the file. Returns 0 or an exit status. */
@@ -337,14 +385,14 @@ static int run(struct app *a)
 	PBOX_LOG_INFO(MAIN, "pboxd %s ready: %u job%s configured", PBOX_VERSION_STRING,
 		      a->cfg.njobs, a->cfg.njobs == 1 ? "" : "s");
 	for (;;) {
-		struct pollfd p[1024];
-		unsigned n = 0, nctl;
+		/* The control channel's connections are in its own epoll set (one fd here). */
+		struct pollfd p[4];
 		int timeout = -1;
 
-		p[n++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
-		p[n++] = (struct pollfd){ .fd = tfd, .events = POLLIN };
-		p[n++] = (struct pollfd){ .fd = hfd, .events = POLLIN };
-		nctl = pboxd_control_pollfds(a->control, p + n, PBOX_ARRAY_SIZE(p) - n);
+		p[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = tfd, .events = POLLIN };
+		p[2] = (struct pollfd){ .fd = hfd, .events = POLLIN };
+		p[3] = (struct pollfd){ .fd = pboxd_control_fd(a->control), .events = POLLIN };
 		if (draining) {
 			struct timespec now;
 
@@ -362,7 +410,7 @@ static int run(struct app *a)
 			}
 			timeout = 200;
 		}
-		if (poll(p, n + nctl, timeout) < 0 && errno != EINTR) {
+		if (poll(p, PBOX_ARRAY_SIZE(p), timeout) < 0 && errno != EINTR) {
 			PBOX_LOG_ERR(MAIN, "poll: %s", strerror(errno));
 			break;
 		}
@@ -403,6 +451,11 @@ static int run(struct app *a)
 				pboxd_dp_transport_print(stderr, &a->dp);
 			}
 		}
+		/* Requests first, then the heartbeat check (which reads the members' pending
+		 * input again before judging them). */
+		if (p[3].revents & POLLIN) {
+			pboxd_control_handle(a->control);
+		}
 		if (hfd >= 0 && (p[2].revents & POLLIN)) {
 			uint64_t ticks;
 
@@ -410,7 +463,6 @@ static int run(struct app *a)
 				pboxd_control_tick(a->control);
 			}
 		}
-		pboxd_control_handle(a->control, p + n, nctl);
 	}
 	close(sfd);
 	if (tfd >= 0) {
@@ -494,15 +546,14 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
+	raise_fd_limit();
 	rc = pboxd_dp_start(&a.dp, &a.cfg);
 	if (rc != 0) {
 		pboxd_config_free(&a.cfg);
 		return rc == -EINVAL ? EX_USAGE : EX_UNAVAILABLE;
 	}
 	a.sessions = pboxd_sessions_create(&a.cfg, &a.dp);
-	a.control = a.sessions ? pboxd_control_open(a.cfg.control_host, a.cfg.control_port,
-						    a.sessions, stats_cb, &a)
-			       : NULL;
+	a.control = a.sessions ? pboxd_control_open(&a.cfg, a.sessions, stats_cb, &a) : NULL;
 	if (a.control == NULL) {
 		pboxd_sessions_destroy(a.sessions);
 		pboxd_dp_stop(&a.dp);

@@ -3,10 +3,14 @@
 #include "sessions.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/bitmap.h"
 #include "common/ctlproto.h"
@@ -16,11 +20,22 @@ enum sess_state {
 	SESS_IDLE = 0,
 	SESS_ACTIVE,
 	SESS_ABORTED,
+	SESS_STARTING, /* chunk state being allocated by the allocator thread */
 };
 
 struct member {
 	struct pboxd_member_ref *ref; /* NULL: rank not connected */
 	uint64_t cookie;              /* 0 until registered */
+	bool waiting;                 /* registered while the session was starting */
+};
+
+/* One allocation of a session's chunk state, handed to the allocator thread and back. */
+struct alloc_req {
+	struct job *job;
+	struct pbox_job desc;         /* what pbox_job_state_create reads; points into job */
+	struct pbox_job_state *state; /* the result (NULL: failed) */
+	uint64_t elapsed_ns;
+	struct alloc_req *next;
 };
 
 struct job {
@@ -43,6 +58,23 @@ struct job {
 	uint64_t removed;    /* ranks removed from sessions, all time */
 };
 
+/*
+ * The allocator thread maps and populates (MAP_POPULATE) a new session's chunk state, which
+ * for a large job takes seconds: on the control thread it would stall every other job's
+ * heartbeats. Requests and results pass through two lists under one mutex; a result is
+ * signalled on an eventfd that the control loop watches (pboxd_sessions_fd).
+ */
+struct allocator {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct alloc_req *todo, **todo_tail; /* FIFO, under lock */
+	struct alloc_req *done;              /* under lock */
+	bool stop;                           /* under lock */
+	int efd;
+};
+
 struct pboxd_sessions {
 	const struct pboxd_config *cfg;
 	struct pboxd_dp *dp;
@@ -50,7 +82,108 @@ struct pboxd_sessions {
 	struct job *jobs; /* sorted by id */
 	uint64_t generation;
 	uint32_t frag_bytes;
+	struct allocator alloc;
+	struct pboxd_ratelog reg_log; /* register refusals */
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void *allocator_main(void *arg)
+{
+	struct allocator *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		struct alloc_req *r;
+		uint64_t t0, one = 1;
+
+		while (a->todo == NULL && !a->stop) {
+			pthread_cond_wait(&a->cond, &a->lock);
+		}
+		if (a->todo == NULL) {
+			break;
+		}
+		r = a->todo;
+		a->todo = r->next;
+		if (a->todo == NULL) {
+			a->todo_tail = &a->todo;
+		}
+		pthread_mutex_unlock(&a->lock);
+		t0 = mono_ns();
+		r->state = pbox_job_state_create(&r->desc);
+		r->elapsed_ns = mono_ns() - t0;
+		pthread_mutex_lock(&a->lock);
+		r->next = a->done;
+		a->done = r;
+		if (write(a->efd, &one, sizeof(one)) != sizeof(one)) {
+			/* The counter cannot overflow here; the control loop reads it. */
+			PBOX_LOG_ERR(ADMIN, "allocator: eventfd write: %s", strerror(errno));
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+static int allocator_start(struct allocator *a)
+{
+	int rc;
+
+	a->todo_tail = &a->todo;
+	a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (a->efd < 0) {
+		rc = -errno;
+		PBOX_LOG_ERR(ADMIN, "allocator: eventfd: %s", strerror(errno));
+		return rc;
+	}
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cond, NULL);
+	rc = pthread_create(&a->thread, NULL, allocator_main, a);
+	if (rc != 0) {
+		PBOX_LOG_ERR(ADMIN, "allocator: cannot start its thread: %s", strerror(rc));
+		return -rc;
+	}
+	a->started = true;
+	return 0;
+}
+
+/* Stop the thread (after the allocation it is doing) and return what it did not take and
+ * what it finished, for the caller to free. */
+static struct alloc_req *allocator_stop(struct allocator *a)
+{
+	struct alloc_req *left, *r;
+
+	if (!a->started) {
+		if (a->efd > 0) {
+			close(a->efd);
+		}
+		return NULL;
+	}
+	pthread_mutex_lock(&a->lock);
+	a->stop = true;
+	pthread_cond_signal(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+	pthread_join(a->thread, NULL);
+	a->started = false;
+	left = a->todo;
+	for (r = a->done; r != NULL;) {
+		struct alloc_req *next = r->next;
+
+		r->next = left;
+		left = r;
+		r = next;
+	}
+	a->todo = a->done = NULL;
+	pthread_mutex_destroy(&a->lock);
+	pthread_cond_destroy(&a->cond);
+	close(a->efd);
+	return left;
+}
 
 static int job_cmp(const void *a, const void *b)
 {
@@ -68,6 +201,7 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 	}
 	s->cfg = cfg;
 	s->dp = dp;
+	s->alloc.efd = -1;
 	s->frag_bytes = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
 	s->njobs = cfg->njobs;
 	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
@@ -85,6 +219,10 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 		}
 	}
 	qsort(s->jobs, s->njobs, sizeof(*s->jobs), job_cmp);
+	if (allocator_start(&s->alloc) != 0) {
+		pboxd_sessions_destroy(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -128,6 +266,12 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->state = j->state;
 }
 
+/* In the cores' job table: a session whose chunk state exists. */
+static bool is_published(const struct job *j)
+{
+	return j->st == SESS_ACTIVE || j->st == SESS_ABORTED;
+}
+
 /* Build and publish the table of every job with a session; free the old one. */
 static int publish(struct pboxd_sessions *s)
 {
@@ -135,7 +279,7 @@ static int publish(struct pboxd_sessions *s)
 	uint32_t n = 0, i;
 
 	for (i = 0; i < s->njobs; i++) {
-		n += s->jobs[i].st != SESS_IDLE;
+		n += is_published(&s->jobs[i]);
 	}
 	tab = calloc(1, sizeof(*tab) + n * sizeof(tab->jobs[0]));
 	if (tab == NULL) {
@@ -148,7 +292,7 @@ static int publish(struct pboxd_sessions *s)
 		struct pbox_job *pj;
 		uint64_t *cookies;
 
-		if (j->st == SESS_IDLE) {
+		if (!is_published(j)) {
 			continue;
 		}
 		/* One allocation: the job entry, its cookies, its live bitmap. */
@@ -265,20 +409,12 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		    ? find_job(s, (uint32_t)json_integer_value(jid))
 		    : NULL;
 	if (j == NULL) {
-		char known[256] = "";
-
-		for (uint32_t i = 0; i < s->njobs && strlen(known) < 200; i++) {
-			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%u",
-				 i ? ", " : "", s->jobs[i].cfg->id);
-		}
-		PBOX_LOG_WARN(ADMIN, "%s: refused: job %lld is not configured", ref->peer,
-			      (long long)json_integer_value(jid));
-		return pbox_ctl_error(
-			ENOENT, "job %lld is not configured on this appliance (jobs: %s)",
-			(long long)json_integer_value(jid), known[0] ? known : "none");
+		/* The other jobs are not listed: their ids are not this client's business. The
+		 * control channel logs and counts the refusal (rate-limited). */
+		return pbox_ctl_error(ENOENT, "job %lld is not configured on this appliance",
+				      (long long)json_integer_value(jid));
 	}
 	if (!token_equal(token, j->cfg->token)) {
-		PBOX_LOG_WARN(ADMIN, "%s: refused: wrong token for job %u", ref->peer, j->cfg->id);
 		return pbox_ctl_error(EACCES, "job %u: wrong token for rank %lld", j->cfg->id,
 				      (long long)json_integer_value(jrank));
 	}
@@ -319,14 +455,16 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 }
 
 /* Parse the request's keys; returns the count or a negative errno with *resp set. */
-static int parse_keys(const json_t *arr, struct pbox_keyspec **out, json_t **resp)
+static int parse_keys(const json_t *arr, uint32_t max, struct pbox_keyspec **out, json_t **resp)
 {
 	size_t n = json_array_size(arr);
 	struct pbox_keyspec *ks;
 
-	if (!json_is_array(arr) || n == 0 || n > PBOX_MAX_KEYS) {
-		*resp = pbox_ctl_error(EINVAL, "register needs 'keys': 1..%u [id, elements] pairs",
-				       PBOX_MAX_KEYS);
+	if (!json_is_array(arr) || n == 0 || n > max) {
+		*resp = pbox_ctl_error(EINVAL,
+				       "register needs 'keys': 1..%u [id, elements] pairs (the "
+				       "appliance's control_limits.max_register_keys)",
+				       max);
 		return -EINVAL;
 	}
 	ks = calloc(n, sizeof(*ks));
@@ -378,11 +516,13 @@ static json_t *keys_differ(const struct job *j, const struct pbox_keyspec *ks, u
 	return NULL;
 }
 
-/* Start a session with key set ks (taken). */
+/* Start a session with key set ks (taken): the key set is fixed now, the chunk state is
+ * allocated by the allocator thread (pboxd_sessions_poll finishes the start). NULL, or an
+ * error response. */
 static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbox_keyspec *ks,
 			     uint32_t n)
 {
-	struct pbox_job tmp = { 0 };
+	struct alloc_req *r;
 	char err[256];
 	int rc;
 
@@ -392,85 +532,44 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 		free(ks);
 		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
 	}
+	r = calloc(1, sizeof(*r));
+	if (r == NULL) {
+		pbox_jobdesc_free(&j->desc);
+		free(ks);
+		return pbox_ctl_error(ENOMEM, "job %u: out of memory", j->cfg->id);
+	}
 	j->has_desc = true;
-	for (uint32_t r = 0; r < j->cfg->workers; r++) {
-		pbox_bit_set(j->live, r);
+	for (uint32_t b = 0; b < j->cfg->workers; b++) {
+		pbox_bit_set(j->live, b);
 	}
 	j->nlive = j->cfg->workers;
 	j->generation++;
-	fill_job(&tmp, j);
-	j->state = pbox_job_state_create(&tmp);
-	if (j->state == NULL) {
-		pbox_jobdesc_free(&j->desc);
-		j->has_desc = false;
-		free(ks);
-		return pbox_ctl_error(ENOMEM,
-				      "job %u: not enough memory for the chunk state (see "
-				      "pboxd's log)",
-				      j->cfg->id);
-	}
 	j->keys = ks;
 	j->nkeys = n;
-	j->st = SESS_ACTIVE;
-	j->sessions++;
-	PBOX_LOG_INFO(
-		ADMIN,
-		"job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
-		"cores, %s%s",
-		j->cfg->id, (unsigned long long)j->sessions, n, (double)j->desc.total_bytes / 1e6,
-		j->desc.nchunks, j->desc.chunk_bytes, j->desc.ncores, mode_name(j->cfg->mode),
-		j->cfg->deterministic ? ", deterministic" : "");
+	j->st = SESS_STARTING;
+	/* The request points into j: desc, keys and live do not change while starting. */
+	r->job = j;
+	fill_job(&r->desc, j);
+	pthread_mutex_lock(&s->alloc.lock);
+	*s->alloc.todo_tail = r;
+	s->alloc.todo_tail = &r->next;
+	pthread_cond_signal(&s->alloc.cond);
+	pthread_mutex_unlock(&s->alloc.lock);
+	PBOX_LOG_INFO(ADMIN, "job %u: allocating %.1f MB of chunk state for %u keys", j->cfg->id,
+		      (double)j->desc.total_bytes / 1e6, n);
 	return NULL;
 }
 
-json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
-				const json_t *req)
+/* The answer to a rank's accepted register in a running session: its cookie and the data
+ * plane's geometry. Publishes the new cookie. */
+static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
+			       struct pboxd_member_ref *ref)
 {
-	struct pbox_keyspec *ks = NULL;
-	json_t *resp = NULL, *ports, *map;
-	struct member *m;
-	struct job *j;
+	struct member *m = &j->members[ref->rank];
+	json_t *ports, *map;
 	char cookie[17];
-	int n;
+	uint32_t st;
 
-	if (!ref->joined) {
-		return pbox_ctl_error(EPROTO,
-				      "say hello (job, rank, token) before registering keys");
-	}
-	j = find_job(s, ref->job);
-	m = &j->members[ref->rank];
-	if (m->cookie != 0) {
-		return pbox_ctl_error(EALREADY, "rank %u of job %u has already registered its keys",
-				      ref->rank, j->cfg->id);
-	}
-	if (j->st == SESS_ABORTED) {
-		return pbox_ctl_error(ECONNABORTED, "job %u was aborted: %s", j->cfg->id,
-				      j->abort_reason);
-	}
-	n = parse_keys(json_object_get(req, "keys"), &ks, &resp);
-	if (n < 0) {
-		return resp;
-	}
-	if (j->st == SESS_IDLE) {
-		if (j->cfg->keys != NULL) {
-			resp = keys_differ(j, ks, (uint32_t)n, j->cfg->keys, j->cfg->nkeys,
-					   "the appliance's configuration");
-		}
-		if (resp == NULL) {
-			resp = start_session(s, j, ks, (uint32_t)n);
-			ks = NULL; /* taken */
-		}
-	} else {
-		resp = keys_differ(j, ks, (uint32_t)n, j->keys, j->nkeys,
-				   "the session (as registered by the first rank)");
-	}
-	free(ks);
-	if (resp != NULL) {
-		PBOX_LOG_WARN(ADMIN, "%s: job %u rank %u: register refused: %s", ref->peer,
-			      j->cfg->id, ref->rank,
-			      json_string_value(json_object_get(resp, "error")));
-		return resp;
-	}
 	while (m->cookie == 0) {
 		if (getrandom(&m->cookie, sizeof(m->cookie), 0) != sizeof(m->cookie)) {
 			m->cookie = 0;
@@ -494,21 +593,178 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 	snprintf(cookie, sizeof(cookie), "%016llx", (unsigned long long)m->cookie);
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
 		      j->nregistered, j->cfg->workers);
-	{
-		uint32_t st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
+	st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
+	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
+			 "s:b, s:b, s:i}",
+			 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports", ports,
+			 "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
+			 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
+			 "core_map", map, "sync", j->cfg->sync->name, "staleness",
+			 st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
+			 (json_int_t)j->cfg->credits, "flow",
+			 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
+			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
+			 (json_int_t)pboxd_sessions_heartbeat_ms(s));
+}
 
-		return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
-				 "s:b, s:b, s:i}",
-				 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports",
-				 ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes,
-				 "frag_bytes", (json_int_t)j->desc.frag_bytes, "window",
-				 (json_int_t)j->cfg->window, "core_map", map, "sync",
-				 j->cfg->sync->name, "staleness",
-				 st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
-				 (json_int_t)j->cfg->credits, "flow",
-				 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
-				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc,
-				 "heartbeat_ms", (json_int_t)pboxd_sessions_heartbeat_ms(s));
+static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,
+				 const struct job *j, const json_t *resp)
+{
+	uint64_t suppressed;
+
+	if (pboxd_ratelog_ok(&s->reg_log, pboxd_now_ms(), &suppressed)) {
+		PBOX_LOG_WARN(ADMIN, "%s: job %u rank %u: register refused: %s%s", ref->peer,
+			      j->cfg->id, ref->rank,
+			      json_string_value(json_object_get(resp, "error")),
+			      suppressed ? " (and earlier refusals not logged)" : "");
+	}
+}
+
+json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+				const json_t *req)
+{
+	struct pbox_keyspec *ks = NULL;
+	json_t *resp = NULL;
+	struct member *m;
+	struct job *j;
+	int n;
+
+	if (!ref->joined) {
+		return pbox_ctl_error(EPROTO,
+				      "say hello (job, rank, token) before registering keys");
+	}
+	j = find_job(s, ref->job);
+	m = &j->members[ref->rank];
+	if (m->cookie != 0 || m->waiting) {
+		return pbox_ctl_error(EALREADY, "rank %u of job %u has already registered its keys",
+				      ref->rank, j->cfg->id);
+	}
+	if (j->st == SESS_ABORTED) {
+		return pbox_ctl_error(ECONNABORTED, "job %u was aborted: %s", j->cfg->id,
+				      j->abort_reason);
+	}
+	n = parse_keys(json_object_get(req, "keys"), s->cfg->limits.max_register_keys, &ks, &resp);
+	if (n < 0) {
+		return resp;
+	}
+	if (j->st == SESS_IDLE) {
+		if (j->cfg->keys != NULL) {
+			resp = keys_differ(j, ks, (uint32_t)n, j->cfg->keys, j->cfg->nkeys,
+					   "the appliance's configuration");
+		}
+		if (resp == NULL) {
+			resp = start_session(s, j, ks, (uint32_t)n);
+			ks = NULL; /* taken */
+		}
+	} else {
+		resp = keys_differ(j, ks, (uint32_t)n, j->keys, j->nkeys,
+				   "the session (as registered by the first rank)");
+	}
+	free(ks);
+	if (resp != NULL) {
+		log_register_refusal(s, ref, j, resp);
+		return resp;
+	}
+	if (j->st == SESS_STARTING) {
+		/* Answered by pboxd_sessions_poll once the chunk state exists. */
+		m->waiting = true;
+		ref->pending = true;
+		return NULL;
+	}
+	return finish_register(s, j, ref);
+}
+
+int pboxd_sessions_fd(const struct pboxd_sessions *s)
+{
+	return s->alloc.efd;
+}
+
+/* A session's chunk state is ready (or could not be allocated): answer its waiting ranks. */
+static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
+{
+	struct job *j = r->job;
+	json_t *resp;
+
+	if (r->state == NULL) {
+		resp = pbox_ctl_error(ENOMEM,
+				      "job %u: not enough memory for the chunk state (see "
+				      "pboxd's log)",
+				      j->cfg->id);
+		for (uint32_t k = 0; k < j->cfg->workers; k++) {
+			struct member *m = &j->members[k];
+
+			if (m->waiting) {
+				m->waiting = false;
+				m->ref->pending = false;
+				m->ref->send_event(m->ref, resp);
+			}
+		}
+		json_decref(resp);
+		j->st = SESS_IDLE;
+		pbox_jobdesc_free(&j->desc);
+		j->has_desc = false;
+		free(j->keys);
+		j->keys = NULL;
+		j->nkeys = 0;
+		return;
+	}
+	j->state = r->state;
+	j->st = SESS_ACTIVE;
+	j->sessions++;
+	PBOX_LOG_INFO(
+		ADMIN,
+		"job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
+		"cores, %s%s (state allocated in %.1f ms off the control thread)",
+		j->cfg->id, (unsigned long long)j->sessions, j->nkeys,
+		(double)j->desc.total_bytes / 1e6, j->desc.nchunks, j->desc.chunk_bytes,
+		j->desc.ncores, mode_name(j->cfg->mode),
+		j->cfg->deterministic ? ", deterministic" : "", (double)r->elapsed_ns / 1e6);
+	if (j->nconnected == 0) {
+		/* Everyone left while it was allocated. */
+		end_session(s, j);
+		return;
+	}
+	for (uint32_t k = 0; k < j->cfg->workers; k++) {
+		struct member *m = &j->members[k];
+
+		if (!m->waiting) {
+			continue;
+		}
+		m->waiting = false;
+		m->ref->pending = false;
+		resp = finish_register(s, j, m->ref);
+		if (!json_is_true(json_object_get(resp, "ok"))) {
+			log_register_refusal(s, m->ref, j, resp);
+		}
+		m->ref->send_event(m->ref, resp);
+		json_decref(resp);
+	}
+}
+
+void pboxd_sessions_poll(struct pboxd_sessions *s)
+{
+	struct alloc_req *r, *done, *order = NULL;
+	uint64_t v;
+
+	if (read(s->alloc.efd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+		PBOX_LOG_ERR(ADMIN, "allocator: eventfd read: %s", strerror(errno));
+	}
+	pthread_mutex_lock(&s->alloc.lock);
+	done = s->alloc.done;
+	s->alloc.done = NULL;
+	pthread_mutex_unlock(&s->alloc.lock);
+	/* The list is newest first: finish in request order. */
+	while (done != NULL) {
+		r = done;
+		done = r->next;
+		r->next = order;
+		order = r;
+	}
+	while (order != NULL) {
+		r = order;
+		order = r->next;
+		finish_start(s, r);
+		free(r);
 	}
 }
 
@@ -535,7 +791,11 @@ static void remove_member(struct pboxd_sessions *s, struct job *j, uint32_t rank
 	}
 	m->ref = NULL;
 	m->cookie = 0;
+	m->waiting = false;
 	j->nconnected--;
+	if (j->st == SESS_STARTING) {
+		return; /* the allocation's completion ends the session if nobody is left */
+	}
 	if (j->nconnected == 0 && j->st != SESS_IDLE) {
 		end_session(s, j);
 	} else if (j->st != SESS_IDLE) {
@@ -595,7 +855,7 @@ void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref
 
 json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 {
-	static const char *const names[] = { "idle", "active", "aborted" };
+	static const char *const names[] = { "idle", "active", "aborted", "starting" };
 	json_t *arr = json_array();
 
 	for (uint32_t i = 0; i < s->njobs; i++) {
@@ -698,8 +958,20 @@ void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason)
 
 void pboxd_sessions_destroy(struct pboxd_sessions *s)
 {
+	struct alloc_req *left;
+
 	if (s == NULL) {
 		return;
+	}
+	/* Allocations in flight or not taken: their sessions never reached the cores. */
+	left = allocator_stop(&s->alloc);
+	while (left != NULL) {
+		struct alloc_req *r = left;
+
+		left = r->next;
+		r->job->state = r->state;
+		r->job->st = SESS_ACTIVE;
+		free(r);
 	}
 	for (uint32_t i = 0; i < s->njobs; i++) {
 		struct job *j = &s->jobs[i];

@@ -5,8 +5,10 @@
  *
  * A configured job is idle until a rank says hello with the right token. The first rank
  * to register keys starts a session: the key set is fixed (or checked against the
- * configured one), chunk state is allocated on every core, and every rank that registers
- * gets a random session cookie that its datagrams must carry.
+ * configured one), chunk state is allocated for every core by the allocator thread (so a
+ * large job's MAP_POPULATE never stalls the control thread: the register answer is sent
+ * when it completes, see pboxd_sessions_poll), and every rank that registers gets a random
+ * session cookie that its datagrams must carry.
  *
  * Membership: every rank counts as live from the start of a session. A rank that leaves
  * cleanly is removed from the counts (iterations stop waiting for it). A rank lost without
@@ -19,7 +21,8 @@
  *
  * Every change publishes a new immutable job table to the cores (pboxd_dp_publish).
  *
- * Threading: control thread only.
+ * Threading: control thread only, except the allocator thread, which only maps chunk
+ * state and hands it back through pboxd_sessions_fd.
  */
 #ifndef PBOXD_SESSIONS_H
 #define PBOXD_SESSIONS_H
@@ -27,11 +30,52 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "config.h"
 #include "dataplane.h"
 
 struct pboxd_sessions;
+
+/* Milliseconds on CLOCK_MONOTONIC (the clock of last_seen_ms and pboxd_sessions_tick). */
+static inline uint64_t pboxd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A log rate limit, so that a client cannot flood the log: at most PBOXD_RATELOG_BURST
+ * lines per PBOXD_RATELOG_WINDOW_MS; the first line after a quiet window says how many
+ * were left out.
+ */
+#define PBOXD_RATELOG_BURST     10u
+#define PBOXD_RATELOG_WINDOW_MS 10000u
+struct pboxd_ratelog {
+	uint64_t window_start_ms;
+	uint32_t n;
+	uint64_t suppressed;
+};
+
+/* true: log now (*suppressed: lines left out before this one, then reset). */
+static inline bool pboxd_ratelog_ok(struct pboxd_ratelog *rl, uint64_t now_ms, uint64_t *suppressed)
+{
+	*suppressed = 0;
+	if (now_ms - rl->window_start_ms >= PBOXD_RATELOG_WINDOW_MS) {
+		rl->window_start_ms = now_ms;
+		rl->n = 0;
+	}
+	if (rl->n >= PBOXD_RATELOG_BURST) {
+		rl->suppressed++;
+		return false;
+	}
+	rl->n++;
+	*suppressed = rl->suppressed;
+	rl->suppressed = 0;
+	return true;
+}
 
 /* What the sessions module keeps about a control connection. */
 struct pboxd_member_ref {
@@ -40,7 +84,8 @@ struct pboxd_member_ref {
 	bool joined; /* said hello and was admitted */
 	bool left;   /* said leave: closing is not a failure */
 	char peer[64];
-	uint64_t last_seen_ms; /* last request (heartbeats included) */
+	uint64_t last_seen_ms; /* last byte read from the connection (heartbeats included) */
+	bool pending;          /* a register waits for its session's chunk state */
 	/* Send an unsolicited event object to this connection (does not steal obj). */
 	void (*send_event)(struct pboxd_member_ref *ref, json_t *obj);
 	/* Close the connection (after the current event loop pass). */
@@ -51,11 +96,20 @@ struct pboxd_member_ref {
 struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, struct pboxd_dp *dp);
 void pboxd_sessions_destroy(struct pboxd_sessions *s);
 
-/* Request handlers: each returns the response object (new reference). */
+/* Request handlers: each returns the response object (new reference). Refusals of hello
+ * are not logged here: the control channel logs, counts and rate-limits them (errno
+ * EACCES: wrong token; ENOENT: no such job). */
 json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 			     const json_t *req);
+/* NULL when the answer comes later: the session is starting (its chunk state is being
+ * allocated); ref->pending is then set, and the answer is sent with ref->send_event (after
+ * clearing ref->pending) from pboxd_sessions_poll. */
 json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 				const json_t *req);
+/* Readable (an eventfd) when an allocation finished: then call pboxd_sessions_poll. */
+int pboxd_sessions_fd(const struct pboxd_sessions *s);
+/* Finish the sessions whose chunk state is ready (or failed): answer their waiting ranks. */
+void pboxd_sessions_poll(struct pboxd_sessions *s);
 json_t *pboxd_sessions_leave(struct pboxd_sessions *s, struct pboxd_member_ref *ref);
 /* The interval at which members send heartbeats ({"op":"ping"}, stamped into
  * last_seen_ms by the control channel) and at which pboxd_sessions_tick should run: a

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,7 +34,39 @@ static long long ms_left(const struct timespec *deadline)
 	       (deadline->tv_nsec - now.tv_nsec) / 1000000;
 }
 
-/* Connect to host:port without blocking longer than the deadline. */
+/* Connect to pboxd's Unix control socket at path. */
+static int connect_unix(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un su = { .sun_family = AF_UNIX };
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(su.sun_path)) {
+		snprintf(err, errlen, "%s: path too long for a Unix socket", path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(su.sun_path, path, strlen(path) + 1);
+	/* Non-blocking like the TCP path: the reply is read until EAGAIN. A Unix connect
+	 * completes at once (or fails with EAGAIN when the backlog is full). */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: socket: %s", path, strerror(errno));
+		return rc;
+	}
+	if (connect(fd, (struct sockaddr *)&su, sizeof(su)) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot connect: %s%s", path, strerror(errno),
+			 errno == ENOENT || errno == ECONNREFUSED
+				 ? " (is pboxd running, with this control_socket?)"
+				 : "");
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/* Connect to host:port (or a Unix socket path starting with '/') without blocking longer
+ * than the deadline. */
 static int connect_to(const char *addr, const struct timespec *deadline, char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
@@ -43,6 +76,9 @@ static int connect_to(const char *addr, const struct timespec *deadline, char *e
 	socklen_t sl = sizeof(soerr);
 	struct pollfd p;
 
+	if (addr[0] == '/') {
+		return connect_unix(addr, err, errlen);
+	}
 	if (colon == NULL || colon == addr || colon[1] == '\0' ||
 	    (size_t)(colon - addr) >= sizeof(host)) {
 		snprintf(err, errlen, "%s: expected HOST:PORT", addr);

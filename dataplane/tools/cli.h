@@ -24,7 +24,8 @@ int pbox_cmd_stats(int argc, char **argv);
 uint64_t pbox_cli_json_u64(const json_t *o, const char *key);
 
 /*
- * Send one request to the pboxd control address "host:port" and return its reply in
+ * Send one request to the pboxd control address "host:port" (or its Unix control socket,
+ * a path starting with '/') and return its reply in
  * *reply (owned by the caller). Bounded by timeout_ms in all. Returns 0, or a negative
  * errno with err naming the address and the cause (-ECONNREFUSED: nothing listens there,
  * -ETIMEDOUT, -EPROTO: the reply is not JSON, -EINVAL: a bad address).

@@ -609,6 +609,7 @@ static int write_config(struct demo *d)
 		"  mtu = %u;\n"
 		"  drain_timeout = 2;\n"
 		"  deterministic = %s;\n"
+		"  admin_token = \"%s\";\n"
 		"};\n"
 		"jobs = ( {\n"
 		"  id = %u;\n"
@@ -623,12 +624,13 @@ static int write_config(struct demo *d)
 		"           quorum = %u; release = \"%s\"; seed = %u; };\n"
 		"%s%s%s"
 		"} );\n",
-		d->base_port, d->control, d->o.cores, d->o.mtu, det, DEMO_JOB_ID, d->token,
-		d->o.workers, det, d->o.optimizer, (double)p.lr, (double)p.momentum, (double)p.wd,
-		(double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2, (double)p.eps,
-		d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum, d->o.release,
-		(unsigned)(d->o.seed & 0xffffffffu), d->o.on_loss ? "  on_worker_loss = \"" : "",
-		d->o.on_loss ? d->o.on_loss : "", d->o.on_loss ? "\";\n" : "");
+		d->base_port, d->control, d->o.cores, d->o.mtu, det, d->token, DEMO_JOB_ID,
+		d->token, d->o.workers, det, d->o.optimizer, (double)p.lr, (double)p.momentum,
+		(double)p.wd, (double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2,
+		(double)p.eps, d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum,
+		d->o.release, (unsigned)(d->o.seed & 0xffffffffu),
+		d->o.on_loss ? "  on_worker_loss = \"" : "", d->o.on_loss ? d->o.on_loss : "",
+		d->o.on_loss ? "\";\n" : "");
 	if (fclose(f) != 0) {
 		fprintf(stderr, "pbox demo: %s: write failed: %s\n", d->conf, strerror(errno));
 		return -EIO;
@@ -1300,7 +1302,9 @@ static int follow(struct demo *d)
 
 static void fetch_appliance_stats(struct demo *d)
 {
-	json_t *req = json_pack("{s:s}", "op", "stats"), *reply = NULL;
+	/* The demo's pboxd takes the job token as its admin token too (both are this user's). */
+	json_t *req = json_pack("{s:s, s:s}", "op", "stats", "admin_token", d->token),
+	       *reply = NULL;
 	char err[256];
 
 	if (pbox_cli_ctl_request(d->control, req, &reply, 5000, err, sizeof(err)) == 0) {

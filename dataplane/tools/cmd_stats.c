@@ -15,12 +15,18 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: pbox stats [--control HOST:PORT] [--json]\n"
+		"Usage: pbox stats [--control HOST:PORT | --socket PATH]\n"
+		"                  [--admin-token-file FILE] [--json]\n"
 		"\n"
 		"Ask a running pboxd for its counters ({\"op\":\"stats\"} on the control channel)\n"
-		"and print them per data-plane core, with the drop reasons and the jobs.\n"
+		"and print them per data-plane core, with the drop reasons, the jobs and the\n"
+		"control channel's refusals. pboxd answers an operator only: over its local\n"
+		"control socket (appliance control_socket), or with its admin token (appliance\n"
+		"admin_token), read from FILE or from the environment variable PBOX_ADMIN_TOKEN.\n"
 		"\n"
 		"      --control HOST:PORT  pboxd control address (default 127.0.0.1:7000)\n"
+		"      --socket PATH        pboxd's local control socket instead\n"
+		"      --admin-token-file FILE  the admin token (first line of FILE)\n"
 		"      --json               print pboxd's reply as JSON\n"
 		"  -h, --help               this text\n");
 }
@@ -40,6 +46,54 @@ static void print_core(const char *name, const json_t *c)
 	       pbox_cli_json_u64(c, "dups"), pbox_cli_json_u64(c, "rx_retransmits"),
 	       pbox_cli_json_u64(c, "replies_resent"), pbox_cli_json_u64(c, "dropped"),
 	       json_is_number(busy) ? json_number_value(busy) : 0.0);
+}
+
+/* The first line of path (without the newline) into tok. 0 or -errno with err. */
+static int read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	int rc = 0;
+
+	if (f == NULL) {
+		rc = -errno;
+		snprintf(err, errlen, "--admin-token-file %s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (fgets(tok, (int)len, f) == NULL) {
+		snprintf(err, errlen, "--admin-token-file %s: empty", path);
+		rc = -EINVAL;
+	} else {
+		tok[strcspn(tok, "\r\n")] = '\0';
+	}
+	fclose(f);
+	return rc;
+}
+
+static void print_control(const json_t *ctl)
+{
+	const char *key;
+	const json_t *v;
+	bool any = false;
+
+	if (!json_is_object(ctl)) {
+		return;
+	}
+	printf("control: %" PRIu64 " connections (%" PRIu64 " unauthenticated), %" PRIu64
+	       " accepted so far",
+	       pbox_cli_json_u64(ctl, "connections"), pbox_cli_json_u64(ctl, "unauthenticated"),
+	       pbox_cli_json_u64(ctl, "accepted"));
+	json_object_foreach((json_t *)ctl, key, v)
+	{
+		if (strcmp(key, "connections") == 0 || strcmp(key, "unauthenticated") == 0 ||
+		    strcmp(key, "accepted") == 0 || strcmp(key, "max_connections") == 0 ||
+		    strcmp(key, "peak_connections") == 0 || json_integer_value(v) == 0) {
+			continue;
+		}
+		printf("%s %s=%" JSON_INTEGER_FORMAT, any ? "" : "; refused/closed:", key,
+		       json_integer_value(v));
+		any = true;
+	}
+	printf("\n");
 }
 
 static void print_stats(const char *addr, const json_t *st)
@@ -75,6 +129,7 @@ static void print_stats(const char *addr, const json_t *st)
 			printf("\n");
 		}
 	}
+	print_control(json_object_get(st, "control"));
 	if (json_array_size(jobs) == 0) {
 		printf("jobs: none configured\n");
 		return;
@@ -114,11 +169,14 @@ int pbox_cmd_stats(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "control", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "admin-token-file", required_argument, NULL, 't' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *addr = "127.0.0.1:7000";
+	const char *addr = "127.0.0.1:7000", *token_file = NULL, *sock = NULL;
+	char token[512] = "";
 	bool as_json = false;
 	json_t *req, *reply = NULL;
 	char err[512];
@@ -129,6 +187,18 @@ int pbox_cmd_stats(int argc, char **argv)
 		switch (o) {
 		case 'c':
 			addr = optarg;
+			break;
+		case 's':
+			if (optarg[0] != '/') {
+				fprintf(stderr,
+					"pbox stats: --socket %s: expected an absolute path\n",
+					optarg);
+				return 64;
+			}
+			sock = optarg;
+			break;
+		case 't':
+			token_file = optarg;
 			break;
 		case 'j':
 			as_json = true;
@@ -145,7 +215,21 @@ int pbox_cmd_stats(int argc, char **argv)
 		fprintf(stderr, "pbox stats: unexpected argument '%s'\n", argv[optind]);
 		return 64;
 	}
+	if (sock != NULL) {
+		addr = sock;
+	}
+	if (token_file != NULL) {
+		if (read_token_file(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
+			fprintf(stderr, "pbox stats: %s\n", err);
+			return 64;
+		}
+	} else if (getenv("PBOX_ADMIN_TOKEN") != NULL) {
+		snprintf(token, sizeof(token), "%s", getenv("PBOX_ADMIN_TOKEN"));
+	}
 	req = json_pack("{s:s}", "op", "stats");
+	if (token[0] != '\0') {
+		json_object_set_new(req, "admin_token", json_string(token));
+	}
 	rc = pbox_cli_ctl_request(addr, req, &reply, STATS_TIMEOUT_MS, err, sizeof(err));
 	json_decref(req);
 	if (rc < 0) {

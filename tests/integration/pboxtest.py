@@ -7,7 +7,8 @@
                         "--server", d.control])
         print(d.stats()["totals"]["dropped"])
 
-Pboxd picks free ports, writes a libconfig file into a temporary directory, starts the
+Pboxd picks free ports, writes a libconfig file into a temporary directory (with a random
+admin_token, which stats() sends: pboxd answers stats only to an operator), starts the
 build tree's pboxd (on fresh ports if another process took one first), waits until its
 control channel answers, and on exit stops it with SIGTERM, checks that it exited
 cleanly and removes the directory (PBOX_KEEP_LOGS=1 keeps it and says where).
@@ -17,6 +18,7 @@ there. Tests find the build tree through PBOX_BUILD_DIR (set by meson).
 import ctypes
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -137,6 +139,7 @@ class Pboxd:
         self.proc = None
         self.logf = None
         self.saved_log = None  # the log's text once the directory is gone
+        self.admin_token = appliance.get("admin_token", secrets.token_hex(16))
         self.choose_ports()
 
     def choose_ports(self):
@@ -144,7 +147,8 @@ class Pboxd:
         self.tcp, self.base = free_ports(self.cores)
         self.control = "127.0.0.1:%d" % self.tcp
         app = {"cores": self.cores, "control": self.control, "base_port": self.base,
-               "data_address": "127.0.0.1", "drain_timeout": 2}
+               "data_address": "127.0.0.1", "drain_timeout": 2,
+               "admin_token": self.admin_token}
         app.update(self.appliance)
         with open(self.conf, "w") as f:
             f.write(to_libconfig(app, self.jobs))
@@ -192,7 +196,11 @@ class Pboxd:
             fail(what)
 
     def stats(self):
-        return control_request(self.control, {"op": "stats"})
+        """Every job's and core's counters (asked with the admin token)."""
+        r = control_request(self.control, {"op": "stats", "admin_token": self.admin_token})
+        if r.get("ok") is not True:
+            fail("pboxd refused the stats request: %s" % r)
+        return r
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         """Stop pboxd (sig, then SIGKILL after timeout s) and return its exit status; then

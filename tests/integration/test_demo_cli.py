@@ -33,7 +33,7 @@ def check_help():
                                 "--deterministic", "--no-deterministic", "--cores", "--seed",
                                 "--mtu", "--fault", "--save-model", "--json"]),
                       ("train", ["--local", "--server", "--rank", "--save-model"]),
-                      ("stats", ["--control", "--json"])):
+                      ("stats", ["--control", "--socket", "--admin-token-file", "--json"])):
         p = run([cmd, "--help"])
         missing = [o for o in opts if o not in p.stdout]
         if p.returncode != 0 or missing:
@@ -77,14 +77,31 @@ def check_option_errors():
 
 def check_stats():
     jobs = [{"id": 4, "token": "t", "workers": 2, "mode": "server-optimizer"}]
-    with Pboxd(jobs, cores=2) as d:
+    sock_dir = tempfile.mkdtemp(prefix="pboxtest-sock-")
+    sock = os.path.join(sock_dir, "pboxd.sock")
+    with Pboxd(jobs, cores=2, control_socket=sock) as d:
+        # Without the admin token or the local socket, pboxd refuses.
         p = run(["stats", "--control", d.control, "--json"])
+        if p.returncode != 1 or "stats needs the appliance's admin token" not in p.stderr:
+            fail("pbox stats without a token: exit %d, %s" % (p.returncode, p.stderr))
+        # Over the local socket, no token is needed.
+        p = run(["stats", "--socket", sock, "--json"])
+        if p.returncode != 0 or json.loads(p.stdout)["jobs"][0]["id"] != 4:
+            fail("pbox stats --socket: exit %d: %s%s" % (p.returncode, p.stdout, p.stderr))
+        tok = os.path.join(sock_dir, "admin-token")
+        with open(tok, "w") as f:
+            f.write(d.admin_token + "\n")
+        p = run(["stats", "--control", d.control, "--admin-token-file", tok, "--json"])
+        if p.returncode != 0:
+            fail("pbox stats --admin-token-file: exit %d: %s" % (p.returncode, p.stderr))
+        env = dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token)
+        p = run(["stats", "--control", d.control, "--json"], env=env)
         if p.returncode != 0:
             fail("pbox stats --json: exit %d: %s" % (p.returncode, p.stderr))
         st = json.loads(p.stdout)
         if len(st["cores"]) != 2 or st["jobs"][0]["id"] != 4:
             fail("pbox stats --json: unexpected reply %s" % p.stdout)
-        p = run(["stats", "--control", d.control])
+        p = run(["stats", "--control", d.control], env=env)
         lines = p.stdout.splitlines()
         if p.returncode != 0 or not lines[0].startswith("pboxd %s: 2 data-plane cores"
                                                         % d.control):
@@ -95,6 +112,10 @@ def check_stats():
                 fail("pbox stats output lacks %r:\n%s" % (want, p.stdout))
         print(p.stdout, end="")
         port = d.control.rsplit(":", 1)[1]
+    if os.path.exists(sock):
+        fail("pboxd left its control socket %s behind" % sock)
+    os.unlink(os.path.join(sock_dir, "admin-token"))
+    os.rmdir(sock_dir)
     p = run(["stats", "--control", "127.0.0.1:" + port])
     if p.returncode != 1 or "cannot connect" not in p.stderr or port not in p.stderr:
         fail("pbox stats without pboxd: exit %d, %s" % (p.returncode, p.stderr))
