@@ -19,7 +19,9 @@
 #ifndef PBOX_CTLPROTO_H
 #define PBOX_CTLPROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -61,6 +63,13 @@ void pbox_linebuf_set_max(struct pbox_linebuf *lb, size_t max);
  * available, -E2BIG if a line exceeds the limit, or -errno. The buffer never grows
  * beyond max + 1 bytes. */
 long pbox_linebuf_fill(struct pbox_linebuf *lb, int fd);
+
+/* A complete line is buffered (pbox_linebuf_next would return one). */
+static inline bool pbox_linebuf_has_line(const struct pbox_linebuf *lb)
+{
+	return lb->buf != NULL && lb->start < lb->len &&
+	       memchr(lb->buf + lb->start, '\n', lb->len - lb->start) != NULL;
+}
 
 /* Bytes read but not yet returned as lines. */
 static inline size_t pbox_linebuf_pending(const struct pbox_linebuf *lb)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,12 +37,20 @@
 #define LISTEN_PAUSE_MS   200u
 #define ADDR_HASH_BUCKETS 1024u
 #define EVICT_READ_TRIES  8
+/* Request lines answered per connection per turn; the rest wait for the next turn (a
+ * client that pipelines thousands of requests does not hold the loop). */
+#define LINES_PER_TURN 32
+/* Kernel send buffer of a control connection: answers are small, and a fixed size keeps
+ * the memory a client that does not read can pin (the kernel would grow it to MBs); the
+ * rest waits in the bounded output queue. */
+#define CONN_SNDBUF (256 * 1024)
 
 enum src_kind {
 	SRC_TCP_LISTEN = 1,
 	SRC_UNIX_LISTEN,
 	SRC_TIMER,
 	SRC_SESSIONS,
+	SRC_BACKLOG,
 	SRC_CONN,
 };
 
@@ -70,6 +79,7 @@ struct conn {
 	bool authed;             /* admitted (valid hello) or local */
 	bool dead;               /* closed; freed at the end of the pass */
 	bool want_out;           /* EPOLLOUT registered */
+	bool in_backlog;         /* has complete lines left for the next turn */
 	uint64_t accepted_ms;
 	unsigned bad;
 	struct pbox_linebuf in;
@@ -78,6 +88,7 @@ struct conn {
 	struct conn *prev, *next;   /* every live connection */
 	struct conn *uprev, *unext; /* unauthenticated, oldest first */
 	struct conn *dnext;         /* dead, to free */
+	struct conn *bnext;         /* backlog */
 };
 
 /* Counters of the control channel (the "control" object of the stats). */
@@ -110,7 +121,8 @@ struct pboxd_control {
 	int epfd;
 	int lfd, ufd, tfd; /* TCP listener, Unix listener (-1: none), sweep timer */
 	int reserve_fd;    /* /dev/null, given up to shed a connection on EMFILE */
-	struct src lsrc, usrc, tsrc, ssrc;
+	int kfd;           /* eventfd: readable while the backlog is not empty */
+	struct src lsrc, usrc, tsrc, ssrc, ksrc;
 	uint16_t port;
 	bool accepting;
 	bool paused; /* listeners out of the epoll set until pause_until_ms */
@@ -121,6 +133,7 @@ struct pboxd_control {
 	struct conn *conns;
 	struct conn *unauth_head, *unauth_tail;
 	struct conn *dead;
+	struct conn *backlog; /* connections with lines left, for the next turn */
 	uint32_t nconns, nunauth;
 	struct addr_entry *addrs[ADDR_HASH_BUCKETS];
 	struct ctl_counters n;
@@ -289,6 +302,14 @@ static void reap(struct pboxd_control *ctl)
 		struct conn *c = ctl->dead;
 
 		ctl->dead = c->dnext;
+		if (c->in_backlog) {
+			struct conn **pp = &ctl->backlog;
+
+			while (*pp != c) {
+				pp = &(*pp)->bnext;
+			}
+			*pp = c->bnext;
+		}
 		/* May send events to other connections (a session aborted): they are alive. */
 		pboxd_sessions_disconnect(ctl->sessions, &c->ref);
 		close(c->fd);
@@ -563,13 +584,24 @@ static void serve(struct pboxd_control *ctl, struct conn *c)
 {
 	long n = pbox_linebuf_fill(&c->in, c->fd);
 	char *line;
+	int k = 0;
 
 	if (n > 0) {
 		/* Liveness counts from the last byte read, whatever the line is. */
 		c->ref.last_seen_ms = now_ms();
 	}
-	while (!c->dead && (line = pbox_linebuf_next(&c->in)) != NULL) {
+	while (!c->dead && k++ < LINES_PER_TURN && (line = pbox_linebuf_next(&c->in)) != NULL) {
 		handle_line(ctl, c, line);
+	}
+	if (!c->dead && !c->in_backlog && pbox_linebuf_has_line(&c->in)) {
+		uint64_t one = 1;
+
+		c->in_backlog = true;
+		c->bnext = ctl->backlog;
+		ctl->backlog = c;
+		if (write(ctl->kfd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+			PBOX_LOG_ERR(ADMIN, "control backlog eventfd: %s", strerror(errno));
+		}
 	}
 	if (c->dead || n > 0 || n == -EAGAIN) {
 		return;
@@ -799,6 +831,11 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 			}
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		}
+		{
+			int sndbuf = CONN_SNDBUF;
+
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		}
 		c = conn_new(ctl, fd, a);
 		if (c == NULL) {
 			close(fd);
@@ -959,11 +996,12 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 	ctl->stats = stats;
 	ctl->stats_arg = stats_arg;
 	ctl->accepting = true;
-	ctl->lfd = ctl->ufd = ctl->tfd = ctl->reserve_fd = -1;
+	ctl->lfd = ctl->ufd = ctl->tfd = ctl->reserve_fd = ctl->kfd = -1;
 	ctl->lsrc.kind = SRC_TCP_LISTEN;
 	ctl->usrc.kind = SRC_UNIX_LISTEN;
 	ctl->tsrc.kind = SRC_TIMER;
 	ctl->ssrc.kind = SRC_SESSIONS;
+	ctl->ksrc.kind = SRC_BACKLOG;
 	ctl->authed_line_bytes = pbox_ctl_register_line_bytes(cfg->limits.max_register_keys);
 	ctl->max_conns = fit_fd_limit(cfg->limits.max_connections);
 	ctl->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -981,6 +1019,15 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 		goto fail;
 	}
 	ctl->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	ctl->kfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ctl->kfd < 0) {
+		PBOX_LOG_ERR(ADMIN, "control backlog eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	ev.data.ptr = &ctl->ksrc;
+	if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->kfd, &ev) != 0) {
+		goto fail_epoll;
+	}
 	ev.data.ptr = &ctl->tsrc;
 	if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->tfd, &ev) != 0) {
 		goto fail_epoll;
@@ -1066,11 +1113,36 @@ void pboxd_control_close(struct pboxd_control *ctl)
 	if (ctl->reserve_fd >= 0) {
 		close(ctl->reserve_fd);
 	}
+	if (ctl->kfd >= 0) {
+		close(ctl->kfd);
+	}
 	close(ctl->epfd);
 	free(ctl);
 }
 
 /* ---- the loop ---- */
+
+/* One more turn for each connection that had lines left. Those still left over go to
+ * the next turn (serve re-queues them and signals kfd). */
+static void serve_backlog(struct pboxd_control *ctl)
+{
+	struct conn *list = ctl->backlog;
+	uint64_t v;
+
+	if (read(ctl->kfd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+		PBOX_LOG_ERR(ADMIN, "control backlog eventfd: %s", strerror(errno));
+	}
+	ctl->backlog = NULL;
+	while (list != NULL) {
+		struct conn *c = list;
+
+		list = c->bnext;
+		c->in_backlog = false;
+		if (!c->dead) {
+			serve(ctl, c);
+		}
+	}
+}
 
 void pboxd_control_handle(struct pboxd_control *ctl)
 {
@@ -1091,6 +1163,9 @@ void pboxd_control_handle(struct pboxd_control *ctl)
 			break;
 		case SRC_SESSIONS:
 			pboxd_sessions_poll(ctl->sessions);
+			break;
+		case SRC_BACKLOG:
+			serve_backlog(ctl);
 			break;
 		case SRC_CONN:
 			c = pbox_container_of(s, struct conn, src);

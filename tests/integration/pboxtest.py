@@ -106,10 +106,20 @@ def to_libconfig(appliance, jobs):
     return out
 
 
-def control_request(addr, obj, timeout=10.0):
-    """Send one JSON request to a pboxd control address "host:port"; return the reply."""
+def _connect(addr, timeout):
+    if addr.startswith("/"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(addr)
+        return s
     host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def control_request(addr, obj, timeout=10.0):
+    """Send one JSON request to a pboxd control address "host:port" (or its Unix control
+    socket, a path); return the reply."""
+    with _connect(addr, timeout) as s:
         s.sendall((json.dumps(obj) + "\n").encode())
         buf = b""
         while b"\n" not in buf:
@@ -196,8 +206,14 @@ class Pboxd:
             fail(what)
 
     def stats(self):
-        """Every job's and core's counters (asked with the admin token)."""
-        r = control_request(self.control, {"op": "stats", "admin_token": self.admin_token})
+        """Every job's and core's counters (asked over the control socket if configured,
+        else with the admin token)."""
+        sock = self.appliance.get("control_socket")
+        if sock:
+            r = control_request(sock, {"op": "stats"})
+        else:
+            r = control_request(self.control, {"op": "stats",
+                                               "admin_token": self.admin_token})
         if r.get("ok") is not True:
             fail("pboxd refused the stats request: %s" % r)
         return r

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Hostile clients while two jobs train (issue 9, defect 1: idle TCP connections abort
+every job). An aggregate job and a server-optimizer job (both deterministic) train with
+two ranks each, while on the same appliance an attacker:
+
+  * opens 1,100 connections that never say anything (the old control loop's poll set
+    held 1,024 entries with new connections in front: the workers were never read again
+    and were declared dead after worker_timeout);
+  * as the ranks of a third job, pipelines requests and never reads the answers (slow
+    readers; a member may ask for its own job's stats);
+  * sends lines of 16 MB without a newline (huge lines);
+  * sends garbage that is not JSON;
+  * tries wrong tokens and unknown jobs;
+  * floods the data ports with 1,000,000 garbage datagrams (pbox-udp-flood, sendmmsg).
+
+Both jobs must finish: every result each worker gets is compared bit for bit
+(pbox-check-worker's memcmp) with the result computed locally for an undisturbed run, so
+a pass means both models are bit-identical to an undisturbed run. No worker may be
+declared dead, the operator's stats must keep being answered, and every kind of attack
+must show up in the control channel's refusal counters."""
+import json
+import os
+import random
+import resource
+import socket
+import subprocess
+import threading
+import time
+
+from pboxtest import Pboxd, build_path, control_request, fail
+
+ITERS = 8000             # about 20 s undisturbed on a loaded 2-core machine
+IDLE = 1100
+SLOW_READERS = 8
+HUGE_LINES = 4
+HUGE_BYTES = 16 << 20
+GARBAGE_CONNS = 40
+TOKEN_TRIES = 60
+DATAGRAMS = 1000000
+ATTACK_S = 12.0
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < IDLE + 200:
+        fail("this test needs %d open files (hard limit %d)" % (IDLE + 200, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# Each kind of attack comes from its own loopback address, as from its own host: the
+# per-address limits then act on the attacker, not on the workers (127.0.0.1).
+IDLE_FROM = "127.0.0.2"
+SLOW_FROM = "127.0.0.3"
+TOKENS_FROM = "127.0.0.4"
+HUGE_FROM = "127.0.0.5"
+GARBAGE_FROM = "127.0.0.6"
+
+
+def nb_connect(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((IDLE_FROM, 0))
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    return s
+
+
+def connect_from(src, port, rcvbuf=None):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((src, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def request_from(src, port, obj):
+    with connect_from(src, port) as s:
+        s.sendall((json.dumps(obj) + "\n").encode())
+        buf = b""
+        while b"\n" not in buf:
+            d = s.recv(65536)
+            if not d:
+                raise ConnectionResetError("closed without an answer")
+            buf += d
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+class Attack:
+    def __init__(self, d):
+        self.d = d
+        self.stop = threading.Event()
+        self.errors = []
+        self.replies = {"unknown_job": [], "wrong_token": [], "rate_limited": 0}
+        self.stats_latency = []
+        self.held = []
+
+    def guard(self, fn):
+        def run():
+            try:
+                fn()
+            except Exception as e:  # an attack thread's own failure is a test failure
+                self.errors.append("%s: %r" % (fn.__name__, e))
+        return threading.Thread(target=run, name=fn.__name__)
+
+    def idle(self):
+        # 1,100 connections that never speak, kept open for the whole attack; the
+        # appliance closes the oldest ones, so some are opened again meanwhile.
+        for _ in range(IDLE):
+            self.held.append(nb_connect(self.d.tcp))
+        while not self.stop.wait(1.0):
+            for _ in range(100):
+                old = self.held.pop(0)
+                old.close()
+                self.held.append(nb_connect(self.d.tcp))
+
+    def slow_readers(self):
+        # A malicious tenant: the ranks of job 3 (its token is theirs) pipeline requests
+        # for their job's stats and never read the answers.
+        conns = []
+        for r in range(SLOW_READERS):
+            # A small receive window: the answers pile up at the appliance, not here.
+            s = connect_from(SLOW_FROM, self.d.tcp, rcvbuf=4096)
+            s.sendall(b'{"op":"hello","job":3,"rank":%d,"token":"c","version":1}\n' % r)
+            reply = s.recv(4096)
+            if b'"ok":true' not in reply:
+                self.errors.append("slow reader %d not admitted: %r" % (r, reply))
+            s.setblocking(False)
+            conns.append(s)
+        req = b'{"op":"stats"}\n' * 4000
+        while conns and not self.stop.wait(0.05):
+            for s in list(conns):
+                try:
+                    while s.send(req) > 0:
+                        pass
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    conns.remove(s)  # closed by the appliance: expected
+                    s.close()
+        for s in conns:
+            s.close()
+
+    def huge_lines(self):
+        block = b"x" * 65536
+        for _ in range(HUGE_LINES):
+            s = connect_from(HUGE_FROM, self.d.tcp)
+            sent = 0
+            try:
+                while sent < HUGE_BYTES and not self.stop.is_set():
+                    s.sendall(block)
+                    sent += len(block)
+            except OSError:
+                pass  # closed by the appliance: expected
+            s.close()
+
+    def garbage(self):
+        rng = random.Random(99)
+        for _ in range(GARBAGE_CONNS):
+            s = connect_from(GARBAGE_FROM, self.d.tcp)
+            try:
+                for _ in range(20):
+                    line = bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 200)))
+                    s.sendall(line.replace(b"\n", b" ") + b"\n")
+            except OSError:
+                pass
+            s.close()
+            if self.stop.is_set():
+                return
+
+    def tokens(self):
+        for i in range(TOKEN_TRIES):
+            job = 99 if i % 2 else 1
+            try:
+                r = request_from(TOKENS_FROM, self.d.tcp,
+                                 {"op": "hello", "job": job, "rank": 0,
+                                  "token": "guess%d" % i, "version": 1})
+            except OSError as e:
+                self.errors.append("hello attempt %d: %s" % (i, e))
+                continue
+            if r.get("errno") == 11:  # EAGAIN: rate-limited
+                self.replies["rate_limited"] += 1
+            elif job == 99:
+                self.replies["unknown_job"].append(r.get("error", ""))
+            else:
+                self.replies["wrong_token"].append(r.get("error", ""))
+            time.sleep(0.05)
+
+    def probe(self):
+        # The operator's view (admin token, from the workers' address) must stay
+        # available during the attack.
+        while not self.stop.wait(0.5):
+            t = time.time()
+            r = control_request(self.d.control, {"op": "stats",
+                                                 "admin_token": self.d.admin_token},
+                                timeout=20)
+            if r.get("ok") is not True:
+                self.errors.append("stats refused to the operator: %s" % r)
+            self.stats_latency.append(time.time() - t)
+
+
+def start_workers(d):
+    W = build_path("tests/integration/pbox-check-worker")
+    procs = []
+    for job, token, extra in ((1, "a", ["--sum"]),
+                              (2, "b", ["--server-opt", "--lr", "0.5"])):
+        for r in range(2):
+            procs.append(("job %d rank %d" % (job, r), subprocess.Popen(
+                [W, "--server", d.control, "--job", str(job), "--token", token, "--rank",
+                 str(r), "--workers", "2", "--keys", "20000,77", "--iters", str(ITERS),
+                 "--timeout-ms", "30000"] + extra,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    return procs
+
+
+def wait_training(d):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        jobs = d.stats()["jobs"][:2]
+        if all(j["state"] == "active" and j["registered"] == 2 for j in jobs):
+            return
+        time.sleep(0.05)
+    fail("the two jobs did not start training: %s" % d.stats()["jobs"])
+
+
+def main():
+    raise_nofile()
+    jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate", "reduce": "sum",
+             "deterministic": True},
+            {"id": 2, "token": "b", "workers": 2, "mode": "server-optimizer",
+             "deterministic": True, "optimizer": {"name": "sgd", "lr": 0.5}},
+            {"id": 3, "token": "c", "workers": SLOW_READERS, "mode": "aggregate"}]
+    # worker_timeout 3 s: a starved member is declared dead quickly (the old code did so
+    # within a few seconds of the idle connections).
+    with Pboxd(jobs, cores=2, worker_timeout=3,
+               control_limits={"max_output_bytes": 65536}) as d:
+        procs = start_workers(d)
+        wait_training(d)
+        t0 = time.time()
+        a = Attack(d)
+        threads = [a.guard(f) for f in (a.idle, a.slow_readers, a.huge_lines, a.garbage,
+                                         a.tokens, a.probe)]
+        for t in threads:
+            t.start()
+        flood = subprocess.run([build_path("tests/integration/pbox-udp-flood"), "127.0.0.1",
+                                str(d.base), "2", str(DATAGRAMS), "1", "7"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=120)
+        print(flood.stdout.strip())
+        if flood.returncode != 0:
+            fail("pbox-udp-flood failed")
+        time.sleep(max(0.0, ATTACK_S - (time.time() - t0)))
+        # The attack must overlap the training, or the test proves nothing.
+        done = [what for what, p in procs if p.poll() is not None]
+        a.stop.set()
+        for t in threads:
+            t.join(60)
+        attack_s = time.time() - t0
+        for s in a.held:
+            s.close()
+        if a.errors:
+            fail("attack threads: %s" % a.errors)
+        if done:
+            fail("%s finished before the attack ended (raise ITERS)" % done)
+        results = []
+        for what, p in procs:
+            try:
+                out, _ = p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                fail("%s did not finish" % what)
+            print("[%s] %s" % (what, out.strip()))
+            results.append((what, p.returncode))
+        st = d.stats()
+        ctl = st["control"]
+        print("attack lasted %.1f s; control counters: %s" % (attack_s, ctl))
+        print("operator stats answered %d times during the attack, slowest %.3f s"
+              % (len(a.stats_latency), max(a.stats_latency or [0])))
+        print("data-plane drops: %s" % {k: v for k, v in st["totals"]["drops"].items() if v})
+        bad = [w for w, rc in results if rc != 0]
+        if bad:
+            d.dump_log()
+            fail("jobs disturbed by hostile clients: %s failed" % bad)
+        log = d.log()
+        for word in ("declared dead", "session aborted"):
+            if word in log:
+                fail("pboxd log says '%s' during the attack" % word)
+        if not a.stats_latency:
+            fail("the operator's stats were never answered during the attack")
+        for msg in a.replies["unknown_job"]:
+            if msg != "job 99 is not configured on this appliance":
+                fail("unknown-job refusal says more than it should: %r" % msg)
+        if a.replies["rate_limited"] == 0:
+            fail("%d wrong tokens from one address were never rate-limited" % TOKEN_TRIES)
+        want = {"lines_too_long": HUGE_LINES, "malformed_closed": 1, "wrong_token": 1,
+                "unknown_job": 1, "auth_rate_limited": 1, "slow_readers_closed": 1}
+        short = {k: (ctl[k], n) for k, n in want.items() if ctl[k] < n}
+        if short:
+            fail("refusals not counted (counted, expected at least): %s" % short)
+        if ctl["evicted_unauth"] + ctl["unauth_timeouts"] < IDLE - 300:
+            fail("%d idle connections, but only %d closed by the appliance"
+                 % (IDLE, ctl["evicted_unauth"] + ctl["unauth_timeouts"]))
+        dropped = sum(st["totals"]["drops"].values())
+        if dropped < DATAGRAMS // 100:
+            fail("only %d of %d garbage datagrams reached pboxd's drop counters"
+                 % (dropped, DATAGRAMS))
+
+
+if __name__ == "__main__":
+    main()
