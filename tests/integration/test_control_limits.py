@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""The control channel's limits, one at a time (issue 9, defect 1): an idle connection is
+closed after unauth_timeout; per-address caps refuse or evict; request lines are bounded
+(small before a hello, a register of max_register_keys after); stats are refused without
+authentication, a member sees only its own job; wrong tokens are rate-limited per address
+and the unknown-job refusal lists no jobs; with a low open-file limit, connections beyond
+the fitted cap are refused without pboxd spinning, and it recovers. Each refusal is
+counted in the stats' "control" object. Addresses 127.0.0.x stand for separate hosts."""
+import json
+import os
+import resource
+import socket
+import time
+
+from pboxtest import Pboxd, fail
+
+EAGAIN, EACCES, ENOENT, E2BIG = 11, 13, 2, 7
+
+
+def connect(d, src="127.0.0.1"):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((src, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", d.tcp))
+    return s
+
+
+def ask(s, obj):
+    """Send obj (or raw bytes) on s and return the next answer line, or None at EOF."""
+    s.sendall(obj if isinstance(obj, bytes) else (json.dumps(obj) + "\n").encode())
+    buf = b""
+    while b"\n" not in buf:
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            return None
+        if not d:
+            return None
+        buf += d
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def closed_within(s, seconds):
+    """True if the peer closes s within seconds (anything it sends is skipped)."""
+    s.settimeout(seconds)
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline:
+            if not s.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def hello(job, rank, token):
+    return {"op": "hello", "job": job, "rank": rank, "token": token, "version": 1}
+
+
+def counters(d):
+    return d.stats()["control"]
+
+
+def check_limits():
+    jobs = [{"id": 1, "token": "one", "workers": 4, "mode": "aggregate"},
+            {"id": 2, "token": "two", "workers": 2, "mode": "aggregate"}]
+    limits = {"unauth_timeout": 1, "max_per_address": 4, "max_unauth_per_address": 2,
+              "max_register_keys": 10, "auth_failures_burst": 5,
+              "auth_failures_per_minute": 6}
+    with Pboxd(jobs, cores=1, control_limits=limits) as d:
+        # An idle connection is closed after unauth_timeout (1 s).
+        s = connect(d, "127.0.0.2")
+        t = time.time()
+        if not closed_within(s, 5):
+            fail("an idle connection was not closed within 5 s (unauth_timeout 1 s)")
+        print("idle connection closed after %.1f s" % (time.time() - t))
+        s.close()
+        if counters(d)["unauth_timeouts"] < 1:
+            fail("the idle timeout was not counted")
+
+        # max_unauth_per_address 2: a third idle connection closes the oldest.
+        idle = [connect(d, "127.0.0.3") for _ in range(3)]
+        if not closed_within(idle[0], 3):
+            fail("the oldest of 3 idle connections from one address stayed open")
+        if closed_within(idle[2], 0.3):
+            fail("the newest idle connection was closed instead of the oldest")
+        for s in idle:
+            s.close()
+        if counters(d)["evicted_unauth"] < 1:
+            fail("the eviction was not counted")
+
+        # max_per_address 4: admitted members count too; a fifth connection is refused,
+        # while another address is still served.
+        members = []
+        for r in range(4):
+            s = connect(d, "127.0.0.4")
+            if ask(s, hello(1, r, "one")).get("ok") is not True:
+                fail("rank %d of job 1 not admitted" % r)
+            members.append(s)
+        s = connect(d, "127.0.0.4")
+        if not closed_within(s, 3):
+            fail("a fifth connection from one address was not refused (max_per_address 4)")
+        s.close()
+        if counters(d)["refused_per_address"] < 1:
+            fail("the per-address refusal was not counted")
+
+        # A member sees its own job only, no cores.
+        st = ask(members[0], {"op": "stats"})
+        if st.get("ok") is not True or [j["id"] for j in st["jobs"]] != [1] or "cores" in st:
+            fail("a member's stats show more than its own job: %s" % st)
+        # Authenticated line bound: a register of max_register_keys (10) keys.
+        keys = [[k, 100] for k in range(200)]
+        r = ask(members[1], {"op": "register", "keys": keys})
+        if r is None or r.get("errno") != E2BIG or not closed_within(members[1], 3):
+            fail("an over-long register line was not refused with E2BIG and closed: %s" % r)
+        r = ask(members[2], {"op": "register", "keys": keys[:11]})
+        if r is None or r.get("errno") != 22 or "max_register_keys" not in r.get("error", ""):
+            fail("11 keys with max_register_keys 10 not refused clearly: %s" % r)
+        for s in members:
+            s.close()
+
+        # Before a hello, lines are bounded to 4 KB.
+        s = connect(d, "127.0.0.5")
+        r = ask(s, b"x" * 5000 + b"\n")
+        if r is None or r.get("errno") != E2BIG or not closed_within(s, 3):
+            fail("a 5000-byte line before hello was not refused with E2BIG: %s" % r)
+        s.close()
+
+        # Stats without authentication, or with a wrong admin token: refused.
+        s = connect(d, "127.0.0.6")
+        r = ask(s, {"op": "stats"})
+        if r is None or r.get("errno") != EACCES or "admin token" not in r.get("error", ""):
+            fail("stats without authentication not refused: %s" % r)
+        r = ask(s, {"op": "stats", "admin_token": "nope"})
+        if r is None or r.get("errno") != EACCES:
+            fail("stats with a wrong admin token not refused: %s" % r)
+        s.close()
+
+        # Unknown job: no list of the other jobs.
+        s = connect(d, "127.0.0.7")
+        r = ask(s, hello(99, 0, "x"))
+        if r is None or r.get("error") != "job 99 is not configured on this appliance":
+            fail("unknown-job refusal: %s" % r)
+        # Wrong tokens: 5 allowed (burst; 99 above was the first), then EAGAIN, even for
+        # the right token; another address is not affected.
+        answers = [ask(s, hello(1, 0, "guess%d" % i)) for i in range(6)]
+        errnos = [a.get("errno") if a else None for a in answers]
+        if errnos[:4] != [EACCES] * 4 or EAGAIN not in errnos[4:]:
+            fail("wrong tokens were not rate-limited after the burst of 5: %s" % errnos)
+        s.close()
+        s = connect(d, "127.0.0.7")
+        r = ask(s, hello(1, 0, "one"))
+        if r is None or r.get("errno") != EAGAIN:
+            fail("a rate-limited address was admitted with the right token: %s" % r)
+        s.close()
+        s = connect(d, "127.0.0.8")
+        if ask(s, hello(1, 0, "one")).get("ok") is not True:
+            fail("another address was refused after 127.0.0.7's failures")
+        s.close()
+        c = counters(d)
+        print("control counters: %s" % c)
+        for k, n in (("wrong_token", 4), ("unknown_job", 1), ("auth_rate_limited", 2),
+                     ("stats_refused", 1), ("wrong_admin_token", 1), ("lines_too_long", 2)):
+            if c[k] < n:
+                fail("%s counted %d, expected at least %d" % (k, c[k], n))
+        log = d.log()
+        for want in ("127.0.0.2:", "no valid hello within 1 s", "wrong token for job 1",
+                     "control_limits.max_per_address"):
+            if want not in log:
+                fail("pboxd's log does not name the peer and cause (%r)" % want)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def check_fd_limit():
+    """pboxd under a hard open-file limit of 256: it says so and fits its connection cap
+    (256 - 128 reserved); more connections are refused, without spinning (the old loop
+    spun on accept failing with EMFILE), and it recovers when they go."""
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    jobs = [{"id": 1, "token": "one", "workers": 1, "mode": "aggregate"}]
+    d = Pboxd(jobs, cores=1, control_limits={"unauth_timeout": 2})
+    orig_popen = __import__("subprocess").Popen
+
+    def popen(*a, **kw):
+        kw["preexec_fn"] = low_nofile
+        return orig_popen(*a, **kw)
+
+    import subprocess
+    subprocess.Popen = popen
+    try:
+        d.start()
+    finally:
+        subprocess.Popen = orig_popen
+    try:
+        if "lowered to 128" not in d.log():
+            fail("pboxd did not fit max_connections to the open-file limit:\n" + d.log())
+        conns = []
+        for i in range(300):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.%d.%d" % (1 + i // 200, 1 + i % 200), 0))
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", d.tcp))
+            conns.append(s)
+        cpu0, t0 = cpu_seconds(d.proc.pid), time.time()
+        time.sleep(1.0)
+        cpu = cpu_seconds(d.proc.pid) - cpu0
+        print("pboxd used %.2f s of CPU in %.1f s with 300 connections at a cap of 128"
+              % (cpu, time.time() - t0))
+        if cpu > 0.5:
+            fail("pboxd spins with connections beyond its cap (%.2f s CPU in 1 s)" % cpu)
+        for s in conns:
+            s.close()
+        time.sleep(2.5)  # the admitted idle ones time out
+        c = counters(d)
+        print("control counters: %s" % c)
+        if c["refused_max_connections"] < 1 or c["max_connections"] != 128:
+            fail("connections beyond the cap not refused and counted: %s" % c)
+    finally:
+        rc = d.stop()
+    if rc != 0:
+        fail("pboxd exited with %d" % rc)
+
+
+def main():
+    check_limits()
+    check_fd_limit()
+
+
+if __name__ == "__main__":
+    main()
