@@ -230,9 +230,67 @@ def check_fd_limit():
         fail("pboxd exited with %d" % rc)
 
 
+def check_big_start():
+    """A job whose chunk state takes long to allocate (800 MB, MAP_POPULATE: about a
+    second or more) starts while another job trains with worker_timeout 1 s. The old
+    control thread did the allocation itself and then judged the heartbeats it had not
+    read meanwhile: the training job was declared dead. Now the allocation runs on its own
+    thread and the register answer comes when it is done; meanwhile the connection answers
+    other requests with EBUSY."""
+    import subprocess
+    from pboxtest import build_path
+    jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"},
+            {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=2, worker_timeout=1) as d:
+        W = build_path("tests/integration/pbox-check-worker")
+        procs = [subprocess.Popen([W, "--server", d.control, "--job", "1", "--token", "a",
+                                   "--rank", str(r), "--workers", "2", "--keys", "20000,77",
+                                   "--iters", "3000", "--timeout-ms", "30000"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for r in range(2)]
+        deadline = time.time() + 30
+        while [j["registered"] for j in d.stats()["jobs"]][0] != 2:
+            if time.time() > deadline:
+                fail("job 1 did not start")
+            time.sleep(0.05)
+        s = connect(d)
+        if ask(s, hello(2, 0, "b")).get("ok") is not True:
+            fail("job 2 rank 0 not admitted")
+        t = time.time()
+        # The register, then at once a ping (fine) and a stats request (EBUSY: one
+        # request at a time); the register's answer comes after the EBUSY.
+        s.sendall(b'{"op":"register","keys":[[0,200000000]]}\n{"op":"ping"}\n'
+                  b'{"op":"stats"}\n')
+        buf = b""
+        s.settimeout(120)
+        while buf.count(b"\n") < 2:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                fail("connection closed while job 2 started")
+            buf += chunk
+        first, second = [json.loads(x) for x in buf.split(b"\n")[:2]]
+        took = time.time() - t
+        if first.get("errno") != 16:
+            fail("a request during a pending register was not refused with EBUSY: %s"
+                 % first)
+        if second.get("ok") is not True or "cookie" not in second:
+            fail("job 2's register was not answered: %s" % str(second)[:200])
+        print("job 2 (800 MB of chunk state) started in %.2f s" % took)
+        s.close()
+        for r, p in enumerate(procs):
+            out, _ = p.communicate(timeout=120)
+            print(out.strip())
+            if p.returncode != 0:
+                d.dump_log()
+                fail("job 1 rank %d was disturbed by job 2's start" % r)
+        if "declared dead" in d.log():
+            fail("a worker of job 1 was declared dead while job 2 started")
+
+
 def main():
     check_limits()
     check_fd_limit()
+    check_big_start()
 
 
 if __name__ == "__main__":
