@@ -1330,8 +1330,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The EAL keeps pointers into its argv until rte_eal_cleanup. */
-static char *g_eal_argv[16];
+/* The EAL keeps pointers into its argv until rte_eal_cleanup, and rewrites argv itself
+ * (it stores the program name over the last option): the strings are freed from
+ * g_eal_strs. */
+static char *g_eal_argv[16], *g_eal_strs[16];
 
 static int group_setup(void **state)
 {
@@ -1359,6 +1361,7 @@ static int group_setup(void **state)
 	for (int i = 0; i < argc; i++) {
 		/* the EAL keeps pointers into argv */
 		argv[i] = strdup(strcmp(args[i], "(lcores)") == 0 ? lcores : args[i]);
+		g_eal_strs[i] = argv[i];
 	}
 	argv[argc] = NULL;
 	if (rte_eal_init(argc, argv) < 0) {
@@ -1377,9 +1380,9 @@ static int group_teardown(void **state)
 	rte_mempool_free(g_pool);
 	rcu_unregister_thread();
 	rte_eal_cleanup();
-	for (size_t i = 0; i < sizeof(g_eal_argv) / sizeof(g_eal_argv[0]); i++) {
-		free(g_eal_argv[i]);
-		g_eal_argv[i] = NULL;
+	for (size_t i = 0; i < sizeof(g_eal_strs) / sizeof(g_eal_strs[0]); i++) {
+		free(g_eal_strs[i]);
+		g_eal_strs[i] = NULL;
 	}
 	return 0;
 }
