@@ -107,7 +107,7 @@ struct pbox_dpdk_stats {
 	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
 	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
 	uint64_t retire_waits;  /* job states kept until this core's replies were released */
-	uint64_t retire_full;   /* job states leaked: this core's retire queue was full */
+	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */
 	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
 	uint64_t retire_stalled; /* of retire_waits, still unreleased after 1 s (logged) */
 } PBOX_CACHE_ALIGNED;

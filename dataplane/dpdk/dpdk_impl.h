@@ -81,7 +81,7 @@ struct dpdk_core {
 	 * handed out, every ref <= released known released. rel_bits marks released refs
 	 * above that, over a window of ref_window (a power of two larger than the refs that
 	 * can be outstanding). tx_refs and released are stored atomically (the lcore is
-	 * their only writer) for pbox_dpdk_quiesce on the control thread. */
+	 * their only writer) for pbox_dpdk_retire on any thread. */
 	uint64_t tx_refs;
 	uint64_t released;
 	uint64_t *rel_bits;
