@@ -497,6 +497,16 @@ static void gp_probe_join(struct gp_probe *p)
 /* Job states released (their arenas unmapped) by count_release. */
 static uint32_t g_state_releases;
 
+/* Job tables released by count_tab_release (the harness frees them). */
+static uint32_t g_tab_releases;
+
+static void count_tab_release(struct pbox_jobtab *tab, void *arg)
+{
+	(void)tab;
+	(void)arg;
+	__atomic_fetch_add(&g_tab_releases, 1, __ATOMIC_RELEASE);
+}
+
 static void count_release(struct pbox_job_state *st, void *arg)
 {
 	(void)arg;
@@ -618,11 +628,25 @@ static void test_lifetime_server_opt_reclaim(void **state)
 	float **want, *model, *v1, *g[2];
 	struct reply *r = malloc(sizeof(*r));
 	uint32_t nchunks, nfrags = 0;
+	struct pbox_jobtab *tab2;
+	struct pbox_job job2;
 
 	(void)state;
 	pbox_opt_params_default(&jc.opt);
 	jc.opt.lr = 0.25f;
 	app_open(a, &jc);
+	/* The harness's table, reference counted as pboxd's are (one reference: published);
+	 * and its successor, the same job in a new generation. */
+	__atomic_store_n(&g_tab_releases, 0, __ATOMIC_RELAXED);
+	a->s.tab->refs = 1;
+	a->s.tab->release = count_tab_release;
+	job2 = a->s.job;
+	job2.generation++;
+	tab2 = calloc(1, sizeof(*tab2) + sizeof(tab2->jobs[0]));
+	assert_non_null(tab2);
+	tab2->generation = a->s.tab->generation + 1;
+	tab2->njobs = 1;
+	tab2->jobs[0] = &job2;
 	nchunks = a->s.desc.nchunks;
 	model = malloc(4096 * 4);
 	v1 = malloc(4096 * 4);
@@ -752,6 +776,18 @@ static void test_lifetime_server_opt_reclaim(void **state)
 					}
 					nheld = 0;
 				}
+				/* Retire the table the waiting cores use, as pboxd would: a
+				 * new one published, a grace period, the old one's published
+				 * reference dropped. Their pins keep it until they are done
+				 * with the datagram (ASan would see a use after free). */
+				if (gp_ok) {
+					rcu_assign_pointer(a->tab, tab2);
+					synchronize_rcu();
+					pbox_jobtab_put(a->s.tab);
+					assert_int_equal(
+						__atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE),
+						0);
+				}
 				gp_probe_join(&gp);
 				assert_true(gp_ok);
 			}
@@ -781,6 +817,12 @@ static void test_lifetime_server_opt_reclaim(void **state)
 			}
 		}
 	}
+	/* The waiting cores unpinned the retired table once done with it. */
+	for (unsigned i = 0; i < 5000 && __atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE) == 0;
+	     i++) {
+		sleep_offline(1);
+	}
+	assert_int_equal(__atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE), 1);
 	drain_replies(a, 50);
 	for (uint32_t c = 0; c < nchunks; c++) {
 		free(want[c]);
@@ -793,10 +835,10 @@ static void test_lifetime_server_opt_reclaim(void **state)
 	free(buf);
 	free(r);
 	app_close(a);
+	free(tab2);
 	free(a);
 }
 
-/* Frames that must be ignored, each under its own counter; ARP answered. */
 /*
  * A session ends (its job leaves the table) while the "NIC" still holds zero-copy replies
  * pointing into its chunk memory, as a device with a slow or stalled TX ring would. The
@@ -898,6 +940,7 @@ static void test_lifetime_session_end(void **state)
 	free(lens);
 }
 
+/* Frames that must be ignored, each under its own counter; ARP answered. */
 static void test_garbage_and_arp(void **state)
 {
 	static const struct pbox_keyspec keys[] = { { 1, 256 } };
