@@ -160,8 +160,10 @@ int pbox_dpdk_launch(struct pbox_dpdk *d);
  * grace period, or stopped lcores): keep it alive until every zero-copy reply the cores
  * have issued so far is released, then drop those references from the cores' completion
  * path (pbox_job_state_put, so the last one runs st->release there). Returns at once.
- * Any thread. If a core's retire queue is full (a core whose device stopped completing),
- * its reference is kept forever: logged, counted in retire_full.
+ * Any thread, between _open and _close (a caller that retires from call_rcu callbacks
+ * runs rcu_barrier() after _stop and before _close). If a core's retire queue is full (a
+ * core whose device stopped completing), its reference is kept forever: logged, counted
+ * in retire_full. _close drops the references whose replies its port close released.
  */
 void pbox_dpdk_retire(struct pbox_dpdk *d, struct pbox_job_state *st);
 
