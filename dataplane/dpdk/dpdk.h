@@ -17,10 +17,23 @@
  * free callback once the device (or, for net_ring, the consumer) lets go. Devices that
  * cannot send multi-segment mbufs get the payload copied into one buffer (logged).
  *
- * Threading: pbox_dpdk_eal_init, _open, _launch, _quiesce, _stop and _close are called by
- * one control thread, in that order. Each lcore writes only its own struct (counters,
- * queues, TX state); counters are read by any thread with relaxed atomic loads. The job
- * table is read by the lcores under liburcu-qsbr (each lcore registers itself).
+ * Lifetime of chunk memory: a zero-copy reply keeps the job state it points into alive.
+ * When no published table lists a job state any more, pbox_dpdk_retire gives each core
+ * whose replies issued so far are not all released one reference on it; the core drops it
+ * from its completion path (the loop's TX-completion timer) once they are. Nothing is
+ * released because a wait timed out: a core whose replies are never released keeps the
+ * state (logged after 1 s, counted in retire_stalled).
+ *
+ * A core that must wait for the device in the middle of a datagram (the engine is about
+ * to overwrite chunk memory a reply still references) pins the job table it is using and
+ * goes RCU-offline while it polls TX completions, so grace periods, and with them every
+ * other job's table changes, go on; it unpins at the end of that loop iteration.
+ *
+ * Threading: pbox_dpdk_eal_init, _open, _launch, _stop and _close are called by one
+ * control thread, in that order; pbox_dpdk_retire by any thread between _open and _close.
+ * Each lcore writes only its own struct (counters, queues, TX state); counters are read
+ * by any thread with relaxed atomic loads. The job table is read by the lcores under
+ * liburcu-qsbr (each lcore registers itself).
  */
 #ifndef PBOX_DPDK_H
 #define PBOX_DPDK_H
@@ -92,8 +105,11 @@ struct pbox_dpdk_stats {
 	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
 	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
 	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
-	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
 	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
+	uint64_t retire_waits;  /* job states kept until this core's replies were released */
+	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */
+	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
+	uint64_t retire_stalled; /* of retire_waits, still unreleased after 1 s (logged) */
 } PBOX_CACHE_ALIGNED;
 
 struct pbox_dpdk;
@@ -140,11 +156,16 @@ struct pbox_dpdk *pbox_dpdk_open(const struct pbox_dpdk_cfg *cfg, struct pbox_jo
 int pbox_dpdk_launch(struct pbox_dpdk *d);
 
 /*
- * Return once every reply queued before the call no longer references chunk memory (the
- * caller then frees job state). Waits at most timeout_ms; returns 0, or -ETIMEDOUT after
- * logging which core still holds references.
+ * st is no longer reachable by any lcore (the last table listing it was dropped after a
+ * grace period, or stopped lcores): keep it alive until every zero-copy reply the cores
+ * have issued so far is released, then drop those references from the cores' completion
+ * path (pbox_job_state_put, so the last one runs st->release there). Returns at once.
+ * Any thread, between _open and _close (a caller that retires from call_rcu callbacks
+ * runs rcu_barrier() after _stop and before _close). If a core's retire queue is full (a
+ * core whose device stopped completing), its reference is kept forever: logged, counted
+ * in retire_full. _close drops the references whose replies its port close released.
  */
-int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms);
+void pbox_dpdk_retire(struct pbox_dpdk *d, struct pbox_job_state *st);
 
 /* Stop the lcores and wait for them. */
 void pbox_dpdk_stop(struct pbox_dpdk *d);
@@ -166,7 +187,7 @@ bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i);
 /* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). The
  * count ends at the last field: the struct's size also counts its cache-line padding. */
 extern const char *const pbox_dpdk_stat_names[];
-#define PBOX_DPDK_NSTATS (offsetof(struct pbox_dpdk_stats, reclaim_waits) / sizeof(uint64_t) + 1)
+#define PBOX_DPDK_NSTATS (offsetof(struct pbox_dpdk_stats, retire_stalled) / sizeof(uint64_t) + 1)
 
 /*
  * Mbufs a pool must hold so that no queue starves (l3fwd's sizing, spelled out), for nq

@@ -5,8 +5,9 @@
  * Ownership: struct pbox_dpdk and its ports are written by the control thread before
  * launch and after stop only; lcores read them. struct dpdk_core k is written by lcore k
  * only, except rel_bits (set by whichever thread frees an external-buffer mbuf: the
- * device's TX completion on lcore k, or the consumer of a net_ring). The counters, tx_refs
- * and released are read by other threads with atomic loads.
+ * device's TX completion on lcore k, or the consumer of a net_ring) and its retire ring
+ * (filled by pbox_dpdk_retire on any thread). The counters, tx_refs and released are read
+ * by other threads with atomic loads.
  */
 #ifndef PBOX_DPDK_IMPL_H
 #define PBOX_DPDK_IMPL_H
@@ -26,6 +27,7 @@
 #define PBOX_DPDK_INBOX    1024u /* software hand-off ring per core */
 #define PBOX_DPDK_CACHE    128u  /* per-lcore mempool cache */
 #define PBOX_DPDK_TX_RETRY 4u    /* tx_burst retries before unsent mbufs are freed */
+#define PBOX_DPDK_RETIRE   1024u /* job states waiting for one core's replies (ring) */
 
 struct dpdk_port {
 	uint16_t id; /* DPDK port id */
@@ -54,6 +56,12 @@ struct dpdk_tx_ref {
 	uint64_t ref;
 };
 
+/* A job state waiting for core's replies up to number `upto` to be released. */
+struct dpdk_retire {
+	struct pbox_job_state *st;
+	uint64_t upto;
+};
+
 struct dpdk_txbuf {
 	uint16_t n;
 	struct rte_mbuf *m[PBOX_DPDK_MAX_BURST];
@@ -73,12 +81,22 @@ struct dpdk_core {
 	 * handed out, every ref <= released known released. rel_bits marks released refs
 	 * above that, over a window of ref_window (a power of two larger than the refs that
 	 * can be outstanding). tx_refs and released are stored atomically (the lcore is
-	 * their only writer) for pbox_dpdk_quiesce on the control thread. */
+	 * their only writer) for pbox_dpdk_retire on any thread. */
 	uint64_t tx_refs;
 	uint64_t released;
 	uint64_t *rel_bits;
 	uint64_t ref_window;
 	bool reclaim_warned;
+	/* The job table the datagram being handled was looked up in, and the one pinned
+	 * (pbox_jobtab_get) by a wait for the device this loop iteration, if any. */
+	const struct pbox_jobtab *cur_tab;
+	struct pbox_jobtab *pinned;
+	/* Job states waiting for this core's replies (MP/SC ring of struct dpdk_retire), the
+	 * oldest taken out, and when it was. */
+	struct rte_ring *retire;
+	struct dpdk_retire retire_head;
+	uint64_t retire_since;
+	bool retire_warned;
 } PBOX_CACHE_ALIGNED;
 
 struct pbox_dpdk {
@@ -106,6 +124,19 @@ void pbox_dpdk_tx_frame(struct dpdk_core *c, uint16_t p, struct rte_mbuf *m);
 void pbox_dpdk_tx_flush(struct dpdk_core *c);
 /* Poll TX completions and advance c->released; returns it. */
 uint64_t pbox_dpdk_tx_complete(struct dpdk_core *c);
+/* Drop the references of retired job states whose replies this core has released (the
+ * lcore, or the control thread once the lcores stopped). now: TSC. */
+void pbox_dpdk_retire_poll(struct dpdk_core *c, uint64_t now);
+/* End of a loop iteration: drop the table a device wait pinned. */
+static inline void pbox_dpdk_unpin(struct dpdk_core *c)
+{
+	if (c->pinned != NULL) {
+		struct pbox_jobtab *t = c->pinned;
+
+		c->pinned = NULL;
+		pbox_jobtab_put(t);
+	}
+}
 
 /* rx.c: one received frame (the core frees it or passes it on). */
 void pbox_dpdk_rx_frame(struct dpdk_core *c, const struct pbox_jobtab *tab, struct rte_mbuf *m,

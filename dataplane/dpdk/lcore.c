@@ -26,10 +26,11 @@
 #include "kernels/kernels.h"
 
 const char *const pbox_dpdk_stat_names[] = {
-	"rx_frames",    "rx_wire_bytes", "steered_in",   "steered_out",   "steer_full",
-	"arp_replies",  "arp_ignored",   "ignored_l2",   "ignored_l3",    "bad_ip",
-	"ip_fragments", "bad_udp",       "truncated",    "tx_frames",     "tx_dropped",
-	"tx_nombuf",    "tx_copied",     "tx_zero_copy", "reclaim_waits",
+	"rx_frames",    "rx_wire_bytes",  "steered_in",   "steered_out",   "steer_full",
+	"arp_replies",  "arp_ignored",    "ignored_l2",   "ignored_l3",    "bad_ip",
+	"ip_fragments", "bad_udp",        "truncated",    "tx_frames",     "tx_dropped",
+	"tx_nombuf",    "tx_copied",      "tx_zero_copy", "reclaim_waits", "retire_waits",
+	"retire_full",  "retire_stalled",
 };
 _Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) == PBOX_DPDK_NSTATS,
 	       "one name per counter");
@@ -78,6 +79,7 @@ static int lcore_main(void *arg)
 
 			if (n != 0) {
 				tab = rcu_dereference(*d->tab);
+				c->cur_tab = tab;
 				for (unsigned i = 0; i < n; i++) {
 					pbox_dpdk_rx_frame(c, tab, pkts[i],
 							   port_index(d, pkts[i]->port), true);
@@ -95,6 +97,7 @@ static int lcore_main(void *arg)
 			/* Read the table after the receive: a worker admitted by a table
 			 * published before its datagram was sent is always seen. */
 			tab = rcu_dereference(*d->tab);
+			c->cur_tab = tab;
 			for (uint16_t i = 0; i < n; i++) {
 				if (i + 1 < n) {
 					rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
@@ -108,6 +111,7 @@ static int lcore_main(void *arg)
 		 * of that job arrives; the table read after the last receive is current. */
 		if (got == 0) {
 			tab = rcu_dereference(*d->tab);
+			c->cur_tab = tab;
 		}
 		pbox_engine_observe_table(&c->engine, tab);
 		t1 = rte_rdtsc();
@@ -121,6 +125,13 @@ static int lcore_main(void *arg)
 			pbox_dpdk_tx_complete(c);
 			last_complete = t1;
 		}
+		/* Retired job states this core's replies kept: released from here. */
+		if (c->retire_head.st != NULL || !rte_ring_empty(c->retire)) {
+			pbox_dpdk_retire_poll(c, t1);
+		}
+		/* No job table is in use past this point. */
+		pbox_dpdk_unpin(c);
+		c->cur_tab = NULL;
 		rcu_quiescent_state();
 		t1 = rte_rdtsc();
 		if (got != 0) {
@@ -140,6 +151,7 @@ static int lcore_main(void *arg)
 		PBOX_STAT_ADD(es, polls, 1);
 	}
 	pbox_dpdk_tx_flush(c);
+	pbox_dpdk_unpin(c);
 	rcu_unregister_thread();
 	return 0;
 }
@@ -153,6 +165,7 @@ static void free_cores(struct pbox_dpdk *d)
 		struct dpdk_core *c = &d->cores[k];
 
 		rte_ring_free(c->inbox);
+		rte_ring_free(c->retire);
 		rte_free(c->rel_bits);
 	}
 	rte_free(d->cores);
@@ -207,6 +220,19 @@ static int cores_setup(struct pbox_dpdk *d, struct pbox_core_stats *const *stats
 		if (c->rel_bits == NULL) {
 			PBOX_LOG_ERR(TRANSPORT, "core %u: out of memory for reply tracking", k);
 			return -ENOMEM;
+		}
+		{
+			char name[RTE_RING_NAMESIZE];
+
+			snprintf(name, sizeof(name), "pbox_retire_%u", k);
+			c->retire = rte_ring_create_elem(name, sizeof(struct dpdk_retire),
+							 PBOX_DPDK_RETIRE, socket, RING_F_SC_DEQ);
+			if (c->retire == NULL) {
+				PBOX_LOG_ERR(TRANSPORT,
+					     "core %u: cannot create its retire ring: %s", k,
+					     rte_strerror(rte_errno));
+				return -ENOMEM;
+			}
 		}
 		if (d->cfg.ncores > 1) {
 			char name[RTE_RING_NAMESIZE];
@@ -286,33 +312,46 @@ int pbox_dpdk_launch(struct pbox_dpdk *d)
 	return 0;
 }
 
-int pbox_dpdk_quiesce(struct pbox_dpdk *d, unsigned timeout_ms)
+void pbox_dpdk_retire(struct pbox_dpdk *d, struct pbox_job_state *st)
 {
-	uint64_t deadline = rte_rdtsc() + d->tsc_hz / 1000 * timeout_ms;
-
-	if (!d->launched) {
-		return 0;
-	}
 	for (uint32_t k = 0; k < d->cfg.ncores; k++) {
-		const struct dpdk_core *c = &d->cores[k];
-		uint64_t target = __atomic_load_n(&c->tx_refs, __ATOMIC_ACQUIRE);
+		struct dpdk_core *c = &d->cores[k];
+		/* No core can reach st: every reply from its memory is numbered <= tx_refs now
+		 * (the grace period that made it unreachable ordered the cores' stores). */
+		struct dpdk_retire r = {
+			.st = st,
+			.upto = __atomic_load_n(&c->tx_refs, __ATOMIC_ACQUIRE),
+		};
 
-		while (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) < target) {
-			struct timespec ts = { 0, 100000 };
-
-			if (rte_rdtsc() > deadline) {
-				PBOX_LOG_WARN(TRANSPORT,
-					      "core %u: replies up to %llu still referenced by the "
-					      "device after %u ms (released up to %llu)",
-					      k, (unsigned long long)target, timeout_ms,
-					      (unsigned long long)__atomic_load_n(
-						      &c->released, __ATOMIC_RELAXED));
-				return -ETIMEDOUT;
-			}
-			nanosleep(&ts, NULL);
+		if (__atomic_load_n(&c->released, __ATOMIC_ACQUIRE) >= r.upto) {
+			continue;
+		}
+		pbox_job_state_get(st);
+		if (rte_ring_mp_enqueue_elem(c->retire, &r, sizeof(r)) != 0) {
+			/* Only when the core stopped completing: a leak, not a use after free. */
+			__atomic_fetch_add(&c->st.retire_full, 1, __ATOMIC_RELAXED);
+			PBOX_LOG_ERR(TRANSPORT,
+				     "core %u: %u retired job states already wait for its replies: "
+				     "this one stays mapped for good (is the TX path stalled?)",
+				     k, PBOX_DPDK_RETIRE);
 		}
 	}
-	return 0;
+}
+
+/* After the ports closed (every mbuf freed): drop what the retire rings still hold. */
+static void retire_drain(struct pbox_dpdk *d)
+{
+	for (uint32_t k = 0; d->cores != NULL && k < d->cfg.ncores; k++) {
+		struct dpdk_core *c = &d->cores[k];
+
+		pbox_dpdk_retire_poll(c, rte_rdtsc());
+		if (c->retire_head.st != NULL) {
+			PBOX_LOG_ERR(TRANSPORT,
+				     "core %u: %u retired job state(s) still referenced by replies "
+				     "after the ports closed: left mapped",
+				     k, 1 + (c->retire != NULL ? rte_ring_count(c->retire) : 0));
+		}
+	}
 }
 
 void pbox_dpdk_stop(struct pbox_dpdk *d)
@@ -334,6 +373,7 @@ void pbox_dpdk_close(struct pbox_dpdk *d)
 	/* Closing a port frees what its TX rings still hold: the free callbacks still
 	 * need the cores' reference bitmaps, so the cores go last. */
 	pbox_dpdk_ports_close(d);
+	retire_drain(d);
 	free_cores(d);
 	rte_free(d);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <rte_ethdev.h>
+#include <urcu-qsbr.h>
 
 #include "common/log.h"
 #include "dpdk.h"
@@ -58,6 +59,12 @@ static void dpdk_stop(struct pboxd_dp *dp)
 
 	if (g == NULL) {
 		return;
+	}
+	if (g->d != NULL) {
+		/* The lcores first, then the call_rcu work (retirements) while the transport
+		 * can still take it, then the ports (which frees every reply still held). */
+		pbox_dpdk_stop(g->d);
+		rcu_barrier();
 	}
 	pbox_dpdk_close(g->d);
 	if (g->eal) {
@@ -145,12 +152,12 @@ static int dpdk_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	return 0;
 }
 
-static void dpdk_quiesce(struct pboxd_dp *dp)
+static void dpdk_retire(struct pboxd_dp *dp, struct pbox_job_state *st)
 {
 	struct glue *g = dp->xport;
 
 	if (g != NULL && g->d != NULL) {
-		pbox_dpdk_quiesce(g->d, 1000);
+		pbox_dpdk_retire(g->d, st);
 	}
 }
 
@@ -263,7 +270,7 @@ const struct pboxd_transport_ops pboxd_dpdk_transport = {
 	.name = "dpdk",
 	.start = dpdk_start,
 	.stop = dpdk_stop,
-	.quiesce = dpdk_quiesce,
+	.retire = dpdk_retire,
 	.transport_stats = dpdk_transport_stats,
 	.stats_json = dpdk_stats_json,
 	.stats_print = dpdk_stats_print,

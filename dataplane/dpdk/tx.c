@@ -8,7 +8,10 @@
  * reference number; its free callback (run by whoever frees the mbuf: the PMD on TX
  * completion, a net_ring consumer, the flush that gives up on it) marks the reference
  * released. reclaim(upto) waits until every reference up to `upto` is marked, polling TX
- * completions meanwhile. Devices without multi-segment TX (and devices that read by DMA:
+ * completions meanwhile, RCU-offline with the job table it uses pinned (dpdk.h).
+ * Retired job states wait in the core's retire ring for their references to be released
+ * (pbox_dpdk_retire_poll, from the loop's completion timer). Devices without multi-segment
+ * TX (and devices that read by DMA:
  * chunk memory is not mapped for them) get one mbuf with the payload copied, which takes
  * no reference: the chunk memory is free again when send returns.
  *
@@ -23,6 +26,7 @@
 #include <rte_ethdev.h>
 #include <rte_ip.h>
 #include <rte_udp.h>
+#include <urcu-qsbr.h>
 
 #include "common/log.h"
 #include "dpdk_impl.h"
@@ -130,6 +134,20 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 	/* The payloads may still be in our own TX buffers. */
 	pbox_dpdk_tx_flush(c);
 	DPDK_STAT_ADD(c, reclaim_waits, 1);
+	if (pbox_dpdk_tx_complete(c) >= upto) {
+		return c->released;
+	}
+	/* The device may take long (or never answer: a stalled link). The engine is in the
+	 * middle of a datagram and cannot go back to the loop, so the core keeps the job
+	 * table it uses alive by a reference instead of by staying RCU-online, and goes
+	 * offline: grace periods, and every other job's table changes, go on meanwhile. The
+	 * table is unpinned at the end of the loop iteration (pbox_dpdk_unpin). */
+	if (c->pinned != c->cur_tab) {
+		pbox_dpdk_unpin(c); /* an earlier burst's table: no longer in use */
+		c->pinned = (struct pbox_jobtab *)(uintptr_t)c->cur_tab;
+		pbox_jobtab_get(c->pinned);
+	}
+	rcu_thread_offline();
 	t0 = rte_rdtsc();
 	while (pbox_dpdk_tx_complete(c) < upto) {
 		if (__atomic_load_n(&c->d->stop, __ATOMIC_ACQUIRE)) {
@@ -145,7 +163,43 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		}
 		rte_pause();
 	}
+	rcu_thread_online();
 	return c->released;
+}
+
+void pbox_dpdk_retire_poll(struct dpdk_core *c, uint64_t now)
+{
+	for (;;) {
+		struct pbox_job_state *st;
+
+		if (c->retire_head.st == NULL) {
+			if (c->retire == NULL ||
+			    rte_ring_sc_dequeue_elem(c->retire, &c->retire_head,
+						     sizeof(c->retire_head)) != 0) {
+				return;
+			}
+			c->retire_since = now;
+			c->retire_warned = false;
+			DPDK_STAT_ADD(c, retire_waits, 1);
+		}
+		if (advance(c) < c->retire_head.upto) {
+			if (!c->retire_warned && now - c->retire_since > c->d->tsc_hz) {
+				c->retire_warned = true;
+				DPDK_STAT_ADD(c, retire_stalled, 1);
+				PBOX_LOG_WARN(
+					TRANSPORT,
+					"core %u: a retired job state still waits for replies up "
+					"to %llu (released up to %llu) after 1 s: its memory stays "
+					"mapped until the device lets go; is the TX path stalled?",
+					c->idx, (unsigned long long)c->retire_head.upto,
+					(unsigned long long)c->released);
+			}
+			return;
+		}
+		st = c->retire_head.st;
+		c->retire_head.st = NULL;
+		pbox_job_state_put(st);
+	}
 }
 
 static void build_headers(struct dpdk_core *c, const struct dpdk_port *p, struct rte_mbuf *h,

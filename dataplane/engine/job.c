@@ -166,6 +166,7 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	}
 	memset(st, 0, sizeof(*st) + d->ncores * sizeof(st->core[0]));
 	st->ncores = d->ncores;
+	st->refs = 1;
 	for (uint32_t k = 0; k < d->ncores; k++) {
 		struct pbox_core_job *cj = &st->core[k];
 		size_t bytes = pbox_job_state_core_bytes(job, k);
@@ -200,5 +201,60 @@ void pbox_job_state_free(struct pbox_job_state *st)
 			munmap(st->core[k].arena, st->core[k].arena_bytes);
 		}
 	}
+	if (st->owns_desc) {
+		pbox_jobdesc_free(&st->desc);
+	}
 	free(st);
+}
+
+void pbox_job_state_get(struct pbox_job_state *st)
+{
+	__atomic_fetch_add(&st->refs, 1, __ATOMIC_RELAXED);
+}
+
+void pbox_job_state_put(struct pbox_job_state *st)
+{
+	if (st == NULL || __atomic_sub_fetch(&st->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+		return;
+	}
+	if (st->release != NULL) {
+		st->release(st, st->release_arg);
+	} else {
+		pbox_job_state_free(st);
+	}
+}
+
+const struct pbox_jobdesc *pbox_job_state_adopt_desc(struct pbox_job_state *st,
+						     const struct pbox_jobdesc *d)
+{
+	st->desc = *d;
+	st->owns_desc = true;
+	return &st->desc;
+}
+
+void pbox_jobtab_get(struct pbox_jobtab *tab)
+{
+	if (tab != NULL && tab->release != NULL) {
+		__atomic_fetch_add(&tab->refs, 1, __ATOMIC_RELAXED);
+	}
+}
+
+void pbox_jobtab_put(struct pbox_jobtab *tab)
+{
+	if (tab == NULL || tab->release == NULL ||
+	    __atomic_sub_fetch(&tab->refs, 1, __ATOMIC_ACQ_REL) != 0) {
+		return;
+	}
+	tab->release(tab, tab->release_arg);
+}
+
+void pbox_jobtab_free(struct pbox_jobtab *tab)
+{
+	if (tab == NULL) {
+		return;
+	}
+	for (uint32_t i = 0; i < tab->njobs; i++) {
+		free((void *)tab->jobs[i]);
+	}
+	free(tab);
 }

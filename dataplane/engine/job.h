@@ -9,9 +9,15 @@
  *    publishes it with one pointer exchange (rcu_assign_pointer) and frees the old one
  *    after a grace period. Data-plane cores read the table under urcu-qsbr.
  *  - struct pbox_job_state (and everything below it) is allocated by the control thread
- *    when a job session starts and freed by it after a grace period once no published
- *    table refers to it. Between those points, core k is the only writer (and reader) of
- *    state->core[k]: no locks, no atomics on the hot path.
+ *    when a job session starts and is reference counted (pbox_job_state_get/put): the
+ *    session holds one reference, every published table that lists the state holds one
+ *    (dropped after the grace period that retires the table), and a zero-copy transport
+ *    holds one per core whose replies may still point into the arenas (dropped from its
+ *    completion path). Whoever drops the last reference releases it. Between creation
+ *    and release, core k is the only writer (and reader) of state->core[k]: no locks, no
+ *    atomics on the hot path.
+ *  - A table built by pboxd is reference counted too (pbox_jobtab_get/put), so a core that
+ *    must wait for its transport can pin the table it is using and go RCU-offline.
  */
 #ifndef PBOX_JOB_H
 #define PBOX_JOB_H
@@ -110,8 +116,21 @@ struct pbox_core_job {
 	size_t arena_bytes;
 } PBOX_CACHE_ALIGNED;
 
+struct pbox_job_state;
+
+/* What happens when a state's last reference is dropped (runs on that thread). */
+typedef void pbox_job_state_release_fn(struct pbox_job_state *st, void *arg);
+
 struct pbox_job_state {
 	uint32_t ncores;
+	uint32_t refs;   /* atomic: see pbox_job_state_get / put */
+	uint32_t tables; /* atomic: published tables listing this state (their owner counts) */
+	bool owns_desc;  /* desc below was adopted (pbox_job_state_adopt_desc) */
+	/* NULL: pbox_job_state_free on the thread that drops the last reference. */
+	pbox_job_state_release_fn *release;
+	void *release_arg;
+	struct pbox_job_state *release_next; /* free for the releaser's own lists */
+	struct pbox_jobdesc desc;            /* valid when owns_desc */
 	struct pbox_core_job core[];
 };
 
@@ -135,10 +154,20 @@ struct pbox_job {
 	struct pbox_job_state *state;
 };
 
+struct pbox_jobtab;
+
+/* What happens when a table's last reference is dropped (runs on that thread). */
+typedef void pbox_jobtab_release_fn(struct pbox_jobtab *tab, void *arg);
+
 /* The published table: jobs sorted by id. */
 struct pbox_jobtab {
 	uint64_t generation;
 	uint32_t njobs;
+	uint32_t refs; /* atomic: see pbox_jobtab_get / put */
+	/* NULL: the table is not reference counted (its creator frees it once no core can
+	 * see it, e.g. after stopping the cores); get / put do nothing. */
+	pbox_jobtab_release_fn *release;
+	void *release_arg;
 	const struct pbox_job *jobs[];
 };
 
@@ -149,13 +178,48 @@ const struct pbox_job *pbox_jobtab_find(const struct pbox_jobtab *tab, uint32_t 
 const struct pbox_wire_job *pbox_jobtab_lookup(void *arg, uint32_t id);
 
 /*
+ * Take / drop a reference on a reference-counted table (release != NULL; otherwise both
+ * do nothing). get: the caller must already hold a reference or be inside an RCU read
+ * side that reached the table. put: the last one runs tab->release. Any thread.
+ */
+void pbox_jobtab_get(struct pbox_jobtab *tab);
+void pbox_jobtab_put(struct pbox_jobtab *tab);
+
+/* Free a table whose job entries were each allocated with malloc (pboxd's tables), and
+ * the entries. Drops nothing: the caller handles the states they point at. NULL is a
+ * no-op. */
+void pbox_jobtab_free(struct pbox_jobtab *tab);
+
+/*
  * Allocate the per-core state of a job session: for each core, one arena holding every
  * owned chunk's model, optimizer state, window slots and bitmaps. Server-optimizer
- * chunks start uninitialised; aggregate chunks ready. Returns NULL after logging why
- * (out of memory names the job and the size).
+ * chunks start uninitialised; aggregate chunks ready. The state starts with one reference
+ * (the caller's). Returns NULL after logging why (out of memory names the job and the
+ * size).
  */
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job);
+
+/* Unmap the arenas and free the state now, whatever its references (and the adopted job
+ * description). For owners that know no one else can reach it; everyone else uses put.
+ * NULL is a no-op. May take long for large arenas (munmap): not for data-plane cores. */
 void pbox_job_state_free(struct pbox_job_state *st);
+
+/* Take a reference (the caller already holds one, or reached st through a table it may
+ * read). Any thread. */
+void pbox_job_state_get(struct pbox_job_state *st);
+
+/* Drop a reference; the last one runs st->release (or pbox_job_state_free when NULL) on
+ * the calling thread. Any thread. NULL is a no-op. */
+void pbox_job_state_put(struct pbox_job_state *st);
+
+/*
+ * Move the job description *d into the state (a shallow copy: *d keeps pointing at the
+ * same arrays and stays usable while the caller holds its reference, but must no longer
+ * be freed by it): the description lives exactly as long as the state, so tables that
+ * cores may still read never point at a freed one. Returns the state's copy.
+ */
+const struct pbox_jobdesc *pbox_job_state_adopt_desc(struct pbox_job_state *st,
+						     const struct pbox_jobdesc *d);
 
 /* Bytes the state of a job would take on each core (for admission checks and logs). */
 size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core);

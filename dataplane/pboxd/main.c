@@ -557,7 +557,6 @@ int main(int argc, char **argv)
 	if (a.control == NULL) {
 		pboxd_sessions_destroy(a.sessions);
 		pboxd_dp_stop(&a.dp);
-		free(pboxd_dp_publish(&a.dp, NULL));
 		pboxd_config_free(&a.cfg);
 		return EX_UNAVAILABLE;
 	}
@@ -568,7 +567,6 @@ int main(int argc, char **argv)
 	pboxd_stats_print(stderr, &a.dp);
 	pboxd_dp_transport_print(stderr, &a.dp);
 	pboxd_dp_stop(&a.dp);
-	free(pboxd_dp_publish(&a.dp, NULL));
 	pboxd_config_free(&a.cfg);
 	return rc;
 }

@@ -246,7 +246,8 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	const struct pboxd_job_cfg *c = j->cfg;
 
 	pj->wire.id = c->id;
-	pj->wire.desc = &j->desc;
+	/* Tables point at the state's copy: it lives as long as a core may read them. */
+	pj->wire.desc = j->state != NULL ? &j->state->desc : &j->desc;
 	pj->wire.accepts_init = c->mode == PBOX_MODE_SERVER_OPT;
 	pj->mode = c->mode;
 	pj->reduce = c->reduce;
@@ -275,7 +276,7 @@ static bool is_published(const struct job *j)
 /* Build and publish the table of every job with a session; free the old one. */
 static int publish(struct pboxd_sessions *s)
 {
-	struct pbox_jobtab *tab, *old;
+	struct pbox_jobtab *tab;
 	uint32_t n = 0, i;
 
 	for (i = 0; i < s->njobs; i++) {
@@ -317,12 +318,10 @@ static int publish(struct pboxd_sessions *s)
 		memcpy((uint64_t *)pj->live, j->live, pbox_bitmap_words(j->cfg->workers) * 8);
 		tab->jobs[tab->njobs++] = pj;
 	}
-	old = pboxd_dp_publish(s->dp, tab);
-	if (old != NULL) {
-		for (i = 0; i < old->njobs; i++) {
-			free((void *)old->jobs[i]);
-		}
-		free(old);
+	/* The data plane frees the old table (and what it alone kept) after a grace period. */
+	if (pboxd_dp_publish(s->dp, tab) != 0) {
+		pbox_jobtab_free(tab);
+		return -ENOMEM;
 	}
 	return 0;
 }
@@ -333,11 +332,13 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 
 	j->st = SESS_IDLE;
 	j->state = NULL;
-	/* After this publish no core can reach the state any more. */
+	/* The session's reference: the state (and the job description it adopted) goes when
+	 * the tables that cores may still read are retired and the transport released its
+	 * replies, never sooner (dataplane.h). */
 	publish(s);
-	pbox_job_state_free(st);
+	pbox_job_state_put(st);
 	if (j->has_desc) {
-		pbox_jobdesc_free(&j->desc);
+		memset(&j->desc, 0, sizeof(j->desc)); /* the state's now */
 		j->has_desc = false;
 	}
 	free(j->keys);
@@ -709,6 +710,8 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 		return;
 	}
 	j->state = r->state;
+	/* The state keeps the description: tables that cores may still read point at it. */
+	pbox_job_state_adopt_desc(j->state, &j->desc);
 	j->st = SESS_ACTIVE;
 	j->sessions++;
 	PBOX_LOG_INFO(
@@ -970,6 +973,12 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 
 		left = r->next;
 		r->job->state = r->state;
+		if (r->state != NULL) {
+			pbox_job_state_adopt_desc(r->state, &r->job->desc);
+		} else {
+			pbox_jobdesc_free(&r->job->desc);
+			r->job->has_desc = false;
+		}
 		r->job->st = SESS_ACTIVE;
 		free(r);
 	}

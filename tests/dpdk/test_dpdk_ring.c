@@ -11,12 +11,18 @@
  * software hand-off must bring them to the owner); multi-segment frames with floats split
  * across segments; server-optimizer results; replies addressed to each worker's MAC / IP /
  * port from the owner core's port, built zero-copy from chunk memory, and that memory
- * kept intact while the NIC (here: the ring consumer) holds it; ARP; and every kind of
- * malformed frame counted under its reason and ignored.
+ * kept intact while the NIC (here: the ring consumer) holds it, even after the job's
+ * session ended, and released (unmapped) only once the last reply is freed; a core waiting
+ * for the NIC lets grace periods complete; ARP; and every kind of malformed frame counted
+ * under its reason and ignored.
+ *
+ * The lifetime tests (test_lifetime_*) also run in the unit suite, so under ASan: the
+ * first argument, if any, is a cmocka test filter.
  *
  * The job tables come from the engine's unit-test harness (tests/unit/sim.h, no_nodes).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -446,6 +452,78 @@ static void drain_replies(struct app *a, unsigned ms)
 	}
 }
 
+/* ---- RCU and job-state lifetime probes ---- */
+
+/* A grace period requested by another thread (synchronize_rcu) while this one is
+ * RCU-offline: whether it completes shows that no lcore holds it up. */
+struct gp_probe {
+	pthread_t thread;
+	bool done;
+};
+
+static void *gp_probe_main(void *arg)
+{
+	struct gp_probe *p = arg;
+
+	synchronize_rcu();
+	__atomic_store_n(&p->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void gp_probe_start(struct gp_probe *p)
+{
+	p->done = false;
+	rcu_thread_offline(); /* this thread must not hold it up itself */
+	assert_int_equal(pthread_create(&p->thread, NULL, gp_probe_main, p), 0);
+}
+
+/* Whether the grace period completed within ms. */
+static bool gp_probe_wait(struct gp_probe *p, unsigned ms)
+{
+	for (unsigned i = 0; i < ms && !__atomic_load_n(&p->done, __ATOMIC_ACQUIRE); i++) {
+		struct timespec ts = { 0, 1000000 };
+
+		nanosleep(&ts, NULL);
+	}
+	return __atomic_load_n(&p->done, __ATOMIC_ACQUIRE);
+}
+
+static void gp_probe_join(struct gp_probe *p)
+{
+	pthread_join(p->thread, NULL);
+	rcu_thread_online();
+}
+
+/* Job states released (their arenas unmapped) by count_release. */
+static uint32_t g_state_releases;
+
+/* Job tables released by count_tab_release (the harness frees them). */
+static uint32_t g_tab_releases;
+
+static void count_tab_release(struct pbox_jobtab *tab, void *arg)
+{
+	(void)tab;
+	(void)arg;
+	__atomic_fetch_add(&g_tab_releases, 1, __ATOMIC_RELEASE);
+}
+
+static void count_release(struct pbox_job_state *st, void *arg)
+{
+	(void)arg;
+	pbox_job_state_free(st);
+	__atomic_fetch_add(&g_state_releases, 1, __ATOMIC_RELEASE);
+}
+
+/* Sleep ms RCU-offline (the lcores go on). */
+static void sleep_offline(unsigned ms)
+{
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+
+	rcu_thread_offline();
+	nanosleep(&ts, NULL);
+	rcu_thread_online();
+}
+
 /* ---- tests ---- */
 
 static const struct pbox_keyspec g_keys[] = { { 100, 1000 }, { 101, 9000 }, { 102, 3 } };
@@ -528,7 +606,7 @@ static void test_multiseg(void **state)
 /* Server-optimizer (SGD): INIT from rank 0, then push-pull; the replies of version 1
  * are held (like a NIC that has not completed them) while versions 2 and 3 are computed:
  * version 3 overwrites version 1's buffer, so the core must wait until they are freed. */
-static void test_server_opt_reclaim(void **state)
+static void test_lifetime_server_opt_reclaim(void **state)
 {
 	static const struct pbox_keyspec keys[] = { { 7, 4096 } };
 	struct sim_job_cfg jc = {
@@ -550,11 +628,25 @@ static void test_server_opt_reclaim(void **state)
 	float **want, *model, *v1, *g[2];
 	struct reply *r = malloc(sizeof(*r));
 	uint32_t nchunks, nfrags = 0;
+	struct pbox_jobtab *tab2;
+	struct pbox_job job2;
 
 	(void)state;
 	pbox_opt_params_default(&jc.opt);
 	jc.opt.lr = 0.25f;
 	app_open(a, &jc);
+	/* The harness's table, reference counted as pboxd's are (one reference: published);
+	 * and its successor, the same job in a new generation. */
+	__atomic_store_n(&g_tab_releases, 0, __ATOMIC_RELAXED);
+	a->s.tab->refs = 1;
+	a->s.tab->release = count_tab_release;
+	job2 = a->s.job;
+	job2.generation++;
+	tab2 = calloc(1, sizeof(*tab2) + sizeof(tab2->jobs[0]));
+	assert_non_null(tab2);
+	tab2->generation = a->s.tab->generation + 1;
+	tab2->njobs = 1;
+	tab2->jobs[0] = &job2;
 	nchunks = a->s.desc.nchunks;
 	model = malloc(4096 * 4);
 	v1 = malloc(4096 * 4);
@@ -669,6 +761,36 @@ static void test_server_opt_reclaim(void **state)
 				rte_pktmbuf_free(m);
 			}
 			assert_true(DSTAT(a, reclaim_waits) > 0);
+			/* The core waiting for the release is RCU-offline meanwhile: a grace
+			 * period completes (a core spinning online would hold up every grace
+			 * period, and with them every table change, until the NIC let go). */
+			{
+				struct gp_probe gp;
+				bool gp_ok;
+
+				gp_probe_start(&gp);
+				gp_ok = gp_probe_wait(&gp, 3000);
+				if (!gp_ok) {
+					for (unsigned i = 0; i < nheld; i++) {
+						rte_pktmbuf_free(held[i]);
+					}
+					nheld = 0;
+				}
+				/* Retire the table the waiting cores use, as pboxd would: a
+				 * new one published, a grace period, the old one's published
+				 * reference dropped. Their pins keep it until they are done
+				 * with the datagram (ASan would see a use after free). */
+				if (gp_ok) {
+					rcu_assign_pointer(a->tab, tab2);
+					synchronize_rcu();
+					pbox_jobtab_put(a->s.tab);
+					assert_int_equal(
+						__atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE),
+						0);
+				}
+				gp_probe_join(&gp);
+				assert_true(gp_ok);
+			}
 			for (unsigned i = 0; i < nheld; i++) {
 				assert_true(parse_reply(held[i], r));
 				assert_int_equal(r->m.iter, 1);
@@ -695,6 +817,12 @@ static void test_server_opt_reclaim(void **state)
 			}
 		}
 	}
+	/* The waiting cores unpinned the retired table once done with it. */
+	for (unsigned i = 0; i < 5000 && __atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE) == 0;
+	     i++) {
+		sleep_offline(1);
+	}
+	assert_int_equal(__atomic_load_n(&g_tab_releases, __ATOMIC_ACQUIRE), 1);
 	drain_replies(a, 50);
 	for (uint32_t c = 0; c < nchunks; c++) {
 		free(want[c]);
@@ -707,7 +835,109 @@ static void test_server_opt_reclaim(void **state)
 	free(buf);
 	free(r);
 	app_close(a);
+	free(tab2);
 	free(a);
+}
+
+/*
+ * A session ends (its job leaves the table) while the "NIC" still holds zero-copy replies
+ * pointing into its chunk memory, as a device with a slow or stalled TX ring would. The
+ * memory must stay mapped and intact until the last of those replies is freed, and be
+ * released (unmapped) then, by the cores' completion path: not before, and not never.
+ * Another job's state is mapped in between: had the arenas been unmapped, it would take
+ * their addresses and its bytes would go out in the held replies.
+ */
+static void test_lifetime_session_end(void **state)
+{
+	static const struct pbox_keyspec keys[] = { { 5, 8192 } };
+	struct sim_job_cfg jc = {
+		.nranks = 2,
+		.ncores = NCORES,
+		.keys = keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = 1024,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	enum { MAX_HELD = 512 };
+	struct app *a = calloc(1, sizeof(*a));
+	struct reply *r = malloc(sizeof(*r));
+	struct rte_mbuf **held = calloc(MAX_HELD, sizeof(*held));
+	uint8_t *snap = malloc((size_t)MAX_HELD * 1024);
+	uint32_t *lens = calloc(MAX_HELD, sizeof(*lens));
+	unsigned nheld = 0, need = 0;
+	struct pbox_job_state *st, *other;
+	struct rte_mbuf *m;
+
+	(void)state;
+	app_open(a, &jc);
+	st = a->s.job.state;
+	st->release = count_release;
+	__atomic_store_n(&g_state_releases, 0, __ATOMIC_RELAXED);
+	for (uint32_t c = 0; c < a->s.desc.nchunks; c++) {
+		need += a->s.desc.chunks[c].nfrags * jc.nranks;
+	}
+	push_iteration(a, 0, true, 4242, false);
+	/* Hold every result fragment (and the re-sent ones the duplicates ask for). */
+	while ((m = next_reply(a, nheld < need ? 5000 : 200)) != NULL) {
+		if (!parse_reply(m, r) || r->m.type != PBOX_MSG_DATA) {
+			rte_pktmbuf_free(m);
+			continue;
+		}
+		assert_true(r->zero_copy);
+		assert_true(nheld < MAX_HELD && r->len <= 1024);
+		memcpy(snap + (size_t)nheld * 1024, r->payload, r->len);
+		lens[nheld] = r->len;
+		held[nheld++] = m;
+	}
+	assert_true(nheld >= need);
+	/* The session ends as pboxd ends it: a table without the job, the grace period
+	 * after which no lcore can reach the state, the transport's retire, and the
+	 * session's reference dropped. */
+	rcu_assign_pointer(a->tab, NULL);
+	synchronize_rcu();
+	pbox_dpdk_retire(a->d, st);
+	a->s.job.state = NULL; /* no longer the harness's to free */
+	pbox_job_state_put(st);
+	other = pbox_job_state_create(&a->s.job);
+	assert_non_null(other);
+	for (uint32_t k = 0; k < other->ncores; k++) {
+		memset(other->core[k].arena, 0x5a, other->core[k].arena_bytes);
+	}
+	sleep_offline(200); /* the lcores run their completion path meanwhile */
+	assert_int_equal(__atomic_load_n(&g_state_releases, __ATOMIC_ACQUIRE), 0);
+	assert_true(DSTAT(a, retire_waits) >= 1);
+	assert_int_equal(DSTAT(a, retire_full) + DSTAT(a, retire_stalled), 0);
+	for (unsigned i = 0; i < nheld; i++) {
+		assert_true(parse_reply(held[i], r));
+		assert_int_equal(r->len, lens[i]);
+		if (memcmp(r->payload, snap + (size_t)i * 1024, r->len) != 0) {
+			fail_msg("held reply %u (chunk %u offset %u) changed after the session "
+				 "ended",
+				 i, r->m.chunk, r->m.frag_off);
+		}
+	}
+	/* The NIC lets go of all but one: still kept. Then the last one. */
+	for (unsigned i = 1; i < nheld; i++) {
+		rte_pktmbuf_free(held[i]);
+	}
+	sleep_offline(100);
+	assert_int_equal(__atomic_load_n(&g_state_releases, __ATOMIC_ACQUIRE), 0);
+	rte_pktmbuf_free(held[0]);
+	for (unsigned i = 0; i < 5000 && __atomic_load_n(&g_state_releases, __ATOMIC_ACQUIRE) == 0;
+	     i++) {
+		sleep_offline(1);
+	}
+	assert_int_equal(__atomic_load_n(&g_state_releases, __ATOMIC_ACQUIRE), 1);
+	pbox_job_state_free(other);
+	drain_replies(a, 50);
+	app_close(a);
+	free(a);
+	free(r);
+	free(held);
+	free(snap);
+	free(lens);
 }
 
 /* Frames that must be ignored, each under its own counter; ARP answered. */
@@ -1143,6 +1373,11 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The EAL keeps pointers into its argv until rte_eal_cleanup, and rewrites argv itself
+ * (it stores the program name over the last option): the strings are freed from
+ * g_eal_strs. */
+static char *g_eal_argv[16], *g_eal_strs[16];
+
 static int group_setup(void **state)
 {
 	static const char *const args[] = {
@@ -1151,9 +1386,12 @@ static int group_setup(void **state)
 		"--log-level",    "lib.eal:error",
 	};
 	static const int unpinned[NCORES] = { -1, -1 };
-	char *argv[sizeof(args) / sizeof(args[0]) + 1], lcores[64];
+	char **argv = g_eal_argv, lcores[64];
 	int argc = (int)(sizeof(args) / sizeof(args[0]));
 	cpu_set_t cpus;
+
+	_Static_assert(sizeof(args) / sizeof(args[0]) < sizeof(g_eal_argv) / sizeof(g_eal_argv[0]),
+		       "room for the EAL arguments and their NULL");
 
 	(void)state;
 	/* Every lcore on CPUs 0 and 1, as pboxd asks for unpinned cores: "(0-2)@(0-1)". */
@@ -1166,6 +1404,7 @@ static int group_setup(void **state)
 	for (int i = 0; i < argc; i++) {
 		/* the EAL keeps pointers into argv */
 		argv[i] = strdup(strcmp(args[i], "(lcores)") == 0 ? lcores : args[i]);
+		g_eal_strs[i] = argv[i];
 	}
 	argv[argc] = NULL;
 	if (rte_eal_init(argc, argv) < 0) {
@@ -1184,20 +1423,28 @@ static int group_teardown(void **state)
 	rte_mempool_free(g_pool);
 	rcu_unregister_thread();
 	rte_eal_cleanup();
+	for (size_t i = 0; i < sizeof(g_eal_strs) / sizeof(g_eal_strs[0]); i++) {
+		free(g_eal_strs[i]);
+		g_eal_strs[i] = NULL;
+	}
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_aggregate_1_to_8, teardown),
 		cmocka_unit_test_teardown(test_multiseg, teardown),
-		cmocka_unit_test_teardown(test_server_opt_reclaim, teardown),
+		cmocka_unit_test_teardown(test_lifetime_server_opt_reclaim, teardown),
+		cmocka_unit_test_teardown(test_lifetime_session_end, teardown),
 		cmocka_unit_test_teardown(test_garbage_and_arp, teardown),
 		cmocka_unit_test_teardown(test_udp_checksum, teardown),
 		cmocka_unit_test_teardown(test_member_leaves, teardown),
 		cmocka_unit_test(test_lcores_arg),
 	};
 
+	if (argc > 1) {
+		cmocka_set_test_filter(argv[1]);
+	}
 	return cmocka_run_group_tests_name("dpdk_ring", tests, group_setup, group_teardown);
 }
