@@ -157,7 +157,27 @@ const struct pbox_wire_job *pbox_jobtab_lookup(void *arg, uint32_t id);
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job);
 void pbox_job_state_free(struct pbox_job_state *st);
 
-/* Bytes the state of a job would take on each core (for admission checks and logs). */
+/* Bytes the state of a job would take on each core (for admission checks and logs);
+ * SIZE_MAX if it does not fit a size_t. */
 size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core);
+
+/*
+ * Bytes pbox_job_state_create(job) would allocate in all: every core's arena (what is
+ * mmapped and populated) plus the per-core table. Exact (the same layout code sizes and
+ * carves), computed without allocating, in O(chunks) with one layout per distinct chunk
+ * size; saturates at UINT64_MAX. Needs job->wire.desc and the job's parameters (mode,
+ * opt, window, deterministic, sync), not its state.
+ */
+uint64_t pbox_job_state_bytes(const struct pbox_job *job);
+
+/*
+ * A lower bound of pbox_job_state_bytes from the keys alone, before a jobdesc (itself
+ * O(chunks) of memory) is built: the chunks' own layouts, without the per-core headers
+ * and page rounding. O(keys). keys must have passed pbox_jobdesc_count_chunks;
+ * job->wire.desc is not read. Saturates at UINT64_MAX.
+ */
+uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_keyspec *keys,
+				  uint32_t nkeys, uint32_t nworkers, uint32_t chunk_bytes,
+				  uint32_t frag_bytes);
 
 #endif /* PBOX_JOB_H */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "budget.h"
 #include "config.h"
 #include "control.h"
 #include "dataplane.h"
@@ -474,6 +475,12 @@ int main(int argc, char **argv)
 		return EX_CONFIG;
 	}
 	if (check_only) {
+		if (pboxd_budget_report(&a.cfg, stdout) != 0) {
+			fprintf(stderr, "pboxd: %s: a job can never start (see above)\n",
+				config_path ? config_path : "(defaults)");
+			pboxd_config_free(&a.cfg);
+			return EX_CONFIG;
+		}
 		printf("%s: OK (%u job%s, %u core%s)\n", config_path ? config_path : "(defaults)",
 		       a.cfg.njobs, a.cfg.njobs == 1 ? "" : "s", a.cfg.ncores,
 		       a.cfg.ncores == 1 ? "" : "s");

@@ -11,6 +11,7 @@
 #include "common/bitmap.h"
 #include "common/ctlproto.h"
 #include "common/log.h"
+#include "budget.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -41,6 +42,7 @@ struct job {
 	uint32_t nlive;
 	uint64_t generation; /* bumped when live changes */
 	uint64_t removed;    /* ranks removed from sessions, all time */
+	uint64_t charged;    /* bytes of the session's state charged to the budget */
 };
 
 struct pboxd_sessions {
@@ -50,6 +52,7 @@ struct pboxd_sessions {
 	struct job *jobs; /* sorted by id */
 	uint64_t generation;
 	uint32_t frag_bytes;
+	struct pboxd_budget budget;
 };
 
 static int job_cmp(const void *a, const void *b)
@@ -69,6 +72,7 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 	s->cfg = cfg;
 	s->dp = dp;
 	s->frag_bytes = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
+	pboxd_budget_init(&s->budget, cfg->memory_budget);
 	s->njobs = cfg->njobs;
 	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
 	if (s->jobs == NULL) {
@@ -192,6 +196,8 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 	/* After this publish no core can reach the state any more. */
 	publish(s);
 	pbox_job_state_free(st);
+	pboxd_budget_release(&s->budget, j->charged);
+	j->charged = 0;
 	if (j->has_desc) {
 		pbox_jobdesc_free(&j->desc);
 		j->has_desc = false;
@@ -386,8 +392,13 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	char err[256];
 	int rc;
 
-	rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
-				s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+	fill_job(&tmp, j);
+	rc = pboxd_budget_precheck(&s->budget, j->cfg, &tmp, ks, n, s->cfg->chunk_bytes,
+				   s->frag_bytes, err, sizeof(err));
+	if (rc == 0) {
+		rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
+					s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+	}
 	if (rc != 0) {
 		free(ks);
 		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
@@ -399,15 +410,20 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	j->nlive = j->cfg->workers;
 	j->generation++;
 	fill_job(&tmp, j);
-	j->state = pbox_job_state_create(&tmp);
+	j->charged = pbox_job_state_bytes(&tmp);
+	rc = pboxd_budget_charge(&s->budget, j->cfg, j->charged, err, sizeof(err));
+	j->state = rc == 0 ? pbox_job_state_create(&tmp) : NULL;
 	if (j->state == NULL) {
+		if (rc == 0) {
+			pboxd_budget_release(&s->budget, j->charged);
+			snprintf(err, sizeof(err),
+				 "not enough memory for the chunk state (see pboxd's log)");
+		}
+		j->charged = 0;
 		pbox_jobdesc_free(&j->desc);
 		j->has_desc = false;
 		free(ks);
-		return pbox_ctl_error(ENOMEM,
-				      "job %u: not enough memory for the chunk state (see "
-				      "pboxd's log)",
-				      j->cfg->id);
+		return pbox_ctl_error(rc != 0 ? -rc : ENOMEM, "job %u: %s", j->cfg->id, err);
 	}
 	j->keys = ks;
 	j->nkeys = n;
