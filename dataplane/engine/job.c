@@ -141,6 +141,11 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 		cs->late_cnt = carve(c, (uint64_t)nw * sizeof(uint16_t));
 		cs->late_bits = carve(c, (uint64_t)nw * fwords * 8);
 	}
+	if (job->mode == PBOX_MODE_SERVER_OPT && job->checkpoint) {
+		cs->snap = carve(c, (uint64_t)(1 + nstate) * cd->bytes);
+		cs->snap_want = PBOX_SNAP_NONE;
+		cs->snap_have = PBOX_SNAP_NONE;
+	}
 	cs->slot = carve(c, (uint64_t)job->window * sizeof(struct pbox_slot));
 	if (c->base == NULL) {
 		/* Every slot is laid out alike from a line boundary: size one. */
@@ -317,4 +322,19 @@ void pbox_job_state_free(struct pbox_job_state *st)
 		}
 	}
 	free(st);
+}
+
+void pbox_chunk_snap_copy(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			  struct pbox_chunk_state *cs)
+{
+	char *dst = (char *)cs->snap;
+
+	memcpy(dst, cs->model[cs->version & 1], cd->bytes);
+	if (job->opt->nstate >= 1) {
+		memcpy(dst + cd->bytes, cs->s0, cd->bytes);
+	}
+	if (job->opt->nstate >= 2) {
+		memcpy(dst + 2 * (size_t)cd->bytes, cs->s1, cd->bytes);
+	}
+	__atomic_store_n(&cs->snap_have, cs->version, __ATOMIC_RELEASE);
 }

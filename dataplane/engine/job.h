@@ -95,7 +95,20 @@ struct pbox_chunk_state {
 	uint16_t *late_cnt;
 	uint64_t *late_bits;    /* nworkers rows of frag bitmap words */
 	struct pbox_slot *slot; /* window entries */
+	/* Checkpoint capture (server-optimizer jobs with job->checkpoint): a copy of the model
+	 * and optimizer state of one version, [model | s0 | s1], taken by the owning core at
+	 * the moment the chunk reaches version snap_want (pbox_chunk_snap), when the model of
+	 * that version and the optimizer state after it are both complete and consistent.
+	 * snap_want is written by the checkpointer and read by the core; snap_have (the
+	 * version in snap, PBOX_SNAP_NONE before the first capture) is written by the core
+	 * with release order after the copy, and read by the checkpointer with acquire order
+	 * before it reads snap. NULL without checkpointing. */
+	float *snap;
+	uint32_t snap_want;
+	uint32_t snap_have;
 };
+
+#define PBOX_SNAP_NONE UINT32_MAX
 
 #define PBOX_PULL_NONE UINT32_MAX
 
@@ -132,6 +145,7 @@ struct pbox_job {
 	uint64_t generation; /* changes whenever live changes */
 	const struct pbox_optimizer_ops *opt;
 	struct pbox_opt_params opt_params;
+	bool checkpoint; /* server-optimizer: chunks carry snapshot buffers (pbox_chunk_snap) */
 	struct pbox_job_state *state;
 };
 
@@ -179,5 +193,23 @@ uint64_t pbox_job_state_bytes(const struct pbox_job *job);
 uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_keyspec *keys,
 				  uint32_t nkeys, uint32_t nworkers, uint32_t chunk_bytes,
 				  uint32_t frag_bytes);
+
+/* Out of line part of pbox_chunk_snap: copy and publish (owning core). */
+void pbox_chunk_snap_copy(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			  struct pbox_chunk_state *cs);
+
+/*
+ * Called by the owning core right after the chunk's version was incremented (and before
+ * any fragment of the next iteration is finalised): if the checkpointer asked for this
+ * version, copy model[version & 1] and the optimizer state into cs->snap. Costs one load
+ * otherwise.
+ */
+static inline void pbox_chunk_snap(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+				   struct pbox_chunk_state *cs)
+{
+	if (cs->snap != NULL && __atomic_load_n(&cs->snap_want, __ATOMIC_ACQUIRE) == cs->version) {
+		pbox_chunk_snap_copy(job, cd, cs);
+	}
+}
 
 #endif /* PBOX_JOB_H */

@@ -623,6 +623,7 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	    (rc = get_bytes(c, g, "memory_budget", false, &j->memory_budget)) != 0) {
 		return rc;
 	}
+	j->checkpoint = cfg->checkpoint_dir[0] != '\0' && j->mode == PBOX_MODE_SERVER_OPT;
 	return finish_job(c, g, j);
 }
 

@@ -94,6 +94,7 @@ struct pboxd_job_cfg {
 	bool verify_crc;
 	bool abort_on_loss;     /* a worker lost without a goodbye aborts the session */
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
+	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "budget.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "control.h"
 #include "dataplane.h"
@@ -387,6 +388,8 @@ static int run(struct app *a)
 			if (signals == 1 && !draining) {
 				draining = true;
 				pboxd_control_stop_accepting(a->control);
+				/* A checkpoint of the running sessions, while they still run. */
+				pboxd_ckpt_request(pboxd_sessions_ckpt(a->sessions));
 				clock_gettime(CLOCK_MONOTONIC, &drain_deadline);
 				drain_deadline.tv_sec += a->cfg.drain_timeout;
 				PBOX_LOG_INFO(

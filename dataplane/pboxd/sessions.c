@@ -12,6 +12,7 @@
 #include "common/ctlproto.h"
 #include "common/log.h"
 #include "budget.h"
+#include "checkpoint.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -40,9 +41,10 @@ struct job {
 	uint64_t sessions; /* sessions started so far */
 	uint64_t *live;    /* ranks counted as members of the running session */
 	uint32_t nlive;
-	uint64_t generation; /* bumped when live changes */
-	uint64_t removed;    /* ranks removed from sessions, all time */
-	uint64_t charged;    /* bytes of the session's state charged to the budget */
+	uint64_t generation;     /* bumped when live changes */
+	uint64_t removed;        /* ranks removed from sessions, all time */
+	uint64_t charged;        /* bytes of the session's state charged to the budget */
+	uint32_t resume_version; /* restored from a checkpoint (0: fresh) */
 };
 
 struct pboxd_sessions {
@@ -53,6 +55,7 @@ struct pboxd_sessions {
 	uint64_t generation;
 	uint32_t frag_bytes;
 	struct pboxd_budget budget;
+	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
 };
 
 static int job_cmp(const void *a, const void *b)
@@ -73,9 +76,14 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 	s->dp = dp;
 	s->frag_bytes = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
 	pboxd_budget_init(&s->budget, cfg->memory_budget);
+	if (pboxd_ckpt_create(cfg, &s->ckpt) != 0) {
+		free(s);
+		return NULL;
+	}
 	s->njobs = cfg->njobs;
 	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
 	if (s->jobs == NULL) {
+		pboxd_ckpt_destroy(s->ckpt);
 		free(s);
 		return NULL;
 	}
@@ -126,6 +134,7 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->sync_cfg = c->sync_cfg;
 	pj->credits = c->credits;
 	pj->verify_crc = c->verify_crc;
+	pj->checkpoint = c->checkpoint;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
@@ -191,6 +200,7 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 {
 	struct pbox_job_state *st = j->state;
 
+	pboxd_ckpt_session_end(s->ckpt, j->cfg->id); /* before the state can go */
 	j->st = SESS_IDLE;
 	j->state = NULL;
 	/* After this publish no core can reach the state any more. */
@@ -425,6 +435,8 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 		free(ks);
 		return pbox_ctl_error(rc != 0 ? -rc : ENOMEM, "job %u: %s", j->cfg->id, err);
 	}
+	tmp.state = j->state;
+	j->resume_version = pboxd_ckpt_session_start(s->ckpt, &tmp, ks, n);
 	j->keys = ks;
 	j->nkeys = n;
 	j->st = SESS_ACTIVE;
@@ -513,7 +525,7 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 	{
 		uint32_t st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
 
-		return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
+		resp = json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
 				 "s:b, s:b, s:i}",
 				 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports",
 				 ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes,
@@ -525,6 +537,9 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 				 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
 				 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc,
 				 "heartbeat_ms", (json_int_t)pboxd_sessions_heartbeat_ms(s));
+		/* Resume contract: the model of this version is there (see README). */
+		json_object_set_new(resp, "resume_version", json_integer(j->resume_version));
+		return resp;
 	}
 }
 
@@ -726,6 +741,12 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		free(j->members);
 		free(j->live);
 	}
+	pboxd_ckpt_destroy(s->ckpt);
 	free(s->jobs);
 	free(s);
+}
+
+struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s)
+{
+	return s->ckpt;
 }
