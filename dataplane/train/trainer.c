@@ -456,6 +456,7 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	t.ev.rank = cfg->client.rank;
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
 	t.ev.setup_s = pbox_mono_s() - t0;
+	t.ev.total_steps = pbox_resume_version(c); /* where this rank starts */
 	emit(&t, PBOX_TRAIN_EV_READY);
 	rc = rank_loop(&t, c, pbox_resume_version(c));
 	if (rc < 0) {
