@@ -162,6 +162,7 @@ static void layout_params(const struct pboxd_job_cfg *c, const struct pbox_jobde
 	pj->opt = c->opt;
 	pj->sync = c->sync;
 	pj->sync_cfg = c->sync_cfg;
+	pj->checkpoint = c->checkpoint;
 }
 
 int pboxd_budget_report(const struct pboxd_config *cfg, FILE *out)

@@ -788,6 +788,12 @@ static void demo_stop(struct demo *d)
 			unlink(d->pboxd_log);
 			unlink(d->killed_log);
 			unlink(d->ckpt_file);
+			/* A write the kill interrupted; a file the restart did not accept. */
+			snprintf(path, sizeof(path), "%s/.job-%u.ckpt.tmp", d->ckpt_dir,
+				 DEMO_JOB_ID);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s.rejected", d->ckpt_file);
+			unlink(path);
 			rmdir(d->ckpt_dir);
 			for (uint32_t r = 0; d->w != NULL && r < d->o.workers; r++) {
 				unlink(d->w[r].log);
