@@ -642,6 +642,7 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 				  "bytes", (json_int_t)(j->has_desc ? j->desc.total_bytes : 0));
 
 		json_object_set_new(o, "sync", json_string(j->cfg->sync->name));
+		json_object_set_new(o, "state_bytes", json_integer((json_int_t)j->charged));
 		if (j->state != NULL) {
 			/* FluentPS's per-shard progress: the spread of the chunks' versions, and
 			 * the pulls waiting. Read while the cores write them: each value is a

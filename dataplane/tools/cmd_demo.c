@@ -1714,6 +1714,13 @@ int pbox_cmd_demo(int argc, char **argv)
 	if (rc == 0) {
 		rc = follow(&d);
 	}
+	if (rc == 0 && d.o.kill_at != 0 && !d.killed) {
+		fprintf(stderr,
+			"pbox demo: --kill-appliance-at %llu: the training ended before the "
+			"workers "
+			"were past that step with a checkpoint written; pboxd was not killed\n",
+			(unsigned long long)d.o.kill_at);
+	}
 	if (rc == 0) {
 		fetch_appliance_stats(&d);
 		rc = stop_pboxd(&d);

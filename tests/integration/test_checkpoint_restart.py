@@ -15,12 +15,13 @@ import time
 
 from pboxtest import fail, run_demo
 
-STEPS = 250
+# Two epochs: the first checkpoint (after 1 s) must exist well before the run ends.
+STEPS = 500
 KILL_AT = 100
 
 
 def demo(model, extra=()):
-    args = ["--json", "--epochs", "1", "--max-steps", str(STEPS), "--save-model", model]
+    args = ["--json", "--epochs", "2", "--max-steps", str(STEPS), "--save-model", model]
     args += list(extra)
     t0 = time.time()
     p = run_demo(args, timeout=240)
@@ -48,7 +49,8 @@ def main():
         ref = demo(plain)
         res = demo(killed, ["--kill-appliance-at", str(KILL_AT)])
         if "appliance_killed_at" not in res:
-            fail("the demo did not kill pboxd: %s" % res)
+            fail("the demo did not kill pboxd (training ended before step %d with a "
+                 "checkpoint?): %s" % (KILL_AT, res))
         k, r = res["appliance_killed_at"], res["resumed_at"]
         print("pboxd killed at step %d, workers resumed at step %d" % (k, r))
         if not (k >= KILL_AT and 0 < r <= k):

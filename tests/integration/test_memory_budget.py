@@ -74,6 +74,8 @@ def main():
         else:
             fail("job 1 did not start: %s" % d.stats())
         rss0 = rss_kb(d.proc.pid)
+        if not 0 < st[1]["state_bytes"] < 4 << 20:
+            fail("job 1's chunk state is not accounted in stats: %s" % st[1])
 
         expect_refusal(d, 2, "two", [[0, 4 << 20]], "needs at least 80.",
                        "over the job's memory_budget of 16.00 MiB (16777216 bytes)")
