@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/crc.h"
+#include "budget.h"
 #include "common/log.h"
 
 #define CKPT_MAGIC  "PBOXCKP1"
@@ -443,7 +444,7 @@ static uint32_t capture(struct pboxd_ckpt *ck, struct sess *s)
 
 static void checkpoint_one(struct pboxd_ckpt *ck, struct sess *s)
 {
-	char path[600], err[700];
+	char path[600], err[700], size[64];
 	uint64_t t0 = mono_ms();
 	uint32_t v = capture(ck, s);
 	int rc;
@@ -463,9 +464,10 @@ static void checkpoint_one(struct pboxd_ckpt *ck, struct sess *s)
 	pthread_mutex_lock(&ck->lock);
 	ck->written++;
 	pthread_mutex_unlock(&ck->lock);
-	PBOX_LOG_INFO(ADMIN, "job %u: checkpoint of version %u written to %s (%.1f MB, %llu ms)",
+	PBOX_LOG_INFO(ADMIN, "job %u: checkpoint of version %u written to %s (%s, %llu ms)",
 		      s->job.wire.id, v, path,
-		      (double)s->job.wire.desc->total_bytes * (1 + nstate_of(&s->job)) / 1e6,
+		      pboxd_budget_fmt(s->job.wire.desc->total_bytes * (1 + nstate_of(&s->job)),
+				       size, sizeof(size)),
 		      (unsigned long long)(mono_ms() - t0));
 }
 

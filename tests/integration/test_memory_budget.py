@@ -6,11 +6,13 @@ at registration with the numbers (needed, budget, in use); a key set whose chunk
 overflows 32 bits is refused by its count; nothing is allocated for them (pboxd's resident
 memory stays small), and a job that is training meanwhile is not disturbed."""
 import json
+import os
 import socket
 import subprocess
+import tempfile
 import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, build_path, fail, to_libconfig
 
 
 def register(control, job, token, keys):
@@ -49,7 +51,32 @@ def expect_refusal(d, job, token, keys, *fragments):
             fail("job %d: refusal does not say '%s': %s" % (job, frag, rep))
 
 
+def check_config():
+    """pboxd --check-config prints each job's worst-case chunk state and fails (78) when a
+    configured key set can never fit its budget."""
+    jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "server-optimizer",
+             "optimizer": {"name": "adam"}, "keys": [[0, 1000000], [1, 10]]},
+            {"id": 2, "token": "b", "workers": 4, "deterministic": True}]
+    with tempfile.TemporaryDirectory(prefix="pbox-budget-") as tmp:
+        conf = os.path.join(tmp, "pboxd.conf")
+        for budget, want_rc in (("64M", 0), ("16M", 78)):
+            with open(conf, "w") as f:
+                f.write(to_libconfig({"memory_budget": budget, "cores": 2}, jobs))
+            r = subprocess.run([build_path("dataplane/pboxd"), "-c", conf, "--check-config"],
+                               capture_output=True, text=True, timeout=60)
+            print(r.stdout + r.stderr)
+            if r.returncode != want_rc:
+                fail("--check-config with memory_budget %s: status %d, expected %d"
+                     % (budget, r.returncode, want_rc))
+            if "job 1: 2 keys, 124 chunks: worst-case chunk state 23.03 MiB" not in r.stdout \
+                    or "job 2: key set defined at registration" not in r.stdout:
+                fail("--check-config does not print the jobs' chunk state")
+            if want_rc and "job 1: can never start" not in r.stdout:
+                fail("--check-config does not say which job can never start")
+
+
 def main():
+    check_config()
     worker = build_path("tests/integration/pbox-check-worker")
     jobs = [
         {"id": 1, "token": "one", "workers": 2, "mode": "aggregate"},
