@@ -56,6 +56,59 @@ static uint64_t meminfo(const char *field)
 	return v;
 }
 
+/* A number of bytes from a file ("max" or absent: UINT64_MAX). */
+static uint64_t read_limit(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long v;
+	uint64_t r = UINT64_MAX;
+
+	if (f == NULL) {
+		return r;
+	}
+	if (fscanf(f, "%llu", &v) == 1) {
+		r = (uint64_t)v;
+	}
+	fclose(f);
+	return r;
+}
+
+/* The memory limit of this process's cgroup (v2 memory.max or v1 memory.limit_in_bytes),
+ * UINT64_MAX if none: in a container MemTotal is the host's memory. */
+static uint64_t cgroup_limit(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], path[640];
+	uint64_t lim = UINT64_MAX;
+
+	if (f == NULL) {
+		return lim;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *nl = strchr(line, '\n'), *ctl = strchr(line, ':'), *cg;
+
+		if (nl != NULL) {
+			*nl = '\0';
+		}
+		cg = ctl != NULL ? strchr(ctl + 1, ':') : NULL;
+		if (cg == NULL) {
+			continue;
+		}
+		*cg++ = '\0';
+		if (strcmp(ctl + 1, "") == 0) {
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg);
+		} else if (strstr(ctl + 1, "memory") != NULL) {
+			snprintf(path, sizeof(path),
+				 "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", cg);
+		} else {
+			continue;
+		}
+		lim = PBOX_MIN(lim, read_limit(path));
+	}
+	fclose(f);
+	return lim;
+}
+
 uint64_t pboxd_budget_machine_default(void)
 {
 	uint64_t total = meminfo("MemTotal"), huge = meminfo("Hugetlb");
@@ -68,6 +121,7 @@ uint64_t pboxd_budget_machine_default(void)
 	if (huge < total) {
 		total -= huge;
 	}
+	total = PBOX_MIN(total, cgroup_limit());
 	return total / 2 ? total / 2 : 1;
 }
 

@@ -14,7 +14,8 @@
  *     (pbox_job_state_bytes), which is also what is charged until the session ends.
  *
  * The appliance's default ("auto", memory_budget = 0 in the configuration) is half of the
- * machine's memory outside the hugepage pool (MemTotal - Hugetlb of /proc/meminfo): chunk
+ * machine's memory outside the hugepage pool (MemTotal - Hugetlb of /proc/meminfo, or the
+ * memory limit of pboxd's cgroup if lower, as in a container): chunk
  * state is anonymous memory populated at once and never swapped out in practice, so it
  * must leave room for the kernel (socket buffers, page cache), pboxd's own metadata and
  * whatever else the machine runs (`pbox demo` and single-box setups run the workers next
