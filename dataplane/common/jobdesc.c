@@ -126,6 +126,39 @@ int64_t pbox_jobdesc_find_key(const struct pbox_jobdesc *d, uint32_t id)
 	return -1;
 }
 
+int pbox_jobdesc_count_chunks(const struct pbox_keyspec *keys, uint32_t nkeys, uint32_t chunk_bytes,
+			      uint64_t *nchunks, char *err, size_t errlen)
+{
+	uint64_t per = chunk_bytes / 4, n = 0;
+
+	*nchunks = 0;
+	if (per == 0) {
+		snprintf(err, errlen, "chunk size %u: must be at least 4 bytes", chunk_bytes);
+		return -EINVAL;
+	}
+	for (uint32_t k = 0; k < nkeys; k++) {
+		if (keys[k].nelem == 0 || keys[k].nelem > PBOX_MAX_KEY_ELEMS) {
+			snprintf(err, errlen, "key %u: %llu elements (must be 1..2^40)", keys[k].id,
+				 (unsigned long long)keys[k].nelem);
+			return -EINVAL;
+		}
+		/* 2^40 elements in 16-element chunks is 2^36: no overflow over 2^20 keys
+		 * (2^56), and the sum is checked after every key anyway. */
+		n += PBOX_DIV_ROUND_UP(keys[k].nelem, per);
+		if (n > PBOX_MAX_CHUNKS) {
+			snprintf(err, errlen,
+				 "the keys need %llu or more chunks of %u bytes (key %u, #%u, "
+				 "has %llu elements); at most %u chunks per job (use a larger "
+				 "chunk_bytes or fewer elements)",
+				 (unsigned long long)n, chunk_bytes, keys[k].id, k,
+				 (unsigned long long)keys[k].nelem, PBOX_MAX_CHUNKS);
+			return -E2BIG;
+		}
+	}
+	*nchunks = n;
+	return 0;
+}
+
 #define FAIL(code, ...)                             \
 	do {                                        \
 		snprintf(err, errlen, __VA_ARGS__); \
@@ -178,23 +211,21 @@ int pbox_jobdesc_build(struct pbox_jobdesc *d, const struct pbox_keyspec *keys, 
 	if (d->keys == NULL || d->key_order == NULL) {
 		FAIL(-ENOMEM, "out of memory for %u keys", nkeys);
 	}
+	rc = pbox_jobdesc_count_chunks(keys, nkeys, chunk_bytes, &nchunks, err, errlen);
+	if (rc != 0) {
+		goto fail;
+	}
+	nchunks = 0;
 	for (uint32_t k = 0; k < nkeys; k++) {
 		uint64_t per = chunk_bytes / 4;
 
-		if (keys[k].nelem == 0 || keys[k].nelem > (UINT64_C(1) << 40)) {
-			FAIL(-EINVAL, "key %u: %llu elements (must be 1..2^40)", keys[k].id,
-			     (unsigned long long)keys[k].nelem);
-		}
+		/* Checked above: every count fits PBOX_MAX_CHUNKS, so the narrowing is exact. */
 		d->keys[k].id = keys[k].id;
 		d->keys[k].nelem = keys[k].nelem;
 		d->keys[k].first_chunk = (uint32_t)nchunks;
 		d->keys[k].nchunks = (uint32_t)PBOX_DIV_ROUND_UP(keys[k].nelem, per);
 		nchunks += d->keys[k].nchunks;
 		d->total_bytes += keys[k].nelem * 4;
-		if (nchunks > PBOX_MAX_CHUNKS) {
-			FAIL(-EINVAL, "the keys need more than %u chunks of %u bytes",
-			     PBOX_MAX_CHUNKS, chunk_bytes);
-		}
 		d->key_order[k] = k;
 	}
 	qsort_r(d->key_order, nkeys, sizeof(uint32_t), key_id_cmp, d->keys);

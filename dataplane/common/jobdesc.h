@@ -27,6 +27,7 @@
 #define PBOX_MAX_CORES           64u
 #define PBOX_MAX_KEYS            (1u << 20)
 #define PBOX_MAX_CHUNKS          (1u << 24)
+#define PBOX_MAX_KEY_ELEMS       (UINT64_C(1) << 40)
 #define PBOX_MIN_CHUNK_BYTES     64u
 #define PBOX_MAX_CHUNK_BYTES     (64u << 20)
 #define PBOX_DEFAULT_CHUNK_BYTES (32u << 10)
@@ -73,10 +74,21 @@ struct pbox_jobdesc {
 };
 
 /*
+ * Count the chunks of chunk_bytes that keys need, in 64 bits (a key may have up to 2^40
+ * elements, so one key alone can need more than 2^32 chunks). Cheap: no allocation, so it
+ * can run before anything is sized or built. Returns 0 with *nchunks set, -EINVAL (a key
+ * with 0 or more than 2^40 elements, chunk_bytes < 4) or -E2BIG (more than PBOX_MAX_CHUNKS
+ * chunks), with a message in err naming the key and the numbers.
+ */
+int pbox_jobdesc_count_chunks(const struct pbox_keyspec *keys, uint32_t nkeys, uint32_t chunk_bytes,
+			      uint64_t *nchunks, char *err, size_t errlen);
+
+/*
  * Build desc from keys. core_map, if not NULL, gives each chunk's core (as received from
  * the appliance) instead of computing LPT; it is validated (< ncores).
  * Returns 0, or -EINVAL with a message in err (duplicate key id, zero-length key, bad
- * sizes, too many chunks) or -ENOMEM. On error desc is left empty (safe to free).
+ * sizes), -E2BIG (more than PBOX_MAX_CHUNKS chunks, see pbox_jobdesc_count_chunks) or
+ * -ENOMEM. On error desc is left empty (safe to free).
  */
 int pbox_jobdesc_build(struct pbox_jobdesc *desc, const struct pbox_keyspec *keys, uint32_t nkeys,
 		       uint32_t nworkers, uint32_t ncores, uint32_t chunk_bytes,

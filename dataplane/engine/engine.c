@@ -329,7 +329,8 @@ static void advance(struct ctx *x)
 			}
 		}
 		/* The only writer; pboxd's stats read it from another thread. */
-		__atomic_store_n(&cs->version, cs->version + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&cs->version, cs->version + 1, __ATOMIC_RELEASE);
+		pbox_chunk_snap(x->job, x->cd, cs); /* a checkpoint wants this version? */
 		moved = true;
 		PBOX_STAT_ADD(x->e->stats, iterations, 1);
 		release_held(x);

@@ -43,95 +43,161 @@ const struct pbox_wire_job *pbox_jobtab_lookup(void *arg, uint32_t id)
 /*
  * Arena carving in two passes: with base == NULL only the size is accumulated, then the
  * same sequence of carve() calls hands out pointers into the real arena. Every piece is
- * cache-line aligned so vector kernels and per-worker rows never share a line.
+ * cache-line aligned so vector kernels and per-worker rows never share a line. Offsets are
+ * 64-bit and saturate at UINT64_MAX, so sizing a hostile key set cannot wrap around.
  */
 struct carver {
 	char *base;
-	size_t off;
+	uint64_t off;
 };
 
-static void *carve(struct carver *c, size_t bytes)
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+	return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+static uint64_t line_up(uint64_t off)
+{
+	return off > UINT64_MAX - PBOX_CACHE_LINE ? UINT64_MAX
+						  : PBOX_ALIGN_UP(off, PBOX_CACHE_LINE);
+}
+
+static void *carve(struct carver *c, uint64_t bytes)
 {
 	void *p;
 
-	c->off = PBOX_ALIGN_UP(c->off, PBOX_CACHE_LINE);
+	c->off = line_up(c->off);
 	p = c->base != NULL ? c->base + c->off : NULL;
-	c->off += bytes;
+	c->off = sat_add(c->off, bytes);
 	return p;
+}
+
+/* One window slot; sl is NULL in the sizing pass. */
+static void layout_slot(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			struct carver *c, struct pbox_slot *sl)
+{
+	uint32_t nw = job->wire.desc->nworkers;
+	size_t wwords = PBOX_DIV_ROUND_UP(nw, 64), fwords = PBOX_DIV_ROUND_UP(cd->nfrags, 64);
+	struct pbox_slot tmp;
+
+	if (sl == NULL) {
+		sl = &tmp;
+	}
+	memset(sl, 0, sizeof(*sl));
+	sl->acc = carve(c, cd->bytes);
+	sl->bits = carve(c, (uint64_t)nw * fwords * 8);
+	sl->wcnt = carve(c, (uint64_t)nw * sizeof(uint16_t));
+	sl->need = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
+	sl->fcnt = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
+	sl->done = carve(c, wwords * 8);
+	if (job->deterministic) {
+		sl->stage = carve(c, (uint64_t)nw * sizeof(float *));
+		if (c->base == NULL) {
+			/* nw pieces of cd->bytes, each starting on a line. */
+			c->off = sat_add(line_up(c->off),
+					 sat_add(sat_mul(nw - 1, line_up(cd->bytes)), cd->bytes));
+		} else {
+			for (uint32_t w = 0; w < nw; w++) {
+				sl->stage[w] = carve(c, cd->bytes);
+			}
+		}
+	}
+}
+
+/* One owned chunk; cs is NULL in the sizing pass. Starts with a carve (so on a line). */
+static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			 struct carver *c, struct pbox_chunk_state *cs)
+{
+	uint32_t nw = job->wire.desc->nworkers;
+	size_t wwords = PBOX_DIV_ROUND_UP(nw, 64), fwords = PBOX_DIV_ROUND_UP(cd->nfrags, 64);
+	unsigned nstate = job->mode == PBOX_MODE_SERVER_OPT ? job->opt->nstate : 0;
+	struct pbox_chunk_state tmp;
+
+	if (cs == NULL) {
+		cs = &tmp; /* sizing pass: pointers are discarded */
+	}
+	memset(cs, 0, sizeof(*cs));
+	cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
+	if (job->mode == PBOX_MODE_SERVER_OPT) {
+		cs->model[0] = carve(c, cd->bytes);
+		cs->model[1] = carve(c, cd->bytes);
+		cs->init_bits = carve(c, fwords * 8);
+		if (nstate >= 1) {
+			cs->s0 = carve(c, cd->bytes);
+		}
+		if (nstate >= 2) {
+			cs->s1 = carve(c, cd->bytes);
+		}
+	}
+	cs->pull_want = carve(c, (uint64_t)nw * sizeof(uint32_t));
+	cs->blocked = carve(c, wwords * 8);
+	if (job->sync->folds_late) {
+		cs->late_iter = carve(c, (uint64_t)nw * sizeof(uint32_t));
+		cs->late_cnt = carve(c, (uint64_t)nw * sizeof(uint16_t));
+		cs->late_bits = carve(c, (uint64_t)nw * fwords * 8);
+	}
+	if (job->mode == PBOX_MODE_SERVER_OPT && job->checkpoint) {
+		cs->snap = carve(c, (uint64_t)(1 + nstate) * cd->bytes);
+		cs->snap_want = PBOX_SNAP_NONE;
+		cs->snap_have = PBOX_SNAP_NONE;
+	}
+	cs->slot = carve(c, (uint64_t)job->window * sizeof(struct pbox_slot));
+	if (c->base == NULL) {
+		/* Every slot is laid out alike from a line boundary: size one. */
+		uint64_t start = line_up(c->off), one;
+
+		layout_slot(job, cd, c, NULL);
+		one = c->off - start;
+		c->off = sat_add(start, sat_add(sat_mul(job->window - 1, line_up(one)), one));
+		return;
+	}
+	for (uint32_t s = 0; s < job->window; s++) {
+		layout_slot(job, cd, c, &cs->slot[s]);
+	}
+	for (uint32_t w = 0; w < nw; w++) {
+		cs->pull_want[w] = PBOX_PULL_NONE;
+		if (cs->late_iter != NULL) {
+			cs->late_iter[w] = UINT32_MAX;
+		}
+	}
 }
 
 static void layout_core(const struct pbox_job *job, uint32_t core, struct carver *c,
 			struct pbox_core_job *cj)
 {
 	const struct pbox_jobdesc *d = job->wire.desc;
-	uint32_t n = d->core_nchunks[core], nw = d->nworkers;
+	uint32_t n = d->core_nchunks[core], nw = d->nworkers, memo_bytes = 0;
 	size_t wwords = PBOX_DIV_ROUND_UP(nw, 64);
-	unsigned nstate = job->mode == PBOX_MODE_SERVER_OPT ? job->opt->nstate : 0;
+	uint64_t memo = 0;
 
 	cj->nchunks = n;
-	cj->chunks = carve(c, n * sizeof(*cj->chunks));
-	cj->peers = carve(c, nw * sizeof(*cj->peers));
+	cj->chunks = carve(c, (uint64_t)n * sizeof(*cj->chunks));
+	cj->peers = carve(c, (uint64_t)nw * sizeof(*cj->peers));
 	cj->seen_live = carve(c, wwords * 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pbox_chunk_desc *cd = &d->chunks[d->core_chunks[core][i]];
-		struct pbox_chunk_state *cs = c->base ? &cj->chunks[i] : NULL;
-		struct pbox_chunk_state tmp;
-		size_t fwords = PBOX_DIV_ROUND_UP(cd->nfrags, 64);
 
-		if (cs == NULL) {
-			cs = &tmp; /* sizing pass: pointers are discarded */
-		}
-		memset(cs, 0, sizeof(*cs));
-		cs->id = d->core_chunks[core][i];
-		cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
-		if (job->mode == PBOX_MODE_SERVER_OPT) {
-			cs->model[0] = carve(c, cd->bytes);
-			cs->model[1] = carve(c, cd->bytes);
-			cs->init_bits = carve(c, fwords * 8);
-			if (nstate >= 1) {
-				cs->s0 = carve(c, cd->bytes);
-			}
-			if (nstate >= 2) {
-				cs->s1 = carve(c, cd->bytes);
-			}
-		}
-		cs->pull_want = carve(c, nw * sizeof(uint32_t));
-		cs->blocked = carve(c, wwords * 8);
-		if (job->sync->folds_late) {
-			cs->late_iter = carve(c, nw * sizeof(uint32_t));
-			cs->late_cnt = carve(c, nw * sizeof(uint16_t));
-			cs->late_bits = carve(c, nw * fwords * 8);
-		}
-		cs->slot = carve(c, job->window * sizeof(struct pbox_slot));
-		for (uint32_t s = 0; s < job->window; s++) {
-			struct pbox_slot tmps, *sl = c->base ? &cs->slot[s] : &tmps;
+		if (c->base == NULL) {
+			/* A chunk's layout depends only on its size (nfrags follows from it),
+			 * and most chunks are full: size each distinct size once. */
+			uint64_t start = line_up(c->off);
 
-			memset(sl, 0, sizeof(*sl));
-			sl->acc = carve(c, cd->bytes);
-			sl->bits = carve(c, nw * fwords * 8);
-			sl->wcnt = carve(c, nw * sizeof(uint16_t));
-			sl->need = carve(c, cd->nfrags * sizeof(uint16_t));
-			sl->fcnt = carve(c, cd->nfrags * sizeof(uint16_t));
-			sl->done = carve(c, wwords * 8);
-			if (job->deterministic) {
-				sl->stage = carve(c, nw * sizeof(float *));
-				for (uint32_t w = 0; w < nw; w++) {
-					float *p = carve(c, cd->bytes);
-
-					if (c->base != NULL) {
-						sl->stage[w] = p;
-					}
-				}
+			if (cd->bytes == memo_bytes) {
+				c->off = sat_add(start, memo);
+			} else {
+				layout_chunk(job, cd, c, NULL);
+				memo = c->off - start;
+				memo_bytes = cd->bytes;
 			}
+			continue;
 		}
-		if (c->base != NULL) {
-			for (uint32_t w = 0; w < nw; w++) {
-				cs->pull_want[w] = PBOX_PULL_NONE;
-				if (cs->late_iter != NULL) {
-					cs->late_iter[w] = UINT32_MAX;
-				}
-			}
-		}
+		layout_chunk(job, cd, c, &cj->chunks[i]);
+		cj->chunks[i].id = d->core_chunks[core][i];
 	}
 	if (c->base != NULL) {
 		/* The state starts out reconciled with the membership it was created for. */
@@ -142,13 +208,70 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	}
 }
 
-size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core)
+static uint64_t core_bytes(const struct pbox_job *job, uint32_t core)
 {
 	struct carver c = { 0 };
 	struct pbox_core_job cj;
 
 	layout_core(job, core, &c, &cj);
-	return PBOX_ALIGN_UP(c.off, 4096);
+	return c.off > UINT64_MAX - 4096 ? UINT64_MAX : PBOX_ALIGN_UP(c.off, 4096);
+}
+
+size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core)
+{
+	uint64_t b = core_bytes(job, core);
+
+	return b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+}
+
+static uint64_t table_bytes(uint32_t ncores)
+{
+	return PBOX_ALIGN_UP(sizeof(struct pbox_job_state) +
+				     ncores * sizeof(((struct pbox_job_state *)0)->core[0]),
+			     PBOX_CACHE_LINE);
+}
+
+uint64_t pbox_job_state_bytes(const struct pbox_job *job)
+{
+	const struct pbox_jobdesc *d = job->wire.desc;
+	uint64_t total = table_bytes(d->ncores);
+
+	for (uint32_t k = 0; k < d->ncores; k++) {
+		total = sat_add(total, core_bytes(job, k));
+	}
+	return total;
+}
+
+uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_keyspec *keys,
+				  uint32_t nkeys, uint32_t nworkers, uint32_t chunk_bytes,
+				  uint32_t frag_bytes)
+{
+	struct pbox_jobdesc d = { .nworkers = nworkers, .frag_bytes = frag_bytes };
+	struct pbox_job j = *job;
+	uint64_t per = chunk_bytes / 4, total = 0;
+
+	j.wire.desc = &d;
+	for (uint32_t k = 0; k < nkeys; k++) {
+		uint64_t full = keys[k].nelem / per, rest = keys[k].nelem % per;
+		struct pbox_chunk_desc cd = { 0 };
+		struct carver c = { 0 };
+
+		/* Chunks are at most 64 MiB (PBOX_MAX_CHUNK_BYTES): their sizes fit 32 bits. */
+		if (full != 0) {
+			cd.bytes = chunk_bytes;
+			cd.nfrags = PBOX_DIV_ROUND_UP(cd.bytes, frag_bytes);
+			layout_chunk(&j, &cd, &c, NULL);
+			total = sat_add(total, sat_mul(full, c.off));
+		}
+		if (rest != 0) {
+			c.off = 0;
+			cd.bytes = (uint32_t)(rest * 4);
+			cd.nfrags = PBOX_DIV_ROUND_UP(cd.bytes, frag_bytes);
+			layout_chunk(&j, &cd, &c, NULL);
+			total = sat_add(total, c.off);
+		}
+	}
+	return total;
 }
 
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
@@ -156,9 +279,7 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	const struct pbox_jobdesc *d = job->wire.desc;
 	struct pbox_job_state *st;
 
-	st = aligned_alloc(
-		PBOX_CACHE_LINE,
-		PBOX_ALIGN_UP(sizeof(*st) + d->ncores * sizeof(st->core[0]), PBOX_CACHE_LINE));
+	st = aligned_alloc(PBOX_CACHE_LINE, table_bytes(d->ncores));
 	if (st == NULL) {
 		PBOX_LOG_ERR(ENGINE, "job %u: out of memory for the per-core state table",
 			     job->wire.id);
@@ -257,4 +378,19 @@ void pbox_jobtab_free(struct pbox_jobtab *tab)
 		free((void *)tab->jobs[i]);
 	}
 	free(tab);
+}
+
+void pbox_chunk_snap_copy(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			  struct pbox_chunk_state *cs)
+{
+	char *dst = (char *)cs->snap;
+
+	memcpy(dst, cs->model[cs->version & 1], cd->bytes);
+	if (job->opt->nstate >= 1) {
+		memcpy(dst + cd->bytes, cs->s0, cd->bytes);
+	}
+	if (job->opt->nstate >= 2) {
+		memcpy(dst + 2 * (size_t)cd->bytes, cs->s1, cd->bytes);
+	}
+	__atomic_store_n(&cs->snap_have, cs->version, __ATOMIC_RELEASE);
 }

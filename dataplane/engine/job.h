@@ -101,7 +101,20 @@ struct pbox_chunk_state {
 	uint16_t *late_cnt;
 	uint64_t *late_bits;    /* nworkers rows of frag bitmap words */
 	struct pbox_slot *slot; /* window entries */
+	/* Checkpoint capture (server-optimizer jobs with job->checkpoint): a copy of the model
+	 * and optimizer state of one version, [model | s0 | s1], taken by the owning core at
+	 * the moment the chunk reaches version snap_want (pbox_chunk_snap), when the model of
+	 * that version and the optimizer state after it are both complete and consistent.
+	 * snap_want is written by the checkpointer and read by the core; snap_have (the
+	 * version in snap, PBOX_SNAP_NONE before the first capture) is written by the core
+	 * with release order after the copy, and read by the checkpointer with acquire order
+	 * before it reads snap. NULL without checkpointing. */
+	float *snap;
+	uint32_t snap_want;
+	uint32_t snap_have;
 };
+
+#define PBOX_SNAP_NONE UINT32_MAX
 
 #define PBOX_PULL_NONE UINT32_MAX
 
@@ -151,6 +164,7 @@ struct pbox_job {
 	uint64_t generation; /* changes whenever live changes */
 	const struct pbox_optimizer_ops *opt;
 	struct pbox_opt_params opt_params;
+	bool checkpoint; /* server-optimizer: chunks carry snapshot buffers (pbox_chunk_snap) */
 	struct pbox_job_state *state;
 };
 
@@ -221,7 +235,45 @@ void pbox_job_state_put(struct pbox_job_state *st);
 const struct pbox_jobdesc *pbox_job_state_adopt_desc(struct pbox_job_state *st,
 						     const struct pbox_jobdesc *d);
 
-/* Bytes the state of a job would take on each core (for admission checks and logs). */
+/* Bytes the state of a job would take on each core (for admission checks and logs);
+ * SIZE_MAX if it does not fit a size_t. */
 size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core);
+
+/*
+ * Bytes pbox_job_state_create(job) would allocate in all: every core's arena (what is
+ * mmapped and populated) plus the per-core table. Exact (the same layout code sizes and
+ * carves), computed without allocating, in O(chunks) with one layout per distinct chunk
+ * size; saturates at UINT64_MAX. Needs job->wire.desc and the job's parameters (mode,
+ * opt, window, deterministic, sync), not its state.
+ */
+uint64_t pbox_job_state_bytes(const struct pbox_job *job);
+
+/*
+ * A lower bound of pbox_job_state_bytes from the keys alone, before a jobdesc (itself
+ * O(chunks) of memory) is built: the chunks' own layouts, without the per-core headers
+ * and page rounding. O(keys). keys must have passed pbox_jobdesc_count_chunks;
+ * job->wire.desc is not read. Saturates at UINT64_MAX.
+ */
+uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_keyspec *keys,
+				  uint32_t nkeys, uint32_t nworkers, uint32_t chunk_bytes,
+				  uint32_t frag_bytes);
+
+/* Out of line part of pbox_chunk_snap: copy and publish (owning core). */
+void pbox_chunk_snap_copy(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+			  struct pbox_chunk_state *cs);
+
+/*
+ * Called by the owning core right after the chunk's version was incremented (and before
+ * any fragment of the next iteration is finalised): if the checkpointer asked for this
+ * version, copy model[version & 1] and the optimizer state into cs->snap. Costs one load
+ * otherwise.
+ */
+static inline void pbox_chunk_snap(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
+				   struct pbox_chunk_state *cs)
+{
+	if (cs->snap != NULL && __atomic_load_n(&cs->snap_want, __ATOMIC_ACQUIRE) == cs->version) {
+		pbox_chunk_snap_copy(job, cd, cs);
+	}
+}
 
 #endif /* PBOX_JOB_H */

@@ -68,6 +68,7 @@ struct pbox_client {
 	bool plain, folds_late;
 	bool crc; /* stamp fragments with CRC32C version words */
 	uint32_t heartbeat_ms;
+	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
 	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
@@ -620,6 +621,8 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		c->folds_late = json_is_true(json_object_get(resp, "folds_late"));
 		c->heartbeat_ms =
 			(uint32_t)json_integer_value(json_object_get(resp, "heartbeat_ms"));
+		c->resume_version =
+			(uint32_t)json_integer_value(json_object_get(resp, "resume_version"));
 		snprintf(c->info.sync, sizeof(c->info.sync), "%s",
 			 json_string_value(json_object_get(resp, "sync"))
 				 ? json_string_value(json_object_get(resp, "sync"))
@@ -947,6 +950,11 @@ int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, con
 			 float *out, pbox_done_fn cb, void *arg)
 {
 	return start(c, PBOX_OP_PUSH_PULL, key, iter, grad, out, cb, arg);
+}
+
+uint32_t pbox_resume_version(const struct pbox_client *c)
+{
+	return c != NULL ? c->resume_version : 0;
 }
 
 int64_t pbox_result_version(struct pbox_client *c, uint32_t key_id)

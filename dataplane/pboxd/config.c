@@ -189,6 +189,78 @@ static int get_choice(struct cctx *c, const config_setting_t *g, const char *nam
 	return bad(c, where, "unknown %s '%s' (%s)", what, buf, list);
 }
 
+int pboxd_parse_bytes(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	unsigned long long v;
+	const char *u;
+	char *end;
+	unsigned shift = 0;
+
+	if (s[0] < '0' || s[0] > '9') {
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || v == 0) {
+		return -EINVAL;
+	}
+	if (*end != '\0') {
+		u = strchr(units, *end >= 'a' ? *end - 'a' + 'A' : *end);
+		if (u == NULL) {
+			return -EINVAL;
+		}
+		shift = 10 * (unsigned)(u - units + 1);
+		end++;
+		if (strcmp(end, "") != 0 && strcmp(end, "B") != 0 && strcmp(end, "iB") != 0) {
+			return -EINVAL;
+		}
+	}
+	if (v > (UINT64_C(1) << 63) >> shift) {
+		return -EINVAL;
+	}
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* A byte size setting: an integer or a string for pboxd_parse_bytes; "auto" (allowed when
+ * auto_ok) gives 0. Left alone when absent. */
+static int get_bytes(struct cctx *c, const config_setting_t *g, const char *name, bool auto_ok,
+		     uint64_t *out)
+{
+	const config_setting_t *s = config_setting_get_member(g, name);
+	const char *v;
+
+	if (s == NULL) {
+		return 0;
+	}
+	if (config_setting_type(s) == CONFIG_TYPE_INT ||
+	    config_setting_type(s) == CONFIG_TYPE_INT64) {
+		long long n = config_setting_get_int64(s);
+
+		if (n <= 0) {
+			return bad(c, s, "must be a positive number of bytes (got %lld)", n);
+		}
+		*out = (uint64_t)n;
+		return 0;
+	}
+	if (config_setting_type(s) != CONFIG_TYPE_STRING) {
+		return bad(c, s, "must be a size: bytes, or a string like \"512M\" or \"4G\"");
+	}
+	v = config_setting_get_string(s);
+	if (auto_ok && strcmp(v, "auto") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (pboxd_parse_bytes(v, out) != 0) {
+		return bad(c, s,
+			   "'%s' is not a size (a number with K, M, G or T, powers of 1024, "
+			   "e.g. \"4G\"%s)",
+			   v, auto_ok ? ", or \"auto\"" : "");
+	}
+	return 0;
+}
+
 int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
 {
 	const char *colon = strrchr(s, ':');
@@ -262,6 +334,7 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->burst = 32;
 	cfg->drain_timeout = 10;
 	cfg->worker_timeout = 10;
+	cfg->checkpoint_interval = 60;
 	cfg->fault.seed = 1;
 	cfg->limits = (struct pboxd_control_limits){
 		.max_connections = 4096,
@@ -458,10 +531,20 @@ static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_jo
 static int load_job(struct cctx *c, const config_setting_t *g, const struct pboxd_config *cfg,
 		    struct pboxd_job_cfg *j)
 {
-	static const char *const job_keys[] = {
-		"id",     "token",         "workers", "mode", "reduce",         "optimizer", "keys",
-		"window", "deterministic", "sync",    "flow", "on_worker_loss", NULL
-	};
+	static const char *const job_keys[] = { "id",
+						"token",
+						"workers",
+						"mode",
+						"reduce",
+						"optimizer",
+						"keys",
+						"window",
+						"deterministic",
+						"sync",
+						"flow",
+						"on_worker_loss",
+						"memory_budget",
+						NULL };
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
 	static const char *const modes[] = { "aggregate", "server-optimizer", NULL };
@@ -547,9 +630,11 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	if (s != NULL && (rc = load_keys(c, s, j)) != 0) {
 		return rc;
 	}
-	if ((rc = load_sync(c, g, j)) != 0 || (rc = load_flow(c, g, j)) != 0) {
+	if ((rc = load_sync(c, g, j)) != 0 || (rc = load_flow(c, g, j)) != 0 ||
+	    (rc = get_bytes(c, g, "memory_budget", false, &j->memory_budget)) != 0) {
 		return rc;
 	}
+	j->checkpoint = cfg->checkpoint_dir[0] != '\0' && j->mode == PBOX_MODE_SERVER_OPT;
 	return finish_job(c, g, j);
 }
 
@@ -736,6 +821,9 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"admin_token",
 		"control_socket",
 		"control_limits",
+		"memory_budget",
+		"checkpoint_dir",
+		"checkpoint_interval",
 		NULL,
 	};
 	struct cctx c = { .file = path, .err = err, .errlen = errlen };
@@ -832,7 +920,12 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		    (rc = get_bool(&c, a, "deterministic", &cfg->deterministic)) != 0 ||
 		    (rc = get_u32(&c, a, "stats_interval", 0, 86400, &cfg->stats_interval)) != 0 ||
 		    (rc = get_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) != 0 ||
-		    (rc = get_u32(&c, a, "worker_timeout", 0, 86400, &cfg->worker_timeout)) != 0) {
+		    (rc = get_u32(&c, a, "worker_timeout", 0, 86400, &cfg->worker_timeout)) != 0 ||
+		    (rc = get_bytes(&c, a, "memory_budget", true, &cfg->memory_budget)) != 0 ||
+		    (rc = get_str(&c, a, "checkpoint_dir", cfg->checkpoint_dir,
+				  sizeof(cfg->checkpoint_dir), NULL)) != 0 ||
+		    (rc = get_u32(&c, a, "checkpoint_interval", 0, 86400 * 7,
+				  &cfg->checkpoint_interval)) != 0) {
 			goto out;
 		}
 		if (cfg->chunk_bytes % PBOX_FRAG_ALIGN != 0) {

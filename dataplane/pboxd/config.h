@@ -34,6 +34,12 @@
  *       auth_failures_burst = 10;     # wrong tokens / unknown jobs per address, then
  *       auth_failures_per_minute = 60; # this many a minute
  *     };
+ *     memory_budget = "auto";         # bytes of chunk state for all jobs together:
+ *                                     # "auto" (half of RAM outside hugepages), a byte
+ *                                     # count, or "512M" / "4G" / "1T" (powers of 1024)
+ *     checkpoint_dir = "";            # server-optimizer jobs' state is saved here
+ *                                     # ("": no checkpoints) and restored on restart
+ *     checkpoint_interval = 60;       # seconds between checkpoints (0: only at shutdown)
  *     dpdk = {                        # transport = "dpdk" (kernel bypass) only
  *       eal = [ "--vdev", "net_af_xdp0,iface=eth1" ];  # EAL arguments (pboxd adds
  *                                     # --lcores from cores/cpus unless given here)
@@ -63,6 +69,8 @@
  *                       seed = 1; };
  *              flow = { mode = "notify-ack"; credits = 1; verify = false; };  # or "plain"
  *              on_worker_loss = "continue";  # or "abort" (default for bsp)
+ *              memory_budget = "4G";    # this job's chunk state at most (default: only
+ *                                       # the appliance's budget applies)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -98,7 +106,9 @@ struct pboxd_job_cfg {
 	bool plain_flow;  /* pushes complete when sent, no credit limit (baseline) */
 	uint32_t credits; /* NOTIFY-ACK credits (plain: the window) */
 	bool verify_crc;
-	bool abort_on_loss; /* a worker lost without a goodbye aborts the session */
+	bool abort_on_loss;     /* a worker lost without a goodbye aborts the session */
+	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
+	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */
@@ -149,7 +159,10 @@ struct pboxd_config {
 	bool deterministic;
 	uint32_t stats_interval;
 	uint32_t drain_timeout;
-	uint32_t worker_timeout; /* seconds; 0: no heartbeat checks */
+	uint32_t worker_timeout;      /* seconds; 0: no heartbeat checks */
+	uint64_t memory_budget;       /* bytes of chunk state of all sessions; 0: "auto" */
+	char checkpoint_dir[512];     /* "": checkpoints off */
+	uint32_t checkpoint_interval; /* seconds; 0: only at shutdown */
 	struct pbox_fault_cfg fault;
 	char admin_token[256];    /* "": stats of every job only over control_socket */
 	char control_socket[108]; /* "": none */
@@ -180,6 +193,13 @@ void pboxd_config_free(struct pboxd_config *cfg);
 
 /* Parse "host:port"; 0 or -EINVAL. */
 int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port);
+
+/*
+ * Parse a byte size: a decimal count with an optional suffix K, M, G or T (powers of 1024,
+ * optionally followed by "B" or "iB"), e.g. "4G", "512MiB", "1048576". Returns 0 or
+ * -EINVAL (not a size, zero, or more than 2^63 bytes).
+ */
+int pboxd_parse_bytes(const char *s, uint64_t *out);
 
 /* Parse "0,1,4-6" into cpus (at most max); returns the count or -EINVAL. */
 int pboxd_parse_cpulist(const char *s, int *cpus, unsigned max);

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "budget.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "control.h"
 #include "dataplane.h"
@@ -434,6 +436,8 @@ static int run(struct app *a)
 			if (signals == 1 && !draining) {
 				draining = true;
 				pboxd_control_stop_accepting(a->control);
+				/* A checkpoint of the running sessions, while they still run. */
+				pboxd_ckpt_request(pboxd_sessions_ckpt(a->sessions));
 				clock_gettime(CLOCK_MONOTONIC, &drain_deadline);
 				drain_deadline.tv_sec += a->cfg.drain_timeout;
 				PBOX_LOG_INFO(
@@ -526,6 +530,12 @@ int main(int argc, char **argv)
 		return EX_CONFIG;
 	}
 	if (check_only) {
+		if (pboxd_budget_report(&a.cfg, stdout) != 0) {
+			fprintf(stderr, "pboxd: %s: a job can never start (see above)\n",
+				config_path ? config_path : "(defaults)");
+			pboxd_config_free(&a.cfg);
+			return EX_CONFIG;
+		}
 		printf("%s: OK (%u job%s, %u core%s)\n", config_path ? config_path : "(defaults)",
 		       a.cfg.njobs, a.cfg.njobs == 1 ? "" : "s", a.cfg.ncores,
 		       a.cfg.ncores == 1 ? "" : "s");

@@ -15,6 +15,8 @@
 #include "common/bitmap.h"
 #include "common/ctlproto.h"
 #include "common/log.h"
+#include "budget.h"
+#include "checkpoint.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -54,8 +56,10 @@ struct job {
 	uint64_t sessions; /* sessions started so far */
 	uint64_t *live;    /* ranks counted as members of the running session */
 	uint32_t nlive;
-	uint64_t generation; /* bumped when live changes */
-	uint64_t removed;    /* ranks removed from sessions, all time */
+	uint64_t generation;     /* bumped when live changes */
+	uint64_t removed;        /* ranks removed from sessions, all time */
+	uint64_t charged;        /* bytes of the session's state charged to the budget */
+	uint32_t resume_version; /* restored from a checkpoint (0: fresh) */
 };
 
 /*
@@ -84,6 +88,8 @@ struct pboxd_sessions {
 	uint32_t frag_bytes;
 	struct allocator alloc;
 	struct pboxd_ratelog reg_log; /* register refusals */
+	struct pboxd_budget budget;
+	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
 };
 
 static uint64_t mono_ns(void)
@@ -203,9 +209,15 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 	s->dp = dp;
 	s->alloc.efd = -1;
 	s->frag_bytes = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
+	pboxd_budget_init(&s->budget, cfg->memory_budget);
+	if (pboxd_ckpt_create(cfg, &s->ckpt) != 0) {
+		free(s);
+		return NULL;
+	}
 	s->njobs = cfg->njobs;
 	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
 	if (s->jobs == NULL) {
+		pboxd_ckpt_destroy(s->ckpt);
 		free(s);
 		return NULL;
 	}
@@ -261,6 +273,7 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->sync_cfg = c->sync_cfg;
 	pj->credits = c->credits;
 	pj->verify_crc = c->verify_crc;
+	pj->checkpoint = c->checkpoint;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
@@ -330,6 +343,7 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 {
 	struct pbox_job_state *st = j->state;
 
+	pboxd_ckpt_session_end(s->ckpt, j->cfg->id); /* before the state can go */
 	j->st = SESS_IDLE;
 	j->state = NULL;
 	/* The session's reference: the state (and the job description it adopted) goes when
@@ -337,6 +351,8 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 	 * replies, never sooner (dataplane.h). */
 	publish(s);
 	pbox_job_state_put(st);
+	pboxd_budget_release(&s->budget, j->charged);
+	j->charged = 0;
 	if (j->has_desc) {
 		memset(&j->desc, 0, sizeof(j->desc)); /* the state's now */
 		j->has_desc = false;
@@ -523,12 +539,18 @@ static json_t *keys_differ(const struct job *j, const struct pbox_keyspec *ks, u
 static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbox_keyspec *ks,
 			     uint32_t n)
 {
+	struct pbox_job tmp = { 0 };
 	struct alloc_req *r;
 	char err[256];
 	int rc;
 
-	rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
-				s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+	fill_job(&tmp, j);
+	rc = pboxd_budget_precheck(&s->budget, j->cfg, &tmp, ks, n, s->cfg->chunk_bytes,
+				   s->frag_bytes, err, sizeof(err));
+	if (rc == 0) {
+		rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
+					s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+	}
 	if (rc != 0) {
 		free(ks);
 		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
@@ -545,6 +567,17 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	}
 	j->nlive = j->cfg->workers;
 	j->generation++;
+	fill_job(&tmp, j);
+	j->charged = pbox_job_state_bytes(&tmp);
+	rc = pboxd_budget_charge(&s->budget, j->cfg, j->charged, err, sizeof(err));
+	if (rc != 0) {
+		j->charged = 0;
+		pbox_jobdesc_free(&j->desc);
+		j->has_desc = false;
+		free(ks);
+		free(r);
+		return pbox_ctl_error(-rc, "job %u: %s", j->cfg->id, err);
+	}
 	j->keys = ks;
 	j->nkeys = n;
 	j->st = SESS_STARTING;
@@ -595,8 +628,9 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
 		      j->nregistered, j->cfg->workers);
 	st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
+	/* resume_version: the resume contract (README, "Checkpoints and restart"). */
 	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
-			 "s:b, s:b, s:i}",
+			 "s:b, s:b, s:i, s:I}",
 			 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports", ports,
 			 "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
 			 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
@@ -605,7 +639,8 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			 (json_int_t)j->cfg->credits, "flow",
 			 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
 			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
-			 (json_int_t)pboxd_sessions_heartbeat_ms(s));
+			 (json_int_t)pboxd_sessions_heartbeat_ms(s), "resume_version",
+			 (json_int_t)j->resume_version);
 }
 
 static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,
@@ -701,6 +736,8 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 			}
 		}
 		json_decref(resp);
+		pboxd_budget_release(&s->budget, j->charged);
+		j->charged = 0;
 		j->st = SESS_IDLE;
 		pbox_jobdesc_free(&j->desc);
 		j->has_desc = false;
@@ -712,6 +749,12 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 	j->state = r->state;
 	/* The state keeps the description: tables that cores may still read point at it. */
 	pbox_job_state_adopt_desc(j->state, &j->desc);
+	{
+		struct pbox_job tmp = { 0 };
+
+		fill_job(&tmp, j);
+		j->resume_version = pboxd_ckpt_session_start(s->ckpt, &tmp, j->keys, j->nkeys);
+	}
 	j->st = SESS_ACTIVE;
 	j->sessions++;
 	PBOX_LOG_INFO(
@@ -874,6 +917,7 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 				  "bytes", (json_int_t)(j->has_desc ? j->desc.total_bytes : 0));
 
 		json_object_set_new(o, "sync", json_string(j->cfg->sync->name));
+		json_object_set_new(o, "state_bytes", json_integer((json_int_t)j->charged));
 		if (j->state != NULL) {
 			/* FluentPS's per-shard progress: the spread of the chunks' versions, and
 			 * the pulls waiting. Read while the cores write them: each value is a
@@ -991,6 +1035,12 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		free(j->members);
 		free(j->live);
 	}
+	pboxd_ckpt_destroy(s->ckpt);
 	free(s->jobs);
 	free(s);
+}
+
+struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s)
+{
+	return s->ckpt;
 }

@@ -131,4 +131,7 @@ uint32_t pboxd_sessions_active(const struct pboxd_sessions *s);
 /* Abort every session with reason (shutdown); members are told. */
 void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
 
+/* The checkpointer (NULL: checkpoints off), for the shutdown hook. */
+struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s);
+
 #endif /* PBOXD_SESSIONS_H */

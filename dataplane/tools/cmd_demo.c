@@ -65,6 +65,7 @@ struct demo_opts {
 	const char *sync, *release, *on_loss;
 	uint32_t staleness, quorum, slow_rank;
 	double probability, alpha, slow_factor;
+	uint64_t kill_at; /* --kill-appliance-at: SIGKILL pboxd at this step, restart (0: no) */
 };
 
 struct worker {
@@ -114,6 +115,13 @@ struct demo {
 	uint32_t nready, ndone;
 	bool interrupted;
 	json_t *appliance; /* pboxd counters at the end */
+	/* --kill-appliance-at */
+	char ckpt_dir[PATH_MAX + 16];
+	char ckpt_file[PATH_MAX + 32];
+	char killed_log[PATH_MAX + 32]; /* the killed pboxd's log */
+	bool killed;
+	uint64_t killed_at;  /* the slowest rank's step when pboxd was killed */
+	uint64_t resumed_at; /* the step the restarted workers resumed at (restored version) */
 };
 
 static void usage(FILE *f)
@@ -160,6 +168,10 @@ static void usage(FILE *f)
 		"stderr)\n"
 		"      --keep-logs        keep the temporary directory with the configuration and\n"
 		"                         the logs of pboxd and of every worker\n"
+		"      --kill-appliance-at STEP\n"
+		"                         checkpoint every second; once the workers are past STEP\n"
+		"                         and a checkpoint exists, kill -9 pboxd, restart it and\n"
+		"                         the workers, which resume from the restored version\n"
 		"  -h, --help             this text\n"
 		"\n"
 		"pboxd is the one next to this program in a build tree (../pboxd), else the one "
@@ -202,6 +214,7 @@ enum {
 	OPT_ON_LOSS,
 	OPT_SLOW_RANK,
 	OPT_SLOW_FACTOR,
+	OPT_KILL_AT,
 };
 
 static const struct option g_opts[] = {
@@ -223,6 +236,7 @@ static const struct option g_opts[] = {
 	{ "data", required_argument, NULL, OPT_DATA },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "keep-logs", no_argument, NULL, OPT_KEEP },
+	{ "kill-appliance-at", required_argument, NULL, OPT_KILL_AT },
 	{ "sync", required_argument, NULL, OPT_SYNC },
 	{ "staleness", required_argument, NULL, OPT_STALENESS },
 	{ "probability", required_argument, NULL, OPT_PROB },
@@ -319,6 +333,10 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			break;
 		case OPT_KEEP:
 			o->keep_logs = true;
+			break;
+		case OPT_KILL_AT:
+			rc = pbox_arg_u64("pbox demo", "--kill-appliance-at", optarg, 1, UINT32_MAX,
+					  &o->kill_at);
 			break;
 		case OPT_SYNC:
 			o->sync = optarg;
@@ -610,6 +628,7 @@ static int write_config(struct demo *d)
 		"  drain_timeout = 2;\n"
 		"  deterministic = %s;\n"
 		"  admin_token = \"%s\";\n"
+		"%s%s%s"
 		"};\n"
 		"jobs = ( {\n"
 		"  id = %u;\n"
@@ -624,13 +643,14 @@ static int write_config(struct demo *d)
 		"           quorum = %u; release = \"%s\"; seed = %u; };\n"
 		"%s%s%s"
 		"} );\n",
-		d->base_port, d->control, d->o.cores, d->o.mtu, det, d->token, DEMO_JOB_ID,
-		d->token, d->o.workers, det, d->o.optimizer, (double)p.lr, (double)p.momentum,
-		(double)p.wd, (double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2,
-		(double)p.eps, d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum,
-		d->o.release, (unsigned)(d->o.seed & 0xffffffffu),
-		d->o.on_loss ? "  on_worker_loss = \"" : "", d->o.on_loss ? d->o.on_loss : "",
-		d->o.on_loss ? "\";\n" : "");
+		d->base_port, d->control, d->o.cores, d->o.mtu, det, d->token,
+		d->o.kill_at ? "  checkpoint_interval = 1;\n  checkpoint_dir = \"" : "",
+		d->o.kill_at ? d->ckpt_dir : "", d->o.kill_at ? "\";\n" : "", DEMO_JOB_ID, d->token,
+		d->o.workers, det, d->o.optimizer, (double)p.lr, (double)p.momentum, (double)p.wd,
+		(double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2, (double)p.eps,
+		d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum, d->o.release,
+		(unsigned)(d->o.seed & 0xffffffffu), d->o.on_loss ? "  on_worker_loss = \"" : "",
+		d->o.on_loss ? d->o.on_loss : "", d->o.on_loss ? "\";\n" : "");
 	if (fclose(f) != 0) {
 		fprintf(stderr, "pbox demo: %s: write failed: %s\n", d->conf, strerror(errno));
 		return -EIO;
@@ -767,6 +787,15 @@ static void demo_stop(struct demo *d)
 
 			unlink(d->conf);
 			unlink(d->pboxd_log);
+			unlink(d->killed_log);
+			unlink(d->ckpt_file);
+			/* A write the kill interrupted; a file the restart did not accept. */
+			snprintf(path, sizeof(path), "%s/.job-%u.ckpt.tmp", d->ckpt_dir,
+				 DEMO_JOB_ID);
+			unlink(path);
+			snprintf(path, sizeof(path), "%s.rejected", d->ckpt_file);
+			unlink(path);
+			rmdir(d->ckpt_dir);
 			for (uint32_t r = 0; d->w != NULL && r < d->o.workers; r++) {
 				unlink(d->w[r].log);
 			}
@@ -1112,6 +1141,13 @@ static void show_ready(struct demo *d)
 		"all %u workers ready after %.1f s: %u steps per epoch of %u samples (%s per "
 		"worker)\n",
 		d->o.workers, d->t_ready - d->t_start, d->steps_per_epoch, d->o.batch, per);
+	if (d->killed) {
+		fprintf(d->out,
+			"resuming at step %llu: the version pboxd restored from its checkpoint "
+			"(%llu steps redone)\n",
+			(unsigned long long)d->resumed_at,
+			(unsigned long long)(d->killed_at - PBOX_MIN(d->killed_at, d->resumed_at)));
+	}
 	fflush(d->out);
 }
 
@@ -1133,6 +1169,8 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 		if (!w->ready) {
 			w->ready = true;
 			d->steps_per_epoch = (uint32_t)pbox_cli_json_u64(o, "steps");
+			/* The step a restarted rank resumes at (0 on a fresh start). */
+			d->resumed_at = pbox_cli_json_u64(o, "total_steps");
 			if (++d->nready == d->o.workers) {
 				d->t_ready = pbox_mono_s();
 				d->last_plain = d->t_ready;
@@ -1147,7 +1185,8 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 
 		w->total_steps = pbox_cli_json_u64(o, "total_steps");
 		read_net(o, &w->net);
-		if (e >= 1 && e <= d->o.epochs) {
+		/* After a restart, an epoch already reported by every rank may end again. */
+		if (e >= 1 && e <= d->o.epochs && d->ep[e - 1].reports < d->o.workers) {
 			struct epoch_sum *s = &d->ep[e - 1];
 
 			read_stats(o, "train", &s->train);
@@ -1221,6 +1260,64 @@ static void report_worker_failure(struct demo *d, struct worker *w)
 	}
 }
 
+static int start_pboxd(struct demo *d);
+static int start_workers(struct demo *d);
+
+/*
+ * --kill-appliance-at: kill -9 pboxd (its state survives only in the checkpoint file), stop
+ * the workers (their operations would only time out), then start pboxd again with the same
+ * configuration and the workers again: they register, get the restored version in the
+ * reply and resume from it (see the README's resume contract).
+ */
+static int kill_and_restart(struct demo *d)
+{
+	double deadline = pbox_mono_s() + DEMO_STOP_TIMEOUT_S;
+	bool any = true;
+
+	d->killed = true;
+	d->killed_at = min_steps(d);
+	kill(d->pboxd, SIGKILL);
+	for (uint32_t r = 0; r < d->o.workers; r++) {
+		if (d->w[r].pid > 0) {
+			kill(d->w[r].pid, SIGKILL);
+		}
+	}
+	while (any && pbox_mono_s() < deadline) {
+		usleep(10000);
+		reap(d);
+		any = d->pboxd > 0;
+		for (uint32_t r = 0; r < d->o.workers; r++) {
+			any |= d->w[r].pid > 0;
+		}
+	}
+	if (any) {
+		fprintf(stderr, "pbox demo: killed processes did not exit\n");
+		return -EIO;
+	}
+	rename(d->pboxd_log, d->killed_log);
+	for (uint32_t r = 0; r < d->o.workers; r++) {
+		struct worker *w = &d->w[r];
+
+		if (w->out_fd >= 0) {
+			close(w->out_fd);
+			w->out_fd = -1;
+		}
+		pbox_linebuf_free(&w->lb);
+		pbox_linebuf_init(&w->lb);
+		w->reaped = w->ready = w->done = false;
+		w->status = 0;
+		w->error[0] = '\0';
+	}
+	d->nready = d->ndone = 0;
+	clear_bar(d);
+	fprintf(d->out,
+		"pbox demo: killed pboxd (SIGKILL) at step %llu; restarting it and the workers, "
+		"which resume from its last checkpoint\n",
+		(unsigned long long)d->killed_at);
+	fflush(d->out);
+	return start_pboxd(d) == 0 && start_workers(d) == 0 ? 0 : -EIO;
+}
+
 /*
  * Follow the run until every worker is done (0), one fails or pboxd dies (-EIO,
  * reported), or a signal asks to stop (-EINTR).
@@ -1253,6 +1350,14 @@ static int follow(struct demo *d)
 		}
 		for (uint32_t r = 0; r < d->o.workers; r++) {
 			drain(d, &d->w[r]);
+		}
+		if (d->o.kill_at != 0 && !d->killed && d->nready == d->o.workers &&
+		    min_steps(d) >= d->o.kill_at && access(d->ckpt_file, F_OK) == 0) {
+			rc = kill_and_restart(d);
+			if (rc != 0) {
+				break;
+			}
+			continue;
 		}
 		reap(d);
 		for (uint32_t r = 0; r < d->o.workers && rc == 0; r++) {
@@ -1421,6 +1526,11 @@ static void print_json(struct demo *d, int rc, const char *error)
 	struct totals t;
 
 	json_object_set_new(o, "ok", json_boolean(rc == 0));
+	if (d->killed) {
+		json_object_set_new(o, "appliance_killed_at",
+				    json_integer((json_int_t)d->killed_at));
+		json_object_set_new(o, "resumed_at", json_integer((json_int_t)d->resumed_at));
+	}
 	if (rc != 0) {
 		json_object_set_new(o, "error", json_string(error));
 	}
@@ -1533,6 +1643,9 @@ static int setup(struct demo *d)
 	}
 	snprintf(d->conf, sizeof(d->conf), "%s/pboxd.conf", d->dir);
 	snprintf(d->pboxd_log, sizeof(d->pboxd_log), "%s/pboxd.log", d->dir);
+	snprintf(d->ckpt_dir, sizeof(d->ckpt_dir), "%s/checkpoints", d->dir);
+	snprintf(d->ckpt_file, sizeof(d->ckpt_file), "%s/job-%u.ckpt", d->ckpt_dir, DEMO_JOB_ID);
+	snprintf(d->killed_log, sizeof(d->killed_log), "%s/pboxd-killed.log", d->dir);
 	d->w = calloc(d->o.workers, sizeof(*d->w));
 	d->ep = calloc(d->o.epochs, sizeof(*d->ep));
 	if (d->w == NULL || d->ep == NULL) {
@@ -1603,6 +1716,13 @@ int pbox_cmd_demo(int argc, char **argv)
 	}
 	if (rc == 0) {
 		rc = follow(&d);
+	}
+	if (rc == 0 && d.o.kill_at != 0 && !d.killed) {
+		fprintf(stderr,
+			"pbox demo: --kill-appliance-at %llu: the training ended before the "
+			"workers "
+			"were past that step with a checkpoint written; pboxd was not killed\n",
+			(unsigned long long)d.o.kill_at);
 	}
 	if (rc == 0) {
 		fetch_appliance_stats(&d);

@@ -302,13 +302,15 @@ static int pbox_fail(struct trainer *t, int rc, const char *what)
 	return fail(t, rc, "rank %u: %s: %s", t->cfg->client.rank, what, pbox_last_error());
 }
 
-/* Rank 0 publishes the seeded initial model; every rank then pulls version 0. */
-static int initial_model(struct trainer *t, struct pbox_client *c)
+/* Rank 0 publishes the seeded initial model; every rank then pulls version 0. Resuming
+ * (from > 0: the appliance restored that version from a checkpoint), every rank pulls it
+ * instead and nothing is published. */
+static int initial_model(struct trainer *t, struct pbox_client *c, uint32_t from)
 {
 	const struct pbox_mlp_layout *L = t->lay;
 	int rc;
 
-	if (t->cfg->client.rank == 0) {
+	if (t->cfg->client.rank == 0 && from == 0) {
 		pbox_mlp_init_params(t->mlp, t->w, t->cfg->seed);
 		for (unsigned k = 0; k < L->ntensors; k++) {
 			rc = pbox_init(c, k, t->w + L->off[k]);
@@ -318,7 +320,7 @@ static int initial_model(struct trainer *t, struct pbox_client *c)
 		}
 	}
 	for (unsigned k = 0; k < L->ntensors; k++) {
-		rc = pbox_pull_async(c, k, 0, t->w + L->off[k], NULL, NULL);
+		rc = pbox_pull_async(c, k, from, t->w + L->off[k], NULL, NULL);
 		if (rc < 0) {
 			return pbox_fail(t, rc, "pulling the initial model");
 		}
@@ -330,23 +332,27 @@ static int initial_model(struct trainer *t, struct pbox_client *c)
 	return 0;
 }
 
-static int rank_loop(struct trainer *t, struct pbox_client *c)
+/* from: the first iteration (a resumed run: the restored version; the step count under
+ * BSP, where iterations and steps are the same). */
+static int rank_loop(struct trainer *t, struct pbox_client *c, uint32_t from)
 {
 	const struct pbox_mlp_layout *L = t->lay;
 	uint32_t rank = t->cfg->client.rank;
 	double all_train = 0;
 	int rc;
 
-	uint32_t iter = 0;
+	uint32_t iter = from;
 
-	for (uint32_t e = 0; e < t->cfg->epochs && !out_of_steps(t); e++) {
+	t->ev.total_steps = from;
+	for (uint32_t e = from / t->sched.steps; e < t->cfg->epochs && !out_of_steps(t); e++) {
 		double t0 = pbox_mono_s(), t1;
 
 		pbox_sched_epoch(&t->sched, e);
 		t->ev.epoch = e + 1;
 		t->ev.step = 0;
 		memset(&t->ev.train, 0, sizeof(t->ev.train));
-		for (uint32_t s = 0; s < t->sched.steps && !out_of_steps(t); s++) {
+		for (uint32_t s = e == from / t->sched.steps ? from % t->sched.steps : 0;
+		     s < t->sched.steps && !out_of_steps(t); s++) {
 			double c0 = pbox_mono_s();
 			uint32_t newest = UINT32_MAX;
 
@@ -443,15 +449,16 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 		rc = pbox_fail(&t, rc, "registering the model's keys");
 		goto out;
 	}
-	rc = initial_model(&t, c);
+	rc = initial_model(&t, c, pbox_resume_version(c));
 	if (rc < 0) {
 		goto out;
 	}
 	t.ev.rank = cfg->client.rank;
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
 	t.ev.setup_s = pbox_mono_s() - t0;
+	t.ev.total_steps = pbox_resume_version(c); /* where this rank starts */
 	emit(&t, PBOX_TRAIN_EV_READY);
-	rc = rank_loop(&t, c);
+	rc = rank_loop(&t, c, pbox_resume_version(c));
 	if (rc < 0) {
 		goto out;
 	}

@@ -164,6 +164,15 @@ int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
  * drop-stragglers can use it to catch up. Negative errno for an unknown key. */
 int64_t pbox_result_version(struct pbox_client *c, uint32_t key);
+/*
+ * After pbox_register: the model version the appliance restored from a checkpoint for this
+ * session (0: a fresh start). Resume contract for server-optimizer jobs: every key's model
+ * of that version is on the appliance (pull it), iteration numbers continue from it, and
+ * rank 0 must not send an initial model (pbox_init is acknowledged and ignored). Updates
+ * after that version that were lost with the appliance are redone by pushing the same
+ * iterations again.
+ */
+uint32_t pbox_resume_version(const struct pbox_client *c);
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "pboxd/budget.h"
 #include "pboxd/config.h"
 
 static char g_path[PATH_MAX];
@@ -243,12 +244,101 @@ static void test_parsers(void **state)
 	assert_int_equal(pboxd_parse_hostport(":80", host, sizeof(host), &port), -EINVAL);
 }
 
+/* Memory budgets: the options, the size syntax, and the admission arithmetic with the
+ * numbers in the refusal. */
+static void test_memory_budget(void **state)
+{
+	struct pboxd_config cfg;
+	struct pboxd_budget b;
+	struct pbox_job params = { 0 };
+	struct pbox_keyspec big[] = { { 0, UINT64_C(1) << 40 } };
+	struct pbox_keyspec small[] = { { 0, 1 << 20 } }; /* 4 MiB of parameters */
+	uint64_t v;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(pboxd_parse_bytes("4G", &v), 0);
+	assert_int_equal(v, UINT64_C(4) << 30);
+	assert_int_equal(pboxd_parse_bytes("512MiB", &v), 0);
+	assert_int_equal(v, UINT64_C(512) << 20);
+	assert_int_equal(pboxd_parse_bytes("1048576", &v), 0);
+	assert_int_equal(v, 1048576);
+	assert_int_equal(pboxd_parse_bytes("2t", &v), 0);
+	assert_int_equal(v, UINT64_C(2) << 40);
+	assert_int_equal(pboxd_parse_bytes("0", &v), -EINVAL);
+	assert_int_equal(pboxd_parse_bytes("4X", &v), -EINVAL);
+	assert_int_equal(pboxd_parse_bytes("4GB extra", &v), -EINVAL);
+	assert_int_equal(pboxd_parse_bytes("-1", &v), -EINVAL);
+	assert_int_equal(pboxd_parse_bytes("9000000000000000000000", &v), -EINVAL);
+	assert_int_equal(pboxd_parse_bytes("16777216T", &v), -EINVAL); /* 2^64 */
+
+	assert_int_equal(load("appliance = { memory_budget = \"64M\"; checkpoint_dir = \"/x\";\n"
+			      "  checkpoint_interval = 5; };\n"
+			      "jobs = ( { id = 1; token = \"t\"; workers = 2; mode = "
+			      "\"server-optimizer\";\n"
+			      "  optimizer = { name = \"nag\"; }; memory_budget = 8388608; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.memory_budget, UINT64_C(64) << 20);
+	assert_int_equal(cfg.jobs[0].memory_budget, UINT64_C(8) << 20);
+	assert_string_equal(cfg.checkpoint_dir, "/x");
+	assert_int_equal(cfg.checkpoint_interval, 5);
+
+	/* Per job: 4 MiB of parameters with NAG are 2 models + momentum + 2 slots = 20 MiB,
+	 * over the job's 8 MiB, refused from the keys alone (before any geometry). */
+	pboxd_budget_init(&b, cfg.memory_budget);
+	params.mode = cfg.jobs[0].mode;
+	params.opt = cfg.jobs[0].opt;
+	params.window = cfg.jobs[0].window;
+	params.sync = cfg.jobs[0].sync;
+	assert_int_equal(pboxd_budget_precheck(&b, &cfg.jobs[0], &params, small, 1, 32768, 1408,
+					       err, sizeof(err)),
+			 -ENOSPC);
+	assert_non_null(strstr(err, "needs at least 20.12 MiB"));
+	assert_non_null(strstr(err, "over the job's memory_budget of 8.00 MiB (8388608 bytes)"));
+	/* A hostile key set: refused on its chunk count, whatever the budget. */
+	assert_int_equal(pboxd_budget_precheck(&b, &cfg.jobs[0], &params, big, 1, 1024, 1024, err,
+					       sizeof(err)),
+			 -E2BIG);
+	assert_non_null(strstr(err, "4294967296 or more chunks"));
+	/* The appliance's budget: the sum of the running sessions plus the new one. */
+	cfg.jobs[0].memory_budget = 0;
+	assert_int_equal(
+		pboxd_budget_charge(&b, &cfg.jobs[0], UINT64_C(40) << 20, err, sizeof(err)), 0);
+	assert_int_equal(
+		pboxd_budget_charge(&b, &cfg.jobs[0], UINT64_C(30) << 20, err, sizeof(err)),
+		-ENOSPC);
+	assert_non_null(strstr(err, "needs 30.00 MiB (31457280 bytes)"));
+	assert_non_null(strstr(err, "memory_budget is 64.00 MiB (67108864 bytes)"));
+	assert_non_null(strstr(err, "40.00 MiB (41943040 bytes) is in use by 1 running session"));
+	assert_non_null(strstr(err, "24.00 MiB (25165824 bytes) free"));
+	assert_int_equal(
+		pboxd_budget_charge(&b, &cfg.jobs[0], UINT64_C(24) << 20, err, sizeof(err)), 0);
+	assert_int_equal(b.in_use, UINT64_C(64) << 20);
+	pboxd_budget_release(&b, UINT64_C(40) << 20);
+	assert_int_equal(
+		pboxd_budget_charge(&b, &cfg.jobs[0], UINT64_C(30) << 20, err, sizeof(err)), 0);
+	/* Near UINT64_MAX: no wrap-around lets a huge request through. */
+	assert_int_equal(pboxd_budget_charge(&b, &cfg.jobs[0], UINT64_MAX - 1, err, sizeof(err)),
+			 -ENOSPC);
+	assert_true(pboxd_budget_machine_default() > 0);
+	pboxd_config_free(&cfg);
+
+	expect_error("appliance = { memory_budget = \"lots\"; };\n",
+		     "memory_budget: 'lots' is not a size");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 1; memory_budget = \"auto\"; "
+		     "} );\n",
+		     "'auto' is not a size");
+	expect_error("appliance = { memory_budget = 0; };\n", "must be a positive number");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_valid),         cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
+		cmocka_unit_test(test_memory_budget),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

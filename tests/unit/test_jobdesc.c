@@ -5,12 +5,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "common/jobdesc.h"
+#include "engine/job.h"
 
 #define KB32 (32u << 10)
 
@@ -108,6 +110,194 @@ static void test_huge_key(void **state)
 		assert_true(d.core_nchunks[k] == 32768 / 7 || d.core_nchunks[k] == 32768 / 7 + 1);
 	}
 	pbox_jobdesc_free(&d);
+}
+
+/* 64-bit geometry: a key of 2^40 elements in 1 KiB chunks needs 2^32 chunks. Counted in
+ * 32 bits that is 0 (the old code then built a job with no chunk for it); it must be
+ * refused, naming the numbers, before anything is allocated. */
+static void test_geometry_64bit(void **state)
+{
+	struct pbox_keyspec big[] = { { 5, UINT64_C(1) << 40 } };
+	struct pbox_keyspec two[] = { { 1, 100 }, { 5, UINT64_C(1) << 40 } };
+	struct pbox_keyspec edge[] = { { 0, UINT64_C(1) << 32 } }; /* 2^24 chunks of 1 KiB */
+	struct pbox_keyspec over[] = { { 0, (UINT64_C(1) << 32) + 1 } };
+	struct pbox_jobdesc d;
+	uint64_t n = 0;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(pbox_jobdesc_count_chunks(big, 1, 1024, &n, err, sizeof(err)), -E2BIG);
+	assert_non_null(strstr(err, "4294967296 or more chunks of 1024 bytes"));
+	assert_non_null(strstr(err, "key 5"));
+	assert_non_null(strstr(err, "at most 16777216 chunks"));
+	assert_int_equal(pbox_jobdesc_build(&d, big, 1, 2, 2, 1024, 1024, NULL, err, sizeof(err)),
+			 -E2BIG);
+	assert_int_equal(d.nchunks, 0);
+	assert_int_equal(pbox_jobdesc_build(&d, two, 2, 2, 2, 1024, 1024, NULL, err, sizeof(err)),
+			 -E2BIG);
+	assert_non_null(strstr(err, "key 5"));
+	/* The limit itself is allowed, one more chunk is not (counted, not built: 2^24
+	 * chunk descriptors would take 640 MiB). */
+	assert_int_equal(pbox_jobdesc_count_chunks(edge, 1, 1024, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, PBOX_MAX_CHUNKS);
+	assert_int_equal(pbox_jobdesc_count_chunks(over, 1, 1024, &n, err, sizeof(err)), -E2BIG);
+	/* 2^40 elements in 64 MiB chunks: 65536 chunks, the last key byte in the last one. */
+	assert_int_equal(pbox_jobdesc_count_chunks(big, 1, 64u << 20, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 65536);
+	assert_int_equal(
+		pbox_jobdesc_build(&d, big, 1, 1, 3, 64u << 20, 8192, NULL, err, sizeof(err)), 0);
+	assert_int_equal(d.nchunks, 65536);
+	assert_int_equal(d.keys[0].nchunks, 65536);
+	assert_int_equal(d.total_bytes, UINT64_C(1) << 42);
+	assert_int_equal(d.chunks[65535].elem_off, UINT64_C(65535) << 24);
+	assert_int_equal(d.chunks[65535].bytes, 64u << 20);
+	pbox_jobdesc_free(&d);
+}
+
+static uint64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f) != NULL) {
+		if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+static bool inside(const struct pbox_core_job *cj, const void *p, uint64_t bytes)
+{
+	const char *a = cj->arena, *q = p;
+
+	return q >= a && q + bytes <= a + cj->arena_bytes;
+}
+
+/* Every piece of every chunk lies inside its core's arena (a sizing pass that counted
+ * less than the carving pass uses would fail here). */
+static void check_layout(const struct pbox_job *job, const struct pbox_job_state *st)
+{
+	const struct pbox_jobdesc *d = job->wire.desc;
+
+	for (uint32_t k = 0; k < st->ncores; k++) {
+		const struct pbox_core_job *cj = &st->core[k];
+
+		for (uint32_t i = 0; i < cj->nchunks; i++) {
+			const struct pbox_chunk_state *cs = &cj->chunks[i];
+			uint32_t b = d->chunks[cs->id].bytes;
+
+			assert_int_equal(d->chunks[cs->id].core, k);
+			if (job->mode == PBOX_MODE_SERVER_OPT) {
+				assert_true(inside(cj, cs->model[1], b));
+				assert_true(job->opt->nstate < 2 || inside(cj, cs->s1, b));
+			}
+			for (uint32_t s = 0; s < job->window; s++) {
+				const struct pbox_slot *sl = &cs->slot[s];
+
+				assert_true(inside(cj, sl->acc, b));
+				assert_true(inside(cj, sl->done, 8));
+				for (uint32_t w = 0; job->deterministic && w < d->nworkers; w++) {
+					assert_true(inside(cj, sl->stage[w], b));
+				}
+			}
+		}
+	}
+}
+
+/* pbox_job_state_bytes (what the budget charges, computed before allocation) is exactly
+ * what pbox_job_state_create maps, for every layout option; the lower bound from the keys
+ * alone is below it; and the memory is really there (RSS grows by that much). */
+static void test_state_bytes(void **state)
+{
+	static const struct {
+		enum pbox_job_mode mode;
+		const char *opt;
+		bool det;
+		uint32_t window, workers, cores;
+		enum pbox_sync_model sync;
+	} cases[] = {
+		{ PBOX_MODE_AGGREGATE, "sgd", false, 2, 3, 2, PBOX_SYNC_BSP },
+		{ PBOX_MODE_SERVER_OPT, "nag", false, 2, 3, 1, PBOX_SYNC_BSP },
+		{ PBOX_MODE_SERVER_OPT, "adam", true, 4, 5, 3, PBOX_SYNC_BSP },
+		{ PBOX_MODE_SERVER_OPT, "sgd", false, 8, 70, 2, PBOX_SYNC_DROP_STRAGGLERS },
+		{ PBOX_MODE_AGGREGATE, "sgd", true, 3, 129, 4, PBOX_SYNC_BSP },
+	};
+	/* Full chunks, short last chunks, a one-element key. */
+	struct pbox_keyspec keys[] = { { 0, 784 * 256 }, { 1, 256 }, { 2, 1 }, { 3, 100003 } };
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct pbox_jobdesc d;
+		struct pbox_job job = { 0 };
+		struct pbox_job_state *st;
+		uint64_t want, lower, got, rss0, rss1;
+		char err[128];
+
+		assert_int_equal(pbox_jobdesc_build(&d, keys, 4, cases[c].workers, cases[c].cores,
+						    KB32, 1408 - 1408 % 64, NULL, err, sizeof(err)),
+				 0);
+		job.wire.desc = &d;
+		job.mode = cases[c].mode;
+		job.opt = pbox_optimizer_find(cases[c].opt);
+		job.deterministic = cases[c].det;
+		job.window = cases[c].window;
+		job.sync = pbox_sync_ops(cases[c].sync);
+		assert_non_null(job.opt);
+		want = pbox_job_state_bytes(&job);
+		lower = pbox_job_state_bytes_min(&job, keys, 4, cases[c].workers, KB32,
+						 1408 - 1408 % 64);
+		assert_true(lower <= want);
+		/* The lower bound misses only per-core headers and page rounding. */
+		assert_true(want - lower < cases[c].cores * (8192 + cases[c].workers * 64 + 4096));
+		rss0 = rss_bytes();
+		st = pbox_job_state_create(&job);
+		assert_non_null(st);
+		rss1 = rss_bytes();
+		got = ((sizeof(*st) + st->ncores * sizeof(st->core[0]) + 63) / 64) * 64;
+		for (uint32_t k = 0; k < st->ncores; k++) {
+			got += st->core[k].arena_bytes;
+			assert_int_equal(st->core[k].arena_bytes,
+					 pbox_job_state_core_bytes(&job, k));
+		}
+		assert_int_equal(got, want);
+		/* MAP_POPULATE: the arenas are resident (a few pages of slack for the rest). */
+		assert_true(rss1 - rss0 + 65536 >= want - 4096 * st->ncores);
+		check_layout(&job, st);
+		pbox_job_state_free(st);
+		pbox_jobdesc_free(&d);
+	}
+}
+
+/* Sizing a hostile geometry saturates instead of wrapping, and is fast: 2^24 chunks of
+ * 64 MiB in deterministic mode with 1024 workers and a window of 64 is ~2^72 bytes. */
+static void test_state_bytes_saturate(void **state)
+{
+	struct pbox_keyspec keys[256];
+	struct pbox_job job = { 0 };
+
+	(void)state;
+	for (uint32_t i = 0; i < 256; i++) {
+		keys[i].id = i;
+		keys[i].nelem = UINT64_C(1) << 40;
+	}
+	job.mode = PBOX_MODE_SERVER_OPT;
+	job.opt = pbox_optimizer_find("adam");
+	job.deterministic = true;
+	job.window = PBOX_MAX_WINDOW;
+	job.sync = pbox_sync_ops(PBOX_SYNC_BSP);
+	assert_int_equal(pbox_job_state_bytes_min(&job, keys, 256, 1024, 64u << 20, 8192),
+			 UINT64_MAX);
+	/* One key of that size alone: 65536 chunks x (64 slots x 1025 copies + 4) x 64 MiB
+	 * = 2^16 x 65604 x 2^26 bytes, about 2^58.0: no saturation yet, and no wrap. */
+	{
+		uint64_t b = pbox_job_state_bytes_min(&job, keys, 1, 1024, 64u << 20, 8192);
+
+		assert_true(b > (UINT64_C(65604) << 42) && b < (UINT64_C(65700) << 42));
+	}
 }
 
 static uint64_t brute_opt(const uint64_t *s, uint32_t n, uint32_t m)
@@ -220,7 +410,8 @@ int main(void)
 		cmocka_unit_test(test_boundaries),   cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_huge_key),     cmocka_unit_test(test_lpt_bound),
 		cmocka_unit_test(test_lpt_known),    cmocka_unit_test(test_model_balance),
-		cmocka_unit_test(test_frag_for_mtu),
+		cmocka_unit_test(test_frag_for_mtu), cmocka_unit_test(test_geometry_64bit),
+		cmocka_unit_test(test_state_bytes),  cmocka_unit_test(test_state_bytes_saturate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
