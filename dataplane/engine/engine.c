@@ -855,6 +855,29 @@ void pbox_engine_observe_table(struct pbox_engine *e, const struct pbox_jobtab *
 
 /* ---- entry points -------------------------------------------------------------------- */
 
+/*
+ * Whether a datagram that carries rank's valid cookie comes from the rank's address. The
+ * first one under a cookie pins the address (where every reply to the rank goes, on this
+ * core); later ones must come from exactly there (IP, port, and for L2 transports MAC and
+ * port). Anything else, a spoofed source that would turn a small PULL into a chunk-sized
+ * reply at a victim, or a worker that moved, is refused: moving takes a new registration,
+ * which draws a new cookie. Costs one compare of the cached peer per datagram.
+ */
+static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cookie,
+			  const struct pbox_peer *from)
+{
+	struct pbox_peer *p = &cj->peers[rank];
+
+	if (pbox_unlikely(cj->peer_cookie[rank] != cookie)) {
+		*p = *from;
+		p->pad = 0;
+		cj->peer_cookie[rank] = cookie;
+		return true;
+	}
+	return p->ip == from->ip && p->port == from->port && p->ifport == from->ifport &&
+	       memcmp(p->mac, from->mac, sizeof(p->mac)) == 0;
+}
+
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
  * and whose payload is in pay[0..npay). */
 static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *hdr,
@@ -894,10 +917,9 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	if (pbox_unlikely(x.cj->seen_generation != x.job->generation) && x.job->live != NULL) {
 		reconcile(e, x.job, x.cj);
 	}
-	/* Authenticated by its cookie: this is where the rank's replies go now (written only
-	 * when it changed, so the line is not dirtied per datagram). */
-	if (pbox_unlikely(memcmp(&x.cj->peers[m.sender], from, sizeof(*from)) != 0)) {
-		x.cj->peers[m.sender] = *from;
+	if (pbox_unlikely(!source_pinned(x.cj, m.sender, m.cookie, from))) {
+		drop(e, PBOX_DROP_BAD_SOURCE);
+		return;
 	}
 	if (m.flags & PBOX_F_RETRANSMIT) {
 		PBOX_STAT_ADD(e->stats, rx_retransmits, 1);

@@ -19,6 +19,12 @@
  *  When a rank's contribution is complete it gets an ACK unless the reply it asked for
  *  went out at the same moment. Held pulls are answered when their version is reached.
  *
+ * Addresses: a rank's first valid datagram to a core under its current cookie pins the
+ * address replies go to; datagrams with that cookie from anywhere else are dropped
+ * (bad_source) and never answered, so a valid cookie cannot aim replies at a victim.
+ * Moving takes a new registration (pboxd draws a new cookie). The control connection's
+ * address is not used: the data network may differ from the control network.
+ *
  * Threading: one struct pbox_engine per data-plane core, used only by that core. The
  * job table is read under RCU (the caller holds the read side / is between quiescent
  * states); per-core job state is written only by the owning core.

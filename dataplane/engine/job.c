@@ -71,6 +71,7 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	cj->nchunks = n;
 	cj->chunks = carve(c, n * sizeof(*cj->chunks));
 	cj->peers = carve(c, nw * sizeof(*cj->peers));
+	cj->peer_cookie = carve(c, nw * sizeof(*cj->peer_cookie));
 	cj->seen_live = carve(c, wwords * 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pbox_chunk_desc *cd = &d->chunks[d->core_chunks[core][i]];

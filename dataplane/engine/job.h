@@ -40,6 +40,16 @@ enum pbox_reduce_op {
 	PBOX_REDUCE_MEAN = 1, /* sum / nworkers */
 };
 
+/* What a gradient fragment holding NaN or +-Inf does (per job). */
+enum pbox_non_finite {
+	/* Refused before it touches the sum: dropped, counted (drops[non_finite],
+	 * nonfinite), and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation
+	 * fails with the cause instead of the iteration stalling silently. */
+	PBOX_NON_FINITE_REJECT = 0,
+	/* Aggregated as IEEE arithmetic says (NaN stays NaN through clipping); counted. */
+	PBOX_NON_FINITE_PROPAGATE = 1,
+};
+
 enum pbox_job_run_state {
 	PBOX_JOB_RUNNING = 0,
 	PBOX_JOB_ABORTED = 1, /* requests are answered with PBOX_MSG_ERROR(abort_errno) */
@@ -105,7 +115,11 @@ struct pbox_core_job {
 	uint64_t *seen_live;      /* live ranks at that generation */
 	uint32_t nchunks;
 	struct pbox_chunk_state *chunks; /* indexed by chunk_desc.local */
-	struct pbox_peer *peers;         /* per rank */
+	/* Per rank: where replies go, pinned by the rank's first valid datagram to this core;
+	 * peer_cookie is the cookie it was pinned under (0: not pinned). A new cookie (the
+	 * rank registered again) lets the next datagram pin a new address. */
+	struct pbox_peer *peers;
+	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
 } PBOX_CACHE_ALIGNED;
@@ -125,8 +139,9 @@ struct pbox_job {
 	uint32_t window;
 	const struct pbox_sync_ops *sync;
 	struct pbox_sync_cfg sync_cfg;
-	uint32_t credits;     /* NOTIFY-ACK: unacknowledged contributions per rank and chunk */
-	bool verify_crc;      /* check the CRC32C version word of flagged fragments */
+	uint32_t credits; /* NOTIFY-ACK: unacknowledged contributions per rank and chunk */
+	bool verify_crc;  /* check the CRC32C version word of flagged fragments */
+	enum pbox_non_finite non_finite;
 	const uint64_t *live; /* bitmap over ranks counted as members */
 	uint32_t nlive;
 	uint64_t generation; /* changes whenever live changes */

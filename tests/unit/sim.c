@@ -303,10 +303,26 @@ void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len)
 	}
 }
 
+struct pbox_peer sim_rank_addr(uint32_t rank)
+{
+	struct pbox_peer p = { 0 };
+
+	p.ip = htonl(0x7f000001);
+	p.port = htons((uint16_t)(20000 + rank));
+	return p;
+}
+
 void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload)
 {
+	struct pbox_peer p = sim_rank_addr(rank);
+
+	sim_send_msg_from(s, rank, m, payload, &p);
+}
+
+void sim_send_msg_from(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload,
+		       const struct pbox_peer *from)
+{
 	uint8_t buf[PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD];
-	struct pbox_peer p = { 0 };
 	uint32_t core = s->desc.chunks[m->chunk].core;
 
 	m->job = 42;
@@ -320,9 +336,7 @@ void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *
 	if (m->frag_len) {
 		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, m->frag_len);
 	}
-	p.ip = htonl(0x7f000001);
-	p.port = htons((uint16_t)(20000 + rank));
-	pbox_engine_rx(&s->eng[core], s->tab, buf, PBOX_WIRE_HDR_LEN + m->frag_len, &p);
+	pbox_engine_rx(&s->eng[core], s->tab, buf, PBOX_WIRE_HDR_LEN + m->frag_len, from);
 	pbox_engine_flush(&s->eng[core]);
 }
 

@@ -114,6 +114,14 @@ void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len);
 /* Build and inject one message to the chunk's owner core with the rank's cookie. */
 void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload);
 
+/* The same from an arbitrary source address (spoofing tests). */
+void sim_send_msg_from(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload,
+		       const struct pbox_peer *from);
+
+/* The address rank sends from; replies to port 20000 + r are delivered to rank r (to
+ * nobody, counted as a tx error, when r is not a rank). */
+struct pbox_peer sim_rank_addr(uint32_t rank);
+
 /* Datagrams queued towards a worker but not delivered (for direct engine tests): pops
  * the oldest one addressed to rank; returns false if none. */
 bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload);

@@ -493,6 +493,74 @@ static void test_abort_misdirected(void **state)
 	sim_fini(&s);
 }
 
+/* Pull chunk c, iteration t, as rank from address `from`. */
+static void pull_from(struct sim *s, uint32_t rank, uint32_t c, uint32_t t,
+		      const struct pbox_peer *from)
+{
+	struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = c, .iter = t };
+
+	sim_send_msg_from(s, rank, &m, NULL, from);
+}
+
+/* Reflection: a datagram with a valid cookie from another address neither re-targets the
+ * rank's replies nor gets an answer there; it is dropped and counted. A new cookie (the
+ * rank registered again) lets it move. */
+static void test_source_pinned(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct pbox_peer a0 = sim_rank_addr(0), a1 = sim_rank_addr(1), victim = sim_rank_addr(7);
+	float *g[2], got[NELEM];
+	uint32_t label, nf0;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	nf0 = s.desc.chunks[0].nfrags;
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	/* Iteration 0 from the ranks' own addresses pins them. */
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 12);
+	/* Rank 0's cookie from rank 1's address, and from a victim's: no reply anywhere. */
+	pull_from(&s, 0, 0, 0, &a1);
+	pull_from(&s, 0, 0, 0, &victim);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 2);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 0);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 0);
+	assert_int_equal(SIM_STAT(&s, tx_errors), 0);
+	/* Replies still go to the pinned address. */
+	pull_from(&s, 0, 0, 0, &a0);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), nf0);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 0);
+	/* The same port on another host is another address. */
+	a0.ip ^= 1;
+	pull_from(&s, 0, 0, 0, &a0);
+	a0.ip ^= 1;
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 3);
+	/* Registered again (new cookie): the next datagram pins the new address. */
+	s.cookies[0] ^= 0x55;
+	pull_from(&s, 0, 0, 0, &a1);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), nf0);
+	pull_from(&s, 0, 0, 0, &a0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 4);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		free(g[r]);
+	}
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -503,6 +571,7 @@ int main(void)
 		cmocka_unit_test(test_resend_and_window),
 		cmocka_unit_test(test_iov_pieces),
 		cmocka_unit_test(test_abort_misdirected),
+		cmocka_unit_test(test_source_pinned),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
