@@ -878,6 +878,54 @@ static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cook
 	       memcmp(p->mac, from->mac, sizeof(p->mac)) == 0;
 }
 
+/*
+ * Count the NaN / Inf values of a PUSH payload (a float split between two pieces is
+ * reassembled). Under non_finite = "reject" a fragment with any is refused before it
+ * touches a sum: dropped, counted, and answered with PBOX_MSG_ERROR(EDOM) so the worker's
+ * operation fails with the cause (the iteration cannot complete without that rank's
+ * finite contribution; nothing is silently lost or poisoned). Returns whether to go on.
+ */
+static bool finite_ok(struct ctx *x)
+{
+	uint8_t carry[4];
+	uint32_t ncarry = 0;
+	size_t n = 0;
+
+	for (unsigned s = 0; s < x->npay; s++) {
+		const uint8_t *p = x->pay[s].base;
+		uint32_t len = x->pay[s].len;
+
+		if (ncarry != 0) {
+			uint32_t take = PBOX_MIN(4 - ncarry, len);
+
+			memcpy(carry + ncarry, p, take);
+			ncarry += take;
+			p += take;
+			len -= take;
+			if (ncarry == 4) {
+				n += x->e->kern->nonfinite((const float *)(const void *)carry, 1);
+				ncarry = 0;
+			}
+		}
+		n += x->e->kern->nonfinite((const float *)(const void *)p, len / 4);
+		if (len % 4 != 0) {
+			ncarry = len % 4;
+			memcpy(carry, p + (len - ncarry), ncarry);
+		}
+	}
+	if (pbox_likely(n == 0)) {
+		return true;
+	}
+	PBOX_STAT_ADD(x->e->stats, nonfinite, n);
+	PBOX_STAT_ADD(x->cj, nonfinite, n);
+	if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
+		return true;
+	}
+	drop(x->e, PBOX_DROP_NON_FINITE);
+	send_error(x, x->m->sender, x->m->iter, EDOM);
+	return false;
+}
+
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
  * and whose payload is in pay[0..npay). */
 static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *hdr,
@@ -938,7 +986,9 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	}
 	switch (m.type) {
 	case PBOX_MSG_PUSH:
-		on_push(&x);
+		if (finite_ok(&x)) {
+			on_push(&x);
+		}
 		break;
 	case PBOX_MSG_PULL:
 		on_pull(&x);

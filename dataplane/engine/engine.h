@@ -59,6 +59,7 @@ struct pbox_core_stats {
 	uint64_t folded_frags;       /* straggler fragments added to a later iteration */
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
 	uint64_t membership_changes; /* reconciliations after ranks left */
+	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */

@@ -122,6 +122,7 @@ struct pbox_core_job {
 	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
+	uint64_t nonfinite; /* NaN / Inf gradient values received (read by stats, relaxed) */
 } PBOX_CACHE_ALIGNED;
 
 struct pbox_job_state {

@@ -5,8 +5,9 @@
  *   VW             floats per vector
  *   vf             a GCC vector type of VW floats
  *   VSQRT(x)       lane-wise IEEE square root
- *   VMINS(x, s)    lane-wise (x < s ? x : s) against scalar s (minps semantics)
- *   VMAXS(x, s)    lane-wise (x > s ? x : s) against scalar s (maxps semantics)
+ *   VMINS(x, s)    lane-wise (s < x ? s : x) against scalar s (minps(s, x) semantics)
+ *   VMAXS(x, s)    lane-wise (s > x ? s : x) against scalar s (maxps(s, x) semantics)
+ * (a NaN x is returned as it is, so clipping never turns NaN into a number)
  * and then includes this file, which defines KFN(table), a struct pbox_kernels.
  *
  * Each kernel runs the same element macro on vectors and then on the scalar tail, so the
@@ -36,8 +37,8 @@ static inline void KFN(vst)(float *p, vf v)
 #define SLD(p)      (*(p))
 #define SST(p, x)   (*(p) = (x))
 #define SSQRT(x)    sqrtf(x)
-#define SMINS(x, s) ((x) < (s) ? (x) : (s))
-#define SMAXS(x, s) ((x) > (s) ? (x) : (s))
+#define SMINS(x, s) ((s) < (x) ? (s) : (x))
+#define SMAXS(x, s) ((s) > (x) ? (s) : (x))
 
 /* g = sum of the sources at element i, left to right. */
 #define K_SUM(LD, g, i)                                  \
@@ -86,6 +87,34 @@ static void KFN(add)(float *acc, const float *g, size_t n)
 	for (; i < n; i++) {
 		acc[i] = acc[i] + g[i];
 	}
+}
+
+/* Elements of g that are NaN or +-Inf (exponent bits all ones), counted in integer lanes:
+ * no floating-point compare, so no FP exceptions and no dependence on the FP mode. */
+static size_t KFN(nonfinite)(const float *g, size_t n)
+{
+	size_t i = 0, cnt = 0;
+#if VW > 1
+	typedef int32_t vi __attribute__((vector_size(VW * 4)));
+	vi acc = { 0 };
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		acc -= (v & 0x7f800000) == 0x7f800000; /* true lanes are -1 */
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		cnt += (uint32_t)acc[k];
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t b;
+
+		memcpy(&b, g + i, sizeof(b));
+		cnt += (b & 0x7f800000u) == 0x7f800000u;
+	}
+	return cnt;
 }
 
 #define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
@@ -232,6 +261,7 @@ static void KFN(adamw)(float *w, const float *w_in, float *m, float *v, const fl
 const struct pbox_kernels KFN(table) = {
 	.isa = KERN_ISA_NAME,
 	.add = KFN(add),
+	.nonfinite = KFN(nonfinite),
 	.reduce = KFN(reduce),
 	.sgd = KFN(sgd),
 	.momentum = KFN(momentum),

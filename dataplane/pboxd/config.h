@@ -49,6 +49,7 @@
  *                       seed = 1; };
  *              flow = { mode = "notify-ack"; credits = 1; verify = false; };  # or "plain"
  *              on_worker_loss = "continue";  # or "abort" (default for bsp)
+ *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -85,6 +86,7 @@ struct pboxd_job_cfg {
 	uint32_t credits; /* NOTIFY-ACK credits (plain: the window) */
 	bool verify_crc;
 	bool abort_on_loss; /* a worker lost without a goodbye aborts the session */
+	enum pbox_non_finite non_finite;
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

@@ -160,6 +160,7 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	}
 	s->job.credits = c->credits ? c->credits : 1;
 	s->job.verify_crc = c->verify_crc;
+	s->job.non_finite = c->non_finite;
 	s->job.window = PBOX_MAX(c->window, s->job.sync->min_window(&s->job.sync_cfg));
 	s->job.window = PBOX_MAX(s->job.window, s->job.credits + 1);
 	s->live[0] = (c->nranks >= 64 ? ~0ull : (1ull << c->nranks) - 1);

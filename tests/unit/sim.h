@@ -91,8 +91,9 @@ struct sim_job_cfg {
 	struct pbox_sync_cfg sync; /* zero: BSP */
 	uint32_t credits;          /* 0: 1 */
 	bool verify_crc;
-	bool plain;            /* nodes: plain flow */
-	uint32_t window_bytes; /* nodes: 0 = default */
+	enum pbox_non_finite non_finite; /* zero: reject */
+	bool plain;                      /* nodes: plain flow */
+	uint32_t window_bytes;           /* nodes: 0 = default */
 	uint32_t timeout_ms, rto_ms;
 	bool no_nodes; /* tests that speak to the engine directly */
 };

@@ -561,6 +561,110 @@ static void test_source_pinned(void **state)
 	sim_fini(&s);
 }
 
+/* Rank r's fragment f of chunk c, iteration t, in two pieces cut at payload byte `cut`. */
+static void push_frag_split(struct sim *s, uint32_t r, uint32_t t, uint32_t c, uint32_t f,
+			    const float *g, uint32_t cut)
+{
+	const struct pbox_chunk_desc *cd = &s->desc.chunks[c];
+	uint8_t pkt[PBOX_WIRE_HDR_LEN + FRAG];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.encoding = PBOX_ENC_F32,
+		.flags = PBOX_F_WANT_REPLY,
+		.job = 42,
+		.sender = r,
+		.cookie = s->cookies[r],
+		.chunk = c,
+		.iter = t,
+		.frag_off = f * FRAG,
+		.frag_len = pbox_frag_len(&s->desc, cd->bytes, f),
+		.chunk_len = cd->bytes,
+	};
+	struct pbox_peer from = sim_rank_addr(r);
+	struct pbox_iov seg[2];
+
+	pbox_wire_encode(&m, (struct pbox_wire_hdr *)pkt);
+	memcpy(pkt + PBOX_WIRE_HDR_LEN, (const uint8_t *)(g + cd->elem_off) + f * FRAG, m.frag_len);
+	seg[0] = (struct pbox_iov){ pkt, PBOX_WIRE_HDR_LEN + cut };
+	seg[1] = (struct pbox_iov){ pkt + PBOX_WIRE_HDR_LEN + cut, m.frag_len - cut };
+	pbox_engine_rx_iov(&s->eng[cd->core], s->tab, seg, 2, &from);
+	pbox_engine_flush(&s->eng[cd->core]);
+}
+
+/* non_finite = "reject" (the default): a fragment with NaN or Inf is refused before it
+ * touches the sum, counted, and its sender told EDOM; the iteration completes with the
+ * corrected fragment and the result is finite. "propagate": the IEEE result, counted. */
+static void test_non_finite(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	uint32_t bad = 1 * FRAG / 4 + 5; /* chunk 0, fragment 1, element 5 */
+	float *g[2], got[NELEM];
+	uint32_t label, errs[2] = { 0 };
+	struct sim s;
+
+	(void)state;
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	g[0][bad] = NAN;
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 1);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 1);
+	assert_int_equal(s.job.state->core[0].nonfinite, 1);
+	/* Chunk 1 is done; chunk 0 waits for rank 0's fragment 1. */
+	assert_int_equal(SIM_STAT(&s, iterations), 1);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, errs), 4);
+	assert_int_equal(errs[0], 1);
+	assert_int_equal(errs[1], EDOM);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 4);
+	/* An infinity split across two pieces is found too. */
+	g[0][bad] = -INFINITY;
+	push_frag_split(&s, 0, 0, 0, 1, g[0], 5 * 4 + 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	/* Resent finite: the iteration completes, the result is the finite sum. */
+	g[0][bad] = 1.0f;
+	push_frag(&s, 0, 0, 0, 1, g[0], PBOX_F_WANT_REPLY);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 8);
+	assert_true(got[bad] == 1.0f + g[1][bad]);
+	for (uint32_t i = 0; i < 8192 / 4; i++) {
+		assert_true(isfinite(got[i]));
+	}
+	sim_fini(&s);
+
+	cfg.non_finite = PBOX_NON_FINITE_PROPAGATE;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	g[0][bad] = NAN;
+	g[1][bad + 1] = INFINITY;
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 12);
+	assert_true(isnan(got[bad]));
+	assert_true(isinf(got[bad + 1]) && got[bad + 1] > 0);
+	assert_true(got[bad + 2] == g[0][bad + 2] + g[1][bad + 2]);
+	sim_fini(&s);
+	for (uint32_t r = 0; r < 2; r++) {
+		free(g[r]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -572,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_iov_pieces),
 		cmocka_unit_test(test_abort_misdirected),
 		cmocka_unit_test(test_source_pinned),
+		cmocka_unit_test(test_non_finite),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
