@@ -640,6 +640,11 @@ static void on_push(struct ctx *x)
 	uint64_t *row;
 	bool fresh;
 
+	if (pbox_unlikely(t >= PBOX_ITER_LIMIT)) {
+		drop(x->e, PBOX_DROP_ITER_LIMIT);
+		send_error(x, w, t, EOVERFLOW);
+		return;
+	}
 	if (!cs->initialized) {
 		drop(x->e, PBOX_DROP_NOT_READY);
 		send_error(x, w, t, EAGAIN);
@@ -705,6 +710,11 @@ static void on_pull(struct ctx *x)
 	uint32_t want = m->iter, w = m->sender;
 	bool probe = (m->flags & PBOX_F_RETRANSMIT) != 0;
 
+	if (pbox_unlikely(want > PBOX_ITER_LIMIT)) {
+		drop(x->e, PBOX_DROP_ITER_LIMIT);
+		send_error(x, w, want, EOVERFLOW);
+		return;
+	}
 	if (want_ready(x, w, want)) {
 		answer(x, w, want, probe);
 		return;

@@ -14,6 +14,8 @@
  *  - version <= t < version + window: aggregated into slot t % window. A fragment already
  *    received from that rank for t is a duplicate and is ignored (fragment bitmaps).
  *  - t >= version + window: dropped (future_iter).
+ *  - t >= PBOX_ITER_LIMIT (job.h; about 2^32): refused with PBOX_MSG_ERROR(EOVERFLOW),
+ *    as is a pull for a version past it (iter_limit): iteration numbers never wrap.
  *  A chunk's iterations complete in order: iteration t is finalised only when t ==
  *  version, so the optimizer always sees the iterations of a chunk one after another.
  *  When a rank's contribution is complete it gets an ACK unless the reply it asked for

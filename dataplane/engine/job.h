@@ -109,6 +109,16 @@ struct pbox_chunk_state {
 
 #define PBOX_PULL_NONE UINT32_MAX
 
+/*
+ * Iterations of a chunk are numbered by uint32 and never wrap: pushes of iteration
+ * PBOX_ITER_LIMIT or later (and requests for a later version) are refused with
+ * PBOX_MSG_ERROR(EOVERFLOW), so a chunk's version stays <= PBOX_ITER_LIMIT. That keeps
+ * version + window, iteration + 1 and slot indices (iter % window, also for windows that
+ * are not powers of two) free of wraparound, and UINT32_MAX free for the sentinels
+ * (PBOX_PULL_NONE, late_iter). 2^32 - 128 steps: 1.4 years at 100 steps/s.
+ */
+#define PBOX_ITER_LIMIT (UINT32_MAX - 2u * PBOX_MAX_WINDOW)
+
 /* One core's share of a job. Written only by that core. */
 struct pbox_core_job {
 	uint64_t seen_generation; /* membership generation last reconciled by the core */

@@ -17,7 +17,7 @@
 #include "libpbox/node.h"
 
 #define SIM_MAX_CORES 4
-#define SIM_MAX_RANKS 8
+#define SIM_MAX_RANKS PBOX_MAX_WORKERS /* every worker count pboxd admits */
 #define SIM_MAX_QUEUE 65536
 
 enum sim_dir {
@@ -51,7 +51,7 @@ struct sim {
 	struct pbox_jobdesc desc;
 	struct pbox_job job;
 	uint64_t cookies[SIM_MAX_RANKS];
-	uint64_t live[1];
+	uint64_t live[PBOX_MAX_WORKERS / 64];
 	struct pbox_jobtab *tab;
 	struct pbox_engine eng[SIM_MAX_CORES];
 	struct pbox_core_stats stats[SIM_MAX_CORES];
@@ -72,7 +72,7 @@ struct sim {
 	void *filter_arg;
 	/* completions seen by the nodes' callbacks */
 	uint32_t ncompleted;
-	struct pbox_op *completed[1024];
+	struct pbox_op *completed[4 * SIM_MAX_RANKS];
 };
 
 struct sim_job_cfg {
@@ -126,6 +126,14 @@ struct pbox_peer sim_rank_addr(uint32_t rank);
 /* Datagrams queued towards a worker but not delivered (for direct engine tests): pops
  * the oldest one addressed to rank; returns false if none. */
 bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload);
+
+/* Pops every queued reply (as sim_take_reply, oldest first, any rank) and hands it to fn
+ * with its rank; payload is valid during the call. Returns the number handled. Linear in
+ * the replies, for tests with many ranks. */
+uint32_t sim_take_all(struct sim *s,
+		      void (*fn)(uint32_t rank, const struct pbox_msg *m, const uint8_t *payload,
+				 void *arg),
+		      void *arg);
 
 /* Take rank out of the counts (as pboxd does when a worker leaves) and let every core
  * reconcile, as it does when it sees the new table. */
