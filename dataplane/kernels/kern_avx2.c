@@ -13,4 +13,6 @@ typedef float vf __attribute__((vector_size(32)));
 #define VMINS(x, s) ((vf)_mm256_min_ps(_mm256_set1_ps(s), (__m256)(x)))
 #define VMAXS(x, s) ((vf)_mm256_max_ps(_mm256_set1_ps(s), (__m256)(x)))
 
+#define VIMAX(a, b) ((vi)_mm256_max_epi32((__m256i)(a), (__m256i)(b)))
+
 #include "kern_impl.h"

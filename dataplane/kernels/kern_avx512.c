@@ -13,4 +13,6 @@ typedef float vf __attribute__((vector_size(64)));
 #define VMINS(x, s) ((vf)_mm512_min_ps(_mm512_set1_ps(s), (__m512)(x)))
 #define VMAXS(x, s) ((vf)_mm512_max_ps(_mm512_set1_ps(s), (__m512)(x)))
 
+#define VIMAX(a, b) ((vi)_mm512_max_epi32((__m512i)(a), (__m512i)(b)))
+
 #include "kern_impl.h"

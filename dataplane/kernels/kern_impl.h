@@ -7,6 +7,7 @@
  *   VSQRT(x)       lane-wise IEEE square root
  *   VMINS(x, s)    lane-wise (s < x ? s : x) against scalar s (minps(s, x) semantics)
  *   VMAXS(x, s)    lane-wise (s > x ? s : x) against scalar s (maxps(s, x) semantics)
+ *   VIMAX(a, b)    optional: lane-wise signed max of two vi (int32) vectors
  * (a NaN x is returned as it is, so clipping never turns NaN into a number)
  * and then includes this file, which defines KFN(table), a struct pbox_kernels.
  *
@@ -89,20 +90,25 @@ static void KFN(add)(float *acc, const float *g, size_t n)
 	}
 }
 
-/* Elements of g that are NaN or +-Inf (exponent bits all ones), counted in integer lanes:
- * no floating-point compare, so no FP exceptions and no dependence on the FP mode. */
-static size_t KFN(nonfinite)(const float *g, size_t n)
+#if VW > 1
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+#endif
+
+#define K_EXP 0x7f800000 /* exponent bits: all ones for NaN and +-Inf */
+
+/* Elements of g that are NaN or +-Inf, counted in integer lanes: no floating-point
+ * compare, so no FP exceptions and no dependence on the FP mode. */
+static size_t KFN(nonfinite_count)(const float *g, size_t n)
 {
 	size_t i = 0, cnt = 0;
 #if VW > 1
-	typedef int32_t vi __attribute__((vector_size(VW * 4)));
 	vi acc = { 0 };
 
 	for (; i + VW <= n; i += VW) {
 		vi v;
 
 		memcpy(&v, g + i, sizeof(v));
-		acc -= (v & 0x7f800000) == 0x7f800000; /* true lanes are -1 */
+		acc -= (v & K_EXP) == K_EXP; /* true lanes are -1 */
 	}
 	for (unsigned k = 0; k < VW; k++) {
 		cnt += (uint32_t)acc[k];
@@ -112,9 +118,43 @@ static size_t KFN(nonfinite)(const float *g, size_t n)
 		uint32_t b;
 
 		memcpy(&b, g + i, sizeof(b));
-		cnt += (b & 0x7f800000u) == 0x7f800000u;
+		cnt += (b & K_EXP) == K_EXP;
 	}
 	return cnt;
+}
+
+/* The same, with a cheaper first pass where the ISA has a lane-wise signed max (VIMAX):
+ * the largest exponent field of the fragment (two operations per vector) is all ones
+ * only if some element is non-finite; then, rarely, the exact count. */
+static size_t KFN(nonfinite)(const float *g, size_t n)
+{
+#ifdef VIMAX
+	size_t i = 0, cnt = 0;
+	vi mx = { 0 };
+	int hit = 0;
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		mx = VIMAX(mx, v & K_EXP);
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		hit |= mx[k] == K_EXP;
+	}
+	if (hit) {
+		return KFN(nonfinite_count)(g, n);
+	}
+	for (; i < n; i++) {
+		uint32_t b;
+
+		memcpy(&b, g + i, sizeof(b));
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+#else
+	return KFN(nonfinite_count)(g, n);
+#endif
 }
 
 #define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
