@@ -243,6 +243,18 @@ static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const
 		struct pbox_opt_step st;
 		struct pbox_chunk_state *cs = x->cs;
 		uint32_t in = cs->version & 1, out = in ^ 1;
+		const float *sum[1] = { sl->acc + off };
+
+		if (nsrc > 4) {
+			/* Deterministic mode, many workers: sum the staged copies first with the
+			 * reduce kernel, which reads them source by source (the optimizer
+			 * kernels read every source for every vector: a cache and TLB miss
+			 * each). The same additions in the same order: bit-identical. The
+			 * accumulator is free: deterministic slots sum only in the stage. */
+			x->e->kern->reduce(sl->acc + off, src, nsrc, n, 1.0f);
+			src = sum;
+			nsrc = 1;
+		}
 
 		/* Version v + 1 is written over version v - 1, which replies may still
 		 * reference on a zero-copy transport. */

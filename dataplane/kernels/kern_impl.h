@@ -167,9 +167,45 @@ static size_t KFN(nonfinite)(const float *g, size_t n)
 		ST(out + (i), s_);                \
 	} while (0)
 
+/* Sources above which reduce goes source-major (see below). */
+#define K_REDUCE_WIDE 4
+/* Elements per block of the source-major reduce: 4 KB, resident in L1. */
+#define K_REDUCE_BLOCK 1024
+
 static void KFN(reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div)
 {
-	K_LOOP(REDUCE_ELEM);
+	float blk[K_REDUCE_BLOCK];
+
+	if (nsrc <= K_REDUCE_WIDE) {
+		K_LOOP(REDUCE_ELEM);
+		return;
+	}
+	/*
+	 * Many sources (deterministic mode: one per worker, up to 1,024): element-major order
+	 * would touch every source's page for every vector (a TLB and cache miss each, for
+	 * sources that are far apart). Source-major over L1-sized blocks reads each source
+	 * sequentially instead. Each element still gets ((src[0] + src[1]) + src[2]) + ...
+	 * and then / div: the same IEEE operations in the same order, bit-identical.
+	 */
+	for (size_t b = 0; b < n; b += K_REDUCE_BLOCK) {
+		size_t m = n - b < K_REDUCE_BLOCK ? n - b : K_REDUCE_BLOCK;
+
+		memcpy(blk, src[0] + b, m * sizeof(float));
+		for (unsigned k = 1; k < nsrc; k++) {
+			KFN(add)(blk, src[k] + b, m);
+		}
+		if (div != 1.0f) {
+			size_t i = 0;
+
+			for (; i + VW <= m; i += VW) {
+				VST(blk + i, VLD(blk + i) / div);
+			}
+			for (; i < m; i++) {
+				blk[i] = blk[i] / div;
+			}
+		}
+		memcpy(out + b, blk, m * sizeof(float)); /* out may alias src[0]: read above */
+	}
 }
 
 #define SGD_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \

@@ -204,10 +204,10 @@ static void test_aggregate_shuffled_dups(void **state)
 }
 
 /* Server optimizer: init, held pulls, one NAG step per iteration, exact vs a reference. */
-static void test_server_optimizer(void **state)
+static void server_opt_run(uint32_t nranks)
 {
 	struct sim_job_cfg cfg = {
-		.nranks = 3,
+		.nranks = nranks,
 		.keys = g_keys,
 		.nkeys = 1,
 		.chunk_bytes = 8192,
@@ -218,16 +218,15 @@ static void test_server_optimizer(void **state)
 		.no_nodes = true,
 	};
 	struct sim s;
-	float *g[3], w[NELEM], mom[NELEM] = { 0 }, got[NELEM];
+	float *g[8], w[NELEM], mom[NELEM] = { 0 }, got[NELEM];
 	uint32_t errs[2] = { 0 }, label, acks = 0;
 
-	(void)state;
 	pbox_opt_params_default(&cfg.opt);
 	cfg.opt.lr = 0.05f;
-	cfg.opt.rescale = 1.0f / 3;
+	cfg.opt.rescale = 1.0f / (float)nranks;
 	cfg.opt.wd = 1e-4f;
 	assert_int_equal(sim_init(&s, &cfg), 0);
-	for (uint32_t r = 0; r < 3; r++) {
+	for (uint32_t r = 0; r < nranks; r++) {
 		g[r] = malloc(NELEM * sizeof(float));
 		fill_grad(g[r], r, 0);
 	}
@@ -268,27 +267,36 @@ static void test_server_optimizer(void **state)
 	assert_memory_equal(got, w, sizeof(w));
 	assert_int_equal(label, 0);
 	for (uint32_t t = 0; t < 3; t++) {
-		const float *src[3];
+		const float *src[8];
 
-		for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t r = 0; r < nranks; r++) {
 			fill_grad(g[r], r, t);
 			src[r] = g[r];
 		}
 		push_all(&s, t, g, true, false);
 		pbox_optimizer_step(pbox_optimizer_find("nag"), pbox_kernels_get(), w, mom, NULL,
-				    src, 3, NELEM, &cfg.opt, t + 1);
+				    src, nranks, NELEM, &cfg.opt, t + 1);
 		assert_int_equal(SIM_STAT(&s, iterations), (t + 1) * s.desc.nchunks);
-		for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t r = 0; r < nranks; r++) {
 			memset(got, 0, sizeof(got));
 			assert_int_equal(collect(&s, r, got, &label, NULL, NULL), 12);
 			assert_int_equal(label, t + 1);
 			assert_memory_equal(got, w, sizeof(w));
 		}
 	}
-	for (uint32_t r = 0; r < 3; r++) {
+	for (uint32_t r = 0; r < nranks; r++) {
 		free(g[r]);
 	}
 	sim_fini(&s);
+}
+
+/* 3 ranks: the optimizer sums the staged copies itself; 7: they are reduced first (more
+ * than four sources); both exactly the reference step over the ranks in order. */
+static void test_server_optimizer(void **state)
+{
+	(void)state;
+	server_opt_run(3);
+	server_opt_run(7);
 }
 
 /* A lost reply: the retransmitted push of a complete iteration gets the result again,

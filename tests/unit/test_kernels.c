@@ -386,6 +386,48 @@ static void test_nonfinite_propagate(void **state)
 	}
 }
 
+/* Reduce over many sources (source-major blocks above four sources) gives, on every ISA,
+ * exactly the left-to-right sum of the formula, across block boundaries, in place too. */
+static void test_reduce_many_sources(void **state)
+{
+	static const size_t lens[] = { 1, 17, 1023, 1024, 1025, 1100 };
+	const struct pbox_kernels *isas[4];
+	unsigned nisa = pbox_kernels_supported(isas, 4);
+	static float want[MAXN + 16];
+
+	(void)state;
+	for (unsigned i = 0; i < nisa; i++) {
+		for (unsigned nsrc = 1; nsrc <= MAXSRC; nsrc++) {
+			for (unsigned l = 0; l < PBOX_ARRAY_SIZE(lens); l++) {
+				for (int d = 0; d < 2; d++) {
+					const float *src[MAXSRC];
+					float div = d ? 3.0f : 1.0f;
+					size_t n = lens[l];
+
+					fill(&g_in);
+					for (size_t e = 0; e < n; e++) {
+						float sum = g_in.src[0][e + 1];
+
+						for (unsigned k = 1; k < nsrc; k++) {
+							sum = sum + g_in.src[k][e + 1];
+						}
+						want[e] = d ? sum / div : sum;
+					}
+					for (unsigned k = 0; k < nsrc; k++) {
+						src[k] = g_in.src[k] + 1;
+					}
+					isas[i]->reduce(g_in.w + 1, src, nsrc, n, div);
+					assert_memory_equal(g_in.w + 1, want, n * sizeof(float));
+					/* out aliasing src[0] */
+					isas[i]->reduce(g_in.src[0] + 1, src, nsrc, n, div);
+					assert_memory_equal(g_in.src[0] + 1, want,
+							    n * sizeof(float));
+				}
+			}
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -395,6 +437,7 @@ int main(void)
 		cmocka_unit_test(test_lookup),
 		cmocka_unit_test(test_nonfinite_scan),
 		cmocka_unit_test(test_nonfinite_propagate),
+		cmocka_unit_test(test_reduce_many_sources),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);
