@@ -226,7 +226,21 @@ static double kernel_ns(const struct pbox_kernels *k, const struct kbuf *kb, boo
 	return (pbox_mono_s() - t0) * 1e9 / (double)iters;
 }
 
-#define REPS 15
+#define REPS 31
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median of n values (sorts them). */
+static double median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
 
 static size_t no_scan(const float *g, size_t n)
 {
@@ -280,9 +294,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	printf("\nNon-finite check: add kernel alone vs scan + add on in-cache fragments (ns per "
-	       "fragment; best of %d alternating samples)\n\n",
+	       "fragment; best of %d alternating pairs)\n\n",
 	       REPS);
-	printf("| ISA | fragment | add | scan + add | ratio |\n|---|---|---|---|---|\n");
+	printf("| ISA | fragment | add | scan + add | ratio of the bests | median ratio of pairs "
+	       "|\n|---|---|---|---|---|---|\n");
 	for (unsigned i = 0; i < nisa; i++) {
 		for (uint32_t frag = 1024; frag <= 8192; frag *= 8) {
 			struct kbuf kb = { aligned_alloc(64, frag), aligned_alloc(64, frag + 64),
@@ -293,34 +308,48 @@ int main(int argc, char **argv)
 				kb.a[j] = 1.0f;
 				kb.b[j + 1] = 1e-9f;
 			}
+			double ratio[REPS];
+
 			for (int rep = 0; rep < REPS; rep++) {
-				a = PBOX_MIN(a, kernel_ns(isas[i], &kb, false));
-				b = PBOX_MIN(b, kernel_ns(isas[i], &kb, true));
+				double x = kernel_ns(isas[i], &kb, false);
+				double y = kernel_ns(isas[i], &kb, true);
+
+				a = PBOX_MIN(a, x);
+				b = PBOX_MIN(b, y);
+				ratio[rep] = y / x;
 			}
 			free(kb.a);
 			free(kb.b);
-			printf("| %s | %u B | %.1f | %.1f | %.2f |\n", isas[i]->isa, frag, a, b,
-			       b / a);
+			printf("| %s | %u B | %.1f | %.1f | %.2f | %.2f |\n", isas[i]->isa, frag, a,
+			       b, b / a, median(ratio, REPS));
 			fflush(stdout);
 		}
 	}
 
 	stub.nonfinite = no_scan;
 	printf("\nNon-finite check in the engine: 8 workers, sum, %s kernels (ns per fragment; "
-	       "best of %d alternating runs)\n\n",
+	       "best of %d alternating pairs)\n\n",
 	       k->isa, REPS);
-	printf("| fragment | without scan | with scan | ratio |\n|---|---|---|---|\n");
+	printf("| fragment | without scan | with scan | ratio of the bests | median ratio of "
+	       "pairs |\n|---|---|---|---|---|\n");
 	for (uint32_t frag = 1024; frag <= 8192; frag *= 8) {
 		struct bjob b;
 		double without = 1e30, with = 1e30;
 
 		bjob_init(&b, 8, frag, false);
+		double ratio[REPS];
+
 		for (int rep = 0; rep < REPS; rep++) {
-			without = PBOX_MIN(without, bjob_run(&b, &stub, 1u << 18));
-			with = PBOX_MIN(with, bjob_run(&b, k, 1u << 18));
+			double x = bjob_run(&b, &stub, 1u << 17);
+			double y = bjob_run(&b, k, 1u << 17);
+
+			without = PBOX_MIN(without, x);
+			with = PBOX_MIN(with, y);
+			ratio[rep] = y / x;
 		}
 		bjob_fini(&b);
-		printf("| %u B | %.1f | %.1f | %.2f |\n", frag, without, with, with / without);
+		printf("| %u B | %.1f | %.1f | %.2f | %.2f |\n", frag, without, with,
+		       with / without, median(ratio, REPS));
 		fflush(stdout);
 	}
 	return 0;
