@@ -901,9 +901,9 @@ static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cook
 }
 
 /*
- * Count the NaN / Inf values of a PUSH payload (a float split between two pieces is
- * reassembled). Under non_finite = "reject" a fragment with any is refused before it
- * touches a sum: dropped, counted, and answered with PBOX_MSG_ERROR(EDOM) so the worker's
+ * Count the NaN / Inf values of a PUSH (or INIT: rank 0's initial model) payload (a float split
+ * between two pieces is reassembled). Under non_finite = "reject" a fragment with any is refused
+ * before it touches a sum: dropped, counted, and answered with PBOX_MSG_ERROR(EDOM) so the worker's
  * operation fails with the cause (the iteration cannot complete without that rank's
  * finite contribution; nothing is silently lost or poisoned). Returns whether to go on.
  */
@@ -1016,7 +1016,9 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 		on_pull(&x);
 		break;
 	case PBOX_MSG_INIT:
-		on_init(&x);
+		if (finite_ok(&x)) {
+			on_init(&x);
+		}
 		break;
 	default:
 		drop(e, PBOX_DROP_UNEXPECTED);

@@ -40,7 +40,8 @@ enum pbox_reduce_op {
 	PBOX_REDUCE_MEAN = 1, /* sum / nworkers */
 };
 
-/* What a gradient fragment holding NaN or +-Inf does (per job). */
+/* What a gradient fragment (or a fragment of rank 0's initial model) holding NaN or +-Inf
+ * does (per job). */
 enum pbox_non_finite {
 	/* Refused before it touches the sum: dropped, counted (drops[non_finite],
 	 * nonfinite), and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation

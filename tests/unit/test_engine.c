@@ -247,6 +247,19 @@ static void server_opt_run(uint32_t nranks)
 	for (uint32_t i = 0; i < NELEM; i++) {
 		w[i] = gval(9, 9, i);
 	}
+	/* An initial model fragment holding NaN is refused (non_finite = "reject"): counted,
+	 * EDOM to rank 0, and it never reaches the model (checked below against w). */
+	{
+		struct pbox_msg m = { .type = PBOX_MSG_INIT, .chunk = 0, .frag_len = FRAG };
+		float bad[FRAG / 4];
+
+		memcpy(bad, w, sizeof(bad));
+		bad[7] = NAN;
+		sim_send_msg(&s, 0, &m, bad);
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 1);
+		collect(&s, 0, got, &label, NULL, errs);
+		assert_int_equal(errs[1], EDOM);
+	}
 	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
 		for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
 			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
