@@ -901,11 +901,12 @@ static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cook
 }
 
 /*
- * Count the NaN / Inf values of a PUSH (or INIT: rank 0's initial model) payload (a float split
- * between two pieces is reassembled). Under non_finite = "reject" a fragment with any is refused
- * before it touches a sum: dropped, counted, and answered with PBOX_MSG_ERROR(EDOM) so the worker's
- * operation fails with the cause (the iteration cannot complete without that rank's
- * finite contribution; nothing is silently lost or poisoned). Returns whether to go on.
+ * Count the NaN / Inf values of a PUSH payload, or of an INIT one (rank 0's initial
+ * model); a float split between two pieces is reassembled. Under non_finite = "reject" a
+ * fragment with any is refused before it touches a sum or the model: dropped, counted,
+ * and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation fails with the cause
+ * (the iteration cannot complete without that rank's finite contribution; nothing is
+ * silently lost or poisoned). Returns whether to go on.
  */
 static bool finite_ok(struct ctx *x)
 {
