@@ -33,6 +33,9 @@ static const char *const g_drop_names[PBOX_DROP_COUNT] = {
 	[PBOX_DROP_CREDIT] = "credit_exceeded",
 	[PBOX_DROP_BAD_CHECKSUM] = "bad_checksum",
 	[PBOX_DROP_UNEXPECTED] = "unexpected",
+	[PBOX_DROP_BAD_SOURCE] = "bad_source",
+	[PBOX_DROP_NON_FINITE] = "non_finite",
+	[PBOX_DROP_ITER_LIMIT] = "iter_limit",
 };
 
 const char *pbox_drop_reason_name(enum pbox_drop_reason r)

@@ -243,6 +243,18 @@ static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const
 		struct pbox_opt_step st;
 		struct pbox_chunk_state *cs = x->cs;
 		uint32_t in = cs->version & 1, out = in ^ 1;
+		const float *sum[1] = { sl->acc + off };
+
+		if (nsrc > 4) {
+			/* Deterministic mode, many workers: sum the staged copies first with the
+			 * reduce kernel, which reads them source by source (the optimizer
+			 * kernels read every source for every vector: a cache and TLB miss
+			 * each). The same additions in the same order: bit-identical. The
+			 * accumulator is free: deterministic slots sum only in the stage. */
+			x->e->kern->reduce(sl->acc + off, src, nsrc, n, 1.0f);
+			src = sum;
+			nsrc = 1;
+		}
 
 		/* Version v + 1 is written over version v - 1, which replies may still
 		 * reference on a zero-copy transport. */
@@ -641,6 +653,11 @@ static void on_push(struct ctx *x)
 	uint64_t *row;
 	bool fresh;
 
+	if (pbox_unlikely(t >= PBOX_ITER_LIMIT)) {
+		drop(x->e, PBOX_DROP_ITER_LIMIT);
+		send_error(x, w, t, EOVERFLOW);
+		return;
+	}
 	if (!cs->initialized) {
 		drop(x->e, PBOX_DROP_NOT_READY);
 		send_error(x, w, t, EAGAIN);
@@ -706,6 +723,11 @@ static void on_pull(struct ctx *x)
 	uint32_t want = m->iter, w = m->sender;
 	bool probe = (m->flags & PBOX_F_RETRANSMIT) != 0;
 
+	if (pbox_unlikely(want > PBOX_ITER_LIMIT)) {
+		drop(x->e, PBOX_DROP_ITER_LIMIT);
+		send_error(x, w, want, EOVERFLOW);
+		return;
+	}
 	if (want_ready(x, w, want)) {
 		answer(x, w, want, probe);
 		return;
@@ -856,6 +878,78 @@ void pbox_engine_observe_table(struct pbox_engine *e, const struct pbox_jobtab *
 
 /* ---- entry points -------------------------------------------------------------------- */
 
+/*
+ * Whether a datagram that carries rank's valid cookie comes from the rank's address. The
+ * first one under a cookie pins the address (where every reply to the rank goes, on this
+ * core); later ones must come from exactly there (IP, port, and for L2 transports MAC and
+ * port). Anything else, a spoofed source that would turn a small PULL into a chunk-sized
+ * reply at a victim, or a worker that moved, is refused: moving takes a new registration,
+ * which draws a new cookie. Costs one compare of the cached peer per datagram.
+ */
+static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cookie,
+			  const struct pbox_peer *from)
+{
+	struct pbox_peer *p = &cj->peers[rank];
+
+	if (pbox_unlikely(cj->peer_cookie[rank] != cookie)) {
+		*p = *from;
+		p->pad = 0;
+		cj->peer_cookie[rank] = cookie;
+		return true;
+	}
+	return p->ip == from->ip && p->port == from->port && p->ifport == from->ifport &&
+	       memcmp(p->mac, from->mac, sizeof(p->mac)) == 0;
+}
+
+/*
+ * Count the NaN / Inf values of a PUSH payload, or of an INIT one (rank 0's initial
+ * model); a float split between two pieces is reassembled. Under non_finite = "reject" a
+ * fragment with any is refused before it touches a sum or the model: dropped, counted,
+ * and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation fails with the cause
+ * (the iteration cannot complete without that rank's finite contribution; nothing is
+ * silently lost or poisoned). Returns whether to go on.
+ */
+static bool finite_ok(struct ctx *x)
+{
+	uint8_t carry[4];
+	uint32_t ncarry = 0;
+	size_t n = 0;
+
+	for (unsigned s = 0; s < x->npay; s++) {
+		const uint8_t *p = x->pay[s].base;
+		uint32_t len = x->pay[s].len;
+
+		if (ncarry != 0) {
+			uint32_t take = PBOX_MIN(4 - ncarry, len);
+
+			memcpy(carry + ncarry, p, take);
+			ncarry += take;
+			p += take;
+			len -= take;
+			if (ncarry == 4) {
+				n += x->e->kern->nonfinite((const float *)(const void *)carry, 1);
+				ncarry = 0;
+			}
+		}
+		n += x->e->kern->nonfinite((const float *)(const void *)p, len / 4);
+		if (len % 4 != 0) {
+			ncarry = len % 4;
+			memcpy(carry, p + (len - ncarry), ncarry);
+		}
+	}
+	if (pbox_likely(n == 0)) {
+		return true;
+	}
+	PBOX_STAT_ADD(x->e->stats, nonfinite, n);
+	PBOX_STAT_ADD(x->cj, nonfinite, n);
+	if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
+		return true;
+	}
+	drop(x->e, PBOX_DROP_NON_FINITE);
+	send_error(x, x->m->sender, x->m->iter, EDOM);
+	return false;
+}
+
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
  * and whose payload is in pay[0..npay). */
 static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const void *hdr,
@@ -895,10 +989,9 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	if (pbox_unlikely(x.cj->seen_generation != x.job->generation) && x.job->live != NULL) {
 		reconcile(e, x.job, x.cj);
 	}
-	/* Authenticated by its cookie: this is where the rank's replies go now (written only
-	 * when it changed, so the line is not dirtied per datagram). */
-	if (pbox_unlikely(memcmp(&x.cj->peers[m.sender], from, sizeof(*from)) != 0)) {
-		x.cj->peers[m.sender] = *from;
+	if (pbox_unlikely(!source_pinned(x.cj, m.sender, m.cookie, from))) {
+		drop(e, PBOX_DROP_BAD_SOURCE);
+		return;
 	}
 	if (m.flags & PBOX_F_RETRANSMIT) {
 		PBOX_STAT_ADD(e->stats, rx_retransmits, 1);
@@ -917,13 +1010,17 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	}
 	switch (m.type) {
 	case PBOX_MSG_PUSH:
-		on_push(&x);
+		if (finite_ok(&x)) {
+			on_push(&x);
+		}
 		break;
 	case PBOX_MSG_PULL:
 		on_pull(&x);
 		break;
 	case PBOX_MSG_INIT:
-		on_init(&x);
+		if (finite_ok(&x)) {
+			on_init(&x);
+		}
 		break;
 	default:
 		drop(e, PBOX_DROP_UNEXPECTED);

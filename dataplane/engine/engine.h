@@ -14,10 +14,18 @@
  *  - version <= t < version + window: aggregated into slot t % window. A fragment already
  *    received from that rank for t is a duplicate and is ignored (fragment bitmaps).
  *  - t >= version + window: dropped (future_iter).
+ *  - t >= PBOX_ITER_LIMIT (job.h; about 2^32): refused with PBOX_MSG_ERROR(EOVERFLOW),
+ *    as is a pull for a version past it (iter_limit): iteration numbers never wrap.
  *  A chunk's iterations complete in order: iteration t is finalised only when t ==
  *  version, so the optimizer always sees the iterations of a chunk one after another.
  *  When a rank's contribution is complete it gets an ACK unless the reply it asked for
  *  went out at the same moment. Held pulls are answered when their version is reached.
+ *
+ * Addresses: a rank's first valid datagram to a core under its current cookie pins the
+ * address replies go to; datagrams with that cookie from anywhere else are dropped
+ * (bad_source) and never answered, so a valid cookie cannot aim replies at a victim.
+ * Moving takes a new registration (pboxd draws a new cookie). The control connection's
+ * address is not used: the data network may differ from the control network.
  *
  * Threading: one struct pbox_engine per data-plane core, used only by that core. The
  * job table is read under RCU (the caller holds the read side / is between quiescent
@@ -53,6 +61,7 @@ struct pbox_core_stats {
 	uint64_t folded_frags;       /* straggler fragments added to a later iteration */
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
 	uint64_t membership_changes; /* reconciliations after ranks left */
+	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */

@@ -178,6 +178,7 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	cj->nchunks = n;
 	cj->chunks = carve(c, (uint64_t)n * sizeof(*cj->chunks));
 	cj->peers = carve(c, (uint64_t)nw * sizeof(*cj->peers));
+	cj->peer_cookie = carve(c, (uint64_t)nw * sizeof(*cj->peer_cookie));
 	cj->seen_live = carve(c, wwords * 8);
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pbox_chunk_desc *cd = &d->chunks[d->core_chunks[core][i]];

@@ -46,6 +46,17 @@ enum pbox_reduce_op {
 	PBOX_REDUCE_MEAN = 1, /* sum / nworkers */
 };
 
+/* What a gradient fragment (or a fragment of rank 0's initial model) holding NaN or +-Inf
+ * does (per job). */
+enum pbox_non_finite {
+	/* Refused before it touches the sum: dropped, counted (drops[non_finite],
+	 * nonfinite), and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation
+	 * fails with the cause instead of the iteration stalling silently. */
+	PBOX_NON_FINITE_REJECT = 0,
+	/* Aggregated as IEEE arithmetic says (NaN stays NaN through clipping); counted. */
+	PBOX_NON_FINITE_PROPAGATE = 1,
+};
+
 enum pbox_job_run_state {
 	PBOX_JOB_RUNNING = 0,
 	PBOX_JOB_ABORTED = 1, /* requests are answered with PBOX_MSG_ERROR(abort_errno) */
@@ -118,15 +129,30 @@ struct pbox_chunk_state {
 
 #define PBOX_PULL_NONE UINT32_MAX
 
+/*
+ * Iterations of a chunk are numbered by uint32 and never wrap: pushes of iteration
+ * PBOX_ITER_LIMIT or later (and requests for a later version) are refused with
+ * PBOX_MSG_ERROR(EOVERFLOW), so a chunk's version stays <= PBOX_ITER_LIMIT. That keeps
+ * version + window, iteration + 1 and slot indices (iter % window, also for windows that
+ * are not powers of two) free of wraparound, and UINT32_MAX free for the sentinels
+ * (PBOX_PULL_NONE, late_iter). 2^32 - 128 steps: 1.4 years at 100 steps/s.
+ */
+#define PBOX_ITER_LIMIT (UINT32_MAX - 2u * PBOX_MAX_WINDOW)
+
 /* One core's share of a job. Written only by that core. */
 struct pbox_core_job {
 	uint64_t seen_generation; /* membership generation last reconciled by the core */
 	uint64_t *seen_live;      /* live ranks at that generation */
 	uint32_t nchunks;
 	struct pbox_chunk_state *chunks; /* indexed by chunk_desc.local */
-	struct pbox_peer *peers;         /* per rank */
+	/* Per rank: where replies go, pinned by the rank's first valid datagram to this core;
+	 * peer_cookie is the cookie it was pinned under (0: not pinned). A new cookie (the
+	 * rank registered again) lets the next datagram pin a new address. */
+	struct pbox_peer *peers;
+	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
+	uint64_t nonfinite; /* NaN / Inf gradient values received (read by stats, relaxed) */
 } PBOX_CACHE_ALIGNED;
 
 struct pbox_job_state;
@@ -157,8 +183,9 @@ struct pbox_job {
 	uint32_t window;
 	const struct pbox_sync_ops *sync;
 	struct pbox_sync_cfg sync_cfg;
-	uint32_t credits;     /* NOTIFY-ACK: unacknowledged contributions per rank and chunk */
-	bool verify_crc;      /* check the CRC32C version word of flagged fragments */
+	uint32_t credits; /* NOTIFY-ACK: unacknowledged contributions per rank and chunk */
+	bool verify_crc;  /* check the CRC32C version word of flagged fragments */
+	enum pbox_non_finite non_finite;
 	const uint64_t *live; /* bitmap over ranks counted as members */
 	uint32_t nlive;
 	uint64_t generation; /* changes whenever live changes */

@@ -9,7 +9,10 @@ typedef float vf __attribute__((vector_size(64)));
 #define KFN(name)     pbox_kern_##name##_avx512
 #define KERN_ISA_NAME "avx512"
 #define VSQRT(x)      ((vf)_mm512_sqrt_ps((__m512)(x)))
-#define VMINS(x, s)   ((vf)_mm512_min_ps((__m512)(x), _mm512_set1_ps(s)))
-#define VMAXS(x, s)   ((vf)_mm512_max_ps((__m512)(x), _mm512_set1_ps(s)))
+/* s first: minps/maxps return the second operand when either is NaN, so NaN stays NaN */
+#define VMINS(x, s) ((vf)_mm512_min_ps(_mm512_set1_ps(s), (__m512)(x)))
+#define VMAXS(x, s) ((vf)_mm512_max_ps(_mm512_set1_ps(s), (__m512)(x)))
+
+#define VIMAX(a, b) ((vi)_mm512_max_epi32((__m512i)(a), (__m512i)(b)))
 
 #include "kern_impl.h"

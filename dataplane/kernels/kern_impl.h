@@ -5,8 +5,10 @@
  *   VW             floats per vector
  *   vf             a GCC vector type of VW floats
  *   VSQRT(x)       lane-wise IEEE square root
- *   VMINS(x, s)    lane-wise (x < s ? x : s) against scalar s (minps semantics)
- *   VMAXS(x, s)    lane-wise (x > s ? x : s) against scalar s (maxps semantics)
+ *   VMINS(x, s)    lane-wise (s < x ? s : x) against scalar s (minps(s, x) semantics)
+ *   VMAXS(x, s)    lane-wise (s > x ? s : x) against scalar s (maxps(s, x) semantics)
+ *   VIMAX(a, b)    optional: lane-wise signed max of two vi (int32) vectors
+ * (a NaN x is returned as it is, so clipping never turns NaN into a number)
  * and then includes this file, which defines KFN(table), a struct pbox_kernels.
  *
  * Each kernel runs the same element macro on vectors and then on the scalar tail, so the
@@ -36,8 +38,8 @@ static inline void KFN(vst)(float *p, vf v)
 #define SLD(p)      (*(p))
 #define SST(p, x)   (*(p) = (x))
 #define SSQRT(x)    sqrtf(x)
-#define SMINS(x, s) ((x) < (s) ? (x) : (s))
-#define SMAXS(x, s) ((x) > (s) ? (x) : (s))
+#define SMINS(x, s) ((s) < (x) ? (s) : (x))
+#define SMAXS(x, s) ((s) > (x) ? (s) : (x))
 
 /* g = sum of the sources at element i, left to right. */
 #define K_SUM(LD, g, i)                                  \
@@ -88,6 +90,73 @@ static void KFN(add)(float *acc, const float *g, size_t n)
 	}
 }
 
+#if VW > 1
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+#endif
+
+#define K_EXP 0x7f800000 /* exponent bits: all ones for NaN and +-Inf */
+
+/* Elements of g that are NaN or +-Inf, counted in integer lanes: no floating-point
+ * compare, so no FP exceptions and no dependence on the FP mode. */
+static size_t KFN(nonfinite_count)(const float *g, size_t n)
+{
+	size_t i = 0, cnt = 0;
+#if VW > 1
+	vi acc = { 0 };
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		acc -= (v & K_EXP) == K_EXP; /* true lanes are -1 */
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		cnt += (uint32_t)acc[k];
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t b;
+
+		memcpy(&b, g + i, sizeof(b));
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+}
+
+/* The same, with a cheaper first pass where the ISA has a lane-wise signed max (VIMAX):
+ * the largest exponent field of the fragment (two operations per vector) is all ones
+ * only if some element is non-finite; then, rarely, the exact count. */
+static size_t KFN(nonfinite)(const float *g, size_t n)
+{
+#ifdef VIMAX
+	size_t i = 0, cnt = 0;
+	vi mx = { 0 };
+	int hit = 0;
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		mx = VIMAX(mx, v & K_EXP);
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		hit |= mx[k] == K_EXP;
+	}
+	if (hit) {
+		return KFN(nonfinite_count)(g, n);
+	}
+	for (; i < n; i++) {
+		uint32_t b;
+
+		memcpy(&b, g + i, sizeof(b));
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+#else
+	return KFN(nonfinite_count)(g, n);
+#endif
+}
+
 #define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
 	do {                                      \
 		T s_;                             \
@@ -98,9 +167,45 @@ static void KFN(add)(float *acc, const float *g, size_t n)
 		ST(out + (i), s_);                \
 	} while (0)
 
+/* Sources above which reduce goes source-major (see below). */
+#define K_REDUCE_WIDE 4
+/* Elements per block of the source-major reduce: 4 KB, resident in L1. */
+#define K_REDUCE_BLOCK 1024
+
 static void KFN(reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div)
 {
-	K_LOOP(REDUCE_ELEM);
+	float blk[K_REDUCE_BLOCK];
+
+	if (nsrc <= K_REDUCE_WIDE) {
+		K_LOOP(REDUCE_ELEM);
+		return;
+	}
+	/*
+	 * Many sources (deterministic mode: one per worker, up to 1,024): element-major order
+	 * would touch every source's page for every vector (a TLB and cache miss each, for
+	 * sources that are far apart). Source-major over L1-sized blocks reads each source
+	 * sequentially instead. Each element still gets ((src[0] + src[1]) + src[2]) + ...
+	 * and then / div: the same IEEE operations in the same order, bit-identical.
+	 */
+	for (size_t b = 0; b < n; b += K_REDUCE_BLOCK) {
+		size_t m = n - b < K_REDUCE_BLOCK ? n - b : K_REDUCE_BLOCK;
+
+		memcpy(blk, src[0] + b, m * sizeof(float));
+		for (unsigned k = 1; k < nsrc; k++) {
+			KFN(add)(blk, src[k] + b, m);
+		}
+		if (div != 1.0f) {
+			size_t i = 0;
+
+			for (; i + VW <= m; i += VW) {
+				VST(blk + i, VLD(blk + i) / div);
+			}
+			for (; i < m; i++) {
+				blk[i] = blk[i] / div;
+			}
+		}
+		memcpy(out + b, blk, m * sizeof(float)); /* out may alias src[0]: read above */
+	}
 }
 
 #define SGD_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
@@ -232,6 +337,7 @@ static void KFN(adamw)(float *w, const float *w_in, float *m, float *v, const fl
 const struct pbox_kernels KFN(table) = {
 	.isa = KERN_ISA_NAME,
 	.add = KFN(add),
+	.nonfinite = KFN(nonfinite),
 	.reduce = KFN(reduce),
 	.sgd = KFN(sgd),
 	.momentum = KFN(momentum),

@@ -11,7 +11,7 @@ typedef float vf;
 #define KFN(name)     pbox_kern_##name##_scalar
 #define KERN_ISA_NAME "scalar"
 #define VSQRT(x)      sqrtf(x)
-#define VMINS(x, s)   ((x) < (s) ? (x) : (s))
-#define VMAXS(x, s)   ((x) > (s) ? (x) : (s))
+#define VMINS(x, s)   ((s) < (x) ? (s) : (x)) /* NaN x stays NaN */
+#define VMAXS(x, s)   ((s) > (x) ? (s) : (x))
 
 #include "kern_impl.h"

@@ -12,6 +12,7 @@
  *
  * Optimizer definitions (g is the summed gradient):
  *   all:      g = g * rescale; if clip > 0: g = min(max(g, -clip), clip)
+ *             (a NaN g stays NaN: clipping never turns it into -clip)
  *   sgd:      w = w - lr * (g + wd * w)                                  (MXNet sgd)
  *   momentum: m = momentum * m - lr * (g + wd * w); w = w + m            (MXNet sgd_mom)
  *   nag:      m = m * momentum; g = g + wd * w; m = m + g;
@@ -59,6 +60,9 @@ struct pbox_kernels {
 	const char *isa; /* "avx512", "avx2", "sse2", "scalar" */
 	/* acc[i] += g[i] */
 	void (*add)(float *acc, const float *g, size_t n);
+	/* Number of elements of g that are NaN or +-Inf; n < 2^31. Integer lanes, exact on
+	 * every ISA. The engine runs it on each gradient fragment before it is added. */
+	size_t (*nonfinite)(const float *g, size_t n);
 	/* out[i] = (src[0][i] + ... + src[nsrc-1][i]) / div; the division is skipped when
 	 * div == 1 (x / 1 == x exactly). out may alias src[0]. */
 	void (*reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div);

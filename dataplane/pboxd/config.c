@@ -531,27 +531,19 @@ static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_jo
 static int load_job(struct cctx *c, const config_setting_t *g, const struct pboxd_config *cfg,
 		    struct pboxd_job_cfg *j)
 {
-	static const char *const job_keys[] = { "id",
-						"token",
-						"workers",
-						"mode",
-						"reduce",
-						"optimizer",
-						"keys",
-						"window",
-						"deterministic",
-						"sync",
-						"flow",
-						"on_worker_loss",
-						"memory_budget",
-						NULL };
+	static const char *const job_keys[] = {
+		"id",        "token",          "workers",       "mode",          "reduce",
+		"optimizer", "keys",           "window",        "deterministic", "sync",
+		"flow",      "on_worker_loss", "memory_budget", "non_finite",    NULL
+	};
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
 	static const char *const modes[] = { "aggregate", "server-optimizer", NULL };
 	static const char *const reduces[] = { "sum", "mean", NULL };
+	static const char *const non_finites[] = { "reject", "propagate", NULL };
 	const config_setting_t *s, *where;
 	char buf[64];
-	int rc, mode, reduce;
+	int rc, mode, reduce, non_finite = PBOX_NON_FINITE_REJECT;
 
 	if (!config_setting_is_group(g)) {
 		return bad(c, g, "each job must be a group { id = ...; token = ...; ... }");
@@ -594,6 +586,12 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	}
 	j->mode = (enum pbox_job_mode)mode;
 	j->reduce = (enum pbox_reduce_op)reduce;
+	_Static_assert(PBOX_NON_FINITE_REJECT == 0 && PBOX_NON_FINITE_PROPAGATE == 1,
+		       "non_finites[] order");
+	if ((rc = get_choice(c, g, "non_finite", "non_finite", non_finites, &non_finite)) != 0) {
+		return rc;
+	}
+	j->non_finite = (enum pbox_non_finite)non_finite;
 	s = config_setting_get_member(g, "optimizer");
 	if (s != NULL) {
 		if (!config_setting_is_group(s)) {

@@ -71,6 +71,7 @@
  *              on_worker_loss = "continue";  # or "abort" (default for bsp)
  *              memory_budget = "4G";    # this job's chunk state at most (default: only
  *                                       # the appliance's budget applies)
+ *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -109,6 +110,7 @@ struct pboxd_job_cfg {
 	bool abort_on_loss;     /* a worker lost without a goodbye aborts the session */
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
 	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
+	enum pbox_non_finite non_finite;
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

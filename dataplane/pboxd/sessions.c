@@ -274,6 +274,7 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->credits = c->credits;
 	pj->verify_crc = c->verify_crc;
 	pj->checkpoint = c->checkpoint;
+	pj->non_finite = c->non_finite;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
@@ -923,10 +924,12 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 			 * the pulls waiting. Read while the cores write them: each value is a
 			 * single word, only roughly simultaneous with the others. */
 			uint32_t vmin = UINT32_MAX, vmax = 0, held = 0;
+			uint64_t nonfinite = 0;
 
 			for (uint32_t k = 0; k < j->state->ncores; k++) {
 				const struct pbox_core_job *cj = &j->state->core[k];
 
+				nonfinite += pbox_stat_read(&cj->nonfinite);
 				for (uint32_t c = 0; c < cj->nchunks; c++) {
 					uint32_t v = __atomic_load_n(&cj->chunks[c].version,
 								     __ATOMIC_RELAXED);
@@ -941,6 +944,7 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 					    json_integer(vmin == UINT32_MAX ? 0 : vmin));
 			json_object_set_new(o, "version_max", json_integer(vmax));
 			json_object_set_new(o, "pulls_waiting", json_integer(held));
+			json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
 		}
 		json_object_set_new(o, "live", json_integer(j->st == SESS_IDLE ? 0 : j->nlive));
 		json_object_set_new(o, "removed", json_integer((json_int_t)j->removed));

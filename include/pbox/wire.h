@@ -188,6 +188,9 @@ enum pbox_drop_reason {
 	PBOX_DROP_CREDIT,       /* a contribution beyond the rank's NOTIFY-ACK credits */
 	PBOX_DROP_BAD_CHECKSUM, /* payload does not match its CRC32C version word */
 	PBOX_DROP_UNEXPECTED,   /* well-formed but not expected now (e.g. stray reply) */
+	PBOX_DROP_BAD_SOURCE,   /* valid cookie, but not from the rank's pinned address */
+	PBOX_DROP_NON_FINITE,   /* gradient with NaN/Inf refused (non_finite = "reject") */
+	PBOX_DROP_ITER_LIMIT,   /* iteration past the last one a chunk can run (~2^32) */
 	PBOX_DROP_COUNT,
 };
 

@@ -2,6 +2,7 @@
 /* The simulated appliance of the unit tests (see sim.h). */
 #include "sim.h"
 
+#include "common/bitmap.h"
 #include "common/compiler.h"
 
 #include <arpa/inet.h>
@@ -122,7 +123,7 @@ static void on_done(struct pbox_op *op, void *arg)
 {
 	struct sim *s = arg;
 
-	if (s->ncompleted < 1024) {
+	if (s->ncompleted < PBOX_ARRAY_SIZE(s->completed)) {
 		s->completed[s->ncompleted++] = op;
 	}
 }
@@ -160,9 +161,16 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	}
 	s->job.credits = c->credits ? c->credits : 1;
 	s->job.verify_crc = c->verify_crc;
+	s->job.non_finite = c->non_finite;
 	s->job.window = PBOX_MAX(c->window, s->job.sync->min_window(&s->job.sync_cfg));
 	s->job.window = PBOX_MAX(s->job.window, s->job.credits + 1);
-	s->live[0] = (c->nranks >= 64 ? ~0ull : (1ull << c->nranks) - 1);
+	if (c->nranks == 0 || c->nranks > SIM_MAX_RANKS) {
+		fprintf(stderr, "sim: %u ranks (1..%u)\n", c->nranks, SIM_MAX_RANKS);
+		return -1;
+	}
+	for (uint32_t r = 0; r < c->nranks; r++) {
+		pbox_bit_set(s->live, r);
+	}
 	s->job.live = s->live;
 	s->job.nlive = c->nranks;
 	s->job.generation = 1;
@@ -281,7 +289,7 @@ void sim_advance(struct sim *s, uint64_t ns)
 
 void sim_remove_rank(struct sim *s, uint32_t rank)
 {
-	s->live[0] &= ~(1ull << rank);
+	pbox_bit_clear(s->live, rank);
 	s->job.nlive--;
 	s->job.generation++;
 	for (uint32_t k = 0; k < s->ncores; k++) {
@@ -303,10 +311,26 @@ void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len)
 	}
 }
 
+struct pbox_peer sim_rank_addr(uint32_t rank)
+{
+	struct pbox_peer p = { 0 };
+
+	p.ip = htonl(0x7f000001);
+	p.port = htons((uint16_t)(20000 + rank));
+	return p;
+}
+
 void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload)
 {
+	struct pbox_peer p = sim_rank_addr(rank);
+
+	sim_send_msg_from(s, rank, m, payload, &p);
+}
+
+void sim_send_msg_from(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload,
+		       const struct pbox_peer *from)
+{
 	uint8_t buf[PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD];
-	struct pbox_peer p = { 0 };
 	uint32_t core = s->desc.chunks[m->chunk].core;
 
 	m->job = 42;
@@ -320,10 +344,30 @@ void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *
 	if (m->frag_len) {
 		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, m->frag_len);
 	}
-	p.ip = htonl(0x7f000001);
-	p.port = htons((uint16_t)(20000 + rank));
-	pbox_engine_rx(&s->eng[core], s->tab, buf, PBOX_WIRE_HDR_LEN + m->frag_len, &p);
+	pbox_engine_rx(&s->eng[core], s->tab, buf, PBOX_WIRE_HDR_LEN + m->frag_len, from);
 	pbox_engine_flush(&s->eng[core]);
+}
+
+uint32_t sim_take_all(struct sim *s,
+		      void (*fn)(uint32_t rank, const struct pbox_msg *m, const uint8_t *payload,
+				 void *arg),
+		      void *arg)
+{
+	uint32_t n = 0;
+
+	sim_pump(s, 0);
+	for (uint32_t i = 0; i < s->nout; i++) {
+		struct pbox_msg m;
+
+		if (pbox_wire_decode(s->outbox[i].data, s->outbox[i].len, &m) == PBOX_DROP_NONE) {
+			m.payload = NULL;
+			fn(s->outbox[i].to, &m, s->outbox[i].data + PBOX_WIRE_HDR_LEN, arg);
+			n++;
+		}
+		free(s->outbox[i].data);
+	}
+	s->nout = 0;
+	return n;
 }
 
 bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload)

@@ -17,7 +17,7 @@
 #include "libpbox/node.h"
 
 #define SIM_MAX_CORES 4
-#define SIM_MAX_RANKS 8
+#define SIM_MAX_RANKS PBOX_MAX_WORKERS /* every worker count pboxd admits */
 #define SIM_MAX_QUEUE 65536
 
 enum sim_dir {
@@ -51,7 +51,7 @@ struct sim {
 	struct pbox_jobdesc desc;
 	struct pbox_job job;
 	uint64_t cookies[SIM_MAX_RANKS];
-	uint64_t live[1];
+	uint64_t live[PBOX_MAX_WORKERS / 64];
 	struct pbox_jobtab *tab;
 	struct pbox_engine eng[SIM_MAX_CORES];
 	struct pbox_core_stats stats[SIM_MAX_CORES];
@@ -72,7 +72,7 @@ struct sim {
 	void *filter_arg;
 	/* completions seen by the nodes' callbacks */
 	uint32_t ncompleted;
-	struct pbox_op *completed[1024];
+	struct pbox_op *completed[4 * SIM_MAX_RANKS];
 };
 
 struct sim_job_cfg {
@@ -91,8 +91,9 @@ struct sim_job_cfg {
 	struct pbox_sync_cfg sync; /* zero: BSP */
 	uint32_t credits;          /* 0: 1 */
 	bool verify_crc;
-	bool plain;            /* nodes: plain flow */
-	uint32_t window_bytes; /* nodes: 0 = default */
+	enum pbox_non_finite non_finite; /* zero: reject */
+	bool plain;                      /* nodes: plain flow */
+	uint32_t window_bytes;           /* nodes: 0 = default */
 	uint32_t timeout_ms, rto_ms;
 	bool no_nodes; /* tests that speak to the engine directly */
 };
@@ -114,9 +115,25 @@ void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len);
 /* Build and inject one message to the chunk's owner core with the rank's cookie. */
 void sim_send_msg(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload);
 
+/* The same from an arbitrary source address (spoofing tests). */
+void sim_send_msg_from(struct sim *s, uint32_t rank, struct pbox_msg *m, const void *payload,
+		       const struct pbox_peer *from);
+
+/* The address rank sends from; replies to port 20000 + r are delivered to rank r (to
+ * nobody, counted as a tx error, when r is not a rank). */
+struct pbox_peer sim_rank_addr(uint32_t rank);
+
 /* Datagrams queued towards a worker but not delivered (for direct engine tests): pops
  * the oldest one addressed to rank; returns false if none. */
 bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *payload);
+
+/* Pops every queued reply (as sim_take_reply, oldest first, any rank) and hands it to fn
+ * with its rank; payload is valid during the call. Returns the number handled. Linear in
+ * the replies, for tests with many ranks. */
+uint32_t sim_take_all(struct sim *s,
+		      void (*fn)(uint32_t rank, const struct pbox_msg *m, const uint8_t *payload,
+				 void *arg),
+		      void *arg);
 
 /* Take rank out of the counts (as pboxd does when a worker leaves) and let every core
  * reconcile, as it does when it sees the new table. */

@@ -204,10 +204,10 @@ static void test_aggregate_shuffled_dups(void **state)
 }
 
 /* Server optimizer: init, held pulls, one NAG step per iteration, exact vs a reference. */
-static void test_server_optimizer(void **state)
+static void server_opt_run(uint32_t nranks)
 {
 	struct sim_job_cfg cfg = {
-		.nranks = 3,
+		.nranks = nranks,
 		.keys = g_keys,
 		.nkeys = 1,
 		.chunk_bytes = 8192,
@@ -218,16 +218,15 @@ static void test_server_optimizer(void **state)
 		.no_nodes = true,
 	};
 	struct sim s;
-	float *g[3], w[NELEM], mom[NELEM] = { 0 }, got[NELEM];
+	float *g[8], w[NELEM], mom[NELEM] = { 0 }, got[NELEM];
 	uint32_t errs[2] = { 0 }, label, acks = 0;
 
-	(void)state;
 	pbox_opt_params_default(&cfg.opt);
 	cfg.opt.lr = 0.05f;
-	cfg.opt.rescale = 1.0f / 3;
+	cfg.opt.rescale = 1.0f / (float)nranks;
 	cfg.opt.wd = 1e-4f;
 	assert_int_equal(sim_init(&s, &cfg), 0);
-	for (uint32_t r = 0; r < 3; r++) {
+	for (uint32_t r = 0; r < nranks; r++) {
 		g[r] = malloc(NELEM * sizeof(float));
 		fill_grad(g[r], r, 0);
 	}
@@ -247,6 +246,19 @@ static void test_server_optimizer(void **state)
 	assert_int_equal(SIM_STAT(&s, pulls_held), s.desc.nchunks);
 	for (uint32_t i = 0; i < NELEM; i++) {
 		w[i] = gval(9, 9, i);
+	}
+	/* An initial model fragment holding NaN is refused (non_finite = "reject"): counted,
+	 * EDOM to rank 0, and it never reaches the model (checked below against w). */
+	{
+		struct pbox_msg m = { .type = PBOX_MSG_INIT, .chunk = 0, .frag_len = FRAG };
+		float bad[FRAG / 4];
+
+		memcpy(bad, w, sizeof(bad));
+		bad[7] = NAN;
+		sim_send_msg(&s, 0, &m, bad);
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 1);
+		collect(&s, 0, got, &label, NULL, errs);
+		assert_int_equal(errs[1], EDOM);
 	}
 	for (uint32_t c = 0; c < s.desc.nchunks; c++) {
 		for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
@@ -268,27 +280,36 @@ static void test_server_optimizer(void **state)
 	assert_memory_equal(got, w, sizeof(w));
 	assert_int_equal(label, 0);
 	for (uint32_t t = 0; t < 3; t++) {
-		const float *src[3];
+		const float *src[8];
 
-		for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t r = 0; r < nranks; r++) {
 			fill_grad(g[r], r, t);
 			src[r] = g[r];
 		}
 		push_all(&s, t, g, true, false);
 		pbox_optimizer_step(pbox_optimizer_find("nag"), pbox_kernels_get(), w, mom, NULL,
-				    src, 3, NELEM, &cfg.opt, t + 1);
+				    src, nranks, NELEM, &cfg.opt, t + 1);
 		assert_int_equal(SIM_STAT(&s, iterations), (t + 1) * s.desc.nchunks);
-		for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t r = 0; r < nranks; r++) {
 			memset(got, 0, sizeof(got));
 			assert_int_equal(collect(&s, r, got, &label, NULL, NULL), 12);
 			assert_int_equal(label, t + 1);
 			assert_memory_equal(got, w, sizeof(w));
 		}
 	}
-	for (uint32_t r = 0; r < 3; r++) {
+	for (uint32_t r = 0; r < nranks; r++) {
 		free(g[r]);
 	}
 	sim_fini(&s);
+}
+
+/* 3 ranks: the optimizer sums the staged copies itself; 7: they are reduced first (more
+ * than four sources); both exactly the reference step over the ranks in order. */
+static void test_server_optimizer(void **state)
+{
+	(void)state;
+	server_opt_run(3);
+	server_opt_run(7);
 }
 
 /* A lost reply: the retransmitted push of a complete iteration gets the result again,
@@ -493,6 +514,178 @@ static void test_abort_misdirected(void **state)
 	sim_fini(&s);
 }
 
+/* Pull chunk c, iteration t, as rank from address `from`. */
+static void pull_from(struct sim *s, uint32_t rank, uint32_t c, uint32_t t,
+		      const struct pbox_peer *from)
+{
+	struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = c, .iter = t };
+
+	sim_send_msg_from(s, rank, &m, NULL, from);
+}
+
+/* Reflection: a datagram with a valid cookie from another address neither re-targets the
+ * rank's replies nor gets an answer there; it is dropped and counted. A new cookie (the
+ * rank registered again) lets it move. */
+static void test_source_pinned(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct pbox_peer a0 = sim_rank_addr(0), a1 = sim_rank_addr(1), victim = sim_rank_addr(7);
+	float *g[2], got[NELEM];
+	uint32_t label, nf0;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	nf0 = s.desc.chunks[0].nfrags;
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	/* Iteration 0 from the ranks' own addresses pins them. */
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 12);
+	/* Rank 0's cookie from rank 1's address, and from a victim's: no reply anywhere. */
+	pull_from(&s, 0, 0, 0, &a1);
+	pull_from(&s, 0, 0, 0, &victim);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 2);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 0);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 0);
+	assert_int_equal(SIM_STAT(&s, tx_errors), 0);
+	/* Replies still go to the pinned address. */
+	pull_from(&s, 0, 0, 0, &a0);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), nf0);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 0);
+	/* The same port on another host is another address. */
+	a0.ip ^= 1;
+	pull_from(&s, 0, 0, 0, &a0);
+	a0.ip ^= 1;
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 3);
+	/* Registered again (new cookie): the next datagram pins the new address. */
+	s.cookies[0] ^= 0x55;
+	pull_from(&s, 0, 0, 0, &a1);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), nf0);
+	pull_from(&s, 0, 0, 0, &a0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 4);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		free(g[r]);
+	}
+	sim_fini(&s);
+}
+
+/* Rank r's fragment f of chunk c, iteration t, in two pieces cut at payload byte `cut`. */
+static void push_frag_split(struct sim *s, uint32_t r, uint32_t t, uint32_t c, uint32_t f,
+			    const float *g, uint32_t cut)
+{
+	const struct pbox_chunk_desc *cd = &s->desc.chunks[c];
+	uint8_t pkt[PBOX_WIRE_HDR_LEN + FRAG];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.encoding = PBOX_ENC_F32,
+		.flags = PBOX_F_WANT_REPLY,
+		.job = 42,
+		.sender = r,
+		.cookie = s->cookies[r],
+		.chunk = c,
+		.iter = t,
+		.frag_off = f * FRAG,
+		.frag_len = pbox_frag_len(&s->desc, cd->bytes, f),
+		.chunk_len = cd->bytes,
+	};
+	struct pbox_peer from = sim_rank_addr(r);
+	struct pbox_iov seg[2];
+
+	pbox_wire_encode(&m, (struct pbox_wire_hdr *)pkt);
+	memcpy(pkt + PBOX_WIRE_HDR_LEN, (const uint8_t *)(g + cd->elem_off) + f * FRAG, m.frag_len);
+	seg[0] = (struct pbox_iov){ pkt, PBOX_WIRE_HDR_LEN + cut };
+	seg[1] = (struct pbox_iov){ pkt + PBOX_WIRE_HDR_LEN + cut, m.frag_len - cut };
+	pbox_engine_rx_iov(&s->eng[cd->core], s->tab, seg, 2, &from);
+	pbox_engine_flush(&s->eng[cd->core]);
+}
+
+/* non_finite = "reject" (the default): a fragment with NaN or Inf is refused before it
+ * touches the sum, counted, and its sender told EDOM; the iteration completes with the
+ * corrected fragment and the result is finite. "propagate": the IEEE result, counted. */
+static void test_non_finite(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	uint32_t bad = 1 * FRAG / 4 + 5; /* chunk 0, fragment 1, element 5 */
+	float *g[2], got[NELEM];
+	uint32_t label, errs[2] = { 0 };
+	struct sim s;
+
+	(void)state;
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	g[0][bad] = NAN;
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 1);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 1);
+	assert_int_equal(s.job.state->core[0].nonfinite, 1);
+	/* Chunk 1 is done; chunk 0 waits for rank 0's fragment 1. */
+	assert_int_equal(SIM_STAT(&s, iterations), 1);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, errs), 4);
+	assert_int_equal(errs[0], 1);
+	assert_int_equal(errs[1], EDOM);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 4);
+	/* An infinity split across two pieces is found too. */
+	g[0][bad] = -INFINITY;
+	push_frag_split(&s, 0, 0, 0, 1, g[0], 5 * 4 + 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	/* Resent finite: the iteration completes, the result is the finite sum. */
+	g[0][bad] = 1.0f;
+	push_frag(&s, 0, 0, 0, 1, g[0], PBOX_F_WANT_REPLY);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 8);
+	assert_true(got[bad] == 1.0f + g[1][bad]);
+	for (uint32_t i = 0; i < 8192 / 4; i++) {
+		assert_true(isfinite(got[i]));
+	}
+	sim_fini(&s);
+
+	cfg.non_finite = PBOX_NON_FINITE_PROPAGATE;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	g[0][bad] = NAN;
+	g[1][bad + 1] = INFINITY;
+	push_all(&s, 0, g, false, false);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 12);
+	assert_true(isnan(got[bad]));
+	assert_true(isinf(got[bad + 1]) && got[bad + 1] > 0);
+	assert_true(got[bad + 2] == g[0][bad + 2] + g[1][bad + 2]);
+	sim_fini(&s);
+	for (uint32_t r = 0; r < 2; r++) {
+		free(g[r]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -503,6 +696,8 @@ int main(void)
 		cmocka_unit_test(test_resend_and_window),
 		cmocka_unit_test(test_iov_pieces),
 		cmocka_unit_test(test_abort_misdirected),
+		cmocka_unit_test(test_source_pinned),
+		cmocka_unit_test(test_non_finite),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

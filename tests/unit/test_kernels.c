@@ -5,6 +5,7 @@
  * and the scalar reference against the optimizer formulas written out by hand.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -232,6 +233,201 @@ static void test_lookup(void **state)
 	assert_non_null(pbox_kernels_get());
 }
 
+static float from_bits(uint32_t b)
+{
+	float f;
+
+	memcpy(&f, &b, sizeof(f));
+	return f;
+}
+
+/* NaN (quiet, signalling, negative, with payload) and both infinities. */
+static const uint32_t g_nonfinite[] = { 0x7fc00000u, 0xffc00000u, 0x7f800001u,
+					0x7fc0beefu, 0x7f800000u, 0xff800000u };
+
+/* Values that look extreme but are finite: never counted. */
+static const uint32_t g_finite_edge[] = { 0x7f7fffffu /* FLT_MAX */, 0xff7fffffu, 0x00000001u,
+					  0x80000000u /* -0 */,      0x00800000u, 0x7effffffu };
+
+/* The scan finds a non-finite value at every position of every length, on every ISA, and
+ * nothing else. */
+static void test_nonfinite_scan(void **state)
+{
+	const struct pbox_kernels *isas[4];
+	unsigned nisa = pbox_kernels_supported(isas, 4);
+	static float buf[MAXN + 16];
+	unsigned checks = 0;
+
+	(void)state;
+	for (unsigned i = 0; i < nisa; i++) {
+		const struct pbox_kernels *k = isas[i];
+
+		for (size_t n = 0; n <= 70; n++) {
+			for (size_t off = 0; off < 4; off++) {
+				float *g = buf + off;
+
+				for (size_t j = 0; j < MAXN + 16; j++) {
+					buf[j] = frand();
+				}
+				for (size_t j = 0; j < n; j++) {
+					if (j % 5 == 0) {
+						g[j] = from_bits(g_finite_edge[j / 5 % 6]);
+					}
+				}
+				/* Outside [0, n) does not count. */
+				if (off > 0) {
+					g[-1] = from_bits(g_nonfinite[0]);
+				}
+				g[n] = from_bits(g_nonfinite[4]);
+				assert_int_equal(k->nonfinite(g, n), 0);
+				for (size_t p = 0; p < n; p++) {
+					for (unsigned v = 0; v < PBOX_ARRAY_SIZE(g_nonfinite);
+					     v++) {
+						size_t q = (p + n / 2) % n;
+						float keep = g[p], keep_q = g[q];
+
+						g[p] = from_bits(g_nonfinite[v]);
+						if (k->nonfinite(g, n) != 1) {
+							fail_msg("%s: value %08x at %zu of %zu "
+								 "(off %zu) "
+								 "not found",
+								 k->isa, g_nonfinite[v], p, n, off);
+						}
+						g[q] = from_bits(g_nonfinite[5]);
+						assert_int_equal(k->nonfinite(g, n),
+								 p == q ? 1 : 2);
+						g[q] = keep_q;
+						g[p] = keep;
+						checks += 2;
+					}
+				}
+			}
+		}
+		/* A long fragment full of them. */
+		for (size_t j = 0; j < MAXN; j++) {
+			buf[j] = j % 3 == 0 ? from_bits(g_nonfinite[j % 6]) : frand();
+		}
+		assert_int_equal(k->nonfinite(buf, MAXN), (MAXN + 2) / 3);
+	}
+	print_message("%u scans over %u ISAs\n", checks, nisa);
+}
+
+/* Non-finite gradients propagate as IEEE says through every kernel on every ISA; with
+ * clipping on, a NaN stays NaN (it used to become -clip) and an infinity is clipped. */
+static void test_nonfinite_propagate(void **state)
+{
+	static const char *const what[] = { "add",      "reduce", "mean", "sgd",
+					    "momentum", "nag",    "adam", "adamw" };
+	const struct pbox_kernels *isas[4];
+	unsigned nisa = pbox_kernels_supported(isas, 4);
+	struct pbox_opt_params p;
+
+	(void)state;
+	pbox_opt_params_default(&p);
+	p.lr = 0.05f;
+	p.rescale = 0.5f;
+	for (int clip = 0; clip < 2; clip++) {
+		p.clip = clip ? 0.25f : 0.0f;
+		for (unsigned w = 0; w < PBOX_ARRAY_SIZE(what); w++) {
+			for (size_t n = 1; n <= 40; n += 1 + n / 4) {
+				for (size_t pos = 0; pos < n; pos++) {
+					for (unsigned v = 0; v < PBOX_ARRAY_SIZE(g_nonfinite);
+					     v++) {
+						uint32_t bits = g_nonfinite[v];
+						bool nan = (bits & 0x007fffffu) != 0;
+						unsigned src =
+							w == 0 ? 0 : pos % 3; /* add reads src[0]
+										 only */
+
+						fill(&g_in);
+						g_in.src[src][1 + pos] = from_bits(bits);
+						run(g_scalar, what[w], &g_ref, 1, n, 3, &p, 2);
+						if (nan || clip == 0 || w < 3) {
+							/* w[pos] is NaN or infinite */
+							assert_false(isfinite(g_ref.w[1 + pos]));
+						} else {
+							/* an infinity clipped to +-clip */
+							if (!isfinite(g_ref.w[1 + pos])) {
+								fail_msg("%s clip %08x at %zu: %g",
+									 what[w], bits, pos,
+									 (double)g_ref.w[1 + pos]);
+							}
+						}
+						if (nan) {
+							assert_true(isnan(g_ref.w[1 + pos]));
+						}
+						for (unsigned i = 0; i < nisa; i++) {
+							run(isas[i], what[w], &g_got, 1, n, 3, &p,
+							    2);
+							for (size_t j = 0; j < MAXN + 16; j++) {
+								float a = g_ref.w[j],
+								      b = g_got.w[j];
+
+								if (isnan(a) ? !isnan(b)
+									     : memcmp(&a, &b, 4) !=
+										       0) {
+									fail_msg("%s: %s clip=%d "
+										 "n=%zu "
+										 "%08x at %zu: "
+										 "w[%zu] "
+										 "%g vs scalar %g",
+										 isas[i]->isa,
+										 what[w], clip, n,
+										 bits, pos, j,
+										 (double)b,
+										 (double)a);
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+/* Reduce over many sources (source-major blocks above four sources) gives, on every ISA,
+ * exactly the left-to-right sum of the formula, across block boundaries, in place too. */
+static void test_reduce_many_sources(void **state)
+{
+	static const size_t lens[] = { 1, 17, 1023, 1024, 1025, 1100 };
+	const struct pbox_kernels *isas[4];
+	unsigned nisa = pbox_kernels_supported(isas, 4);
+	static float want[MAXN + 16];
+
+	(void)state;
+	for (unsigned i = 0; i < nisa; i++) {
+		for (unsigned nsrc = 1; nsrc <= MAXSRC; nsrc++) {
+			for (unsigned l = 0; l < PBOX_ARRAY_SIZE(lens); l++) {
+				for (int d = 0; d < 2; d++) {
+					const float *src[MAXSRC];
+					float div = d ? 3.0f : 1.0f;
+					size_t n = lens[l];
+
+					fill(&g_in);
+					for (size_t e = 0; e < n; e++) {
+						float sum = g_in.src[0][e + 1];
+
+						for (unsigned k = 1; k < nsrc; k++) {
+							sum = sum + g_in.src[k][e + 1];
+						}
+						want[e] = d ? sum / div : sum;
+					}
+					for (unsigned k = 0; k < nsrc; k++) {
+						src[k] = g_in.src[k] + 1;
+					}
+					isas[i]->reduce(g_in.w + 1, src, nsrc, n, div);
+					assert_memory_equal(g_in.w + 1, want, n * sizeof(float));
+					/* out aliasing src[0] */
+					isas[i]->reduce(g_in.src[0] + 1, src, nsrc, n, div);
+					assert_memory_equal(g_in.src[0] + 1, want,
+							    n * sizeof(float));
+				}
+			}
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -239,6 +435,9 @@ int main(void)
 		cmocka_unit_test(test_reference_formulas),
 		cmocka_unit_test(test_deterministic_order),
 		cmocka_unit_test(test_lookup),
+		cmocka_unit_test(test_nonfinite_scan),
+		cmocka_unit_test(test_nonfinite_propagate),
+		cmocka_unit_test(test_reduce_many_sources),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);

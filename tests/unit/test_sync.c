@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/bitmap.h"
 #include "common/compiler.h"
 #include "common/crc.h"
 #include "engine/sync.h"
@@ -730,6 +731,422 @@ static void test_asp_late_half_reuses_its_slot(void **state)
 	sim_fini(&s);
 }
 
+/* ---- many ranks (bitmaps over several words) and the iteration limit ------------------ */
+
+#define MR_ELEM 2048u /* two chunks of 4096 B, four 1 KB fragments each */
+#define MR_FRAG 1024u
+
+static const struct pbox_keyspec g_mr_key[] = { { 1, MR_ELEM } };
+
+static float mr_grad(uint32_t r, uint32_t t, uint32_t i)
+{
+	return (float)(1 + (r * 7 + t * 3 + i) % 5); /* small integers: sums are exact */
+}
+
+static void mr_push(struct sim *s, uint32_t r, uint32_t t, uint32_t c, uint32_t f)
+{
+	const struct pbox_chunk_desc *cd = &s->desc.chunks[c];
+	float g[MR_FRAG / 4];
+	struct pbox_msg m = {
+		.type = PBOX_MSG_PUSH,
+		.flags = PBOX_F_WANT_REPLY,
+		.chunk = c,
+		.iter = t,
+		.frag_off = f * MR_FRAG,
+		.frag_len = MR_FRAG,
+	};
+
+	for (uint32_t i = 0; i < MR_FRAG / 4; i++) {
+		g[i] = mr_grad(r, t, cd->elem_off + f * MR_FRAG / 4 + i);
+	}
+	sim_send_msg(s, r, &m, g);
+}
+
+/* Every fragment of iteration t from every rank not in gone[], last fragments first and
+ * ranks from the top, so completions happen in the middle of the bitmaps' words. */
+static void mr_push_all(struct sim *s, uint32_t t, const bool *gone)
+{
+	for (uint32_t c = 0; c < s->desc.nchunks; c++) {
+		for (uint32_t f = s->desc.chunks[c].nfrags; f-- > 0;) {
+			for (uint32_t r = s->nranks; r-- > 0;) {
+				if (!gone[r]) {
+					mr_push(s, r, t, c, f);
+				}
+			}
+		}
+	}
+}
+
+struct mr_check {
+	const struct pbox_jobdesc *d;
+	uint32_t iter, nlive;
+	float want[MR_ELEM];
+	uint32_t data[SIM_MAX_RANKS];
+	uint32_t bad, errors;
+};
+
+static void mr_reply(uint32_t rank, const struct pbox_msg *m, const uint8_t *payload, void *arg)
+{
+	struct mr_check *k = arg;
+
+	if (m->type == PBOX_MSG_ERROR) {
+		k->errors++;
+		return;
+	}
+	if (m->type != PBOX_MSG_DATA) {
+		return;
+	}
+	k->data[rank]++;
+	if (m->iter != k->iter || m->arg0 != k->nlive ||
+	    memcmp(payload, k->want + k->d->chunks[m->chunk].elem_off + m->frag_off / 4,
+		   m->frag_len) != 0) {
+		if (k->bad++ < 3) {
+			float got0;
+
+			memcpy(&got0, payload, 4);
+			print_message(
+				"rank %u chunk %u off %u iter %u/%u arg0 %u/%u: %g vs %g\n", rank,
+				m->chunk, m->frag_off, m->iter, k->iter, m->arg0, k->nlive,
+				(double)got0,
+				(double)k->want[k->d->chunks[m->chunk].elem_off + m->frag_off / 4]);
+		}
+	}
+}
+
+/* Results of iteration t: every rank not in gone[] gets all 8 fragments, exactly want,
+ * labelled t and with the live count; the gone ranks get nothing. */
+static void mr_expect(struct sim *s, struct mr_check *k, uint32_t t, uint32_t nlive,
+		      const bool *gone)
+{
+	k->d = &s->desc;
+	k->iter = t;
+	k->nlive = nlive;
+	k->bad = 0;
+	k->errors = 0;
+	memset(k->data, 0, sizeof(k->data));
+	sim_take_all(s, mr_reply, k);
+	assert_int_equal(k->bad, 0);
+	assert_int_equal(k->errors, 0);
+	for (uint32_t r = 0; r < s->nranks; r++) {
+		if (k->data[r] != (gone[r] ? 0 : 8)) {
+			fail_msg("%u ranks, iteration %u: rank %u got %u result fragments",
+				 s->nranks, t, r, k->data[r]);
+		}
+	}
+}
+
+/* 65, 129 and 1,024 ranks (pboxd's limit): sums, duplicates, and ranks leaving at word
+ * boundaries (0, 63, 64, 127, 128, the last) and one (1) mid-contribution, in both
+ * summation modes. */
+static void test_many_ranks(void **state)
+{
+	static const uint32_t sizes[] = { 65, 129, PBOX_MAX_WORKERS };
+	static struct mr_check k;
+	static bool gone[SIM_MAX_RANKS];
+
+	(void)state;
+	for (unsigned si = 0; si < PBOX_ARRAY_SIZE(sizes); si++) {
+		for (int det = 0; det < 2; det++) {
+			const uint32_t n = sizes[si], leave[] = { 0, 63, 64, 127, 128, n - 1, 1 };
+			struct sim_job_cfg c = {
+				.nranks = n,
+				.ncores = 2,
+				.keys = g_mr_key,
+				.nkeys = 1,
+				.chunk_bytes = 4096,
+				.frag_bytes = MR_FRAG,
+				.mode = PBOX_MODE_AGGREGATE,
+				.reduce = PBOX_REDUCE_SUM,
+				.deterministic = det,
+				.no_nodes = true,
+			};
+			uint32_t nlive = n, ndups = 0;
+			struct sim s;
+
+			assert_int_equal(sim_init(&s, &c), 0);
+			assert_int_equal(s.desc.nchunks, 2);
+			memset(gone, 0, sizeof(gone));
+			mr_push_all(&s, 0, gone);
+			assert_int_equal(SIM_STAT(&s, iterations), 2);
+			assert_int_equal(SIM_STAT(&s, agg_frags), n * 8);
+			for (uint32_t i = 0; i < MR_ELEM; i++) {
+				k.want[i] = 0;
+				for (uint32_t r = 0; r < n; r++) {
+					k.want[i] += mr_grad(r, 0, i);
+				}
+			}
+			mr_expect(&s, &k, 0, n, gone);
+			/* Network duplicates of a complete iteration: counted, no effect. */
+			for (uint32_t r = 0; r < n; r += 63) {
+				mr_push(&s, r, 0, 1, 3);
+				ndups++;
+			}
+			assert_int_equal(SIM_STAT(&s, dups), ndups);
+			assert_int_equal(SIM_STAT(&s, agg_frags), n * 8);
+
+			/* Iteration 1: rank 1 sends one fragment and leaves, the others in
+			 * leave[] send nothing and leave; what rank 1 sent still counts. */
+			for (unsigned i = 0; i < PBOX_ARRAY_SIZE(leave); i++) {
+				if (leave[i] < n && !gone[leave[i]]) {
+					gone[leave[i]] = true;
+					nlive--;
+				}
+			}
+			mr_push(&s, 1, 1, 0, 0);
+			mr_push_all(&s, 1, gone);
+			assert_int_equal(SIM_STAT(&s, iterations), 2);
+			for (unsigned i = 0; i < PBOX_ARRAY_SIZE(leave); i++) {
+				if (leave[i] < n && pbox_bit_test(s.live, leave[i])) {
+					assert_int_equal(SIM_STAT(&s, iterations), 2);
+					sim_remove_rank(&s, leave[i]);
+				}
+			}
+			assert_int_equal(s.job.nlive, nlive);
+			assert_int_equal(SIM_STAT(&s, iterations), 4);
+			for (uint32_t i = 0; i < MR_ELEM; i++) {
+				k.want[i] = i < MR_FRAG / 4 ? mr_grad(1, 1, i) : 0;
+				for (uint32_t r = 0; r < n; r++) {
+					k.want[i] += gone[r] ? 0 : mr_grad(r, 1, i);
+				}
+			}
+			mr_expect(&s, &k, 1, nlive, gone);
+
+			/* Iteration 2 with the remaining ranks, the bitmaps full of holes. */
+			mr_push_all(&s, 2, gone);
+			assert_int_equal(SIM_STAT(&s, iterations), 6);
+			for (uint32_t i = 0; i < MR_ELEM; i++) {
+				k.want[i] = 0;
+				for (uint32_t r = 0; r < n; r++) {
+					k.want[i] += gone[r] ? 0 : mr_grad(r, 2, i);
+				}
+			}
+			mr_expect(&s, &k, 2, nlive, gone);
+			assert_int_equal(SIM_STAT(&s, agg_frags), n * 8 + 1 + nlive * 16);
+			for (int r = 1; r < PBOX_DROP_COUNT; r++) {
+				assert_int_equal(SIM_STAT(&s, drops[r]), 0);
+			}
+			sim_fini(&s);
+		}
+	}
+}
+
+/* Drop-stragglers with 129 and 1,024 ranks and a quorum of all but two: the iteration
+ * completes without the last two (16-bit per-fragment counts near the top of the range),
+ * and their late contributions are added to the next iteration, never lost. */
+static void test_many_ranks_stragglers(void **state)
+{
+	static const uint32_t sizes[] = { 129, PBOX_MAX_WORKERS };
+	static struct mr_check k;
+	static bool late[SIM_MAX_RANKS], none[SIM_MAX_RANKS];
+
+	(void)state;
+	for (unsigned si = 0; si < PBOX_ARRAY_SIZE(sizes); si++) {
+		const uint32_t n = sizes[si];
+		struct sim_job_cfg c = {
+			.nranks = n,
+			.ncores = 2,
+			.keys = g_mr_key,
+			.nkeys = 1,
+			.chunk_bytes = 4096,
+			.frag_bytes = MR_FRAG,
+			.mode = PBOX_MODE_AGGREGATE,
+			.reduce = PBOX_REDUCE_SUM,
+			.no_nodes = true,
+		};
+		struct sim s;
+
+		c.sync.model = PBOX_SYNC_DROP_STRAGGLERS;
+		c.sync.quorum = n - 2;
+		assert_int_equal(sim_init(&s, &c), 0);
+		memset(late, 0, sizeof(late));
+		late[n - 1] = late[n - 2] = true;
+		mr_push_all(&s, 0, late);
+		assert_int_equal(SIM_STAT(&s, iterations), 2);
+		for (uint32_t i = 0; i < MR_ELEM; i++) {
+			k.want[i] = 0;
+			for (uint32_t r = 0; r < n - 2; r++) {
+				k.want[i] += mr_grad(r, 0, i);
+			}
+		}
+		mr_expect(&s, &k, 0, n, late);
+		/* The two stragglers' iteration 0, late: folded into iteration 1. */
+		for (uint32_t r = n - 2; r < n; r++) {
+			for (uint32_t ch = 0; ch < 2; ch++) {
+				for (uint32_t f = 0; f < 4; f++) {
+					mr_push(&s, r, 0, ch, f);
+				}
+			}
+		}
+		assert_int_equal(SIM_STAT(&s, folded_frags), 16);
+		assert_int_equal(SIM_STAT(&s, late_contribs), 4);
+		assert_int_equal(SIM_STAT(&s, iterations), 2);
+		sim_take_all(&s, mr_reply, &k); /* their ACKs */
+		mr_push_all(&s, 1, late);
+		assert_int_equal(SIM_STAT(&s, iterations), 4);
+		for (uint32_t i = 0; i < MR_ELEM; i++) {
+			k.want[i] = mr_grad(n - 2, 0, i) + mr_grad(n - 1, 0, i);
+			for (uint32_t r = 0; r < n - 2; r++) {
+				k.want[i] += mr_grad(r, 1, i);
+			}
+		}
+		mr_expect(&s, &k, 1, n, late);
+		(void)none;
+		sim_fini(&s);
+	}
+}
+
+/* Iteration numbers never wrap: a chunk runs up to PBOX_ITER_LIMIT iterations, in order
+ * and with held pulls answered (server optimizer; aggregate with a window of 3, not a
+ * power of two); the next push, or a pull for a later version, is refused with EOVERFLOW
+ * and counted. (Without the limit, iteration UINT32_MAX - 1 of a server-optimizer job
+ * held a pull for version UINT32_MAX = PBOX_PULL_NONE: counted as held, never answered.) */
+static void test_iteration_limit(void **state)
+{
+	const uint32_t lim = PBOX_ITER_LIMIT;
+
+	(void)state;
+	for (int agg = 0; agg < 2; agg++) {
+		struct sim_job_cfg c = job_cfg(PBOX_SYNC_BSP, 0, false);
+		struct pbox_chunk_state *cs;
+		struct sim s;
+		int32_t ver[N];
+		uint32_t first = agg ? lim - 5 : (lim - 3) & ~1u, errs = 0;
+		struct pbox_msg m, r;
+
+		if (agg) {
+			c.mode = PBOX_MODE_AGGREGATE;
+			c.window = 3;
+		}
+		assert_int_equal(sim_init(&s, &c), 0);
+		if (!agg) {
+			init_model(&s);
+		}
+		/* As if the job had run `first` iterations (the model version v lives in
+		 * model[v & 1]: first is even). */
+		cs = &s.job.state->core[0].chunks[0];
+		cs->version = first;
+		for (uint32_t t = first; t < lim; t++) {
+			push_pull(&s, 0, t);
+			push_pull(&s, 1, t);
+			replies(&s, ver);
+			assert_int_equal(ver[0], -1);
+			push_pull(&s, 2, t);
+			replies(&s, ver);
+			for (uint32_t w = 0; w < N; w++) {
+				assert_int_equal(ver[w], agg ? (int32_t)t : (int32_t)(t + 1));
+			}
+			assert_int_equal(cs->nheld, 0);
+		}
+		assert_int_equal(cs->version, lim);
+		push_pull(&s, 0, lim);
+		m = (struct pbox_msg){ .type = PBOX_MSG_PULL, .chunk = 0, .iter = lim + 1 };
+		sim_send_msg(&s, 1, &m, NULL);
+		for (uint32_t w = 0; w < 2; w++) {
+			while (sim_take_reply(&s, w, &r, NULL)) {
+				assert_int_equal(r.type, PBOX_MSG_ERROR);
+				assert_int_equal(r.arg0, EOVERFLOW);
+				errs++;
+			}
+		}
+		assert_int_equal(errs, 2);
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_ITER_LIMIT]), 2);
+		assert_int_equal(cs->version, lim);
+		/* The last result is still there. */
+		m = (struct pbox_msg){ .type = PBOX_MSG_PULL,
+				       .chunk = 0,
+				       .iter = agg ? lim - 1 : lim };
+		sim_send_msg(&s, 1, &m, NULL);
+		assert_true(sim_take_reply(&s, 1, &r, NULL));
+		assert_int_equal(r.type, PBOX_MSG_DATA);
+		assert_int_equal(r.iter, agg ? lim - 1 : lim);
+		sim_fini(&s);
+	}
+}
+
+/* Drop one datagram in `every`, both directions (deterministic). */
+static enum sim_verdict mr_lossy(struct sim *s, enum sim_dir dir, uint32_t ep,
+				 const struct pbox_msg *m, void *arg)
+{
+	uint32_t *count = arg;
+
+	(void)s;
+	(void)dir;
+	(void)ep;
+	(void)m;
+	return ++*count % 97 == 0 ? SIM_DROP : SIM_PASS;
+}
+
+/* 129 and 1,024 worker nodes push-pull through the engine with 1% loss on the virtual
+ * clock: every rank gets the exact sum of every iteration. */
+static void test_many_ranks_nodes(void **state)
+{
+	static const uint32_t sizes[] = { 129, PBOX_MAX_WORKERS };
+	static float g[SIM_MAX_RANKS][MR_ELEM], out[SIM_MAX_RANKS][MR_ELEM], want[MR_ELEM];
+	static struct pbox_op op[SIM_MAX_RANKS];
+
+	(void)state;
+	for (unsigned si = 0; si < PBOX_ARRAY_SIZE(sizes); si++) {
+		const uint32_t n = sizes[si];
+		struct sim_job_cfg c = {
+			.nranks = n,
+			.ncores = 2,
+			.keys = g_mr_key,
+			.nkeys = 1,
+			.chunk_bytes = 4096,
+			.frag_bytes = MR_FRAG,
+			.mode = PBOX_MODE_AGGREGATE,
+			.reduce = PBOX_REDUCE_SUM,
+			.timeout_ms = 60000,
+		};
+		uint32_t count = 0;
+		struct sim s;
+
+		assert_int_equal(sim_init(&s, &c), 0);
+		s.filter = mr_lossy;
+		s.filter_arg = &count;
+		for (uint32_t t = 0; t < 2; t++) {
+			s.ncompleted = 0;
+			for (uint32_t i = 0; i < MR_ELEM; i++) {
+				want[i] = 0;
+				for (uint32_t r = 0; r < n; r++) {
+					want[i] += mr_grad(r, t, i);
+				}
+			}
+			for (uint32_t r = 0; r < n; r++) {
+				for (uint32_t i = 0; i < MR_ELEM; i++) {
+					g[r][i] = mr_grad(r, t, i);
+				}
+				op[r] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+							  .key = 0,
+							  .iter = t,
+							  .src = g[r],
+							  .dst = out[r] };
+				assert_int_equal(pbox_node_submit(s.node[r], &op[r]), 0);
+				pbox_node_flush(s.node[r]);
+			}
+			for (int i = 0; i < 20000 && s.ncompleted < n; i++) {
+				sim_advance(&s, 1000000);
+			}
+			assert_int_equal(s.ncompleted, n);
+			for (uint32_t r = 0; r < n; r++) {
+				assert_int_equal(op[r].status, 0);
+				assert_memory_equal(out[r], want, sizeof(want));
+			}
+		}
+		{
+			uint64_t retx = 0;
+
+			for (uint32_t r = 0; r < n; r++) {
+				retx += pbox_node_stats(s.node[r])->retransmits;
+			}
+			print_message("%u ranks: %u datagrams, %u lost, %llu retransmissions\n", n,
+				      count, count / 97, (unsigned long long)retx);
+			assert_true(retx > 0); /* losses did happen and were repaired */
+		}
+		sim_fini(&s);
+	}
+}
+
 static void test_names(void **state)
 {
 	(void)state;
@@ -760,6 +1177,10 @@ int main(void)
 		cmocka_unit_test(test_straggler_finishes_late),
 		cmocka_unit_test(test_asp_late_half_reuses_its_slot),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_many_ranks),
+		cmocka_unit_test(test_many_ranks_stragglers),
+		cmocka_unit_test(test_many_ranks_nodes),
+		cmocka_unit_test(test_iteration_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
