@@ -287,7 +287,34 @@ def check_big_start():
             fail("a worker of job 1 was declared dead while job 2 started")
 
 
+def check_config_errors():
+    """Bad values of the new settings are refused with the setting's name."""
+    import subprocess
+    import tempfile
+    from pboxtest import build_path
+    cases = [("control_limits = { unauth_timeout = 0; };",
+              "appliance.control_limits.unauth_timeout: must be between 1 and 3600"),
+             ("control_limits = { max_conns = 5; };",
+              "appliance.control_limits.max_conns: unknown setting"),
+             ("control_limits = { max_register_keys = 2000000; };",
+              "max_register_keys: must be between 1 and 1048576"),
+             ('control_socket = "relative.sock";', "control_socket: must be an absolute path"),
+             ("admin_token = 5;", "admin_token: must be a string")]
+    with tempfile.TemporaryDirectory(prefix="pboxtest-conf-") as tmp:
+        conf = os.path.join(tmp, "pboxd.conf")
+        for text, want in cases:
+            with open(conf, "w") as f:
+                f.write("appliance = { %s };\n" % text)
+            p = subprocess.run([build_path("dataplane/pboxd"), "-c", conf, "--check-config"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if p.returncode != 78 or want not in p.stderr:
+                fail("%s: exit %d, %r (expected 78 and %r)" % (text, p.returncode, p.stderr,
+                                                              want))
+    print("config errors: ok")
+
+
 def main():
+    check_config_errors()
     check_limits()
     check_fd_limit()
     check_big_start()
