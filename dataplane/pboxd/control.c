@@ -499,6 +499,8 @@ static json_t *do_stats(struct pboxd_control *ctl, struct conn *c, const json_t 
 		}
 		if (json_is_string(tok) && ctl->cfg->admin_token[0] != '\0' &&
 		    token_equal(json_string_value(tok), ctl->cfg->admin_token)) {
+			/* An operator: may keep the connection (a monitor polling stats). */
+			set_authed(ctl, c);
 			goto all;
 		}
 		auth_failed(c);

@@ -112,8 +112,8 @@ static void *allocator_main(void *arg)
 		while (a->todo == NULL && !a->stop) {
 			pthread_cond_wait(&a->cond, &a->lock);
 		}
-		if (a->todo == NULL) {
-			break;
+		if (a->stop) {
+			break; /* what is left is freed by allocator_stop's caller */
 		}
 		r = a->todo;
 		a->todo = r->next;

@@ -112,8 +112,8 @@ class Pboxd(pboxtest.Pboxd):
         code = ("import json, sys\n"
                 "sys.path.insert(0, %r)\n"
                 "from pboxtest import control_request\n"
-                "print(json.dumps(control_request(%r, {'op': 'stats'})))\n") % (
-                    INTEGRATION, self.control)
+                "print(json.dumps(control_request(%r, {'op': 'stats', "
+                "'admin_token': %r})))\n") % (INTEGRATION, self.control, self.admin_token)
         return json.loads(sh(PYTHON, "-c", code, ns=self.topo.app_ns).stdout)
 
     def dump_log(self):

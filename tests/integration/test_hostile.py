@@ -30,7 +30,8 @@ import time
 
 from pboxtest import Pboxd, build_path, control_request, fail
 
-ITERS = 8000             # about 20 s undisturbed on a loaded 2-core machine
+ITERS = 8000             # about 20 s undisturbed on a loaded 2-core machine (the test
+                         # checks the attack overlapped the training)
 IDLE = 1100
 SLOW_READERS = 8
 HUGE_LINES = 4
@@ -39,6 +40,7 @@ GARBAGE_CONNS = 40
 TOKEN_TRIES = 60
 DATAGRAMS = 1000000
 ATTACK_S = 12.0
+OVERLAP_S = 5            # > worker_timeout (3 s) + a heartbeat interval
 
 
 def raise_nofile():
@@ -95,6 +97,7 @@ class Attack:
         self.replies = {"unknown_job": [], "wrong_token": [], "rate_limited": 0}
         self.stats_latency = []
         self.held = []
+        self.idle_open = None
 
     def guard(self, fn):
         def run():
@@ -109,6 +112,7 @@ class Attack:
         # appliance closes the oldest ones, so some are opened again meanwhile.
         for _ in range(IDLE):
             self.held.append(nb_connect(self.d.tcp))
+        self.idle_open = time.time()
         while not self.stop.wait(1.0):
             for _ in range(100):
                 old = self.held.pop(0)
@@ -243,16 +247,27 @@ def main():
                                          a.tokens, a.probe)]
         for t in threads:
             t.start()
-        flood = subprocess.run([build_path("tests/integration/pbox-udp-flood"), "127.0.0.1",
-                                str(d.base), "2", str(DATAGRAMS), "1", "7"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=120)
-        print(flood.stdout.strip())
+        flood = subprocess.Popen([build_path("tests/integration/pbox-udp-flood"), "127.0.0.1",
+                                  str(d.base), "2", str(DATAGRAMS), "1", "7"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The attack lasts ATTACK_S (and until the flood is sent), or until the workers
+        # are done; when each worker finished is noted.
+        finished = {}
+        while True:
+            now = time.time()
+            for what, p in procs:
+                if what not in finished and p.poll() is not None:
+                    finished[what] = now
+            if flood.poll() is not None and (now - t0 >= ATTACK_S or
+                                             len(finished) == len(procs)):
+                break
+            if now - t0 > 180:
+                flood.kill()
+                fail("pbox-udp-flood did not finish within 180 s")
+            time.sleep(0.1)
+        print(flood.communicate()[0].strip())
         if flood.returncode != 0:
             fail("pbox-udp-flood failed")
-        time.sleep(max(0.0, ATTACK_S - (time.time() - t0)))
-        # The attack must overlap the training, or the test proves nothing.
-        done = [what for what, p in procs if p.poll() is not None]
         a.stop.set()
         for t in threads:
             t.join(60)
@@ -261,8 +276,14 @@ def main():
             s.close()
         if a.errors:
             fail("attack threads: %s" % a.errors)
-        if done:
-            fail("%s finished before the attack ended (raise ITERS)" % done)
+        # The attack must overlap the training, or the test proves nothing: every worker
+        # trained for OVERLAP_S with all the idle connections open.
+        if a.idle_open is None:
+            fail("the idle connections were never all open")
+        early = [w for w, t in finished.items() if t < a.idle_open + OVERLAP_S]
+        if early:
+            fail("%s finished less than %d s after the idle connections were open (raise "
+                 "ITERS)" % (early, OVERLAP_S))
         results = []
         for what, p in procs:
             try:
