@@ -17,7 +17,10 @@
  *    arrived within the retransmission timeout; the timeout doubles up to rto_max; an ACK
  *    flagged RETRY (the appliance's window moved) triggers an immediate resend;
  *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
- *    appliance to repeat a result that may have been lost;
+ *    appliance to repeat a result that may have been lost. The first fragment of a
+ *    push-pull's result counts as its acknowledgement (the appliance answers a push only
+ *    when it holds all of it): the source is never read again after that, so src == dst
+ *    (in place) is safe under any loss;
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
  *    so duplicates and reordering are harmless; a result of another version restarts
  *    the collection; a result older than the job's staleness bound is ignored;
