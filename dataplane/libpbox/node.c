@@ -895,18 +895,47 @@ static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	}
 }
 
+/* Whether from is the data-plane endpoint (address and port) of appliance core `core`, or
+ * of any of its cores (core UINT32_MAX). A worker sends each chunk to the core that owns
+ * it, and that core answers from the same endpoint. */
+static bool from_appliance(const struct pbox_node *n, const struct pbox_peer *from, uint32_t core)
+{
+	if (from == NULL) {
+		return false;
+	}
+	for (uint32_t k = core == UINT32_MAX ? 0 : core;
+	     k < (core == UINT32_MAX ? n->d->ncores : core + 1); k++) {
+		/* An appliance announced as 0.0.0.0 (a local test set-up) answers from
+		 * whichever local address routing picks: only the port can be checked. */
+		if ((n->cfg.cores[k].ip == from->ip || n->cfg.cores[k].ip == 0) &&
+		    n->cfg.cores[k].port == from->port) {
+			return true;
+		}
+	}
+	return false;
+}
+
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
 {
 	const struct pbox_wire_job *j;
 	enum pbox_drop_reason r;
 	struct pbox_msg m;
 
-	(void)from;
 	n->stats.rx_pkts++;
 	n->stats.rx_bytes += len;
+	/* Only the appliance talks to a worker: anything from elsewhere is dropped unread
+	 * (then, once the chunk is known, anything not from the core that owns it). */
+	if (!from_appliance(n, from, UINT32_MAX)) {
+		n->stats.foreign++;
+		return;
+	}
 	r = pbox_wire_validate(pkt, len, PBOX_ROLE_WORKER, lookup, n, &m, &j);
 	if (r != PBOX_DROP_NONE) {
 		n->stats.drops[r]++;
+		return;
+	}
+	if (!from_appliance(n, from, n->d->chunks[m.chunk].core)) {
+		n->stats.foreign++;
 		return;
 	}
 	switch (m.type) {

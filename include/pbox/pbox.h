@@ -105,6 +105,9 @@ struct pbox_client_stats {
 	uint64_t dropped;     /* received datagrams dropped by validation */
 	uint64_t ops_done;
 	uint64_t ops_failed;
+	/* received datagrams dropped because they did not come from the appliance's
+	 * data-plane endpoint (address and port) of the chunk's core: spoofed or stray */
+	uint64_t foreign;
 };
 
 /* Completion callback of the asynchronous calls: key id and final status; when status is
@@ -116,7 +119,8 @@ typedef void (*pbox_done_fn)(uint32_t key, int status, void *arg);
  * Connect to pboxd and be admitted to the job as opts->rank. Fails with -EACCES (wrong
  * token), -ENOENT (no such job), -EINVAL (rank out of range), -EBUSY (rank already
  * connected, or job aborted and draining), -ECONNREFUSED / -ETIMEDOUT (no pboxd there).
- * Environment: PBOX_FAULT (fault spec) if opts->fault is NULL.
+ * Environment: PBOX_FAULT (fault spec) if opts->fault is NULL. The option strings are
+ * copied: opts need not outlive the call.
  */
 int pbox_connect(const struct pbox_client_opts *opts, struct pbox_client **out);
 

@@ -5,6 +5,7 @@
  * results through probes, deadlines with messages that say what happened, appliance
  * errors, one operation per key.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -858,6 +859,86 @@ static void test_in_place_chaos_server_opt(void **state)
 	in_place_chaos(PBOX_MODE_SERVER_OPT, 4321);
 }
 
+/* Keep (instead of delivering) the first result datagram to rank 0. */
+struct capture {
+	uint8_t data[PBOX_WIRE_HDR_LEN + 64];
+	uint32_t len;
+	bool taken;
+};
+
+static enum sim_verdict capture_result(struct sim *s, enum sim_dir dir, uint32_t ep,
+				       const struct pbox_msg *m, void *arg)
+{
+	struct capture *cap = arg;
+	struct pbox_wire_hdr h;
+
+	(void)s;
+	if (cap->taken || dir != SIM_TO_WORKER || ep != 0 || m->type != PBOX_MSG_DATA) {
+		return SIM_PASS;
+	}
+	pbox_wire_encode(m, &h);
+	memcpy(cap->data, &h, PBOX_WIRE_HDR_LEN);
+	memcpy(cap->data + PBOX_WIRE_HDR_LEN, m->payload, m->frag_len);
+	cap->len = PBOX_WIRE_HDR_LEN + m->frag_len;
+	cap->taken = true;
+	return SIM_DROP;
+}
+
+/*
+ * A worker reads data-plane replies only from the endpoint of the core that owns the
+ * chunk: a valid result (right cookie, right iteration) sent from another address, from
+ * another port of the appliance's address, or from another core of the appliance is
+ * counted as foreign and dropped; the same datagram from the owning core completes the
+ * operation.
+ */
+static void test_foreign_source(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static struct ranks R;
+	struct capture cap = { .taken = false };
+	struct sim s;
+	uint32_t core;
+	struct pbox_peer from;
+
+	(void)state;
+	cfg.keys = &g_keys[1]; /* one chunk, one fragment */
+	cfg.nkeys = 1;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	core = s.desc.chunks[0].core;
+	s.filter = capture_result;
+	s.filter_arg = &cap;
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	assert_true(cap.taken);
+	assert_int_equal(s.ncompleted, 0);
+	/* Another host. */
+	from = s.core_peer[core];
+	from.ip ^= htonl(0x00000100);
+	pbox_node_rx(s.node[0], cap.data, cap.len, &from);
+	/* The appliance's address, another port. */
+	from = s.core_peer[core];
+	from.port = htons(ntohs(from.port) + 100);
+	pbox_node_rx(s.node[0], cap.data, cap.len, &from);
+	/* Another core of the appliance (not the chunk's owner). */
+	pbox_node_rx(s.node[0], cap.data, cap.len, &s.core_peer[core ^ 1]);
+	/* No source at all. */
+	pbox_node_rx(s.node[0], cap.data, cap.len, NULL);
+	assert_int_equal(s.ncompleted, 0);
+	for (uint32_t i = 0; i < 10; i++) {
+		assert_true(R.out[0][i] == 0.0f); /* nothing written */
+	}
+	assert_int_equal(pbox_node_stats(s.node[0])->foreign, 4);
+	/* The owning core. */
+	pbox_node_rx(s.node[0], cap.data, cap.len, &s.core_peer[core]);
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, 0);
+	assert_int_equal(pbox_node_stats(s.node[0])->foreign, 4);
+	for (uint32_t i = 0; i < 10; i++) {
+		assert_true(R.out[0][i] == R.g[0][i]);
+	}
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -879,6 +960,7 @@ int main(void)
 		cmocka_unit_test(test_in_place_lost_result),
 		cmocka_unit_test(test_in_place_chaos_aggregate),
 		cmocka_unit_test(test_in_place_chaos_server_opt),
+		cmocka_unit_test(test_foreign_source),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
