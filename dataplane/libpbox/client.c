@@ -258,7 +258,16 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	c->ctl_fd = -1;
 	c->wake_fd = -1;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	{
+		/* pbox_wait's deadlines are CLOCK_MONOTONIC (abs_deadline): so is the condition
+		 * variable's clock, or every finite wait would time out at once. */
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	pbox_linebuf_init(&c->ctl_in);
 	if (c->opts.timeout_ms == 0) {
 		c->opts.timeout_ms = 30000;
