@@ -41,7 +41,13 @@
  * called from any thread, but one key must not be used by two threads at once. Buffers
  * passed to an operation belong to it until it completes (callback or wait): they are
  * read and written in place, without copies, by the progress thread. Completion
- * callbacks run on the progress thread and must not block.
+ * callbacks run on the progress thread and must not block. A push-pull may be in place
+ * (grad == out), under any loss: once a fragment of the result has arrived the library
+ * never reads or re-sends the gradient again (a result means the appliance has all of it).
+ *
+ * Sources: data-plane replies are accepted only from the address and port of the
+ * appliance core that owns the chunk (the one the request went to); anything else is
+ * dropped and counted (pbox_client_stats.foreign).
  */
 #ifndef PBOX_PBOX_H
 #define PBOX_PBOX_H
@@ -168,6 +174,8 @@ int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
  * drop-stragglers can use it to catch up. Negative errno for an unknown key. */
 int64_t pbox_result_version(struct pbox_client *c, uint32_t key);
+/* A snapshot of the client's counters, taken when an operation last completed (the foreign
+ * count also whenever it changes). All zero before pbox_register. */
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.
