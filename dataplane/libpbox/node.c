@@ -808,8 +808,9 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		/*
 		 * A result for a push-pull whose data is not acknowledged: the last contributor
 		 * of an iteration gets the result instead of an ACK. The appliance answers a
-		 * push only once it holds all of the push's fragments (and a push-pull asks
-		 * with a PULL only after its ACK), so the first fragment of a result
+		 * push only once it holds all of the push's fragments, a push-pull asks with
+		 * a PULL only after its ACK, and a held request is forgotten once answered
+		 * (engine answer()), so the first fragment of a result
 		 * acknowledges the data: from then on the node never reads or resends the
 		 * source again and only probes for fragments still missing. This is what
 		 * makes an in-place push-pull (src == dst) safe under loss: result fragments
