@@ -161,6 +161,15 @@ static void answer(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
 	struct pbox_chunk_state *cs = x->cs;
 	struct pbox_slot *sl;
 
+	/* A held pull for this very want is answered now (a probe or a resend found it
+	 * ready first): forget it, or its later release would send the rank an unasked
+	 * result that a newer push-pull of the rank could take for its own answer and stop
+	 * sending data the appliance may still miss (a stall under loss). */
+	if (want != PBOX_PULL_NONE && cs->pull_want[rank] == want) {
+		cs->pull_want[rank] = PBOX_PULL_NONE;
+		cs->nheld--;
+	}
+
 	if (server_opt(x)) {
 		send_result(x, rank, cs->version, cs->model[cs->version & 1],
 			    &cs->model_ref[cs->version & 1], resend);

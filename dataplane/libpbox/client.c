@@ -57,6 +57,8 @@ struct pbox_client {
 	char server_host[256];
 	uint16_t server_port;
 	char token[256];
+	char local_addr[64]; /* copies of opts' strings: the caller's may not outlive connect */
+	char fault[256];
 	int ctl_fd;
 	struct pbox_linebuf ctl_in;
 	struct pbox_job_info info;
@@ -257,13 +259,30 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	c->ctl_fd = -1;
 	c->wake_fd = -1;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	{
+		/* pbox_wait's deadlines are CLOCK_MONOTONIC (abs_deadline): so is the condition
+		 * variable's clock, or every finite wait would time out at once. */
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	pbox_linebuf_init(&c->ctl_in);
 	if (c->opts.timeout_ms == 0) {
 		c->opts.timeout_ms = 30000;
 	}
 	snprintf(c->token, sizeof(c->token), "%s", o->token);
 	c->opts.token = c->token;
+	if (o->local_addr != NULL) {
+		snprintf(c->local_addr, sizeof(c->local_addr), "%s", o->local_addr);
+		c->opts.local_addr = c->local_addr;
+	}
+	if (o->fault != NULL) {
+		snprintf(c->fault, sizeof(c->fault), "%s", o->fault);
+		c->opts.fault = c->fault;
+	}
 	if (split_hostport(o->server ? o->server : "127.0.0.1:7000", c->server_host,
 			   sizeof(c->server_host), &c->server_port) != 0) {
 		rc = fail(-EINVAL, "server address '%s': expected host:port", o->server);
@@ -314,6 +333,7 @@ static void snapshot_stats(struct pbox_client *c)
 	c->stats.retransmits = s->retransmits;
 	c->stats.probes = s->probes;
 	c->stats.dropped = dropped;
+	c->stats.foreign = s->foreign;
 	c->stats.ops_done = s->ops_done;
 	c->stats.ops_failed = s->ops_failed;
 }
@@ -478,6 +498,12 @@ static void *progress_main(void *arg)
 		drain_submissions(c);
 		for (unsigned i = 0; i < n; i++) {
 			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		}
+		if (pbox_node_stats(c->node)->foreign != c->stats.foreign) {
+			/* Dropped strays complete no operation: publish their count now. */
+			pthread_mutex_lock(&c->lock);
+			snapshot_stats(c);
+			pthread_mutex_unlock(&c->lock);
 		}
 		apply_failure(c);
 		heartbeat(c);

@@ -715,6 +715,20 @@ static int start_op(struct pbox_node *n, struct pbox_op *op)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
+/* A push-pull's contribution is known consumed: stop sending its data (the wchunk leaves
+ * the in-flight window) and from now on only probe, after rto_ms, for a lost result. */
+static void enter_wait(struct pbox_node *n, uint32_t i, uint32_t rto_ms)
+{
+	struct wchunk *w = &n->ch[i];
+
+	n->inflight--;
+	n->inflight_bytes -= n->d->chunks[wc_chunk(n, i)].bytes;
+	w->phase = PH_WAIT;
+	w->tries = 0;
+	w->rto_ms = rto_ms;
+	arm(n, w, now(n));
+}
+
 static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	for (uint32_t l = 0; l < n->nlanes; l++) {
@@ -749,12 +763,7 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			/* The data is in; from now on only probe for a lost result. The
 			 * result usually waits for slower peers, not for a loss: probe four
 			 * times less eagerly than data is resent. */
-			n->inflight--;
-			n->inflight_bytes -= n->d->chunks[c].bytes;
-			w->phase = PH_WAIT;
-			w->tries = 0;
-			w->rto_ms = PBOX_MIN(4 * n->cfg.rto_ms, n->cfg.rto_max_ms);
-			arm(n, w, now(n));
+			enter_wait(n, i, PBOX_MIN(4 * n->cfg.rto_ms, n->cfg.rto_max_ms));
 			continue;
 		}
 		chunk_done(n, i);
@@ -766,11 +775,25 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
 	uint32_t f = m->frag_off / n->d->frag_bytes;
+	bool asked = false;
 
+	/* Did another request of ours (an acknowledged push-pull, or a pull) ask for a result
+	 * this label answers? Then it may not answer a push-pull still sending (below). */
+	for (uint32_t l = 0; l < n->nlanes; l++) {
+		uint32_t i = wc_index(n, c, l);
+		const struct lane *ln = wc_lane(n, i);
+		uint8_t ph = n->ch[i].phase;
+
+		if ((ph == PH_WAIT || (ph == PH_SEND && ln->kind == PBOX_OP_PULL)) &&
+		    label_ok(n, ln, m->iter)) {
+			asked = true;
+		}
+	}
 	for (uint32_t l = 0; l < n->nlanes; l++) {
 		uint32_t i = wc_index(n, c, l);
 		struct wchunk *w = &n->ch[i];
 		struct lane *ln = wc_lane(n, i);
+		bool unacked;
 
 		if (w->phase != PH_SEND && w->phase != PH_WAIT) {
 			continue;
@@ -780,6 +803,27 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 				n->stats.stale_results++;
 				w->stale_seen = m->iter;
 			}
+			continue;
+		}
+		/*
+		 * A result for a push-pull whose data is not acknowledged: the last contributor
+		 * of an iteration gets the result instead of an ACK. The appliance answers a
+		 * push only once it holds all of the push's fragments, a push-pull asks with
+		 * a PULL only after its ACK, and a held request is forgotten once answered
+		 * (engine answer()), so the first fragment of a result
+		 * acknowledges the data: from then on the node never reads or resends the
+		 * source again and only probes for fragments still missing. This is what
+		 * makes an in-place push-pull (src == dst) safe under loss: result fragments
+		 * overwrite the source, and a resend from it would send a mix of gradient and
+		 * result (or, with version words, fail with EILSEQ). Staging results (or
+		 * copying the source) when src == dst would cost a copy of every key per
+		 * iteration for a case the protocol already rules out.
+		 * Exception: while another lane of ours asked for this label, the fragment
+		 * may answer that request instead; this lane then keeps its source intact
+		 * (takes nothing) and gets its own answer when it resends.
+		 */
+		unacked = w->phase == PH_SEND && ln->kind == PBOX_OP_PUSH_PULL;
+		if (unacked && asked) {
 			continue;
 		}
 		if (m->iter != w->rlabel) {
@@ -795,6 +839,12 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		if (pbox_bit_test(w->rbits, f)) {
 			n->stats.dup_frags++;
 			continue;
+		}
+		if (unacked) {
+			/* The rest of the result is on its way: a probe is due after one
+			 * retransmission timeout, not after the slower probe pace. */
+			enter_wait(n, i, n->cfg.rto_ms);
+			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
 		}
 		pbox_bit_set(w->rbits, f);
 		memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload, m->frag_len);
@@ -846,18 +896,47 @@ static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	}
 }
 
+/* Whether from is the data-plane endpoint (address and port) of appliance core `core`, or
+ * of any of its cores (core UINT32_MAX). A worker sends each chunk to the core that owns
+ * it, and that core answers from the same endpoint. */
+static bool from_appliance(const struct pbox_node *n, const struct pbox_peer *from, uint32_t core)
+{
+	if (from == NULL) {
+		return false;
+	}
+	for (uint32_t k = core == UINT32_MAX ? 0 : core;
+	     k < (core == UINT32_MAX ? n->d->ncores : core + 1); k++) {
+		/* An appliance announced as 0.0.0.0 (a local test set-up) answers from
+		 * whichever local address routing picks: only the port can be checked. */
+		if ((n->cfg.cores[k].ip == from->ip || n->cfg.cores[k].ip == 0) &&
+		    n->cfg.cores[k].port == from->port) {
+			return true;
+		}
+	}
+	return false;
+}
+
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
 {
 	const struct pbox_wire_job *j;
 	enum pbox_drop_reason r;
 	struct pbox_msg m;
 
-	(void)from;
 	n->stats.rx_pkts++;
 	n->stats.rx_bytes += len;
+	/* Only the appliance talks to a worker: anything from elsewhere is dropped unread
+	 * (then, once the chunk is known, anything not from the core that owns it). */
+	if (!from_appliance(n, from, UINT32_MAX)) {
+		n->stats.foreign++;
+		return;
+	}
 	r = pbox_wire_validate(pkt, len, PBOX_ROLE_WORKER, lookup, n, &m, &j);
 	if (r != PBOX_DROP_NONE) {
 		n->stats.drops[r]++;
+		return;
+	}
+	if (!from_appliance(n, from, n->d->chunks[m.chunk].core)) {
+		n->stats.foreign++;
 		return;
 	}
 	switch (m.type) {

@@ -17,7 +17,10 @@
  *    arrived within the retransmission timeout; the timeout doubles up to rto_max; an ACK
  *    flagged RETRY (the appliance's window moved) triggers an immediate resend;
  *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
- *    appliance to repeat a result that may have been lost;
+ *    appliance to repeat a result that may have been lost. The first fragment of a
+ *    push-pull's result counts as its acknowledgement (the appliance answers a push only
+ *    when it holds all of it): the source is never read again after that, so src == dst
+ *    (in place) is safe under any loss;
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
  *    so duplicates and reordering are harmless; a result of another version restarts
  *    the collection; a result older than the job's staleness bound is ignored;
@@ -94,6 +97,7 @@ struct pbox_node_stats {
 	uint64_t ops_failed;
 	uint64_t stale_results; /* results ignored: older than the staleness bound */
 	uint64_t retry_hints;   /* immediate resends on the appliance's RETRY */
+	uint64_t foreign;       /* datagrams dropped: not from the owning core's endpoint */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -134,7 +138,10 @@ void pbox_node_destroy(struct pbox_node *n);
  */
 int pbox_node_submit(struct pbox_node *n, struct pbox_op *op);
 
-/* Handle one received datagram. */
+/* Handle one received datagram. from is its source: only datagrams from the data-plane
+ * endpoint (address and port) of the appliance core that owns the message's chunk
+ * (cfg->cores) are read; the rest (a spoofed or reflected reply, a stray) are counted in
+ * stats.foreign and dropped. */
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from);
 
 /* Run retransmissions and deadlines due at the current time. */

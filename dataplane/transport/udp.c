@@ -103,7 +103,7 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
 	struct pbox_peer local;
-	int one = 1, pmtu = IP_PMTUDISC_DO;
+	int pmtu = IP_PMTUDISC_DO;
 	int bufsz = cfg->sock_buf > 0 ? cfg->sock_buf : 8 << 20;
 
 	if (u == NULL) {
@@ -144,7 +144,9 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 		PBOX_LOG_ERR(TRANSPORT, "udp: socket: %s", strerror(errno));
 		goto fail;
 	}
-	setsockopt(u->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* No SO_REUSEADDR: on a UDP socket it lets another socket with the option bind the
+	 * same port (an ephemeral bind may even pick it), and the newer socket then gets
+	 * every datagram sent to it, so a worker or a core silently stops hearing. */
 	setsockopt(u->fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
 	set_buf(u->fd, SO_RCVBUF, SO_RCVBUFFORCE, bufsz, "receive");
 	set_buf(u->fd, SO_SNDBUF, SO_SNDBUFFORCE, bufsz, "send");

@@ -41,7 +41,13 @@
  * called from any thread, but one key must not be used by two threads at once. Buffers
  * passed to an operation belong to it until it completes (callback or wait): they are
  * read and written in place, without copies, by the progress thread. Completion
- * callbacks run on the progress thread and must not block.
+ * callbacks run on the progress thread and must not block. A push-pull may be in place
+ * (grad == out), under any loss: once a fragment of the result has arrived the library
+ * never reads or re-sends the gradient again (a result means the appliance has all of it).
+ *
+ * Sources: data-plane replies are accepted only from the address and port of the
+ * appliance core that owns the chunk (the one the request went to); anything else is
+ * dropped and counted (pbox_client_stats.foreign).
  */
 #ifndef PBOX_PBOX_H
 #define PBOX_PBOX_H
@@ -105,6 +111,9 @@ struct pbox_client_stats {
 	uint64_t dropped;     /* received datagrams dropped by validation */
 	uint64_t ops_done;
 	uint64_t ops_failed;
+	/* received datagrams dropped because they did not come from the appliance's
+	 * data-plane endpoint (address and port) of the chunk's core: spoofed or stray */
+	uint64_t foreign;
 };
 
 /* Completion callback of the asynchronous calls: key id and final status; when status is
@@ -116,7 +125,8 @@ typedef void (*pbox_done_fn)(uint32_t key, int status, void *arg);
  * Connect to pboxd and be admitted to the job as opts->rank. Fails with -EACCES (wrong
  * token), -ENOENT (no such job), -EINVAL (rank out of range), -EBUSY (rank already
  * connected, or job aborted and draining), -ECONNREFUSED / -ETIMEDOUT (no pboxd there).
- * Environment: PBOX_FAULT (fault spec) if opts->fault is NULL.
+ * Environment: PBOX_FAULT (fault spec) if opts->fault is NULL. The option strings are
+ * copied: opts need not outlive the call.
  */
 int pbox_connect(const struct pbox_client_opts *opts, struct pbox_client **out);
 
@@ -173,6 +183,8 @@ int64_t pbox_result_version(struct pbox_client *c, uint32_t key);
  * iterations again.
  */
 uint32_t pbox_resume_version(const struct pbox_client *c);
+/* A snapshot of the client's counters, taken when an operation last completed (the foreign
+ * count also whenever it changes). All zero before pbox_register. */
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.

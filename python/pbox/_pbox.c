@@ -608,8 +608,8 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 {
 	static const char *kwlist[] = { "server",     "job",       "token", "rank",
 					"world_size", "timeout",   "rto",   "max_inflight",
-					"local_addr", "busy_poll", NULL };
-	const char *server = NULL, *token = NULL, *local_addr = NULL;
+					"local_addr", "busy_poll", "fault", NULL };
+	const char *server = NULL, *token = NULL, *local_addr = NULL, *fault = NULL;
 	PyObject *job_o, *rank_o, *ws_o = Py_None, *to_o = Py_None, *rto_o = Py_None;
 	PyObject *mi_o = NULL;
 	int busy_poll = 0;
@@ -623,9 +623,9 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_RuntimeError, "pbox.Client is already connected");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "zOsO|O$OOOzp:Client", (char **)kwlist, &server,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "zOsO|O$OOOzpz:Client", (char **)kwlist, &server,
 					 &job_o, &token, &rank_o, &ws_o, &to_o, &rto_o, &mi_o,
-					 &local_addr, &busy_poll)) {
+					 &local_addr, &busy_poll, &fault)) {
 		return -1;
 	}
 	if (get_u32(job_o, "job", &o.job) < 0 || get_u32(rank_o, "rank", &o.rank) < 0 ||
@@ -644,6 +644,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 	o.token = token;
 	o.local_addr = local_addr;
 	o.busy_poll = busy_poll != 0;
+	o.fault = fault;
 	snprintf(self->server, sizeof(self->server), "%s", server ? server : "127.0.0.1:7000");
 
 	ts = PyEval_SaveThread();
@@ -1341,12 +1342,13 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
 	}
 	pbox_client_stats(self->c, &s);
 	return Py_BuildValue(
-		"{s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K}", "tx_bytes",
+		"{s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K}", "tx_bytes",
 		(unsigned long long)s.tx_bytes, "rx_bytes", (unsigned long long)s.rx_bytes,
 		"tx_pkts", (unsigned long long)s.tx_pkts, "rx_pkts", (unsigned long long)s.rx_pkts,
 		"retransmits", (unsigned long long)s.retransmits, "probes",
 		(unsigned long long)s.probes, "dropped", (unsigned long long)s.dropped, "ops_done",
-		(unsigned long long)s.ops_done, "ops_failed", (unsigned long long)s.ops_failed);
+		(unsigned long long)s.ops_done, "ops_failed", (unsigned long long)s.ops_failed,
+		"foreign", (unsigned long long)s.foreign);
 }
 
 static PyObject *client_repr(struct client *self)
@@ -1419,10 +1421,12 @@ static PyTypeObject g_client_type = {
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
 	.tp_doc =
 		"Client(server, job, token, rank, world_size=None, *, timeout=None, rto=None, "
-		"max_inflight=None, local_addr=None, busy_poll=False)\n--\n\n"
+		"max_inflight=None, local_addr=None, busy_poll=False, fault=None)\n--\n\n"
 		"A worker of a pbox job: connects to pboxd at server ('host:port') and is admitted "
 		"as rank. timeout (seconds) bounds connecting and every operation (default 30); "
-		"world_size, if given, must equal the job's worker count.",
+		"world_size, if given, must equal the job's worker count. fault injects loss on "
+		"this client's sends for tests ('drop=P,dup=P,reorder=P,seed=N'; default: the "
+		"PBOX_FAULT environment variable, else none).",
 	.tp_weaklistoffset = offsetof(struct client, weakreflist),
 	.tp_methods = g_client_methods,
 	.tp_getset = g_client_getset,

@@ -127,6 +127,7 @@ def run_phase(mode, backend, job, a, rank):
                 "sizes": [q.numel() for q in model.parameters()]}
         if state is not None:
             info["iterations"] = {str(k): v for k, v in state.iterations().items()}
+            info["client_stats"] = state.client.stats()
         with open(out + ".json", "w") as f:
             json.dump(info, f)
     if state is not None:
