@@ -64,6 +64,7 @@ json_t *pboxd_stats_json(const struct pboxd_dp *dp, const struct pboxd_sessions 
 {
 	json_t *cores = json_array(), *o;
 	struct pbox_core_stats tot;
+	struct pboxd_dp_lifetime life;
 	uint64_t tot_txd = 0, tot_trunc = 0;
 
 	memset(&tot, 0, sizeof(tot));
@@ -82,14 +83,19 @@ json_t *pboxd_stats_json(const struct pboxd_dp *dp, const struct pboxd_sessions 
 		json_object_set_new(c, "cpu", json_integer(dp->cores[k].cpu));
 		json_array_append_new(cores, c);
 	}
-	o = json_pack("{s:b, s:o, s:o, s:o}", "ok", 1, "cores", cores, "totals",
-		      core_json(&tot, tot_txd, tot_trunc), "jobs", pboxd_sessions_status(s));
+	pboxd_dp_lifetime_stats(dp, &life);
+	o = json_pack("{s:b, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "ok", 1, "cores", cores, "totals",
+		      core_json(&tot, tot_txd, tot_trunc), "jobs", pboxd_sessions_status(s),
+		      "lifetime", "tables_freed", (json_int_t)life.tables_freed, "states_freed",
+		      (json_int_t)life.states_freed, "publish_nomem",
+		      (json_int_t)life.publish_nomem);
 	return o;
 }
 
 void pboxd_stats_print(FILE *f, const struct pboxd_dp *dp)
 {
 	struct pbox_core_stats tot;
+	struct pboxd_dp_lifetime life;
 
 	memset(&tot, 0, sizeof(tot));
 	fprintf(f, "%-5s %12s %14s %12s %14s %10s %10s %8s %8s %8s %6s\n", "core", "rx_pkts",
@@ -129,5 +135,10 @@ void pboxd_stats_print(FILE *f, const struct pboxd_dp *dp)
 			fprintf(f, "\n");
 		}
 	}
+	pboxd_dp_lifetime_stats(dp, &life);
+	fprintf(f,
+		"lifetime: tables_freed=%" PRIu64 " states_freed=%" PRIu64 " publish_nomem=%" PRIu64
+		"\n",
+		life.tables_freed, life.states_freed, life.publish_nomem);
 	fflush(f);
 }

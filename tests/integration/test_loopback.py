@@ -2,9 +2,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """pboxd + 3 workers over loopback: aggregate (mean) and server-optimizer (NAG) jobs on two
 cores, several keys of mixed sizes, synchronous and asynchronous calls; every result is
-checked exactly by the workers, and pboxd's counters must show the work and no drops."""
+checked exactly by the workers, and pboxd's counters must show the work and no drops.
+When a job's session ends, its chunk state is freed (after the grace period of the last
+job table that listed it): the lifetime counter states_freed grows by one per session."""
 import subprocess
 import sys
+import time
 
 from pboxtest import Pboxd, build_path, fail
 
@@ -26,6 +29,20 @@ def run_ranks(d, job, token, n, extra):
             fail("job %d rank %d exited with %d" % (job, r, p.returncode))
 
 
+def states_freed_reaches(d, n):
+    """Wait (up to 20 s: the reaper runs after an RCU grace period) until pboxd's stats
+    say n job states were freed; fail if they never do."""
+    deadline = time.time() + 20
+    while True:
+        life = d.stats()["lifetime"]
+        if life["states_freed"] >= n:
+            return life
+        if time.time() > deadline:
+            fail("%d sessions ended, but pboxd freed %d job states: %s"
+                 % (n, life["states_freed"], life))
+        time.sleep(0.1)
+
+
 def main():
     jobs = [
         {"id": 1, "token": "agg-secret", "workers": 3, "mode": "aggregate", "reduce": "mean"},
@@ -33,8 +50,14 @@ def main():
          "optimizer": {"name": "nag", "lr": 0.5, "momentum": 0.9}},
     ]
     with Pboxd(jobs, cores=2) as d:
+        life = d.stats()["lifetime"]
+        if life["states_freed"] != 0:
+            fail("job states freed before any session: %s" % life)
         run_ranks(d, 1, "agg-secret", 3, [])
+        states_freed_reaches(d, 1)
         run_ranks(d, 2, "opt-secret", 3, ["--server-opt", "--optimizer", "nag", "--async"])
+        life = states_freed_reaches(d, 2)
+        print("pboxd lifetime counters: %s" % life)
         st = d.stats()
         tot = st["totals"]
         # 12 iterations x 2 jobs x every chunk; both cores did some of it.
