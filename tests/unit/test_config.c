@@ -332,13 +332,46 @@ static void test_memory_budget(void **state)
 	expect_error("appliance = { memory_budget = 0; };\n", "must be a positive number");
 }
 
+/* non_finite: per job, "reject" by default, "propagate" accepted, anything else (another
+ * word, another type, the appliance group) refused with the setting named. */
+static void test_non_finite(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 2; },\n"
+			      "         { id = 2; token = \"u\"; workers = 2; non_finite = "
+			      "\"propagate\"; },\n"
+			      "         { id = 3; token = \"v\"; workers = 2; non_finite = "
+			      "\"reject\"; mode = \"server-optimizer\";\n"
+			      "           optimizer = { name = \"sgd\"; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.njobs, 3);
+	assert_int_equal(cfg.jobs[0].non_finite, PBOX_NON_FINITE_REJECT);
+	assert_int_equal(cfg.jobs[1].non_finite, PBOX_NON_FINITE_PROPAGATE);
+	assert_int_equal(cfg.jobs[2].non_finite, PBOX_NON_FINITE_REJECT);
+	pboxd_config_free(&cfg);
+
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; non_finite = \"ignore\"; "
+		     "} );\n",
+		     "non_finite: unknown non_finite 'ignore' (reject, propagate)");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; non_finite = \"Reject\"; "
+		     "} );\n",
+		     "unknown non_finite 'Reject'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; non_finite = true; } );\n",
+		     "non_finite");
+	expect_error("appliance = { non_finite = \"propagate\"; };\n", "non_finite");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_valid),         cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
-		cmocka_unit_test(test_memory_budget),
+		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
