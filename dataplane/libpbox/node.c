@@ -874,6 +874,16 @@ static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	case ESTALE:
 		why = "the appliance no longer keeps that result (the request is too old)";
 		break;
+	case EDOM:
+		/* Only contributions are checked: the lanes failed below are pushes or
+		 * inits; what holds the values is named per lane. */
+		why = " holds NaN or Inf and the job rejects non-finite values (non_finite = "
+		      "\"reject\")";
+		break;
+	case EOVERFLOW:
+		why = "the job reached the appliance's iteration limit (PBOX_ITER_LIMIT, about "
+		      "2^32 iterations or model versions per session)";
+		break;
 	default:
 		why = strerror(err);
 		break;
@@ -890,8 +900,12 @@ static void on_error(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		    (m->iter != ln->iter && err != ECONNABORTED)) {
 			continue;
 		}
-		lane_fail(n, ln, -err, "%s of key %u (chunk %u, iteration %u) refused: %s",
+		lane_fail(n, ln, -err,
+			  "%s of key %u (chunk %u, iteration %u) refused by the appliance: %s%s",
 			  kind_name(ln->kind), n->d->keys[n->d->chunks[c].key].id, c, ln->iter,
+			  err != EDOM                ? ""
+			  : ln->kind == PBOX_OP_INIT ? "the initial model"
+						     : "the gradient",
 			  why);
 	}
 }

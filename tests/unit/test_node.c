@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -283,6 +284,44 @@ static void test_deadline_messages(void **state)
 	assert_non_null(strstr(R.op[0].errmsg, "when last asked, 1 of 2 workers had contributed"));
 	/* The node is usable again afterwards. */
 	assert_int_equal(pbox_node_inflight(s.node[0]), 0);
+	sim_fini(&s);
+}
+
+/* A gradient with a NaN under non_finite = "reject": the appliance answers ERROR(EDOM)
+ * and the push fails with a message that names the cause and the setting. */
+static void test_nonfinite_message(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(2);
+	static struct ranks R;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		for (uint32_t i = 0; i < 10; i++) {
+			R.g[r][i] = (float)(r + i);
+		}
+		memset(&R.op[r], 0, sizeof(R.op[r]));
+		R.op[r].kind = PBOX_OP_PUSH_PULL;
+		R.op[r].key = 1;
+		R.op[r].iter = 0;
+		R.op[r].src = R.g[r];
+		R.op[r].dst = R.out[r];
+	}
+	R.g[0][3] = NAN;
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(pbox_node_submit(s.node[r], &R.op[r]), 0);
+		pbox_node_flush(s.node[r]);
+	}
+	sim_pump(&s, 0);
+	assert_int_equal(R.op[0].status, -EDOM);
+	if (strstr(R.op[0].errmsg, "push-pull of key 9 (chunk ") != R.op[0].errmsg ||
+	    strstr(R.op[0].errmsg,
+		   ", iteration 0) refused by the appliance: the gradient holds NaN or Inf and "
+		   "the job rejects non-finite values (non_finite = \"reject\")") == NULL ||
+	    strchr(R.op[0].errmsg, '\n') != NULL) {
+		fail_msg("unexpected message: '%s'", R.op[0].errmsg);
+	}
 	sim_fini(&s);
 }
 
@@ -1026,6 +1065,7 @@ int main(void)
 		cmocka_unit_test(test_probe_after_ack),
 		cmocka_unit_test(test_deadline_messages),
 		cmocka_unit_test(test_appliance_error),
+		cmocka_unit_test(test_nonfinite_message),
 		cmocka_unit_test(test_chaos),
 		cmocka_unit_test(test_torn_buffer),
 		cmocka_unit_test(test_credit_lanes),
