@@ -368,11 +368,11 @@ int main(int argc, char **argv)
 
 		pbox_client_stats(c, &st);
 		printf("rank %u: OK %u iterations x %llu keys; tx %llu B rx %llu B, %llu "
-		       "retransmits, %llu probes, %llu dropped\n",
+		       "retransmits, %llu probes, %llu dropped, %llu foreign\n",
 		       o.rank, o.iters, (unsigned long long)o.nkeys,
 		       (unsigned long long)st.tx_bytes, (unsigned long long)st.rx_bytes,
 		       (unsigned long long)st.retransmits, (unsigned long long)st.probes,
-		       (unsigned long long)st.dropped);
+		       (unsigned long long)st.dropped, (unsigned long long)st.foreign);
 	}
 	return finish(&B, c, o.expect_fail ? 1 : 0);
 opfail:
