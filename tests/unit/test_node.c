@@ -288,7 +288,8 @@ static void test_deadline_messages(void **state)
 }
 
 /* A gradient with a NaN under non_finite = "reject": the appliance answers ERROR(EDOM)
- * and the push fails with a message that names the cause and the setting. */
+ * and the push fails with a message that names the cause and the setting; a push past
+ * PBOX_ITER_LIMIT fails with EOVERFLOW and says so. */
 static void test_nonfinite_message(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg(2);
@@ -320,6 +321,17 @@ static void test_nonfinite_message(void **state)
 		   ", iteration 0) refused by the appliance: the gradient holds NaN or Inf and "
 		   "the job rejects non-finite values (non_finite = \"reject\")") == NULL ||
 	    strchr(R.op[0].errmsg, '\n') != NULL) {
+		fail_msg("unexpected message: '%s'", R.op[0].errmsg);
+	}
+	sim_fini(&s);
+
+	/* An iteration past the appliance's limit: ERROR(EOVERFLOW), named as such. */
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	start_all(&s, &R, 1, PBOX_ITER_LIMIT, 1);
+	sim_pump(&s, 0);
+	assert_int_equal(R.op[0].status, -EOVERFLOW);
+	if (strstr(R.op[0].errmsg, "refused by the appliance: the job reached the appliance's "
+				   "iteration limit (PBOX_ITER_LIMIT") == NULL) {
 		fail_msg("unexpected message: '%s'", R.op[0].errmsg);
 	}
 	sim_fini(&s);
