@@ -333,7 +333,7 @@ static json_t *pick_keys(struct fz *in)
 
 static void structured(struct fix *x, struct fz *in)
 {
-	static const char *const tokens[] = { "s3cret", "t0ken-two", "", "s3cre", "s3cret\xff" };
+	static const char *const tokens[] = { "s3cret", "t0ken-two", "", "s3cre", "s3cret\u00e9" };
 	struct conn *c = pick(x, in);
 	uint8_t op = fz_u8(in), f = fz_u8(in);
 	json_t *req = NULL;
