@@ -295,21 +295,26 @@ static json_t *pick_keys(struct fz *in)
 	uint8_t k = fz_u8(in);
 	json_t *a;
 
+	json_int_t id, n;
+
 	switch (k % 8) {
 	case 0:
 	case 1:
 		return json_pack("[[i,i],[i,i]]", 0, 300, 7, 16); /* job 2's configuration */
 	case 2:
-		return json_pack("[[i,i]]", (json_int_t)fz_u8(in), (json_int_t)(1 + fz_u16(in)));
+		id = fz_u8(in); /* read in this order whatever the compiler */
+		n = 1 + fz_u16(in);
+		return json_pack("[[I,I]]", id, n);
 	case 3:
 		return json_pack("[[i,i],[i,i]]", 0, 300, 7, 17); /* one element off */
 	case 4:
 		return json_pack("[[i,i],[i,i]]", 5, 1, 5, 2); /* a duplicate id */
 	case 5:
 		a = json_array();
-		for (unsigned n = fz_below(in, 64); n > 0; n--) {
-			json_array_append_new(a, json_pack("[i,i]", (json_int_t)fz_u16(in),
-							   (json_int_t)fz_u8(in)));
+		for (unsigned count = fz_below(in, 64); count > 0; count--) {
+			id = fz_u16(in);
+			n = fz_u8(in);
+			json_array_append_new(a, json_pack("[I,I]", id, n));
 		}
 		return a;
 	case 6:

@@ -44,7 +44,6 @@ struct fjob {
 	struct pbox_job job;
 	uint64_t cookies[NRANKS_MAX];
 	uint64_t live[2];
-	bool built;
 };
 
 struct fix {
@@ -158,7 +157,6 @@ static void build_job(struct fjob *j, uint32_t id, uint32_t nranks, uint32_t nco
 		fprintf(stderr, "fuzz_engine: %s\n", err);
 		abort();
 	}
-	j->built = true;
 	for (uint32_t r = 0; r < nranks; r++) {
 		j->cookies[r] = 0x1000 + (uint64_t)id * 65537 + r * 7919;
 	}
@@ -209,7 +207,7 @@ static void setup(struct fix *x, struct fz *in)
 						  .momentum = 0.9f,
 						  .wd = 1e-4f,
 						  .rescale = 1.0f,
-						  .clip = (c1 >> 6) ? 1.0f : 0.0f,
+						  .clip = (c1 >> 6) & 1 ? 1.0f : 0.0f,
 						  .beta1 = 0.9f,
 						  .beta2 = 0.999f,
 						  .eps = 1e-8f };
@@ -316,6 +314,15 @@ static void deliver(struct fix *x, struct fz *in, uint32_t core, const uint8_t *
 	}
 }
 
+/* The sender field of a datagram's header (at least 16 bytes), as a rank for from_rank. */
+static uint32_t header_sender(const uint8_t *buf)
+{
+	uint32_t sender = (uint32_t)buf[12] << 24 | (uint32_t)buf[13] << 16 |
+			  (uint32_t)buf[14] << 8 | buf[15];
+
+	return sender < 10000 ? sender : 0;
+}
+
 static void from_rank(struct pbox_peer *p, uint32_t rank, bool elsewhere)
 {
 	memset(p, 0, sizeof(*p));
@@ -410,12 +417,17 @@ static void structured(struct fix *x, struct fz *in)
 	pbox_wire_encode(&m, (struct pbox_wire_hdr *)(void *)buf);
 	if (bits & 8) {
 		for (unsigned k = 1 + fz_below(in, 4); k > 0; k--) {
-			buf[fz_below(in, PBOX_WIRE_HDR_LEN + m.frag_len)] = fz_u8(in);
+			/* Two statements: the order of the reads must not depend on the
+			 * compiler (a crash found by clang must replay under gcc). */
+			uint32_t at = fz_below(in, PBOX_WIRE_HDR_LEN + m.frag_len);
+
+			buf[at] = fz_u8(in);
 		}
 	}
 	/* Usually from the rank's own address, sometimes from another one (port 0: nowhere to
-	 * answer). Replies go to port % 10000 = the rank whose cookie they must carry. */
-	from_rank(&from, m.sender, (bits & 16) != 0);
+	 * answer). Replies go to port % 10000 = the rank whose cookie they must carry: the
+	 * sender the header names once the input changed it. */
+	from_rank(&from, header_sender(buf), (bits & 16) != 0);
 	if ((bits & 0x60) == 0x60) {
 		from.port = 0;
 	}
@@ -435,14 +447,7 @@ static void raw(struct fix *x, struct fz *in)
 
 	len = fz_bytes(in, buf, len);
 	/* From the address of the rank the header names (replies are checked against it). */
-	if (len >= 16) {
-		uint32_t sender = (uint32_t)buf[12] << 24 | (uint32_t)buf[13] << 16 |
-				  (uint32_t)buf[14] << 8 | buf[15];
-
-		from_rank(&from, sender < 10000 ? sender : 0, fz_bool(in));
-	} else {
-		from_rank(&from, 0, false);
-	}
+	from_rank(&from, len >= 16 ? header_sender(buf) : 0, len >= 16 && fz_bool(in));
 	deliver(x, in, core, buf, len, &from);
 }
 
