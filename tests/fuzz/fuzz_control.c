@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Fuzz harness: pboxd's control-channel request path: the line buffer (pbox_linebuf_fill /
- * pbox_linebuf_next of common/ctlproto.c), JSON decoding (jansson's json_loads, as pboxd
- * calls it) and the request handlers of dataplane/pboxd/sessions.c (pboxd_sessions_hello,
+ * Fuzz harness: pboxd's control-channel request path: the framing of common/ctlproto.c
+ * (pbox_linebuf_fill / pbox_linebuf_next in, pbox_ctl_send out), JSON decoding (jansson's
+ * json_loads, as pboxd calls it) and the request handlers of dataplane/pboxd/sessions.c
+ * (pboxd_sessions_hello,
  * _register, _leave, _disconnect, _tick, _status), on an appliance configured with two
  * jobs (through pboxd_config_load, so the configuration is what pboxd would build) and a
  * real data plane with no core started (pboxd_dp_publish swaps the job table; nothing
@@ -73,6 +74,7 @@ struct fix {
 
 static struct pboxd_config g_cfg;
 static int g_pipe[2] = { -1, -1 };
+static int g_null = -1;
 
 static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
 		   void *arg)
@@ -99,6 +101,8 @@ static void once(void)
 	FUZZ_CHECK(pboxd_config_check(&g_cfg, err, sizeof(err)) == 0, "config: %s", err);
 	close(fd);
 	FUZZ_CHECK(pipe2(g_pipe, O_NONBLOCK | O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	g_null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	FUZZ_CHECK(g_null >= 0, "/dev/null: %s", strerror(errno));
 }
 
 /* ---- connections ------------------------------------------------------------------------ */
@@ -243,7 +247,8 @@ static void handle_line(struct fix *x, struct conn *c, const char *line)
 		char *text;
 
 		check_response(op, resp);
-		/* The response goes out the way pboxd encodes it. */
+		/* The response goes out as pboxd sends it (to /dev/null here). */
+		FUZZ_CHECK(pbox_ctl_send(g_null, resp, 0) == 0, "pbox_ctl_send failed");
 		text = json_dumps(resp, JSON_COMPACT);
 		if (getenv("PBOX_FUZZ_VERBOSE") != NULL) {
 			fprintf(stderr, "%s -> %s\n", line, text);
