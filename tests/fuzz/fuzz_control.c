@@ -3,11 +3,10 @@
  * Fuzz harness: pboxd's control-channel request path: the framing of common/ctlproto.c
  * (pbox_linebuf_fill / pbox_linebuf_next in, pbox_ctl_send out), JSON decoding (jansson's
  * json_loads, as pboxd calls it) and the request handlers of dataplane/pboxd/sessions.c
- * (pboxd_sessions_hello,
- * _register, _leave, _disconnect, _tick, _status), on an appliance configured with two
- * jobs (through pboxd_config_load, so the configuration is what pboxd would build) and a
- * real data plane with no core started (pboxd_dp_publish swaps the job table; nothing
- * reads it).
+ * (pboxd_sessions_hello, _register, _leave, _disconnect, _tick, _status), on an appliance
+ * configured with two jobs (through pboxd_config_load, so the configuration is what pboxd
+ * would build) and a real data plane with no core started (pboxd_dp_publish swaps the job
+ * table; nothing reads it).
  *
  * Only public functions are called: the dispatch by "op" is the harness's own (it mirrors
  * control.c's), so the harness does not depend on control.c's internals.
