@@ -13,8 +13,8 @@ packages=(
 	libopenblas-dev dataset-fashion-mnist
 	# kernel-bypass data plane
 	dpdk-dev libbpf-dev libxdp-dev iproute2
-	# tests
-	libcmocka-dev
+	# tests; fuzzing (libFuzzer: clang and its runtime)
+	libcmocka-dev clang libclang-rt-14-dev
 	# Python package and PyTorch integration (Debian's python3 / torch)
 	python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
 )

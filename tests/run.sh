@@ -7,11 +7,13 @@
 #   3. a -Werror build and every meson test (unit, integration, dpdk);
 #   4. an AddressSanitizer + UndefinedBehaviorSanitizer build and its unit and
 #      integration tests;
-#   5. the Python tests (pytest) against the first build.
+#   5. fuzzing: a clang build of the libFuzzer harnesses (tests/fuzz), each run for
+#      PBOX_FUZZ_SECONDS seconds (default 60) from its corpus; one step per harness;
+#   6. the Python tests (pytest) against the first build.
 # The last line is "N passed, M failed"; the exit status is non-zero if anything failed.
 # Tests that cannot run here print why and count as skipped, not passed.
 #
-# Usage: tests/run.sh [--quick]   (--quick: skip the sanitizer build)
+# Usage: tests/run.sh [--quick]   (--quick: skip the sanitizer build and fuzzing)
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -104,6 +106,31 @@ if [ $quick = 0 ]; then
 	else
 		failed=$((failed + 1))
 		failures+=("meson setup (sanitizers)")
+	fi
+fi
+
+if [ $quick = 0 ]; then
+	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each (PBOX_FUZZ_SECONDS)"
+	fuzz_names=(engine node config control)
+	fuzz_setup() {
+		CC=clang meson setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined \
+			-Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link "$@"
+	}
+	if ! command -v clang >/dev/null 2>&1; then
+		echo "SKIP: fuzzing: clang is not installed (deploy/debian-packages.sh installs" \
+			"clang and libclang-rt-14-dev)"
+		skipped=$((skipped + ${#fuzz_names[@]}))
+	elif ! { fuzz_setup --wipe >/dev/null 2>&1 || fuzz_setup; }; then
+		echo "SKIP: fuzzing: the clang fuzz build cannot be configured (libFuzzer missing?" \
+			"Debian: libclang-rt-14-dev); see build-fuzz/meson-logs/meson-log.txt"
+		skipped=$((skipped + ${#fuzz_names[@]}))
+	elif ! ninja -C build-fuzz "${fuzz_names[@]/#/tests/fuzz/fuzz_}"; then
+		failed=$((failed + 1))
+		failures+=("build (fuzz)")
+	else
+		for name in "${fuzz_names[@]}"; do
+			step "fuzz_$name" tests/fuzz/run.sh build-fuzz "$name"
+		done
 	fi
 fi
 

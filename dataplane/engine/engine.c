@@ -192,6 +192,13 @@ static void hold(struct ctx *x, uint32_t rank, uint32_t want)
 {
 	struct pbox_chunk_state *cs = x->cs;
 
+	if (pbox_unlikely(want == PBOX_PULL_NONE)) {
+		/* The one value pull_want cannot record (it means "no pull held"): counting it
+		 * would leave nheld above the pulls held, for good. Never a version a chunk
+		 * reaches in a session; the worker asks again. */
+		drop(x->e, PBOX_DROP_FUTURE_ITER);
+		return;
+	}
 	if (cs->pull_want[rank] == PBOX_PULL_NONE) {
 		cs->nheld++;
 		PBOX_STAT_ADD(x->e->stats, pulls_held, 1);

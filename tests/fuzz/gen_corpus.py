@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Write the seed corpora of the fuzz harnesses: tests/fuzz/corpus/<name>/seed-*.
+
+The seeds are the checked-in output of this script (re-run it after changing a harness's
+input grammar; crash inputs found later are added by hand as regress-* files and are not
+touched here). Each structured seed follows the byte grammar its harness reads (see the
+harness's header comment): real sessions (a job's ranks say hello and register; every
+rank pushes every fragment of every chunk for two iterations; a worker's push-pull gets
+its result), so the fuzzer starts from inputs that already reach the deep code.
+
+Usage: tests/fuzz/gen_corpus.py
+"""
+import ast
+import json
+import os
+import re
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def write(name, seeds):
+    d = os.path.join(HERE, "corpus", name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        if f.startswith("seed-"):
+            os.remove(os.path.join(d, f))
+    for i, (label, data) in enumerate(seeds):
+        with open(os.path.join(d, "seed-%02d-%s" % (i, label)), "wb") as f:
+            f.write(data)
+    print("%s: %d seeds" % (name, len(seeds)))
+
+
+# ---- engine (fuzz_engine.c) -------------------------------------------------------------
+
+PUSH, PULL, INIT, DATA, ACK = 0, 3, 5, 6, 7  # indexes into the harness's type table
+F_WANT_REPLY, F_RETRANSMIT, F_CRC = 1, 2, 4
+
+
+def engine_geometry(frag):
+    """Chunks of job A (keys of 100 and 16 floats, chunk_bytes 256): fragment counts."""
+    sizes = [256, 144, 64]
+    return [(s + frag - 1) // frag for s in sizes]
+
+
+def engine_cfg(server_opt=False, det=False, model=0, eager=False, verify=False, mean=False,
+               ranks_idx=1, frag128=False, cores2=False, credits=1, clip=False,
+               unreg=False, staleness=0, quorum=0, window_extra=0, opt=0):
+    c0 = (int(server_opt) | det << 1 | model << 2 | eager << 5 | verify << 6 | mean << 7)
+    c1 = (ranks_idx | frag128 << 2 | cores2 << 3 | (credits > 1) << 4 | (credits > 2) << 5 |
+          clip << 6 | unreg << 7)
+    c2 = staleness | quorum << 2 | window_extra << 4 | opt << 5
+    return bytes([c0, c1, c2])
+
+
+def eng_msg(typ, sender, chunk, frag=0, flags=0, delta=0, job_b=False, seq=0, mode=0):
+    """A structured datagram event (ev 0): valid header, payload from the harness."""
+    sel = (7 if job_b else 0) | typ << 3
+    out = bytes([0, sel, 0, flags, sender, chunk, delta & 0xff, seq])
+    if typ in (PUSH, INIT, DATA):
+        out += bytes([frag])
+    return out + bytes([mode])
+
+
+def engine_session(nranks, frag, server_opt, iters=2, flags=F_WANT_REPLY | F_CRC, order=None):
+    nfrags = engine_geometry(frag)
+    out = b""
+    if server_opt:
+        for c, n in enumerate(nfrags):
+            for f in range(n):
+                out += eng_msg(INIT, 0, c, f, F_CRC)
+    for it in range(iters):
+        for r in (order or range(nranks)):
+            for c, n in enumerate(nfrags):
+                for f in range(n):
+                    out += eng_msg(PUSH, r, c, f, flags, seq=it)
+        for r in range(nranks):
+            out += eng_msg(PULL, r, 0, delta=0xff)  # the iteration just completed
+    return out
+
+
+def engine_seeds():
+    seeds = []
+    ranks = {0: 1, 1: 2, 2: 3, 3: 65}
+    for label, kw in [
+        ("agg-bsp-2", dict()),
+        ("agg-bsp-3-mean", dict(ranks_idx=2, mean=True)),
+        ("agg-det-2cores", dict(det=True, cores2=True)),
+        ("agg-1rank", dict(ranks_idx=0)),
+        ("sopt-bsp-nag", dict(server_opt=True, opt=2)),
+        ("sopt-det-adam", dict(server_opt=True, det=True, opt=3, ranks_idx=2)),
+        ("sopt-ssp", dict(server_opt=True, model=1, staleness=2)),
+        ("sopt-asp", dict(server_opt=True, model=2)),
+        ("sopt-pssp-eager", dict(server_opt=True, model=3, staleness=1, eager=True)),
+        ("sopt-psspdyn", dict(server_opt=True, model=4, staleness=1)),
+        ("agg-drop-stragglers", dict(model=5, ranks_idx=2, quorum=1)),
+        ("agg-credits3-verify", dict(credits=3, verify=True, frag128=True)),
+        ("sopt-clip-adamw", dict(server_opt=True, clip=True, opt=4, window_extra=1)),
+    ]:
+        cfg = engine_cfg(**kw)
+        n = ranks[kw.get("ranks_idx", 1)]
+        frag = 128 if kw.get("frag128") else 64
+        seeds.append((label, cfg + engine_session(n, frag, kw.get("server_opt", False))))
+    # 65 ranks: bitmaps over two words; one iteration of one chunk, then rank 64 leaves.
+    body = b"".join(eng_msg(PUSH, r, 2, 0, F_WANT_REPLY) for r in range(64))
+    body += bytes([14, 0, 64, 3])  # leave: job A, rank 64, withdraw cookie, observe
+    seeds.append(("agg-65ranks-leave", engine_cfg(ranks_idx=3) + body))
+    # Lost results: every rank retransmits its last fragment (RETRANSMIT flag).
+    body = engine_session(2, 64, False, iters=1)
+    body += eng_msg(PUSH, 0, 2, 0, F_WANT_REPLY | F_RETRANSMIT, delta=0xff)
+    seeds.append(("agg-retransmit", engine_cfg() + body))
+    # Pushes beyond the window, then the window moves (RETRY).
+    body = eng_msg(PUSH, 0, 2, 0, F_WANT_REPLY, delta=3) + engine_session(2, 64, False, 1)
+    seeds.append(("agg-future-iter", engine_cfg() + body))
+    # Job B next to job A, and a rank leaving mid-iteration.
+    body = eng_msg(PUSH, 0, 0, 0, 0, job_b=True) + eng_msg(PUSH, 1, 0, 1, 0, job_b=True)
+    body += eng_msg(PUSH, 0, 2, 0, F_WANT_REPLY) + bytes([14, 0, 1, 2])
+    seeds.append(("two-jobs-leave", engine_cfg() + body))
+    # An aborted job answers with errors.
+    body = eng_msg(PUSH, 0, 2, 0, F_WANT_REPLY) + bytes([0xff]) + eng_msg(PULL, 1, 2)
+    seeds.append(("abort", engine_cfg() + body))
+    # Multi-piece delivery (iov mode 3, pieces of 17, 40 and 6 bytes, then the rest).
+    body = b""
+    for r in range(2):
+        body += eng_msg(PUSH, r, 2, 0, F_WANT_REPLY | F_CRC, mode=3)[:-1] + bytes([3, 16, 39, 5])
+    seeds.append(("iov", engine_cfg(verify=True) + body))
+    # Raw datagrams: a real header, truncated, and with a bad magic (ev 12).
+    hdr = struct.pack(">IBBHIIQIIIHBBIIIIQ", 0x50424F58, 1, 2, 0, 42, 0, 0x1000 + 42 * 65537,
+                      2, 0, 0, 0, 0, 64, 64, 0, 0, 0, 0)
+    raw = b""
+    for dgram in (hdr, hdr[:40], b"XBOX" + hdr[4:]):
+        # ev, length (4 bytes: fz_below of more than 256), core, bytes, elsewhere, mode
+        raw += bytes([12]) + struct.pack("<I", len(dgram)) + bytes([0]) + dgram + bytes([0, 0])
+    seeds.append(("raw", engine_cfg() + raw))
+    return seeds
+
+
+# ---- node (fuzz_node.c) ------------------------------------------------------------------
+
+N_DATA, N_ACK, N_ERROR = 0, 2, 3
+OP_PUSH, OP_PULL, OP_PUSH_PULL, OP_INIT = 0, 1, 2, 3
+
+
+def node_cfg(nworkers=2, credits=1, cores2=False, server_opt=False, frag128=False,
+             accept_newer=False, plain=False, rank=0, max_inflight=3, window512=False,
+             unbounded=False, staleness=0):
+    c0 = ((nworkers - 1) | (credits > 1) << 2 | cores2 << 3 | server_opt << 4 | frag128 << 5 |
+          accept_newer << 6 | plain << 7)
+    c1 = rank | (max_inflight - 1) << 2 | window512 << 4 | unbounded << 5 | staleness << 6
+    return bytes([c0, c1])
+
+
+def node_submit(op, kind, key=0, it=0, inplace=False):
+    return bytes([0, op, kind | key << 2 | inplace << 3, it])
+
+
+def node_reply(typ, op, chunk_in_key=0, flags=0, delta=0, frag=0, arg0=0, arg1=0):
+    """A structured reply (ev 7) about op's key: chunk index within the key."""
+    out = bytes([7, typ | flags << 2, 0, op, chunk_in_key, delta & 0xff, arg0, arg1])
+    if typ == N_DATA:
+        out += bytes([frag])
+    return out
+
+
+def node_time(ms):
+    return bytes([4, ms - 1])
+
+
+def node_result(op, key, frag, delta=0):
+    """Every fragment of every chunk of the key."""
+    nfr = [(s + frag - 1) // frag for s in ([256, 144] if key == 0 else [64])]
+    return b"".join(node_reply(N_DATA, op, c, 0, delta, f) for c, n in enumerate(nfr)
+                    for f in range(n))
+
+
+def node_seeds():
+    s = []
+    # push-pull answered with the result (aggregate, then server optimizer: version t+1).
+    s.append(("agg-pushpull", node_cfg() + node_submit(0, OP_PUSH_PULL) + node_result(0, 0, 64)))
+    s.append(("sopt-pushpull", node_cfg(server_opt=True) + node_submit(0, OP_PUSH_PULL, it=2) +
+              node_result(0, 0, 64, delta=0)))
+    # push acknowledged (NOTIFY-ACK), both chunks of key 0.
+    s.append(("push-ack", node_cfg() + node_submit(1, OP_PUSH) + node_reply(N_ACK, 1, 0) +
+              node_reply(N_ACK, 1, 1)))
+    # push-pull acknowledged first, then the result is lost: probes, then it arrives.
+    s.append(("ack-then-probe", node_cfg() + node_submit(0, OP_PUSH_PULL, key=1) +
+              node_reply(N_ACK, 0, 0) + node_time(50) + node_time(100) +
+              node_result(0, 1, 64)))
+    # nothing answers: retransmissions with back-off, then the deadline.
+    s.append(("timeout", node_cfg() + node_submit(0, OP_PUSH_PULL) + node_time(20) +
+              node_time(60) + bytes([0x14, 130])))
+    # the appliance refuses: abort, not initialised, stale.
+    for i, label in enumerate(["aborted", "eagain", "estale"]):
+        s.append(("error-" + label, node_cfg(server_opt=i == 1) + node_submit(0, OP_PUSH_PULL) +
+                  node_reply(N_ERROR, 0, 0, arg0=i)))
+    # the window moved: RETRY.
+    s.append(("retry", node_cfg() + node_submit(0, OP_PUSH) + node_reply(N_ACK, 0, 0, flags=8)))
+    # status answer to a probe.
+    s.append(("status", node_cfg() + node_submit(0, OP_PUSH_PULL) + node_reply(N_ACK, 0, 0) +
+              node_time(50) + node_reply(N_ACK, 0, 0, flags=32, arg1=1)))
+    # init (server optimizer, rank 0), acknowledged with OF_INIT.
+    s.append(("init", node_cfg(server_opt=True) + node_submit(2, OP_INIT, key=1) +
+              node_reply(N_ACK, 2, 0, flags=16, delta=0)))
+    # pull of an old version, in place.
+    s.append(("pull-inplace", node_cfg(server_opt=True, staleness=1) +
+              node_submit(3, OP_PULL, key=1, it=3, inplace=True) + node_result(3, 1, 64, -1)))
+    # two credits: two push-pulls of one key in flight, answered out of order.
+    s.append(("credits2", node_cfg(credits=2) + node_submit(0, OP_PUSH_PULL, it=0) +
+              node_submit(1, OP_PUSH_PULL, it=1) + node_result(1, 0, 64) + node_result(0, 0, 64)))
+    # plain flow: pushes complete when sent; lanes reused; acks later.
+    s.append(("plain", node_cfg(plain=True) + node_submit(0, OP_PUSH, it=0) +
+              node_submit(1, OP_PUSH, it=1) + node_reply(N_ACK, 0, 0) + node_reply(N_ACK, 0, 1)))
+    # window limits: one chunk in flight at a time, 128-byte fragments, 2 cores.
+    s.append(("window", node_cfg(max_inflight=1, window512=True, frag128=True, cores2=True) +
+              node_submit(0, OP_PUSH_PULL) + node_submit(1, OP_PUSH_PULL, key=1) +
+              node_result(0, 0, 128) + node_result(1, 1, 128)))
+    # drop-stragglers worker: a newer result is accepted.
+    s.append(("accept-newer", node_cfg(accept_newer=True) + node_submit(0, OP_PULL, it=1) +
+              node_result(0, 0, 64, delta=2)))
+    # duplicate fragments and a newer version restarting the collection.
+    s.append(("dups", node_cfg(server_opt=True, unbounded=True) + node_submit(0, OP_PUSH_PULL) +
+              node_reply(N_DATA, 0, 0, 0, 0, 0) + node_reply(N_DATA, 0, 0, 0, 0, 0) +
+              node_reply(N_DATA, 0, 0, 0, 1, 1) + node_result(0, 0, 64, delta=1)))
+    # a raw datagram (ev 3, length byte... fz_below(1089) reads 4 bytes) and a failure.
+    s.append(("raw-fail", node_cfg() + node_submit(0, OP_PULL) + bytes([3, 10, 0, 0, 0]) +
+              b"PBOX\x01\x04\x00\x00\x00\x00" + bytes([0xf6])))
+    return s
+
+
+# ---- control (fuzz_control.c) -------------------------------------------------------------
+
+def ctl_line(conn, obj):
+    """A raw-bytes event (ev 0) carrying one JSON line."""
+    text = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    assert len(text) < 512
+    return bytes([0, conn]) + struct.pack("<I", len(text)) + text
+
+
+def ctl_hello(conn, job, rank, right_token=True, version=1):
+    f = (job - 1) | (0 if right_token else 8) | (16 if version != 1 else 0)
+    out = bytes([4, conn, 0, f, rank])
+    if not right_token:
+        out += bytes([2])  # the empty token
+    return out
+
+
+def ctl_register(conn, keys_choice, extra=b""):
+    return bytes([4, conn, 3, 0, keys_choice]) + extra
+
+
+def ctl_seeds():
+    s = []
+    tok = {1: "s3cret", 2: "t0ken-two"}
+
+    def hello(conn, job, rank, token=None):
+        return ctl_line(conn, {"op": "hello", "job": job, "rank": rank,
+                               "token": token or tok[job], "version": 1})
+
+    # job 1 (free keys): two ranks join, register, train, leave cleanly.
+    keys = [[0, 784], [1, 10]]
+    s.append(("job1-session", hello(0, 1, 0) + ctl_line(0, {"op": "register", "keys": keys}) +
+              hello(1, 1, 1) + ctl_line(1, {"op": "register", "keys": keys}) +
+              ctl_line(0, {"op": "ping"}) + ctl_line(0, {"op": "leave"}) +
+              ctl_line(1, {"op": "leave"})))
+    # job 2 (fixed keys): three ranks, one is lost (connection closed): dropped.
+    k2 = [[0, 300], [7, 16]]
+    s.append(("job2-lost", b"".join(hello(c, 2, c) + ctl_line(c, {"op": "register", "keys": k2})
+                                    for c in range(3)) + bytes([12, 1]) +
+              ctl_line(0, {"op": "stats"})))
+    # job 1, a rank lost: the session aborts, the other is told; then a new session.
+    s.append(("job1-abort", hello(0, 1, 0) + ctl_line(0, {"op": "register", "keys": keys}) +
+              hello(1, 1, 1) + ctl_line(1, {"op": "register", "keys": keys}) +
+              bytes([12, 1]) + hello(2, 1, 1) + bytes([12, 0]) + hello(3, 1, 0)))
+    # heartbeats: a silent member is declared dead at the tick (worker_timeout 3 s).
+    s.append(("heartbeat", hello(0, 2, 0) + ctl_line(0, {"op": "register", "keys": k2}) +
+              hello(1, 2, 1) + ctl_line(1, {"op": "register", "keys": k2}) +
+              bytes([14, 0, 13, 40, 14, 0, 13, 40])))
+    # refusals: wrong token, unknown job, rank out of range, twice the same rank, a key
+    # set that differs, register before hello, hello twice, old protocol version.
+    s.append(("refusals", hello(0, 1, 0, "nope") + ctl_line(0, {"op": "hello", "job": 9,
+                                                                "rank": 0, "token": "x",
+                                                                "version": 1}) +
+              hello(0, 1, 5) + hello(0, 1, 0) + hello(1, 1, 0) + hello(0, 1, 1) +
+              ctl_line(2, {"op": "register", "keys": keys}) +
+              ctl_line(3, {"op": "hello", "job": 1, "rank": 1, "token": "s3cret",
+                           "version": 2})))
+    s.append(("keys-differ", hello(0, 1, 0) + ctl_line(0, {"op": "register", "keys": keys}) +
+              hello(1, 1, 1) + ctl_line(1, {"op": "register", "keys": [[0, 784], [1, 11]]}) +
+              hello(2, 2, 0) + ctl_line(2, {"op": "register", "keys": [[0, 300]]})))
+    # garbage: not JSON, not an object, no op, unknown op, bad key shapes, a line in pieces.
+    garbage = [b"{\n", b"[1,2]\n", b'{"job":1}\n', b'{"op":"dance"}\n', b"\x00\xff\n",
+               b'{"op":"register","keys":[[1]]}\n', b'{"op":"register","keys":"x"}\n',
+               b'{"op":"hello","job":"1","rank":0,"token":"s3cret","version":1}\n',
+               b'{"op":"hello","job":1,"rank":-1,"token":"s3cret","version":1}\n',
+               b'{"op":"hello","job":4294967297,"rank":0,"token":"s3cret","version":1}\n']
+    s.append(("garbage", b"".join(bytes([0, 0]) + struct.pack("<I", len(g)) + g
+                                  for g in garbage)))
+    line = b'{"op":"hello","job":2,"rank":2,"token":"t0ken-two","version":1}\n'
+    s.append(("split-line", bytes([1, 4]) + struct.pack("<I", 20) + line[:20] +
+              bytes([2, 4]) + struct.pack("<I", len(line) - 20) + line[20:]))
+    # structured events (the harness builds the requests): a session with job 2's keys.
+    s.append(("structured", ctl_hello(0, 2, 0) + ctl_register(0, 0) + ctl_hello(1, 2, 1) +
+              ctl_register(1, 0) + ctl_hello(2, 2, 2) + ctl_register(2, 3) +
+              bytes([4, 0, 5, 0]) + bytes([4, 1, 6, 1])))
+    s.append(("structured-job1", ctl_hello(0, 1, 0) + ctl_register(0, 2, bytes([1, 0x10, 0])) +
+              ctl_hello(1, 1, 1, right_token=False) + ctl_register(1, 5, bytes([3, 1, 0, 9,
+                                                                                 2, 0, 9, 3, 0,
+                                                                                 9])) +
+              bytes([0xfe])))
+    return s
+
+
+# ---- config (fuzz_config.c) ----------------------------------------------------------------
+
+def config_seeds():
+    s = []
+    for path in ["dataplane/pboxd/pboxd.conf.example", "python/examples/pboxd.conf"]:
+        with open(os.path.join(ROOT, path), "rb") as f:
+            s.append((os.path.basename(path).replace(".", "-"), f.read()))
+    # The strings the unit tests load (each a real mistake or a valid file).
+    with open(os.path.join(ROOT, "tests/unit/test_config.c")) as f:
+        src = f.read()
+    for m in re.finditer(r'(?:expect_error|load)\(((?:\s*"(?:[^"\\]|\\.)*")+)', src):
+        text = ast.literal_eval("(" + m.group(1) + ")")
+        if isinstance(text, tuple):
+            text = "".join(text)
+        s.append(("unit-%d" % len(s), text.encode()))
+    full = b"""appliance = {
+  transport = "udp"; data_address = "10.0.0.1"; base_port = 7100; control = "0.0.0.0:7000";
+  cpus = [0, 1]; chunk_bytes = 4096; mtu = 9000; busy_poll = true; idle_us = 50; burst = 64;
+  deterministic = true; stats_interval = 5; drain_timeout = 2; worker_timeout = 0;
+  fault = "drop=0.1,dup=0.1,reorder=0.1,seed=3";
+  dpdk = { eal = ["--vdev", "net_ring0"]; addresses = ["10.0.0.1"]; rx_desc = 512;
+           tx_desc = 512; mbuf_bytes = 4096; tx_drain_us = 10; idle_sleep_us = 20;
+           steering = "software"; zero_copy = false; };
+};
+jobs = (
+  { id = 1; token = "a"; workers = 1024; mode = "server-optimizer"; window = 8;
+    optimizer = { name = "adamw"; lr = 0.001; momentum = 0.0; wd = 0.01; rescale = 1.0;
+                  clip = 5.0; beta1 = 0.9; beta2 = 0.999; eps = 1e-8; };
+    sync = { model = "pssp-dyn"; staleness = 3; alpha = 2.0; release = "eager"; seed = 9; };
+    flow = { mode = "notify-ack"; credits = 4; verify = true; };
+    keys = ( [0, 1], [4294967295, 1000000] ); on_worker_loss = "abort"; },
+  { id = 4294967295; token = "b"; workers = 5; mode = "aggregate"; reduce = "sum";
+    sync = { model = "drop-stragglers"; quorum = 3; }; flow = { mode = "plain"; }; },
+  { id = 0; token = "c"; workers = 2; sync = { model = "asp"; }; }
+);
+"""
+    s.append(("everything", full))
+    for label, text in [
+        ("pssp", b'jobs = ({ id = 1; token = "t"; workers = 2; mode = "server-optimizer"; '
+                 b'sync = { model = "pssp"; staleness = 2; probability = 0.25; }; });\n'),
+        ("dup-id", b'jobs = ({ id = 1; token = "t"; workers = 2; }, '
+                   b'{ id = 1; token = "u"; workers = 3; });\n'),
+        ("window-small", b'jobs = ({ id = 1; token = "t"; workers = 2; window = 2; '
+                         b'flow = { credits = 4; }; });\n'),
+        ("bad-types", b'appliance = { cpus = ["a"]; cores = 1.5; busy_poll = 1; };\n'),
+        ("nested", b'appliance = { dpdk = { eal = ( "x", ( "y" ) ); }; };\n'),
+        ("mtu-frags", b'appliance = { chunk_bytes = 67108864; mtu = 576; };\n'),
+        ("groups-lists", b'jobs = { id = 1; };\nappliance = ();\n'),
+        ("keys-bad", b'jobs = ({ id = 1; token = "t"; workers = 2; keys = ( [0], [1, -1], '
+                     b'[2, 1099511627777] ); });\n'),
+        ("ports", b'appliance = { base_port = 65500; cores = 64; control = "[::1]:99999"; };\n'),
+    ]:
+        s.append((label, text))
+    return s
+
+
+if __name__ == "__main__":
+    write("engine", engine_seeds())
+    write("node", node_seeds())
+    write("control", ctl_seeds())
+    write("config", config_seeds())
