@@ -896,25 +896,47 @@ void pbox_engine_observe_table(struct pbox_engine *e, const struct pbox_jobtab *
 
 /*
  * Whether a datagram that carries rank's valid cookie comes from the rank's address. The
- * first one under a cookie pins the address (where every reply to the rank goes, on this
- * core); later ones must come from exactly there (IP, port, and for L2 transports MAC and
- * port). Anything else, a spoofed source that would turn a small PULL into a chunk-sized
- * reply at a victim, or a worker that moved, is refused: moving takes a new registration,
- * which draws a new cookie. Costs one compare of the cached peer per datagram.
+ * first one under a cookie, on any core, pins the address for every core of the job
+ * (struct pbox_rank_pin); later ones must come from exactly there (IP and port; for L2
+ * transports also the MAC and port this core learned with its first matching datagram).
+ * Anything else, a spoofed source that would turn a small PULL into a chunk-sized reply
+ * at a victim, a sender that learned the cookie and tries a core the rank has not used
+ * yet, or a worker that moved, is refused: moving takes a new registration, which draws a
+ * new cookie. Costs two loads of a read-mostly shared line and one compare per datagram.
  */
-static bool source_pinned(struct pbox_core_job *cj, uint32_t rank, uint64_t cookie,
-			  const struct pbox_peer *from)
+static bool source_pinned(struct pbox_rank_pin *pin, struct pbox_core_job *cj, uint32_t rank,
+			  uint64_t cookie, const struct pbox_peer *from)
 {
+	uint64_t want =
+		PBOX_PIN_SET | (cookie & 0x7fff) << 48 | (uint64_t)from->ip << 16 | from->port;
+	uint64_t c = __atomic_load_n(&pin->cookie, __ATOMIC_ACQUIRE);
 	struct pbox_peer *p = &cj->peers[rank];
 
-	if (pbox_unlikely(cj->peer_cookie[rank] != cookie)) {
-		*p = *from;
-		p->pad = 0;
-		cj->peer_cookie[rank] = cookie;
-		return true;
+	if (pbox_unlikely(c != cookie)) {
+		/* First datagram under this cookie anywhere: the core whose swap wins pins. */
+		if (__atomic_compare_exchange_n(&pin->cookie, &c, cookie, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&pin->addr, want, __ATOMIC_RELEASE);
+			goto learn;
+		}
+		if (c != cookie) {
+			return false; /* another cookie of the rank won meanwhile */
+		}
 	}
-	return p->ip == from->ip && p->port == from->port && p->ifport == from->ifport &&
-	       memcmp(p->mac, from->mac, sizeof(p->mac)) == 0;
+	/* Not equal also while the winning core has yet to store addr: refused, resent. */
+	if (pbox_unlikely(__atomic_load_n(&pin->addr, __ATOMIC_ACQUIRE) != want)) {
+		return false;
+	}
+	if (pbox_unlikely(cj->peer_cookie[rank] != cookie || p->ip != from->ip ||
+			  p->port != from->port)) {
+		goto learn;
+	}
+	return p->ifport == from->ifport && memcmp(p->mac, from->mac, sizeof(p->mac)) == 0;
+learn:
+	*p = *from;
+	p->pad = 0;
+	cj->peer_cookie[rank] = cookie;
+	return true;
 }
 
 /*
@@ -1005,7 +1027,8 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	if (pbox_unlikely(x.cj->seen_generation != x.job->generation) && x.job->live != NULL) {
 		reconcile(e, x.job, x.cj);
 	}
-	if (pbox_unlikely(!source_pinned(x.cj, m.sender, m.cookie, from))) {
+	if (pbox_unlikely(!source_pinned(&x.job->state->pins[m.sender], x.cj, m.sender, m.cookie,
+					 from))) {
 		drop(e, PBOX_DROP_BAD_SOURCE);
 		return;
 	}

@@ -167,8 +167,9 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 	}
 }
 
+/* One core's arena; core 0's also holds the shared per-rank pins (*pins). */
 static void layout_core(const struct pbox_job *job, uint32_t core, struct carver *c,
-			struct pbox_core_job *cj)
+			struct pbox_core_job *cj, struct pbox_rank_pin **pins)
 {
 	const struct pbox_jobdesc *d = job->wire.desc;
 	uint32_t n = d->core_nchunks[core], nw = d->nworkers, memo_bytes = 0;
@@ -180,6 +181,9 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	cj->peers = carve(c, (uint64_t)nw * sizeof(*cj->peers));
 	cj->peer_cookie = carve(c, (uint64_t)nw * sizeof(*cj->peer_cookie));
 	cj->seen_live = carve(c, wwords * 8);
+	if (core == 0) {
+		*pins = carve(c, (uint64_t)nw * sizeof(**pins));
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		const struct pbox_chunk_desc *cd = &d->chunks[d->core_chunks[core][i]];
 
@@ -213,8 +217,9 @@ static uint64_t core_bytes(const struct pbox_job *job, uint32_t core)
 {
 	struct carver c = { 0 };
 	struct pbox_core_job cj;
+	struct pbox_rank_pin *pins;
 
-	layout_core(job, core, &c, &cj);
+	layout_core(job, core, &c, &cj, &pins);
 	return c.off > UINT64_MAX - 4096 ? UINT64_MAX : PBOX_ALIGN_UP(c.off, 4096);
 }
 
@@ -308,7 +313,7 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 		c.off = 0;
 		cj->arena = c.base;
 		cj->arena_bytes = bytes;
-		layout_core(job, k, &c, cj);
+		layout_core(job, k, &c, cj, &st->pins);
 	}
 	return st;
 }

@@ -145,15 +145,33 @@ struct pbox_core_job {
 	uint64_t *seen_live;      /* live ranks at that generation */
 	uint32_t nchunks;
 	struct pbox_chunk_state *chunks; /* indexed by chunk_desc.local */
-	/* Per rank: where replies go, pinned by the rank's first valid datagram to this core;
-	 * peer_cookie is the cookie it was pinned under (0: not pinned). A new cookie (the
-	 * rank registered again) lets the next datagram pin a new address. */
+	/* Per rank: where this core's replies go (with the MAC and ifport of L2 transports),
+	 * learned from the rank's first datagram on this core that matches the rank's shared
+	 * pin (pbox_job_state.pins); peer_cookie is the cookie it was learned under (0: none
+	 * yet). */
 	struct pbox_peer *peers;
 	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
 	uint64_t nonfinite; /* NaN / Inf gradient values received (read by stats, relaxed) */
 } PBOX_CACHE_ALIGNED;
+
+/*
+ * A rank's source address, shared by every core of the job: the first valid datagram
+ * under a cookie, on whichever core, pins it; a datagram with that cookie from any other
+ * address is refused on every core. cookie is the cookie pinned (0: none); addr is
+ * PBOX_PIN_SET | (cookie & 0x7fff) << 48 | ip << 16 | port. Written only by data-plane
+ * cores: cookie with a compare-and-swap, then addr by the core whose swap won (release);
+ * read with acquire loads. A datagram is accepted only if cookie equals its cookie and
+ * addr equals its own word, so a stale addr of the previous cookie does not match (its
+ * 15-bit tag differs but with probability 2^-15, and then only between the two stores).
+ */
+struct pbox_rank_pin {
+	uint64_t cookie;
+	uint64_t addr;
+};
+
+#define PBOX_PIN_SET (1ull << 63)
 
 struct pbox_job_state;
 
@@ -170,6 +188,9 @@ struct pbox_job_state {
 	void *release_arg;
 	struct pbox_job_state *release_next; /* free for the releaser's own lists */
 	struct pbox_jobdesc desc;            /* valid when owns_desc */
+	/* Per rank (nworkers), carved in core 0's arena (so counted by the budget); see
+	 * struct pbox_rank_pin for who writes it. */
+	struct pbox_rank_pin *pins;
 	struct pbox_core_job core[];
 };
 

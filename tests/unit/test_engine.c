@@ -582,6 +582,61 @@ static void test_source_pinned(void **state)
 	sim_fini(&s);
 }
 
+/* The pin is per rank, not per core: a sender that learned a rank's cookie cannot pin
+ * itself on a core the rank has not used yet (and so reflect replies or lock the rank
+ * out of that core); a new cookie re-pins on every core. */
+static void test_source_pinned_cores(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 1,
+		.ncores = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	struct pbox_peer a0 = sim_rank_addr(0), a1 = sim_rank_addr(1), victim = sim_rank_addr(7);
+	float *g[1], got[NELEM];
+	uint32_t label, nf0, nf1;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(s.desc.nchunks, 2);
+	assert_int_not_equal(s.desc.chunks[0].core, s.desc.chunks[1].core);
+	nf0 = s.desc.chunks[0].nfrags;
+	nf1 = s.desc.chunks[1].nfrags;
+	g[0] = malloc(NELEM * sizeof(float));
+	fill_grad(g[0], 0, 0);
+	/* Rank 0 uses only chunk 0's core: pinned there. */
+	for (uint32_t f = 0; f < nf0; f++) {
+		push_frag(&s, 0, 0, 0, f, g[0], PBOX_F_WANT_REPLY);
+	}
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), nf0);
+	/* Its cookie from the victim's address, first on chunk 1's core: refused there too. */
+	pull_from(&s, 0, 1, 0, &victim);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 1);
+	/* The rank itself can use chunk 1's core; nothing ever goes to the victim. */
+	for (uint32_t f = 0; f < nf1; f++) {
+		push_frag(&s, 0, 0, 1, f, g[0], PBOX_F_WANT_REPLY);
+	}
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), nf1);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 1);
+	assert_int_equal(SIM_STAT(&s, tx_errors), 0);
+	/* Registered again from another address, seen first on chunk 1's core: the new pin
+	 * holds on chunk 0's core as well. */
+	s.cookies[0] ^= 0x55;
+	pull_from(&s, 0, 1, 0, &a1);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 1);
+	pull_from(&s, 0, 0, 0, &a0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_SOURCE]), 2);
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 0);
+	free(g[0]);
+	sim_fini(&s);
+}
+
 /* Rank r's fragment f of chunk c, iteration t, in two pieces cut at payload byte `cut`. */
 static void push_frag_split(struct sim *s, uint32_t r, uint32_t t, uint32_t c, uint32_t f,
 			    const float *g, uint32_t cut)
@@ -697,6 +752,7 @@ int main(void)
 		cmocka_unit_test(test_iov_pieces),
 		cmocka_unit_test(test_abort_misdirected),
 		cmocka_unit_test(test_source_pinned),
+		cmocka_unit_test(test_source_pinned_cores),
 		cmocka_unit_test(test_non_finite),
 	};
 
