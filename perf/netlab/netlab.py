@@ -566,9 +566,6 @@ class Lab:
         for i, ns in enumerate(self.worker_ns):
             self._link(ns, "w%d" % i, self.worker_ip[i], sc.worker_bps())
         sh("ip", "link", "set", "br0", "mtu", sc.mtu, ns=self.sw_ns)
-        # Every worker reaches the appliance (and the first the others) before anything runs.
-        for ns in self.worker_ns:
-            sh("ping", "-c1", "-W5", self.app_ip, ns=ns, check=False)
 
     def _link(self, ns, swname, ip, bps):
         sc = self.sc
