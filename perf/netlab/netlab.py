@@ -44,7 +44,6 @@ in its namespaces) and deletes its namespaces, which removes their veths and the
 import argparse
 import atexit
 import json
-import math
 import os
 import random
 import re
@@ -649,8 +648,10 @@ class Lab:
         return outs
 
     def link_counters(self):
-        """{endpoint: {tx_bytes, rx_bytes, tx_packets, rx_packets}} of each namespace's
-        link, and the tbf drops of both directions."""
+        """{endpoint: {tx_bytes, rx_bytes, tx_packets, rx_packets, tbf_drops_host,
+        tbf_drops_switch}} of each namespace's link: its interface's counters (tx: sent by
+        the namespace) and the drops of the tbf on its own egress (host) and on the switch
+        port's egress towards it (switch)."""
         out = {}
         for ep in ["app"] + ["w%d" % i for i in range(self.sc.workers)]:
             ns, _ = self.ns_of(ep)
@@ -658,12 +659,12 @@ class Lab:
                                ns=ns).stdout)[0]["stats64"]
             c = {"tx_bytes": st["tx"]["bytes"], "rx_bytes": st["rx"]["bytes"],
                  "tx_packets": st["tx"]["packets"], "rx_packets": st["rx"]["packets"],
-                 "tbf_drops": 0}
-            for qns, dev in ((ns, IFNAME), (self.sw_ns, ep)):
+                 "tbf_drops_host": 0, "tbf_drops_switch": 0}
+            for side, qns, dev in (("host", ns, IFNAME), ("switch", self.sw_ns, ep)):
                 for q in json.loads(sh("tc", "-j", "-s", "qdisc", "show", "dev", dev,
                                        ns=qns).stdout):
                     if q.get("kind") == "tbf":
-                        c["tbf_drops"] += q.get("drops", 0)
+                        c["tbf_drops_" + side] += q.get("drops", 0)
             out[ep] = c
         return out
 
@@ -920,6 +921,9 @@ def run_scenario(sc, build_dir, log=print):
                 r["exchange_bytes"] = nbytes
                 if b["link_bound_s"]:
                     r["over_link_bound"] = r["median_s"] / b["link_bound_s"]
+                own = b["pbox_bound_s" if system == "pbox" else "gloo_ring_bound_s"]
+                if own:
+                    r["over_own_bound"] = r["median_s"] / own
             res["systems"][system] = r
             log("netlab:   %s" % (("median %.3f s (min %.3f, max %.3f)" % (
                 r["median_s"], r["min_s"], r["max_s"])) if r["status"] == "ok" else
@@ -991,7 +995,8 @@ def print_result(r):
         if s["status"] == "ok":
             extra = ""
             if "over_link_bound" in s:
-                extra = ", %.2fx the link-rate bound" % s["over_link_bound"]
+                extra = ", %.2fx the link-rate bound (%.2fx its own)" % (
+                    s["over_link_bound"], s["over_own_bound"])
             if "retransmits" in s:
                 extra += ", %d retransmits" % s["retransmits"]
             print("  %-7s median %.3f s  min %.3f  max %.3f%s" % (
