@@ -1031,6 +1031,53 @@ def cmd_cleanup(args):
     return 0
 
 
+def markdown_rows(results):
+    """One markdown table row per system of each result (netlab table)."""
+    rows = ["| MTU | worker / appliance link | loss | system | median s (min–max) | "
+            "x link bound | x own bound | worker tx MB per exchange | retransmits | "
+            "tbf drops host / switch |", "|---" * 10 + "|"]
+    for r in results:
+        sc = r["scenario"]
+        for name, s in r["systems"].items():
+            if s["status"] != "ok":
+                rows.append("| %d | %s / %s | %g | %s | %s: %s | | | | | |" % (
+                    sc["mtu"], fmt_rate(r["rates_bps"]["worker"]),
+                    fmt_rate(r["rates_bps"]["appliance"]), sc["loss"], name, s["status"],
+                    s.get("reason") or s.get("error")))
+                continue
+            links = s["links"]
+            wtx = sum(v["tx_bytes"] for k, v in links.items() if k != "app")
+            exch = sc["workers"] * (sc["iterations"] + sc["warmup"])
+            own = r["bounds"]["pbox_bound_s" if name == "pbox" else "gloo_ring_bound_s"]
+            if all("tbf_drops_host" in v for v in links.values()):
+                drops = "%d / %d" % (sum(v["tbf_drops_host"] for v in links.values()),
+                                     sum(v["tbf_drops_switch"] for v in links.values()))
+            else:  # files written before the split: both together
+                drops = "%d (both)" % sum(v.get("tbf_drops", 0) for v in links.values())
+            rows.append("| %d | %s / %s | %g | %s | %.2f (%.2f–%.2f) | %s | %s | %.0f | %s | "
+                        "%s |" % (
+                            sc["mtu"], fmt_rate(r["rates_bps"]["worker"]),
+                            fmt_rate(r["rates_bps"]["appliance"]), sc["loss"], name,
+                            s["median_s"], s["min_s"], s["max_s"],
+                            "%.2f" % s["over_link_bound"] if "over_link_bound" in s else "–",
+                            "%.2f" % (s["median_s"] / own) if own else "–",
+                            wtx / 1e6 / exch, s.get("retransmits", "–"), drops))
+    return rows
+
+
+def cmd_table(args):
+    results = []
+    for path in args.files:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            raise LabError("%s: %s" % (path, e))
+        results += d if isinstance(d, list) else [d]
+    print("\n".join(markdown_rows(results)))
+    return 0
+
+
 def cmd_check(args):
     why = missing() or build_dir_problem(os.path.abspath(args.build_dir), ["pbox"])
     print(why or "ok: root, ip and tc present, build tree has pboxd and pbox-bench-comm")
@@ -1067,6 +1114,11 @@ def main(argv=None):
     p.add_argument("--all", action="store_true", help="also those of runs still alive")
     p.add_argument("--run", metavar="PREFIX", help="only namespaces starting with PREFIX")
     p.set_defaults(fn=cmd_cleanup)
+    p = sub.add_parser("table", help="markdown table of result files",
+                       description="Print the results of `run --json` files as a markdown "
+                       "table (the one in perf/netlab/README.md).")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(fn=cmd_table)
     p = sub.add_parser("check", help="say whether a lab can be built here")
     p.add_argument("--build-dir", default=default_build, help="meson build directory")
     p.set_defaults(fn=cmd_check)
