@@ -12,7 +12,7 @@ JSON.
 
     /usr/bin/python3 perf/netlab/netlab.py run --workers 4 --worker-rate 200mbit \\
         --mtu 1500 --system pbox,gloo --iterations 5 --json out.json
-    /usr/bin/python3 perf/netlab/netlab.py run --scenario perf/netlab/scenarios/readme.toml
+    /usr/bin/python3 perf/netlab/netlab.py run --scenario perf/netlab/scenarios/rate200.toml
     /usr/bin/python3 perf/netlab/netlab.py up --workers 2      # a lab to poke at; Ctrl-C
     /usr/bin/python3 perf/netlab/netlab.py cleanup             # leftovers of dead runs
 
@@ -948,7 +948,8 @@ def add_scenario_args(ap):
                             help=hlp + "; repeatable")
         else:
             ap.add_argument(flag, dest=k, metavar=k.split("_")[-1].upper(),
-                            help="%s (default: %s)" % (hlp, default))
+                            help=hlp if "default" in hlp else "%s (default: %s)" % (
+                                hlp, default))
 
 
 def scenario_overrides(args):
