@@ -14,10 +14,12 @@ iterations.
   4. `netlab up` applies tbf on both sides of each link, and tears down on SIGTERM.
   5. A run killed with SIGKILL leaves its namespaces; `netlab cleanup` removes them (and
      leaves a live run's alone).
+  6. Cross traffic (iperf3, when installed) flows and is held to the link rate.
 Skips (exit 77) when not root or ip/tc are missing.
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,6 +172,25 @@ def main():
         fail("SIGTERM left namespaces behind: %s" % ours(live_prefix))
     if root_links() != links0:
         fail("root namespace links changed: %s -> %s" % (links0, root_links()))
+
+    # 6: cross traffic: a 20 Mbit/s UDP flow w1 -> w0 capped by a 10 Mbit/s link
+    if shutil.which("iperf3") is None:
+        print("cross traffic not checked: iperf3 is missing (apt-get install iperf3)")
+    else:
+        sc = netlab.Scenario.from_dict({"workers": 2, "worker_rate": "10mbit",
+                                        "cross": ["w1>w0:20mbit"]})
+        with netlab.Lab(sc) as lab:
+            with netlab.Cross(lab, sc.cross) as cross:
+                c0 = lab.link_counters()
+                time.sleep(2)
+                c1 = lab.link_counters()
+                cross.check()
+            prefix = lab.prefix
+        rx = c1["w0"]["rx_bytes"] - c0["w0"]["rx_bytes"]
+        if not 0.6 * 2 * 10e6 / 8 <= rx <= 1.3 * 2 * 10e6 / 8:
+            fail("cross traffic: w0 received %d bytes in 2 s on a 10 Mbit/s link" % rx)
+        if ours(prefix):
+            fail("namespaces left behind: %s" % ours(prefix))
     print("ok")
     return 0
 
