@@ -15,6 +15,8 @@ packages=(
 	dpdk-dev libbpf-dev libxdp-dev iproute2
 	# tests; fuzzing (libFuzzer: clang and its runtime)
 	libcmocka-dev clang libclang-rt-14-dev
+	# perf/netlab: cross traffic
+	iperf3
 	# Python package and PyTorch integration (Debian's python3 / torch)
 	python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
 )

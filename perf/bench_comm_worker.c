@@ -64,6 +64,7 @@ struct opts {
 struct result {
 	uint32_t iters;
 	double seconds;
+	double *iter_s; /* iters entries: each timed exchange's duration */
 	struct pbox_client_stats before, after;
 };
 
@@ -91,7 +92,8 @@ static void usage(FILE *f)
 		"  --timeout-ms MS     libpbox operation deadline (default: libpbox's, 30 s)\n"
 		"  --max-inflight N    chunks sent before their ACK (default: libpbox's, 256)\n"
 		"  --busy-poll         libpbox progress thread spins instead of sleeping\n"
-		"  --json              print the result as one JSON object\n"
+		"  --json              print the result as one JSON object (iter_seconds: each\n"
+		"                      timed exchange's duration)\n"
 		"  -h, --help          this text\n"
 		"\n"
 		"Exit status: 0 after the run, 1 on bad arguments or a bad table, 2 when the\n"
@@ -439,10 +441,14 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       "\"nchunks\": %u, \"cores\": %u, \"iters\": %u, \"seconds\": %.6f, "
 		       "\"exchanges_per_s\": %.6f, \"push_gbps\": %.6f, \"recv_gbps\": %.6f, "
 		       "\"wire_tx_gbps\": %.6f, \"wire_rx_gbps\": %.6f, \"retransmits\": %" PRIu64
-		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 "}\n",
+		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
 		       recv, wire_tx, wire_rx, retx, probes, dropped);
+		for (uint32_t i = 0; i < r->iters; i++) {
+			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
+		}
+		printf("]}\n");
 	} else {
 		printf("rank %u of %u: %s, %u keys, %.1f MB, chunk %u B, fragment %u B, %u "
 		       "chunks on %u cores\n",
@@ -545,24 +551,30 @@ int main(int argc, char **argv)
 	if (plan_iters(c, &t, &o, ji.workers, warm_iter_s, &r.iters) < 0) {
 		goto out;
 	}
+	r.iter_s = calloc(r.iters, sizeof(*r.iter_s));
+	if (r.iter_s == NULL) {
+		fprintf(stderr, "pbox-bench-comm: cannot allocate %u iteration times\n", r.iters);
+		goto out;
+	}
 	pbox_client_stats(c, &r.before);
 	{
-		double t0 = pbox_mono_s();
+		double t0 = pbox_mono_s(), ti = t0;
 
 		for (uint32_t i = 0; i < r.iters; i++) {
 			if (exchange(c, &t, off, grad, out, o.warmup + i) < 0) {
 				goto out;
 			}
+			r.iter_s[i] = pbox_mono_s() - ti;
+			ti += r.iter_s[i];
 		}
 		r.seconds = pbox_mono_s() - t0;
 	}
 	pbox_client_stats(c, &r.after);
-	/* The mean of identical gradients is that gradient; anything else means the results
-	 * were not the aggregates (or the appliance sums: then it is workers x 1). */
-	for (unsigned j = 0; j < 2; j++) {
-		uint64_t i = j == 0 ? 0 : t.total - 1;
-
-		if (out[i] != 1.0f && out[i] != (float)ji.workers) {
+	/* The mean of identical gradients is that gradient, exactly; anything else means the
+	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
+	 * Every element of the last exchange is checked (after the timing). */
+	for (uint64_t i = 0; i < t.total; i++) {
+		if (out[i] != out[0] || (out[i] != 1.0f && out[i] != (float)ji.workers)) {
 			fprintf(stderr,
 				"pbox-bench-comm: rank %u: result element %" PRIu64
 				" is %g, expected 1 (mean) or %u (sum)\n",
@@ -574,6 +586,7 @@ int main(int argc, char **argv)
 	status = 0;
 out:
 	pbox_close(c);
+	free(r.iter_s);
 	free(grad);
 	free(out);
 	free(off);
