@@ -5,8 +5,13 @@
  * json_loads, as pboxd calls it) and the request handlers of dataplane/pboxd/sessions.c
  * (pboxd_sessions_hello, _register, _leave, _disconnect, _tick, _status), on an appliance
  * configured with two jobs (through pboxd_config_load, so the configuration is what pboxd
- * would build) and a real data plane with no core started (pboxd_dp_publish swaps the job
- * table; nothing reads it).
+ * would build) and a data plane that was never started: with no core and no RCU
+ * registration, pboxd_dp_publish swaps the job table and drops the old one at once, on the
+ * calling thread (nothing else can read it). A register that starts a session is answered
+ * later (its chunk state is allocated by the sessions' allocator thread): the harness waits
+ * on pboxd_sessions_fd and calls pboxd_sessions_poll, as pboxd's control loop does, so
+ * sessions really start; an input may also leave it pending while other requests, closes
+ * and ticks arrive, or until the end (pboxd_sessions_destroy with an allocation in flight).
  *
  * Only public functions are called: the dispatch by "op" is the harness's own (it mirrors
  * control.c's), so the harness does not depend on control.c's internals.
@@ -20,20 +25,23 @@
  *    sent as a line, so deep paths (sessions, cookies, key-set checks) are reached;
  *  - a connection closes (pboxd_sessions_disconnect);
  *  - time passes (pboxd_sessions_tick: heartbeats, members declared dead and kicked);
- *  - the status request; the shutdown abort.
+ *  - the status request; the shutdown abort;
+ *  - the allocator's answer: wait on pboxd_sessions_fd, then pboxd_sessions_poll.
  *
  * Invariants checked beyond the sanitizers: every response is an object with a boolean
  * "ok", and a refusal has a positive "errno" and an "error" message; an accepted register
- * has a 16-hex-digit cookie and a core map within the cores; events and kicks reach only
- * open connections; the published job table is sorted and every job in it has its state;
- * after pboxd_sessions_destroy no job is published.
+ * has a 16-hex-digit cookie and a core map within the cores; a deferred register is
+ * answered (within 10 s), once, through send_event, and only to a connection that waits;
+ * events and kicks reach only open connections; the published job table is sorted and every
+ * job in it has its state; after pboxd_sessions_destroy no job is published, and dropping
+ * the last table frees it (pboxd_dp_lifetime_stats).
  *
- * Registers asking for more than HARNESS_MAX_ELEMS elements in all are not passed on: the
- * appliance would allocate their chunk state, and libFuzzer reports an RSS over its limit
- * as a crash (bounding that allocation is the appliance's memory budget, not this parser).
+ * Register sizes are bounded by the appliance's memory_budget (16M below), as in pboxd:
+ * larger key sets are refused by the budget checks, so libFuzzer's RSS limit is not hit.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -42,13 +50,14 @@
 #include "fuzz.h"
 #include "pboxd/sessions.h"
 
-#define NCONN             6
-#define HARNESS_MAX_ELEMS (1u << 20)
+#define NCONN            6
+#define ALLOC_TIMEOUT_MS 10000
 
 /* Job 1: free key set, 2 workers, server optimizer, BSP (a lost worker aborts).
  * Job 2: fixed keys, 3 workers, aggregate, 2 credits, a lost worker is dropped. */
 static const char g_conf[] =
-	"appliance = { cores = 2; chunk_bytes = 1024; mtu = 576; worker_timeout = 3; };\n"
+	"appliance = { cores = 2; chunk_bytes = 1024; mtu = 576; worker_timeout = 3;\n"
+	"  memory_budget = \"16M\"; };\n"
 	"jobs = (\n"
 	"  { id = 1; token = \"s3cret\"; workers = 2; mode = \"server-optimizer\";\n"
 	"    optimizer = { name = \"adam\"; lr = 0.001; }; deterministic = true; },\n"
@@ -62,6 +71,7 @@ struct conn {
 	struct pbox_linebuf lb;
 	bool open;
 	bool kicked;
+	bool awaiting; /* its register was deferred: the answer comes through send_event */
 };
 
 struct fix {
@@ -106,12 +116,30 @@ static void once(void)
 
 /* ---- connections ------------------------------------------------------------------------ */
 
+static void check_response(const char *op, const json_t *resp);
+
 static void on_event(struct pboxd_member_ref *ref, json_t *obj)
 {
 	struct conn *c = (struct conn *)(void *)ref;
 
 	FUZZ_CHECK(c->open, "an event for a closed connection");
-	FUZZ_CHECK(json_is_object(obj) && json_string_value(json_object_get(obj, "event")) != NULL,
+	FUZZ_CHECK(json_is_object(obj), "an event that is not an object");
+	if (json_object_get(obj, "event") == NULL) {
+		/* The answer of a deferred register (pboxd_sessions_poll). */
+		FUZZ_CHECK(c->awaiting, "%s: a response nobody waits for", c->ref.peer);
+		FUZZ_CHECK(!c->ref.pending, "%s: answered but still pending", c->ref.peer);
+		c->awaiting = false;
+		check_response("register", obj);
+		if (getenv("PBOX_FUZZ_VERBOSE") != NULL) {
+			char *text = json_dumps(obj, JSON_COMPACT);
+
+			fprintf(stderr, "(deferred register) -> %s\n", text);
+			free(text);
+		}
+		FUZZ_CHECK(pbox_ctl_send(g_null, obj, 0) == 0, "pbox_ctl_send failed");
+		return;
+	}
+	FUZZ_CHECK(json_string_value(json_object_get(obj, "event")) != NULL,
 		   "an event without \"event\"");
 }
 
@@ -135,6 +163,7 @@ static void conn_open(struct fix *x, struct conn *c)
 	pbox_linebuf_init(&c->lb);
 	c->open = true;
 	c->kicked = false;
+	c->awaiting = false;
 }
 
 static void conn_close(struct fix *x, struct conn *c)
@@ -158,24 +187,6 @@ static struct conn *pick(struct fix *x, struct fz *in)
 }
 
 /* ---- requests ------------------------------------------------------------------------- */
-
-static uint64_t requested_elems(const json_t *req)
-{
-	const json_t *keys = json_object_get(req, "keys"), *p;
-	uint64_t total = 0;
-	size_t i;
-
-	json_array_foreach(keys, i, p)
-	{
-		json_int_t n = json_integer_value(json_array_get(p, 1));
-
-		total += n > 0 ? (uint64_t)n : 0;
-		if (total > HARNESS_MAX_ELEMS) {
-			break;
-		}
-	}
-	return total;
-}
 
 static void check_response(const char *op, const json_t *resp)
 {
@@ -227,11 +238,20 @@ static void handle_line(struct fix *x, struct conn *c, const char *line)
 		json_decref(req);
 		return;
 	}
+	FUZZ_CHECK(c->ref.pending == c->awaiting, "%s: pending %d, awaiting an answer %d",
+		   c->ref.peer, c->ref.pending, c->awaiting);
+	if (c->ref.pending) {
+		/* control.c refuses every request but ping until the register is answered */
+		json_decref(req);
+		return;
+	}
 	if (strcmp(op, "hello") == 0) {
 		resp = pboxd_sessions_hello(x->s, &c->ref, req);
 	} else if (strcmp(op, "register") == 0) {
-		if (requested_elems(req) <= HARNESS_MAX_ELEMS) {
-			resp = pboxd_sessions_register(x->s, &c->ref, req);
+		resp = pboxd_sessions_register(x->s, &c->ref, req);
+		if (resp == NULL) {
+			FUZZ_CHECK(c->ref.pending, "register: no answer and not pending");
+			c->awaiting = true;
 		}
 	} else if (strcmp(op, "leave") == 0) {
 		resp = pboxd_sessions_leave(x->s, &c->ref);
@@ -340,12 +360,14 @@ static json_t *pick_keys(struct fz *in)
 	}
 }
 
-static void structured(struct fix *x, struct fz *in)
+/* Returns true when a deferred register is to stay pending for now. */
+static bool structured(struct fix *x, struct fz *in)
 {
 	static const char *const tokens[] = { "s3cret", "t0ken-two", "", "s3cre", "s3cret\u00e9" };
 	struct conn *c = pick(x, in);
 	uint8_t op = fz_u8(in), f = fz_u8(in);
 	json_t *req = NULL;
+	bool defer = false;
 	char *text;
 
 	switch (op % 8) {
@@ -373,6 +395,7 @@ static void structured(struct fix *x, struct fz *in)
 	case 3:
 	case 4:
 		req = json_pack("{s:s, s:o}", "op", "register", "keys", pick_keys(in));
+		defer = (f & 128) != 0;
 		break;
 	case 5:
 		req = json_pack("{s:s}", "op", "leave");
@@ -397,6 +420,36 @@ static void structured(struct fix *x, struct fz *in)
 		arrive(x, c, "\n", 1);
 	}
 	free(text);
+	return defer;
+}
+
+static bool any_awaiting(const struct fix *x)
+{
+	for (unsigned i = 0; i < NCONN; i++) {
+		if (x->conns[i].open && x->conns[i].awaiting) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The allocator's answers, as pboxd's control loop takes them: when pboxd_sessions_fd is
+ * readable, pboxd_sessions_poll. Waits until no open connection awaits a register answer. */
+static void allocator_answers(struct fix *x)
+{
+	struct pollfd p = { .fd = pboxd_sessions_fd(x->s), .events = POLLIN };
+	uint64_t start = pboxd_now_ms();
+
+	while (any_awaiting(x)) {
+		int n = poll(&p, 1, 100);
+
+		FUZZ_CHECK(n >= 0 || errno == EINTR, "poll: %s", strerror(errno));
+		if (n > 0) {
+			pboxd_sessions_poll(x->s);
+		}
+		FUZZ_CHECK(pboxd_now_ms() - start < ALLOC_TIMEOUT_MS,
+			   "a deferred register is not answered after %u ms", ALLOC_TIMEOUT_MS);
+	}
 }
 
 static void check_table(const struct fix *x)
@@ -428,11 +481,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	memset(&x, 0, sizeof(x));
 	x.now_ms = 1000000;
+	/* The configured transport, never started: no core, no RCU registration (tab_release
+	 * asks the transport whether it keeps retired states). */
+	x.dp.ops = pboxd_transport_find(g_cfg.transport);
+	FUZZ_CHECK(x.dp.ops != NULL, "transport '%s' not in this build", g_cfg.transport);
 	x.s = pboxd_sessions_create(&g_cfg, &x.dp);
 	FUZZ_CHECK(x.s != NULL, "pboxd_sessions_create failed");
 	fz_init(&in, data, size);
 	while (!fz_empty(&in) && events++ < 1024) {
 		uint8_t ev = fz_u8(&in);
+		bool defer = false;
 
 		switch (ev % 16) {
 		case 0:
@@ -458,6 +516,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 14:
 			if ((ev >> 4) == 15) {
 				pboxd_sessions_abort_all(x.s, "pboxd is shutting down");
+			} else if ((ev >> 4) >= 12) {
+				/* Nothing: the deferred registers are answered below. */
 			} else {
 				/* A member that keeps sending heartbeats. */
 				struct conn *c = &x.conns[fz_below(&in, NCONN)];
@@ -466,8 +526,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			break;
 		default:
-			structured(&x, &in);
+			defer = structured(&x, &in);
 			break;
+		}
+		/* Sessions start: the control loop answers deferred registers (unless the
+		 * input keeps them pending while other events arrive). */
+		if (!defer) {
+			allocator_answers(&x);
 		}
 		check_table(&x);
 		FUZZ_CHECK(pboxd_sessions_active(x.s) <= g_cfg.njobs, "more sessions than jobs");
@@ -476,12 +541,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		conn_close(&x, &x.conns[i]);
 	}
 	pboxd_sessions_destroy(x.s);
+	/* Nothing stays published; dropping the last table frees it at once (no core ever
+	 * read it), and no publish was refused. */
 	{
-		struct pbox_jobtab *last = pboxd_dp_publish(&x.dp, NULL);
+		struct pboxd_dp_lifetime before, after;
+		const struct pbox_jobtab *last = x.dp.tab;
 
 		FUZZ_CHECK(last == NULL || last->njobs == 0, "%u jobs still published at exit",
-			   last->njobs);
-		free(last);
+			   last != NULL ? last->njobs : 0);
+		pboxd_dp_lifetime_stats(&x.dp, &before);
+		FUZZ_CHECK(pboxd_dp_publish(&x.dp, NULL) == 0, "publish(NULL) failed");
+		pboxd_dp_lifetime_stats(&x.dp, &after);
+		FUZZ_CHECK(x.dp.tab == NULL && after.tables_freed ==
+						       before.tables_freed + (last != NULL ? 1 : 0),
+			   "the last table was not freed");
+		FUZZ_CHECK(after.publish_nomem == 0, "%llu publishes refused",
+			   (unsigned long long)after.publish_nomem);
 	}
 	return 0;
 }

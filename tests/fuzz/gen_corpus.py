@@ -309,6 +309,16 @@ def ctl_seeds():
                                                                                  2, 0, 9, 3, 0,
                                                                                  9])) +
               bytes([0xfe])))
+    # deferred registers (flag 128: not waited for at once): a stats request on a pending
+    # connection (not handled, as in control.c), a rank that closes while its register
+    # waits for the chunk state, the wait event (0xce), a register over the 16M memory
+    # budget, and an allocation still in flight when the input ends (sessions_destroy).
+    s.append(("pending", ctl_hello(2, 1, 0) +
+              ctl_line(2, {"op": "register", "keys": [[0, 1 << 23]]}) +
+              ctl_hello(0, 2, 0) + bytes([4, 0, 3, 128, 0]) + ctl_line(0, {"op": "stats"}) +
+              ctl_hello(3, 1, 1) + bytes([4, 3, 3, 128, 2, 1, 0x10, 0]) +
+              bytes([12, 3, 0xce]) + ctl_hello(1, 2, 1) + ctl_register(1, 0) +
+              bytes([4, 2, 3, 128, 2, 1, 0x10, 0])))
     return s
 
 
