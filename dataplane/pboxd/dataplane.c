@@ -165,7 +165,7 @@ static void tab_release(struct pbox_jobtab *tab, void *arg)
 			continue;
 		}
 		if (__atomic_sub_fetch(&st->tables, 1, __ATOMIC_ACQ_REL) == 0 &&
-		    !__atomic_load_n(&dp->transport_down, __ATOMIC_ACQUIRE) &&
+		    !__atomic_load_n(&dp->transport_down, __ATOMIC_ACQUIRE) && dp->ops != NULL &&
 		    dp->ops->retire != NULL) {
 			dp->ops->retire(dp, st);
 		}
