@@ -53,9 +53,12 @@ def main():
                  "checkpoint?): %s" % (KILL_AT, res))
         k, r = res["appliance_killed_at"], res["resumed_at"]
         print("pboxd killed at step %d, workers resumed at step %d" % (k, r))
-        if not (k >= KILL_AT and 0 < r <= k):
-            fail("killed at %d, resumed at %d: expected 0 < resumed <= killed, killed >= %d"
-                 % (k, r, KILL_AT))
+        # k is the slowest worker's last reported step when the kill was sent; the
+        # appliance may have completed (and checkpointed) a few more versions by then,
+        # so the resume point is only bounded below by a real restore.
+        if not (k >= KILL_AT and r > 0):
+            fail("killed at %d, resumed at %d: expected a restored version (resumed > 0) "
+                 "and killed >= %d" % (k, r, KILL_AT))
         if read(plain) != read(killed):
             fail("the model trained through a kill -9 and restart differs from the "
                  "uninterrupted run's")
