@@ -29,7 +29,7 @@ import threading
 import time
 
 __all__ = ["Pboxd", "build_path", "free_ports", "to_libconfig", "control_request", "fail",
-           "run_demo", "children", "alive", "check_gone"]
+           "run_demo", "children", "alive", "check_gone", "load_libpbox"]
 
 START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
 EX_UNAVAILABLE = 69
@@ -50,6 +50,20 @@ def build_path(rel):
 def fail(msg):
     print("FAIL: " + msg, file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def load_libpbox():
+    """libpbox.so loaded into this Python through ctypes. A sanitizer build's library needs
+    the ASan runtime loaded first, which an uninstrumented Python cannot give it: such a
+    test skips there (exit 77, meson's SKIP) and runs in the -Werror build."""
+    path = build_path("dataplane/libpbox.so")
+    deps = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    if "libasan" in deps:
+        print("SKIP: this build's libpbox.so is ASan-instrumented and cannot be loaded into "
+              "an uninstrumented Python through ctypes (the test runs in the -Werror build)",
+              flush=True)
+        sys.exit(77)
+    return ctypes.CDLL(path)
 
 
 def free_ports(n_udp):

@@ -9,7 +9,7 @@ import ctypes
 import errno
 import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, fail, load_libpbox
 
 
 class Opts(ctypes.Structure):
@@ -26,7 +26,7 @@ class KeyInfo(ctypes.Structure):
 
 
 def main():
-    lib = ctypes.CDLL(build_path("dataplane/libpbox.so"))
+    lib = load_libpbox()
     lib.pbox_last_error.restype = ctypes.c_char_p
     jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"}]
     with Pboxd(jobs, cores=1) as d:

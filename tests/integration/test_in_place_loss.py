@@ -9,7 +9,7 @@ ctypes (which releases the GIL during each call)."""
 import ctypes
 import threading
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, fail, load_libpbox
 
 WORKERS = 3
 ITERS = 8
@@ -42,7 +42,7 @@ def grad(rank, it, key, i):
 
 
 def main():
-    lib = ctypes.CDLL(build_path("dataplane/libpbox.so"))
+    lib = load_libpbox()
     lib.pbox_last_error.restype = ctypes.c_char_p
     jobs = [{"id": 1, "token": "a", "workers": WORKERS, "mode": "aggregate",
              "reduce": "sum"}]
