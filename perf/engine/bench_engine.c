@@ -15,39 +15,7 @@
 #include "common/xport.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
-
-static uint64_t g_sent;
-
-static int null_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *h,
-		     const void *payload, uint32_t len)
-{
-	(void)ctx;
-	(void)to;
-	(void)h;
-	(void)payload;
-	g_sent += len != 0;
-	return 0;
-}
-
-static void null_flush(void *ctx)
-{
-	(void)ctx;
-}
-
-static uint64_t null_queued(void *ctx)
-{
-	(void)ctx;
-	return g_sent;
-}
-
-static uint64_t null_reclaim(void *ctx, uint64_t upto)
-{
-	(void)ctx;
-	(void)upto;
-	return g_sent;
-}
-
-static const struct pbox_tx_ops g_tx = { null_send, null_flush, null_queued, null_reclaim };
+#include "null_tx.h"
 
 /* GB/s of gradient added by the add kernel on an in-cache pair of frag-sized buffers. */
 static double add_gbs(uint32_t frag)
@@ -124,7 +92,7 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 	struct pbox_job job = { 0 };
 	struct pbox_jobtab *tab;
 	struct pbox_core_stats st = { 0 };
-	struct pbox_engine e = { .core = 0, .tx = &g_tx, .stats = &st };
+	struct pbox_engine e = { .core = 0, .tx = &pbox_bench_null_tx, .stats = &st };
 	uint64_t cookies[8], live = (1ull << nw) - 1;
 	uint8_t **pkts;
 	uint32_t npk = 0, nfr = 32768 / frag, t = 0;

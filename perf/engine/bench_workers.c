@@ -15,7 +15,7 @@
  * Non-finite table: the add kernel alone against the scan + add the engine now does for
  * each fragment (kernels.h nonfinite), per ISA, on in-cache fragment-sized buffers; and the
  * engine itself (8 workers) with its real kernel table against the same table whose scan
- * is a stub returning 0 (no check), side by side in one run.
+ * returns 0 (no check), side by side in one run.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -28,46 +28,9 @@
 #include "common/xport.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
+#include "null_tx.h"
 
 #define CHUNK 32768u
-
-static uint64_t g_sent;
-
-static int null_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *h,
-		     const void *payload, uint32_t len)
-{
-	(void)ctx;
-	(void)to;
-	(void)h;
-	(void)payload;
-	g_sent += len != 0;
-	return 0;
-}
-
-static void null_flush(void *ctx)
-{
-	(void)ctx;
-}
-
-static uint64_t null_queued(void *ctx)
-{
-	(void)ctx;
-	return g_sent;
-}
-
-static uint64_t null_reclaim(void *ctx, uint64_t upto)
-{
-	(void)ctx;
-	(void)upto;
-	return g_sent;
-}
-
-static const struct pbox_tx_ops g_tx = {
-	.send = null_send,
-	.flush = null_flush,
-	.queued = null_queued,
-	.reclaim = null_reclaim,
-};
 
 /* A job with nw workers and one iteration's datagrams, fed to the engine on demand. */
 struct bjob {
@@ -92,7 +55,7 @@ static void bjob_init(struct bjob *b, uint32_t nw, uint32_t frag, bool det)
 	memset(b, 0, sizeof(*b));
 	b->nw = nw;
 	b->frag = frag;
-	b->e = (struct pbox_engine){ .core = 0, .tx = &g_tx, .stats = &b->st };
+	b->e = (struct pbox_engine){ .core = 0, .tx = &pbox_bench_null_tx, .stats = &b->st };
 	b->cookies = calloc(nw, sizeof(*b->cookies));
 	b->from = calloc(nw, sizeof(*b->from));
 	if (pbox_jobdesc_build(&b->d, &key, 1, nw, 1, CHUNK, frag, NULL, err, sizeof(err)) != 0) {
@@ -255,7 +218,7 @@ int main(int argc, char **argv)
 	unsigned nworkers = 5;
 	const struct pbox_kernels *isas[4], *k = pbox_kernels_get();
 	unsigned nisa = pbox_kernels_supported(isas, 4);
-	struct pbox_kernels stub = *k;
+	struct pbox_kernels no_scan_kernels = *k;
 
 	if (argc > 1) {
 		/* pbox-bench-workers N...: the workers table only, for these counts */
@@ -326,7 +289,7 @@ int main(int argc, char **argv)
 		}
 	}
 
-	stub.nonfinite = no_scan;
+	no_scan_kernels.nonfinite = no_scan;
 	printf("\nNon-finite check in the engine: 8 workers, sum, %s kernels (ns per fragment; "
 	       "best of %d alternating pairs)\n\n",
 	       k->isa, REPS);
@@ -340,7 +303,7 @@ int main(int argc, char **argv)
 		double ratio[REPS];
 
 		for (int rep = 0; rep < REPS; rep++) {
-			double x = bjob_run(&b, &stub, 1u << 17);
+			double x = bjob_run(&b, &no_scan_kernels, 1u << 17);
 			double y = bjob_run(&b, k, 1u << 17);
 
 			without = PBOX_MIN(without, x);
