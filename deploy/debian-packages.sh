@@ -17,6 +17,12 @@ packages=(
 	libcmocka-dev clang libclang-rt-14-dev
 	# perf/netlab: cross traffic
 	iperf3
+	# nicfw/: BPF skeletons; ctrlplane/: integer programs (GLPK)
+	bpftool libglpk-dev
+	# DVF encoders: the compressors compared and selectable
+	liblz4-dev libzstd-dev libsnappy-dev
+	# deploy/ (ansible, lint) and perf/report (plots)
+	ansible ansible-lint python3-matplotlib
 	# Python package and PyTorch integration (Debian's python3 / torch)
 	python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
 )
