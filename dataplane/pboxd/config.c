@@ -354,6 +354,9 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->dpdk.idle_sleep_us = 50;
 	snprintf(cfg->dpdk.steering, sizeof(cfg->dpdk.steering), "auto");
 	cfg->dpdk.zero_copy = true;
+	snprintf(cfg->xdp.mode, sizeof(cfg->xdp.mode), "auto");
+	snprintf(cfg->xdp.pin_root, sizeof(cfg->xdp.pin_root), "/sys/fs/bpf/pbox");
+	cfg->xdp.max_chunks = 1u << 20;
 }
 
 static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
@@ -748,6 +751,33 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 	return 0;
 }
 
+/* The appliance's xdp = { ... } group. */
+static int load_xdp(struct cctx *c, const config_setting_t *g, struct pboxd_xdp_cfg *xc)
+{
+	static const char *const keys[] = { "interface", "mode", "pin_root", "max_chunks", NULL };
+	static const char *const modes[] = { "auto", "native", "generic", NULL };
+	const config_setting_t *where;
+	int rc, mode = -1;
+
+	if (!config_setting_is_group(g)) {
+		return bad(c, g, "must be a group { interface = \"eth1\"; ... }");
+	}
+	if ((rc = only(c, g, keys)) != 0 ||
+	    (rc = get_str(c, g, "interface", xc->interface, sizeof(xc->interface), NULL)) != 0 ||
+	    (rc = get_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
+	    (rc = get_str(c, g, "pin_root", xc->pin_root, sizeof(xc->pin_root), &where)) != 0 ||
+	    (rc = get_u32(c, g, "max_chunks", 1, PBOX_MAX_CHUNKS, &xc->max_chunks)) != 0) {
+		return rc;
+	}
+	if (mode >= 0) {
+		snprintf(xc->mode, sizeof(xc->mode), "%s", modes[mode]);
+	}
+	if (where != NULL && xc->pin_root[0] != '\0' && xc->pin_root[0] != '/') {
+		return bad(c, where, "must be an absolute path on a bpffs, or \"\" (no pins)");
+	}
+	return 0;
+}
+
 int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, char *err,
 			      size_t errlen)
 {
@@ -815,6 +845,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"drain_timeout",
 		"fault",
 		"dpdk",
+		"xdp",
 		"worker_timeout",
 		"admin_token",
 		"control_socket",
@@ -946,6 +977,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		if (s != NULL && (rc = load_dpdk(&c, s, &cfg->dpdk)) != 0) {
 			goto out;
 		}
+		s = config_setting_get_member(a, "xdp");
+		if (s != NULL && (rc = load_xdp(&c, s, &cfg->xdp)) != 0) {
+			goto out;
+		}
 		if ((rc = get_str(&c, a, "admin_token", cfg->admin_token, sizeof(cfg->admin_token),
 				  NULL)) != 0 ||
 		    (rc = get_str(&c, a, "control_socket", cfg->control_socket,
@@ -1017,6 +1052,12 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 	}
 	if (strcmp(cfg->transport, "dpdk") != 0 && cfg->dpdk.neal > cfg->dpdk.neal_owned) {
 		snprintf(err, errlen, "EAL arguments after -- need --transport dpdk");
+		return -EINVAL;
+	}
+	if (cfg->xdp.interface[0] != '\0' && strcmp(cfg->transport, "udp") != 0) {
+		/* DPDK's net_af_xdp loads its own XDP program on its interface. */
+		snprintf(err, errlen, "%s: xdp.interface needs transport \"udp\" (got \"%s\")",
+			 file, cfg->transport);
 		return -EINVAL;
 	}
 	frag = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);

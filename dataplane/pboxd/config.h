@@ -52,6 +52,14 @@
  *       steering = "auto";            # "auto", "flow", "rss" or "software"
  *       zero_copy = true;             # replies reference chunk memory
  *     };
+ *     xdp = {                         # nicfw/ XDP filter in front of the data ports
+ *       interface = "eth1";           # attach to this interface ("": no filter)
+ *       mode = "auto";                # "native", "generic", or "auto" (native, else
+ *                                     # generic, logged)
+ *       pin_root = "/sys/fs/bpf/pbox"; # maps pinned under <pin_root>/<interface>/
+ *                                     # ("": not pinned)
+ *       max_chunks = 1048576;         # chunk-owner entries over all jobs
+ *     };
  *   };
  *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
  *              mode = "server-optimizer";          # or "aggregate"
@@ -131,6 +139,14 @@ struct pboxd_dpdk_cfg {
 	bool zero_copy;
 };
 
+/* The appliance's xdp = { ... } group (see the example above). */
+struct pboxd_xdp_cfg {
+	char interface[16]; /* "": no XDP filter */
+	char mode[8];       /* auto, native, generic */
+	char pin_root[256];
+	uint32_t max_chunks;
+};
+
 /* The appliance's control_limits = { ... } group (see the example above). */
 struct pboxd_control_limits {
 	uint32_t max_connections;
@@ -170,6 +186,7 @@ struct pboxd_config {
 	char control_socket[108]; /* "": none */
 	struct pboxd_control_limits limits;
 	struct pboxd_dpdk_cfg dpdk;
+	struct pboxd_xdp_cfg xdp;
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };

@@ -26,6 +26,7 @@
 #include "dataplane.h"
 #include "sessions.h"
 #include "stats.h"
+#include "xdp.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -134,6 +135,7 @@ struct app {
 	struct pboxd_dp dp;
 	struct pboxd_sessions *sessions;
 	struct pboxd_control *control;
+	struct pboxd_xdp *xdp; /* NULL: no XDP filter */
 };
 
 static json_t *stats_cb(void *arg, bool all, uint32_t job)
@@ -159,6 +161,12 @@ static json_t *stats_cb(void *arg, bool all, uint32_t job)
 	t = pboxd_dp_transport_json(&a->dp);
 	if (o != NULL && t != NULL) {
 		json_object_set_new(o, "transport", t);
+	} else {
+		json_decref(t);
+	}
+	t = pboxd_xdp_stats_json(a->xdp);
+	if (o != NULL && t != NULL) {
+		json_object_set_new(o, "xdp", t);
 	} else {
 		json_decref(t);
 	}
@@ -423,6 +431,7 @@ static int run(struct app *a)
 				if (si.ssi_signo == SIGUSR1) {
 					pboxd_stats_print(stderr, &a->dp);
 					pboxd_dp_transport_print(stderr, &a->dp);
+					pboxd_xdp_stats_print(stderr, a->xdp);
 				} else if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM) {
 					signals++;
 				}
@@ -453,6 +462,7 @@ static int run(struct app *a)
 			if (read(tfd, &ticks, sizeof(ticks)) > 0) {
 				pboxd_stats_print(stderr, &a->dp);
 				pboxd_dp_transport_print(stderr, &a->dp);
+				pboxd_xdp_stats_print(stderr, a->xdp);
 			}
 		}
 		/* Requests first, then the heartbeat check (which reads the members' pending
@@ -562,10 +572,20 @@ int main(int argc, char **argv)
 		pboxd_config_free(&a.cfg);
 		return rc == -EINVAL ? EX_USAGE : EX_UNAVAILABLE;
 	}
+	/* The filter before the first admission, after the sockets it protects exist. */
+	if (pboxd_xdp_start(&a.cfg, &a.xdp) != 0) {
+		pboxd_dp_stop(&a.dp);
+		pboxd_config_free(&a.cfg);
+		return EX_UNAVAILABLE;
+	}
 	a.sessions = pboxd_sessions_create(&a.cfg, &a.dp);
+	if (a.sessions != NULL && a.xdp != NULL) {
+		pboxd_sessions_set_publish_hook(a.sessions, pboxd_xdp_sync, a.xdp);
+	}
 	a.control = a.sessions ? pboxd_control_open(&a.cfg, a.sessions, stats_cb, &a) : NULL;
 	if (a.control == NULL) {
 		pboxd_sessions_destroy(a.sessions);
+		pboxd_xdp_stop(a.xdp);
 		pboxd_dp_stop(&a.dp);
 		pboxd_config_free(&a.cfg);
 		return EX_UNAVAILABLE;
@@ -576,6 +596,8 @@ int main(int argc, char **argv)
 	fprintf(stderr, "pboxd: final counters\n");
 	pboxd_stats_print(stderr, &a.dp);
 	pboxd_dp_transport_print(stderr, &a.dp);
+	pboxd_xdp_stats_print(stderr, a.xdp);
+	pboxd_xdp_stop(a.xdp);
 	pboxd_dp_stop(&a.dp);
 	pboxd_config_free(&a.cfg);
 	return rc;

@@ -90,6 +90,8 @@ struct pboxd_sessions {
 	struct pboxd_ratelog reg_log; /* register refusals */
 	struct pboxd_budget budget;
 	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
+	pboxd_publish_hook_fn publish_hook;
+	void *publish_hook_arg;
 };
 
 static uint64_t mono_ns(void)
@@ -337,7 +339,16 @@ static int publish(struct pboxd_sessions *s)
 		pbox_jobtab_free(tab);
 		return -ENOMEM;
 	}
+	if (s->publish_hook != NULL) {
+		s->publish_hook(s->publish_hook_arg, tab);
+	}
 	return 0;
+}
+
+void pboxd_sessions_set_publish_hook(struct pboxd_sessions *s, pboxd_publish_hook_fn fn, void *arg)
+{
+	s->publish_hook = fn;
+	s->publish_hook_arg = arg;
 }
 
 static void end_session(struct pboxd_sessions *s, struct job *j)

@@ -131,6 +131,12 @@ uint32_t pboxd_sessions_active(const struct pboxd_sessions *s);
 /* Abort every session with reason (shutdown); members are told. */
 void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
 
+/* Called on the control thread after every job table the sessions publish (the table is
+ * the cores' current one until the next publish), e.g. to keep pboxd's XDP filter in step
+ * (pboxd_xdp_sync). Set before any admission; NULL fn: none. */
+typedef void (*pboxd_publish_hook_fn)(void *arg, const struct pbox_jobtab *tab);
+void pboxd_sessions_set_publish_hook(struct pboxd_sessions *s, pboxd_publish_hook_fn fn, void *arg);
+
 /* The checkpointer (NULL: checkpoints off), for the shutdown hook. */
 struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s);
 

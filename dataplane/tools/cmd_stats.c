@@ -96,6 +96,28 @@ static void print_control(const json_t *ctl)
 	printf("\n");
 }
 
+/* pboxd's XDP filter (nicfw/), when it has one: what it passed, redirected, dropped. */
+static void print_xdp(const json_t *x)
+{
+	const char *key;
+	const json_t *v;
+
+	if (!json_is_object(x)) {
+		return;
+	}
+	printf("xdp %s (%s): %" PRIu64 " frames, %" PRIu64 " passed to the kernel, %" PRIu64
+	       " redirected, %" PRIu64 " dropped",
+	       json_string_value(json_object_get(x, "interface")),
+	       json_string_value(json_object_get(x, "mode")), pbox_cli_json_u64(x, "rx"),
+	       pbox_cli_json_u64(x, "passed"), pbox_cli_json_u64(x, "redirected"),
+	       pbox_cli_json_u64(x, "dropped"));
+	json_object_foreach((json_t *)json_object_get(x, "drops"), key, v)
+	{
+		printf(" %s=%" JSON_INTEGER_FORMAT, key, json_integer_value(v));
+	}
+	printf("\n");
+}
+
 static void print_stats(const char *addr, const json_t *st)
 {
 	const json_t *cores = json_object_get(st, "cores"), *tot = json_object_get(st, "totals");
@@ -130,6 +152,7 @@ static void print_stats(const char *addr, const json_t *st)
 		}
 	}
 	print_control(json_object_get(st, "control"));
+	print_xdp(json_object_get(st, "xdp"));
 	if (json_array_size(jobs) == 0) {
 		printf("jobs: none configured\n");
 		return;
