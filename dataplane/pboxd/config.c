@@ -1038,6 +1038,12 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 	const char *file = cfg->path[0] ? cfg->path : "command line";
 	uint32_t frag;
 
+	if (cfg->xdp.interface[0] != '\0' && strcmp(cfg->transport, "udp") != 0) {
+		/* DPDK's net_af_xdp loads its own XDP program on its interface. */
+		snprintf(err, errlen, "%s: xdp.interface needs transport \"udp\" (got \"%s\")",
+			 file, cfg->transport);
+		return -EINVAL;
+	}
 #ifdef PBOX_HAVE_DPDK
 	if (strcmp(cfg->transport, "dpdk") == 0) {
 		if (check_dpdk(cfg, file, err, errlen) != 0) {
@@ -1052,12 +1058,6 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 	}
 	if (strcmp(cfg->transport, "dpdk") != 0 && cfg->dpdk.neal > cfg->dpdk.neal_owned) {
 		snprintf(err, errlen, "EAL arguments after -- need --transport dpdk");
-		return -EINVAL;
-	}
-	if (cfg->xdp.interface[0] != '\0' && strcmp(cfg->transport, "udp") != 0) {
-		/* DPDK's net_af_xdp loads its own XDP program on its interface. */
-		snprintf(err, errlen, "%s: xdp.interface needs transport \"udp\" (got \"%s\")",
-			 file, cfg->transport);
 		return -EINVAL;
 	}
 	frag = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);

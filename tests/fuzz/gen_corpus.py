@@ -378,8 +378,56 @@ jobs = (
     return s
 
 
+# ---- xdp (fuzz_xdp.c) -------------------------------------------------------------------
+
+XDP_COOKIES = (0x1111222233334444, 0x5555666677778888)
+
+
+def xdp_dgram(typ=1, sender=0, cookie=None, job=3, chunk=0, frag_off=0, frag_len=1024,
+              chunk_len=4096, encoding=1, magic=0x50424F58, version=1, payload=None):
+    if cookie is None:
+        cookie = XDP_COOKIES[sender] if sender < 2 else 1
+    if payload is None:
+        payload = bytes(frag_len)
+    return struct.pack(">IBBHIIQIIIHBBIIIIQ", magic, version, typ, 0, job, sender, cookie,
+                       chunk, 0, frag_off, frag_len, encoding, 64, chunk_len, 7, 0, 0,
+                       0) + payload
+
+
+def xdp_seeds():
+    s = []
+    push = xdp_dgram()
+    pull = xdp_dgram(typ=2, frag_len=0, encoding=0, payload=b"")
+    for label, mode, d in [
+            ("push", 0x00, push), ("push-vlan", 0x01, push), ("push-qinq", 0x02, push),
+            ("push-ihl7", 0x08, push), ("push-port1", 0x10, push),
+            ("pull-rank1", 0x00, xdp_dgram(typ=2, sender=1, frag_len=0, encoding=0,
+                                            payload=b"")),
+            ("push-last-chunk", 0x00, xdp_dgram(chunk=3, frag_len=68, chunk_len=68)),
+            ("pull", 0x04, pull),
+            ("bad-magic", 0x00, xdp_dgram(magic=0x58424F58)),
+            ("bad-version", 0x00, xdp_dgram(version=2)),
+            ("bad-type", 0x00, xdp_dgram(typ=9)),
+            ("unknown-job", 0x00, xdp_dgram(job=4)),
+            ("bad-sender", 0x00, xdp_dgram(sender=2)),
+            ("data-type", 0x00, xdp_dgram(typ=4)),
+            ("bad-cookie", 0x00, xdp_dgram(cookie=XDP_COOKIES[1])),
+            ("bad-length", 0x00, xdp_dgram(frag_len=1000)),
+            ("truncated", 0x00, push[:40]),
+            ("cut", 0x20, b"\x05" + push)]:
+        s.append((label, bytes([mode]) + d))
+    eth = b"\x02" * 6 + b"\x04" * 6
+    s.append(("raw-arp", b"\x80" + eth + b"\x08\x06" + bytes(28)))
+    s.append(("raw-ipv6", b"\x80" + eth + b"\x86\xdd" + bytes(60)))
+    s.append(("raw-frag", b"\x80" + eth + b"\x08\x00\x45\x00\x00\x60\x00\x00\x20\x00\x40\x11"
+              + bytes(2) + bytes([10, 0, 0, 2, 10, 0, 0, 1]) + b"\x9c\x40\x1b\xbc\x00\x50\x00\x00"
+              + push[:72]))
+    return s
+
+
 if __name__ == "__main__":
     write("engine", engine_seeds())
     write("node", node_seeds())
     write("control", ctl_seeds())
     write("config", config_seeds())
+    write("xdp", xdp_seeds())

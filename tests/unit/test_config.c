@@ -365,6 +365,44 @@ static void test_non_finite(void **state)
 	expect_error("appliance = { non_finite = \"propagate\"; };\n", "non_finite");
 }
 
+/* The appliance's xdp group (nicfw/'s filter): defaults, values, and each mistake. */
+static void test_xdp(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("appliance = { cores = 2; };\n", &cfg, err, sizeof(err)), 0);
+	assert_string_equal(cfg.xdp.interface, "");
+	assert_string_equal(cfg.xdp.mode, "auto");
+	assert_string_equal(cfg.xdp.pin_root, "/sys/fs/bpf/pbox");
+	assert_int_equal(cfg.xdp.max_chunks, 1u << 20);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { xdp = { interface = \"veth1\"; mode = \"generic\"; "
+			      "pin_root = \"\"; max_chunks = 4096; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_string_equal(cfg.xdp.interface, "veth1");
+	assert_string_equal(cfg.xdp.mode, "generic");
+	assert_string_equal(cfg.xdp.pin_root, "");
+	assert_int_equal(cfg.xdp.max_chunks, 4096);
+	pboxd_config_free(&cfg);
+
+	expect_error("appliance = { xdp = { interface = \"eth1\"; mode = \"offload\"; }; };\n",
+		     "xdp.mode: unknown mode 'offload' (auto, native, generic)");
+	expect_error("appliance = { xdp = { interface = \"a-name-longer-than-ifnamsiz\"; }; };\n",
+		     "xdp.interface: too long");
+	expect_error("appliance = { xdp = { pin_root = \"pins\"; }; };\n",
+		     "xdp.pin_root: must be an absolute path");
+	expect_error("appliance = { xdp = { max_chunks = 0; }; };\n", "xdp.max_chunks");
+	expect_error("appliance = { xdp = { iface = \"eth1\"; }; };\n", "unknown setting");
+	expect_error("appliance = { xdp = \"eth1\"; };\n", "xdp: must be a group");
+	expect_error("appliance = { transport = \"dpdk\"; data_address = \"10.0.0.1\"; "
+		     "xdp = { interface = \"eth1\"; }; dpdk = { addresses = [ \"10.0.0.1\" ]; "
+		     "}; };\n",
+		     "xdp.interface needs transport \"udp\"");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -372,6 +410,7 @@ int main(void)
 		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
 		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
+		cmocka_unit_test(test_xdp),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
