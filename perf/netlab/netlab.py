@@ -29,13 +29,14 @@ dead run's leftovers (its pid is gone) from a live run's. Interfaces live inside
 namespaces only (created in the switch namespace, one end moved), so their names never
 clash with the host's.
 
-Loss: netem is not available on this machine (nor nftables/iptables), so random loss is
-injected by pbox's own transport (pboxd's `fault` config and the workers' PBOX_FAULT:
-every datagram sent by pboxd and by each worker is dropped with probability `loss`).
-Systems that do not use pbox's transport (Gloo) cannot be given that loss and are
-skipped with that reason when loss > 0. The seam for a link-level injector (an XDP
-program on each veth, issue 13) is LOSS_METHODS: a method gets the lab and applies
-itself to the links; its `systems` says whom it affects.
+Loss: netem is not available on this machine (nor nftables/iptables). Two methods
+(LOSS_METHODS; `loss_method`): "transport", pbox's own fault injector (pboxd's `fault`
+config and the workers' PBOX_FAULT: every datagram sent by pboxd and by each worker is
+dropped with probability `loss`), which Gloo cannot be given (its runs are skipped with
+that reason); and "xdp", nicfw's test-only loss injector (pbox-xdp-loss, an XDP program)
+on the receiving side of every namespace's veth, which drops each frame with probability
+`loss` whatever the system (TCP offloads are turned off on those veths so that a frame
+is one MTU-sized packet).
 
 Teardown always runs: the Lab is a context manager, registers an atexit handler and
 handles SIGTERM/SIGINT/SIGHUP; it kills the processes it started (and any process left
@@ -264,8 +265,8 @@ FIELDS = {
     "mtu": (_int(1280, 65535), 1500, "MTU of every veth and the bridge, and pboxd's mtu"),
     "loss": (_float(0.0, 0.5), 0.0, "random loss probability per datagram and direction"),
     "loss_method": (_choice("transport", "xdp"), "transport",
-                    "how loss is applied: 'transport' (pbox's fault injector); 'xdp' is "
-                    "reserved for issue 13's XDP program"),
+                    "how loss is applied: 'transport' (pbox's fault injector, pbox only) "
+                    "or 'xdp' (nicfw's XDP loss injector on every link, every system)"),
     "model": (_model, "resnet50", "gradient tensors: perf/models/NAME.txt or a table path"),
     "systems": (_systems, ["pbox", "gloo"], "systems to run: pbox, gloo, ps-lite"),
     "iterations": (_int(1, 100000), 5, "timed exchanges per system"),
@@ -317,9 +318,6 @@ class Scenario:
         for i, f in enumerate(sc.cross):
             for k in ("from", "to"):
                 _endpoint(f[k], "%s.cross[%d].%s" % (where, i, k), sc.workers)
-        if sc.loss_method != "transport" and sc.loss > 0:
-            raise LabError("%s.loss_method: '%s' is not available yet (an XDP loss program "
-                           "is issue 13's; add it to LOSS_METHODS)" % (where, sc.loss_method))
         return sc
 
     def to_dict(self):
@@ -460,7 +458,7 @@ class TransportLoss:
     each worker drop every datagram they send with probability p. Affects pbox only."""
     systems = ("pbox",)
 
-    def __init__(self, p, seed):
+    def __init__(self, p, seed, build_dir=None):
         self.p = p
         self.seed = seed
 
@@ -476,10 +474,50 @@ class TransportLoss:
         return {"PBOX_FAULT": "drop=%g,seed=%d" % (self.p, self.seed + 1 + rank)}
 
 
-# An XDP method (issue 13) would attach a random-drop program to every veth in apply()
-# (e.g. on clsact ingress of each namespace-side link), return None from pboxd_fault(),
-# {} from worker_env() and list every system in `systems`.
-LOSS_METHODS = {"transport": TransportLoss}
+class XdpLoss:
+    """Loss on the links: nicfw/loss.bpf.c (pbox-xdp-loss) on the XDP hook of every
+    namespace's own veth drops each frame it receives with probability p, decided by a
+    hash of (seed + link index, frame index). A datagram crosses exactly one such hook
+    (its destination's), so the loss per datagram and direction is p, as with the
+    transport method, for every system. TSO/GSO/GRO are turned off on those veths so that
+    a TCP frame is one MTU-sized segment."""
+    systems = SYSTEMS
+
+    def __init__(self, p, seed, build_dir=None):
+        self.p = p
+        self.seed = seed
+        self.tool = os.path.join(build_dir or os.path.join(ROOT, "build"),
+                                 "nicfw", "pbox-xdp-loss")
+        self.links = []
+
+    def apply(self, lab):
+        if self.p <= 0:
+            return
+        if not os.path.exists(self.tool):
+            raise LabError("%s not found: loss_method 'xdp' needs a build with nicfw/ "
+                           "(clang, bpftool, libbpf-dev)" % self.tool)
+        for i, ep in enumerate(["app"] + ["w%d" % k for k in range(lab.sc.workers)]):
+            ns, _ = lab.ns_of(ep)
+            if shutil.which("ethtool"):
+                sh("ethtool", "-K", IFNAME, "tso", "off", "gso", "off", "gro", "off", ns=ns,
+                   check=False)
+            sh(self.tool, "attach", IFNAME, "--probability", repr(self.p), "--seed",
+               self.seed + i, ns=ns)
+            self.links.append((ep, ns))
+
+    def counters(self, lab):
+        """{endpoint: {"frames": n, "dropped": n}} of each link's injector."""
+        return {ep: json.loads(sh(self.tool, "stats", IFNAME, ns=ns).stdout)
+                for ep, ns in self.links}
+
+    def pboxd_fault(self):
+        return None
+
+    def worker_env(self, rank):
+        return {}
+
+
+LOSS_METHODS = {"transport": TransportLoss, "xdp": XdpLoss}
 
 
 # ---- the lab -------------------------------------------------------------------------
@@ -881,7 +919,7 @@ def run_scenario(sc, build_dir, log=print):
     nbytes = 4 * sum(sizes)
     b = bounds(sc, nbytes)
     timeout = sc.timeout or default_timeout(sc, b)
-    loss = LOSS_METHODS[sc.loss_method](sc.loss, sc.seed)
+    loss = LOSS_METHODS[sc.loss_method](sc.loss, sc.seed, build_dir)
     res = {"scenario": sc.to_dict(), "model": {"name": name, "tensors": len(sizes),
                                                "bytes": nbytes},
            "rates_bps": {"worker": sc.worker_bps(), "appliance": sc.appliance_bps()},
@@ -902,8 +940,8 @@ def run_scenario(sc, build_dir, log=print):
                 res["systems"][system] = {
                     "status": "skipped",
                     "reason": "loss %g is injected by pbox's transport (netem and nftables "
-                              "are not available here); %s cannot be given it" %
-                              (sc.loss, system)}
+                              "are not available here; loss_method 'xdp' applies to every "
+                              "system); %s cannot be given it" % (sc.loss, system)}
                 continue
             log("netlab: %s on %d workers, worker links %s, appliance link %s, mtu %d, "
                 "loss %g ..." % (system, sc.workers, fmt_rate(sc.worker_bps()),
@@ -925,6 +963,8 @@ def run_scenario(sc, build_dir, log=print):
                 if own:
                     r["over_own_bound"] = r["median_s"] / own
             res["systems"][system] = r
+            if hasattr(loss, "counters") and sc.loss > 0:
+                r["loss_injected"] = loss.counters(lab)  # cumulative over the systems
             log("netlab:   %s" % (("median %.3f s (min %.3f, max %.3f)" % (
                 r["median_s"], r["min_s"], r["max_s"])) if r["status"] == "ok" else
                 r.get("error")))

@@ -88,7 +88,8 @@ refused({"cross": ["w0>w0:10mbit"]}, "same namespace")
 refused({"cross": ["w0-w1"]}, "is not FROM>TO:RATE")
 refused({"cross": [{"from": "w0", "to": "w1"}]}, "'rate' is missing")
 refused({"cross": [{"from": "w0", "to": "w1", "rate": "none"}]}, "needs a rate")
-refused({"loss": 0.01, "loss_method": "xdp"}, "issue 13")
+check(Scenario.from_dict({"loss": 0.01, "loss_method": "xdp"}).loss_method == "xdp",
+      "loss_method xdp is accepted")
 refused({"loss_method": "netem"}, "not one of transport, xdp")
 refused({"iterations": 0}, "iterations: 0 is outside")
 

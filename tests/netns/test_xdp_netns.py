@@ -15,15 +15,14 @@ bridge).
      killed pboxd is replaced by the next one; another XDP program on the interface makes
      pboxd refuse to start (exit 69) and is left alone.
   4. The loss injector (pbox-xdp-loss) on a veth drops about the configured fraction of
-     what crosses it and detaches cleanly.
+     what crosses it, every datagram it lets through arrives, and it detaches cleanly.
+  5. The same through perf/netlab's loss_method "xdp", in both directions of a link.
 Skips (exit 77) when not root, BPF is unavailable, or pboxd was built without XDP.
 """
 import json
 import os
-import random
 import re
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -140,6 +139,34 @@ def xdp_attached(topo, dev="ct0", ns=None):
     return m.group(0) if m else None
 
 
+RECV = ("import socket; s = socket.socket(2, 2); s.bind(('0.0.0.0', 6999)); "
+        "s.settimeout(2); n = 0\ntry:\n while True: s.recv(100); n += 1\n"
+        "except socket.timeout: print(n)")
+SEND = ("import socket, sys, time\ns = socket.socket(2, 2)\n"
+        "for i in range(int(sys.argv[2])):\n s.sendto(b'x' * 100, (sys.argv[1], 6999))\n"
+        " if i % 100 == 99: time.sleep(0.002)")
+
+
+def transfer(procs, recv_ns, send_ns, dst, n):
+    """n UDP datagrams from send_ns to dst (in recv_ns); returns how many arrived."""
+    recv = subprocess.Popen(["ip", "netns", "exec", recv_ns, PYTHON, "-c", RECV],
+                            stdout=subprocess.PIPE, text=True)
+    procs.append(recv)
+    time.sleep(0.5)
+    sh(PYTHON, "-c", SEND, dst, str(n), ns=send_ns)
+    return int(recv.communicate(timeout=30)[0])
+
+
+def check_loss(c, n, got, p, what):
+    """c: an injector's counters on the receiving link of n datagrams of which got arrived.
+    The counters see every frame (ARP too): the datagrams' own drops are known within
+    frames - n. 6 standard deviations around p."""
+    if c["frames"] < n or abs(c["dropped"] - p * c["frames"]) > 6 * (c["frames"] * p * (1 - p)) ** 0.5:
+        fail("%s: injector counters %s for %d datagrams at p=%g" % (what, c, n, p))
+    if not n - c["dropped"] <= got <= n - c["dropped"] + (c["frames"] - n):
+        fail("%s: received %d of %d, injector: %s" % (what, got, n, c))
+
+
 def missing():
     if os.geteuid() != 0:
         return "needs root (network namespaces, BPF)"
@@ -246,29 +273,29 @@ def main():
         w = topo.worker_ns[1]
         sh(loss, "attach", "w0", "--probability", "0.2", "--seed", "5", ns=w)
         n = 3000
-        recv = subprocess.Popen(["ip", "netns", "exec", w, PYTHON, "-c",
-                                 "import socket; s = socket.socket(2, 2); "
-                                 "s.bind(('0.0.0.0', 6999)); s.settimeout(2); n = 0\n"
-                                 "try:\n while True: s.recv(100); n += 1\n"
-                                 "except socket.timeout: print(n)"],
-                                stdout=subprocess.PIPE, text=True)
-        topo.procs.append(recv)
-        time.sleep(0.5)
-        sh(PYTHON, "-c", "import socket, time\ns = socket.socket(2, 2)\n"
-           "for i in range(%d):\n s.sendto(b'x' * 100, ('10.232.0.12', 6999))\n"
-           " if i %% 100 == 99: time.sleep(0.002)" % n, ns=topo.app_ns)
-        got = int(recv.communicate(timeout=30)[0])
+        got = transfer(topo.procs, w, topo.app_ns, "10.232.0.12", n)
         c = json.loads(sh(loss, "stats", "w0", ns=w).stdout)
         sh(loss, "detach", "w0", ns=w)
-        # The counters see every frame (ARP too); 6 standard deviations of the drops.
-        if c["frames"] < n or abs(c["dropped"] - 0.2 * c["frames"]) > 6 * (c["frames"] * 0.16) ** 0.5:
-            fail("loss injector: %s for %d datagrams" % (c, n))
-        # Every datagram the injector let through arrives (other frames, e.g. ARP, are
-        # counted too, so the datagrams' own drops are known within frames - n).
-        if not n - c["dropped"] <= got <= n - c["dropped"] + (c["frames"] - n):
-            fail("received %d of %d, injector: %s" % (got, n, c))
+        check_loss(c, n, got, 0.2, "pbox-xdp-loss on w0")
         print("loss injector: %d of %d frames dropped (p=0.2); %d of %d datagrams arrived" %
               (c["dropped"], c["frames"], got, n))
+
+    # 5: netlab's "xdp" loss method on a lab's links, both directions.
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "perf", "netlab"))
+    import netlab
+    sc = netlab.Scenario.from_dict({"workers": 1, "worker_rate": "none", "loss": 0.1,
+                                    "loss_method": "xdp", "seed": 3, "systems": ["pbox"]})
+    method = netlab.LOSS_METHODS["xdp"](sc.loss, sc.seed, os.environ.get("PBOX_BUILD_DIR"))
+    with netlab.Lab(sc) as lab:
+        method.apply(lab)
+        n = 2000
+        to_w0 = transfer(lab.procs, lab.worker_ns[0], lab.app_ns, lab.worker_ip[0], n)
+        to_app = transfer(lab.procs, lab.app_ns, lab.worker_ns[0], lab.app_ip, n)
+        c = method.counters(lab)
+        check_loss(c["w0"], n, to_w0, 0.1, "netlab xdp loss, app to w0")
+        check_loss(c["app"], n, to_app, 0.1, "netlab xdp loss, w0 to app")
+    print("netlab xdp loss (p=0.1): %d of %d and %d of %d datagrams arrived; counters %s" %
+          (to_w0, n, to_app, n, c))
     return 0
 
 
