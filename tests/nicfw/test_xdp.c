@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -143,7 +145,7 @@ static size_t build(const struct frame_spec *s, uint8_t *buf)
 
 /* ---- running the program ---- */
 
-static int run_ctx(int prog_fd, const void *data, size_t len, struct xdp_md *ctx)
+static int test_run(int prog_fd, const void *data, size_t len, const struct xdp_md *ctx)
 {
 	uint8_t out[2048];
 	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = (uint32_t)len,
@@ -160,6 +162,15 @@ static int run_ctx(int prog_fd, const void *data, size_t len, struct xdp_md *ctx
 			 opts.data_size_out);
 	}
 	return (int)opts.retval;
+}
+
+static int run_ctx(int prog_fd, const void *data, size_t len, struct xdp_md *ctx)
+{
+	if (ctx != NULL) {
+		ctx->data = 0; /* the frame is data_in, whole */
+		ctx->data_end = (uint32_t)len;
+	}
+	return test_run(prog_fd, data, len, ctx);
 }
 
 static int run(const void *data, size_t len)
@@ -522,6 +533,52 @@ static void test_redirect_each_core(void **state)
 	}
 }
 
+/* The slot is the owner core's socket on the frame's RX queue: a veth with 66 RX queues
+ * (in a network namespace of this process's own) gives test_run real queue indexes. Queues
+ * beyond PBOX_XDP_MAX_RXQ go to the kernel. */
+static void test_redirect_rx_queue(void **state)
+{
+	struct xdp_md ctx = { 0 };
+	uint8_t buf[2048];
+	struct frame_spec s = push(5, 1, g_cookies[1]); /* chunk 5: core 5 */
+	size_t len = build(&s, buf);
+	int fd;
+
+	(void)state;
+	if (unshare(CLONE_NEWNET) != 0 ||
+	    system("ip link add xq0 numrxqueues 66 type veth peer name xq1 numrxqueues 66 && "
+		   "ip link set xq0 up && ip link set xq1 up") != 0) {
+		skip(); /* needs CAP_SYS_ADMIN and iproute2 */
+	}
+	ctx.ingress_ifindex = if_nametoindex("xq0");
+	assert_true(ctx.ingress_ifindex != 0);
+	fd = socket(AF_XDP, SOCK_RAW, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(pbox_xdp_xsk_set(g_x, 5, 2, fd), 0);
+	for (uint32_t q = 0; q < 4; q++) {
+		ctx.rx_queue_index = q;
+		mark();
+		assert_int_equal(run_ctx(pbox_xdp_prog_fd(g_x), buf, len, &ctx),
+				 q == 2 ? XDP_REDIRECT : XDP_PASS);
+		expect_counted(q == 2 ? F(core_redirect[5]) : F(core_pass[5]));
+	}
+	for (uint32_t q = PBOX_XDP_MAX_RXQ; q < PBOX_XDP_MAX_RXQ + 2; q++) {
+		ctx.rx_queue_index = q;
+		mark();
+		assert_int_equal(run_ctx(pbox_xdp_prog_fd(g_x), buf, len, &ctx), XDP_PASS);
+		expect_counted(F(pass_queue));
+	}
+	/* Another core's chunk on queue 2 is not taken by core 5's socket. */
+	s = push(6, 1, g_cookies[1]);
+	len = build(&s, buf);
+	ctx.rx_queue_index = 2;
+	mark();
+	assert_int_equal(run_ctx(pbox_xdp_prog_fd(g_x), buf, len, &ctx), XDP_PASS);
+	expect_counted(F(core_pass[6]));
+	assert_int_equal(pbox_xdp_xsk_clear(g_x, 5, 2), 0);
+	close(fd);
+}
+
 /* The maps follow admissions: a new cookie replaces the old, a removed job is unknown, a
  * chunk without an owner goes to the kernel. */
 static void test_admission_changes(void **state)
@@ -679,6 +736,8 @@ int main(void)
 		cmocka_unit_test(test_redirect_each_core),
 		cmocka_unit_test(test_admission_changes),
 		cmocka_unit_test(test_loss_fraction),
+		/* Last: it moves the process into a network namespace of its own. */
+		cmocka_unit_test(test_redirect_rx_queue),
 	};
 	char why[256];
 
