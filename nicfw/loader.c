@@ -415,7 +415,12 @@ void pbox_xdp_close(struct pbox_xdp *x)
 		/* Only if the program there is still ours (a newer pboxd may have replaced it). */
 		int rc = bpf_xdp_detach(x->ifindex, x->attach_flags | XDP_FLAGS_REPLACE, &opts);
 
-		if (rc != 0) {
+		if (rc == -EEXIST) {
+			PBOX_LOG_INFO(TRANSPORT,
+				      "%s: the XDP program there is no longer ours (replaced by a "
+				      "newer one): left attached",
+				      x->ifname);
+		} else if (rc != 0) {
 			PBOX_LOG_WARN(TRANSPORT, "%s: XDP detach: %s", x->ifname, strerror(-rc));
 		} else {
 			PBOX_LOG_INFO(TRANSPORT, "%s: XDP filter detached", x->ifname);

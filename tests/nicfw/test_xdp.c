@@ -18,7 +18,9 @@
 #include <string.h>
 #include <net/if.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -26,6 +28,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/if_ether.h>
+#include <linux/if_link.h>
 #include <linux/if_xdp.h>
 #include <linux/ip.h>
 #include <linux/udp.h>
@@ -579,6 +582,98 @@ static void test_redirect_rx_queue(void **state)
 	close(fd);
 }
 
+/* The id of the XDP program on dev (0: none), from the kernel. */
+static uint32_t attached_id(const char *dev)
+{
+	LIBBPF_OPTS(bpf_xdp_query_opts, q);
+
+	assert_int_equal(bpf_xdp_query((int)if_nametoindex(dev), 0, &q), 0);
+	return q.prog_id;
+}
+
+static uint32_t fd_prog_id(int fd)
+{
+	struct bpf_prog_info info;
+	uint32_t len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	assert_int_equal(bpf_obj_get_info_by_fd(fd, &info, &len), 0);
+	return info.id;
+}
+
+static uint32_t prog_id(const struct pbox_xdp *x)
+{
+	return fd_prog_id(pbox_xdp_prog_fd(x));
+}
+
+/* Attach, pins, replacement of a stale program, detach only of our own program, refusal
+ * of a foreign one: on xq0 of test_redirect_rx_queue's namespace, pins in a bpffs of a
+ * mount namespace of this process's own. */
+static void test_attach(void **state)
+{
+	char root[] = "/tmp/pbox-test-bpffs-XXXXXX", pins[64], path[128];
+	struct pbox_xdp_opts o = { .ifname = "xq0", .port_lo = PORT_LO, .nports = 1 };
+	struct pbox_xdp *a, *b;
+	struct pbox_loss_bpf *foreign;
+	struct stat st;
+
+	(void)state;
+	if (if_nametoindex("xq0") == 0 || unshare(CLONE_NEWNS) != 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 || mkdtemp(root) == NULL) {
+		skip();
+	}
+	assert_int_equal(mount("bpf", root, "bpf", 0, "mode=0700"), 0);
+	snprintf(pins, sizeof(pins), "%s/pbox", root);
+	o.pin_root = pins;
+
+	/* Generic, then native (veth has native XDP) over the stale generic one. */
+	o.mode = PBOX_XDP_MODE_GENERIC;
+	a = pbox_xdp_open(&o);
+	assert_non_null(a);
+	assert_string_equal(pbox_xdp_attach_mode(a), "generic");
+	assert_int_equal(attached_id("xq0"), prog_id(a));
+	snprintf(path, sizeof(path), "%s/xq0/pbox_cookies", pins);
+	assert_int_equal(stat(path, &st), 0);
+	o.mode = PBOX_XDP_MODE_AUTO;
+	b = pbox_xdp_open(&o); /* a is "stale": as if its pboxd had died */
+	assert_non_null(b);
+	assert_string_equal(pbox_xdp_attach_mode(b), "native");
+	assert_int_equal(attached_id("xq0"), prog_id(b));
+	/* Closing the replaced one leaves the new one attached; the new one's close detaches. */
+	pbox_xdp_close(a);
+	assert_int_equal(attached_id("xq0"), prog_id(b));
+	/* Same mode: replaced in one step. */
+	o.mode = PBOX_XDP_MODE_NATIVE;
+	a = pbox_xdp_open(&o);
+	assert_non_null(a);
+	assert_int_equal(attached_id("xq0"), prog_id(a));
+	pbox_xdp_close(b);
+	assert_int_equal(attached_id("xq0"), prog_id(a));
+	pbox_xdp_close(a);
+	assert_int_equal(attached_id("xq0"), 0);
+	assert_int_not_equal(stat(path, &st), 0); /* pins removed */
+
+	/* Someone else's program is left alone. */
+	foreign = pbox_loss_bpf__open_and_load();
+	assert_non_null(foreign);
+	assert_int_equal(bpf_xdp_attach((int)if_nametoindex("xq0"),
+					bpf_program__fd(foreign->progs.pbox_loss),
+					XDP_FLAGS_SKB_MODE, NULL),
+			 0);
+	assert_null(pbox_xdp_open(&o));
+	o.mode = PBOX_XDP_MODE_AUTO;
+	assert_null(pbox_xdp_open(&o));
+	assert_int_equal(attached_id("xq0"), fd_prog_id(bpf_program__fd(foreign->progs.pbox_loss)));
+	bpf_xdp_detach((int)if_nametoindex("xq0"), XDP_FLAGS_SKB_MODE, NULL);
+	pbox_loss_bpf__destroy(foreign);
+
+	/* No such interface. */
+	o.ifname = "nosuchif0";
+	assert_null(pbox_xdp_open(&o));
+	umount(root);
+	rmdir(root);
+}
+
 /* The maps follow admissions: a new cookie replaces the old, a removed job is unknown, a
  * chunk without an owner goes to the kernel. */
 static void test_admission_changes(void **state)
@@ -736,8 +831,9 @@ int main(void)
 		cmocka_unit_test(test_redirect_each_core),
 		cmocka_unit_test(test_admission_changes),
 		cmocka_unit_test(test_loss_fraction),
-		/* Last: it moves the process into a network namespace of its own. */
+		/* Last: they move the process into namespaces of its own. */
 		cmocka_unit_test(test_redirect_rx_queue),
+		cmocka_unit_test(test_attach),
 	};
 	char why[256];
 
