@@ -53,6 +53,9 @@ struct pbox_xdp {
 
 /* libbpf's messages go to pbox's log: warnings as warnings, the rest at debug level. */
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
 	char buf[512];
 	size_t n;
