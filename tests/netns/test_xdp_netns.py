@@ -221,6 +221,18 @@ def main():
                 fail("XDP totals: %s (sent %s)" % (x, sent))
             if got != ref:
                 fail("results with the XDP filter differ: hash %s vs %s" % (got, ref))
+            # Another session of the job (new cookies, chunk owners loaded again).
+            topo.run_ranks(d, [check_worker(d, r, 5) for r in range(WORKERS)])
+            st = d.stats()
+            x = st["xdp"]
+            # Valid datagrams were steered by their chunk's owner: both cores seen (no
+            # socket registered, so passed to the kernel), none without an owner.
+            passed = {c["core"]: c["passed"] for c in x["cores"]}
+            if sorted(passed) != list(range(CORES)) or min(passed.values()) == 0 or \
+                    x["pass_no_owner"] != 0 or x["redirected"] != 0:
+                fail("XDP steering counters: %s" % x)
+            if st["totals"]["dropped"] != 0:
+                fail("engine drops after the second session: %s" % st["totals"]["drops"])
             out = subprocess.run(["ip", "netns", "exec", topo.app_ns,
                                   build_path("dataplane/tools/pbox"), "stats", "--control",
                                   d.control], env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token),
