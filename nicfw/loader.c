@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -35,8 +36,9 @@ _Static_assert((PBOX_XDP_MAX_CORES & (PBOX_XDP_MAX_CORES - 1)) == 0, "masked cor
 struct xdp_job {
 	uint32_t id;
 	uint32_t nworkers;
-	uint64_t *cookies; /* nworkers */
-	uint32_t nchunks;  /* entries in pbox_chunks */
+	uint64_t *cookies;   /* nworkers */
+	uint32_t nchunks;    /* slots of pbox_chunks it owns (0: none) */
+	uint32_t chunk_base; /* the first of them */
 };
 
 struct pbox_xdp {
@@ -45,8 +47,9 @@ struct pbox_xdp {
 	int ifindex;            /* 0: not attached */
 	uint32_t attach_flags;  /* XDP_FLAGS_DRV_MODE or XDP_FLAGS_SKB_MODE */
 	char pin_dir[PATH_MAX]; /* "": not pinned */
-	uint32_t max_chunks;
-	uint32_t chunks_used;
+	uint32_t max_chunks;    /* chunk slots (a multiple of 8) */
+	uint8_t *owners;        /* pbox_chunks, mapped: the owner core of each slot */
+	size_t owners_len;
 	struct xdp_job *jobs;
 	uint32_t njobs, cap_jobs;
 };
@@ -379,13 +382,24 @@ struct pbox_xdp *pbox_xdp_open(const struct pbox_xdp_opts *o)
 	x->skel->rodata->nports = o->nports;
 	x->skel->rodata->data_addr = o->data_addr;
 	x->max_chunks = o->max_chunks != 0 ? o->max_chunks : PBOX_XDP_DEFAULT_CHUNKS;
-	bpf_map__set_max_entries(x->skel->maps.pbox_chunks, x->max_chunks);
+	x->max_chunks = (x->max_chunks + 7) & ~7u;
+	bpf_map__set_max_entries(x->skel->maps.pbox_chunks, x->max_chunks / 8);
 	rc = pbox_xdp_bpf__load(x->skel);
 	if (rc != 0) {
 		PBOX_LOG_ERR(TRANSPORT,
 			     "%s: XDP: cannot load the program: %s (see libbpf's "
 			     "messages above; BPF needs CAP_BPF and CAP_NET_ADMIN)",
 			     who, strerror(-rc));
+		goto fail;
+	}
+	/* An array's elements are laid out back to back (8 bytes each): byte i is slot i. */
+	x->owners_len = x->max_chunks;
+	x->owners = mmap(NULL, x->owners_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 bpf_map__fd(x->skel->maps.pbox_chunks), 0);
+	if (x->owners == MAP_FAILED) {
+		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: cannot map the chunk-owner map: %s", who,
+			     strerror(errno));
+		x->owners = NULL;
 		goto fail;
 	}
 	if (o->ifname == NULL) {
@@ -403,6 +417,9 @@ struct pbox_xdp *pbox_xdp_open(const struct pbox_xdp_opts *o)
 		      pbox_xdp_attach_mode(x), o->port_lo, o->port_lo + o->nports - 1);
 	return x;
 fail:
+	if (x->owners != NULL) {
+		munmap(x->owners, x->owners_len);
+	}
 	pbox_xdp_bpf__destroy(x->skel);
 	free(x);
 	return NULL;
@@ -430,6 +447,7 @@ void pbox_xdp_close(struct pbox_xdp *x)
 		}
 	}
 	unpin_all(x);
+	munmap(x->owners, x->owners_len);
 	pbox_xdp_bpf__destroy(x->skel);
 	for (uint32_t i = 0; i < x->njobs; i++) {
 		free(x->jobs[i].cookies);
@@ -469,9 +487,25 @@ static int cookie_write(struct pbox_xdp *x, uint32_t job, uint32_t rank, uint64_
 	return rc != 0 ? -errno : 0;
 }
 
+/* Write j's entry of pbox_jobs from the shadow. 0 or -errno (logged). */
+static int job_write(struct pbox_xdp *x, const struct xdp_job *j)
+{
+	struct pbox_xdp_job v = { .nworkers = j->nworkers,
+				  .nchunks = j->nchunks,
+				  .chunk_base = j->chunk_base };
+
+	if (bpf_map_update_elem(bpf_map__fd(x->skel->maps.pbox_jobs), &j->id, &v, BPF_ANY) != 0) {
+		int rc = -errno;
+
+		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: job %u: job map update: %s", x->ifname, j->id,
+			     strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
 int pbox_xdp_job_set(struct pbox_xdp *x, uint32_t job, uint32_t nworkers, const uint64_t *cookies)
 {
-	struct pbox_xdp_job v = { .nworkers = nworkers };
 	struct xdp_job *j = find_job(x, job);
 	uint64_t *shadow;
 	int rc = 0;
@@ -510,85 +544,80 @@ int pbox_xdp_job_set(struct pbox_xdp *x, uint32_t job, uint32_t nworkers, const 
 		}
 		j->cookies[r] = cookies[r];
 	}
-	if (bpf_map_update_elem(bpf_map__fd(x->skel->maps.pbox_jobs), &job, &v, BPF_ANY) != 0) {
-		rc = -errno;
-		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: job %u: job map update: %s", x->ifname, job,
-			     strerror(errno));
-	}
-	return rc;
+	return job_write(x, j);
 }
 
-/* Delete chunks 0..n-1 of job from pbox_chunks. */
-static void chunks_delete(struct pbox_xdp *x, uint32_t job, uint32_t n)
+/* The first slot of a free run of n slots of pbox_chunks (first fit between the jobs'
+ * runs), or UINT32_MAX. */
+static uint32_t slots_find(const struct pbox_xdp *x, uint32_t n)
 {
-	int fd = bpf_map__fd(x->skel->maps.pbox_chunks);
+	uint32_t base = 0;
 
-	for (uint32_t c = 0; c < n; c++) {
-		struct pbox_xdp_chunk_key k = { .job = job, .chunk = c };
+	for (;;) {
+		bool moved = false;
 
-		bpf_map_delete_elem(fd, &k);
+		if ((uint64_t)base + n > x->max_chunks) {
+			return UINT32_MAX;
+		}
+		for (uint32_t i = 0; i < x->njobs; i++) {
+			const struct xdp_job *j = &x->jobs[i];
+
+			/* Overlaps [base, base + n): try after it. */
+			if (j->nchunks != 0 && j->chunk_base < base + n &&
+			    base < j->chunk_base + j->nchunks) {
+				base = j->chunk_base + j->nchunks;
+				moved = true;
+			}
+		}
+		if (!moved) {
+			return base;
+		}
 	}
-	x->chunks_used -= n;
 }
 
 int pbox_xdp_chunks_set(struct pbox_xdp *x, uint32_t job, const uint32_t *core, uint32_t nchunks)
 {
 	struct xdp_job *j = find_job(x, job);
-	struct pbox_xdp_chunk_key *keys;
-	int fd = bpf_map__fd(x->skel->maps.pbox_chunks), rc = 0;
-	uint32_t done = 0;
+	uint32_t base;
+	int rc;
 
 	if (j == NULL) {
 		return -ENOENT;
-	}
-	chunks_delete(x, job, j->nchunks);
-	j->nchunks = 0;
-	if ((uint64_t)x->chunks_used + nchunks > x->max_chunks) {
-		PBOX_LOG_WARN(TRANSPORT,
-			      "%s: XDP: job %u: %u chunks do not fit in the chunk map (%u of %u "
-			      "used); its datagrams go to the kernel (pass_no_owner)",
-			      x->ifname, job, nchunks, x->chunks_used, x->max_chunks);
-		return -ENOSPC;
 	}
 	for (uint32_t c = 0; c < nchunks; c++) {
 		if (core[c] >= PBOX_XDP_MAX_CORES) {
 			return -EINVAL;
 		}
 	}
-	keys = malloc((nchunks ? nchunks : 1) * sizeof(*keys));
-	if (keys == NULL) {
-		return -ENOMEM;
+	/* Unreachable first; then its slots may be reused. */
+	if (j->nchunks != 0) {
+		j->nchunks = 0;
+		rc = job_write(x, j);
+		if (rc != 0) {
+			return rc;
+		}
 	}
+	if (nchunks == 0) {
+		return 0;
+	}
+	base = slots_find(x, nchunks);
+	if (base == UINT32_MAX) {
+		PBOX_LOG_WARN(TRANSPORT,
+			      "%s: XDP: job %u: no room for its %u chunks in the chunk-owner map "
+			      "(%u slots: xdp.max_chunks); its datagrams go to the kernel "
+			      "(pass_no_owner)",
+			      x->ifname, job, nchunks, x->max_chunks);
+		return -ENOSPC;
+	}
+	/* Plain stores into the mapped array; the job entry's update (a system call, so a
+	 * full barrier) then makes them reachable. */
 	for (uint32_t c = 0; c < nchunks; c++) {
-		keys[c] = (struct pbox_xdp_chunk_key){ .job = job, .chunk = c };
+		x->owners[base + c] = (uint8_t)core[c];
 	}
-	/* One system call per batch, not per chunk: a large model has a million chunks. */
-	while (done < nchunks) {
-		uint32_t count = nchunks - done;
-
-		rc = bpf_map_update_batch(fd, keys + done, core + done, &count, NULL);
-		done += count;
-		if (rc != 0 && errno != EINTR) {
-			rc = -errno;
-			break;
-		}
-		rc = 0;
-	}
-	if (rc == -EINVAL || rc == -ENOTSUP || rc == -EOPNOTSUPP) {
-		/* A kernel without batch operations on hash maps: one by one. */
-		rc = 0;
-		for (; done < nchunks && rc == 0; done++) {
-			rc = bpf_map_update_elem(fd, &keys[done], &core[done], BPF_ANY) ? -errno
-											: 0;
-		}
-	}
-	free(keys);
-	x->chunks_used += done;
-	j->nchunks = done;
+	j->chunk_base = base;
+	j->nchunks = nchunks;
+	rc = job_write(x, j);
 	if (rc != 0) {
-		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: job %u: chunk map update after %u of %u: %s",
-			     x->ifname, job, done, nchunks, strerror(-rc));
-		chunks_delete(x, job, j->nchunks);
 		j->nchunks = 0;
 	}
 	return rc;
@@ -612,7 +641,7 @@ int pbox_xdp_job_remove(struct pbox_xdp *x, uint32_t job)
 			cookie_write(x, job, r, 0);
 		}
 	}
-	chunks_delete(x, job, j->nchunks);
+	/* Its chunk slots are free once the entry is gone (nothing to write). */
 	free(j->cookies);
 	*j = x->jobs[--x->njobs];
 	return 0;

@@ -42,7 +42,8 @@ struct pbox_xdp_opts {
 	uint16_t nports;
 	/* IPv4 destination of the data ports, network order; 0: any. */
 	uint32_t data_addr;
-	/* Capacity of the chunk-owner map (entries over all jobs); 0: the default. */
+	/* Chunk slots of the chunk-owner map (one byte each, over all jobs; rounded up to a
+	 * multiple of 8); 0: PBOX_XDP_DEFAULT_CHUNKS. */
 	uint32_t max_chunks;
 };
 
@@ -72,13 +73,17 @@ int pbox_xdp_prog_fd(const struct pbox_xdp *x);
  */
 int pbox_xdp_job_set(struct pbox_xdp *x, uint32_t job, uint32_t nworkers, const uint64_t *cookies);
 
-/* The job's owner core of each chunk (core[c] for chunk c, < PBOX_XDP_MAX_CORES). Replaces
- * what was set before. A job whose chunks do not fit in the map gets none (its datagrams go
- * to the kernel, counted as pass_no_owner), logged: returns -ENOSPC. -ENOENT if the job is
- * not set. */
+/*
+ * The job's owner core of each chunk (core[c] for chunk c, < PBOX_XDP_MAX_CORES), replacing
+ * what was set before: a run of nchunks slots of the chunk-owner map, written with one copy
+ * into its memory mapping (no system call per chunk). 0; -ENOENT (job not set); -EINVAL
+ * (a core out of range: nothing changed); -ENOSPC (no free run of nchunks slots: the job
+ * has no owners, its datagrams go to the kernel as pass_no_owner; logged).
+ */
 int pbox_xdp_chunks_set(struct pbox_xdp *x, uint32_t job, const uint32_t *core, uint32_t nchunks);
 
-/* Forget job: the job entry first, then its cookies and chunks. 0 (also when unknown). */
+/* Forget job: the job entry first, then its cookies; its chunk slots become free. 0 (also
+ * when unknown). */
 int pbox_xdp_job_remove(struct pbox_xdp *x, uint32_t job);
 
 /* Whether job is set (its datagrams are checked against its cookies). */

@@ -13,7 +13,7 @@
  * reserved and encoding before the job): both would drop it.
  *
  * A datagram that passes is redirected to the AF_XDP socket of the core that owns its
- * chunk (pbox_chunks, then slot core * PBOX_XDP_MAX_RXQ + RX queue of pbox_xsks), or
+ * chunk (its byte in pbox_chunks, then slot core * PBOX_XDP_MAX_RXQ + RX queue of pbox_xsks), or
  * passed to the kernel when there is no such socket (the kernel-UDP transport then
  * receives it, and the engine makes the checks that need the job's geometry). Everything
  * else passes untouched: ARP, IPv6, TCP, other ports, IPv4 fragments (reassembled by the
@@ -54,11 +54,11 @@ struct {
 } pbox_cookies SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, PBOX_XDP_DEFAULT_CHUNKS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct pbox_xdp_chunk_key);
-	__type(value, __u32);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PBOX_XDP_DEFAULT_CHUNKS / 8);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
 } pbox_chunks SEC(".maps");
 
 struct {
@@ -106,11 +106,10 @@ static __always_inline int check_pbox(struct xdp_md *ctx, struct pbox_xdp_stats 
 				      __u32 udp_len, int fragment)
 {
 	struct pbox_xdp_rank_key rk;
-	struct pbox_xdp_chunk_key ck;
 	struct pbox_hdr_head h;
 	struct pbox_xdp_job *job;
-	__u64 *cookie;
-	__u32 *core, slot, rxq;
+	__u64 *cookie, *owners;
+	__u32 chunk, idx, core, slot, rxq;
 	long act;
 
 	/* The datagram must hold the 64-byte header, and the frame the whole datagram (a
@@ -153,10 +152,12 @@ static __always_inline int check_pbox(struct xdp_md *ctx, struct pbox_xdp_stats 
 		st->pass_fragment++;
 		return XDP_PASS;
 	}
-	ck.job = rk.job;
-	ck.chunk = bpf_ntohl(h.chunk);
-	core = bpf_map_lookup_elem(&pbox_chunks, &ck);
-	if (core == NULL || *core >= PBOX_XDP_MAX_CORES) {
+	chunk = bpf_ntohl(h.chunk);
+	idx = job->chunk_base + chunk;
+	owners = chunk < job->nchunks ? bpf_map_lookup_elem(&pbox_chunks, &(__u32){ idx / 8 })
+				      : NULL;
+	core = owners != NULL ? (__u32)(*owners >> (idx % 8 * 8)) & 0xff : PBOX_XDP_MAX_CORES;
+	if (core >= PBOX_XDP_MAX_CORES) {
 		st->pass_no_owner++;
 		return XDP_PASS;
 	}
@@ -165,13 +166,13 @@ static __always_inline int check_pbox(struct xdp_md *ctx, struct pbox_xdp_stats 
 		st->pass_queue++;
 		return XDP_PASS;
 	}
-	slot = pbox_xdp_xsk_slot(*core, rxq);
+	slot = pbox_xdp_xsk_slot(core, rxq);
 	/* An empty slot: no socket for that core on this queue; the kernel takes it. */
 	act = bpf_redirect_map(&pbox_xsks, slot, XDP_PASS);
 	if (act == XDP_REDIRECT) {
-		st->core_redirect[*core & (PBOX_XDP_MAX_CORES - 1)]++;
+		st->core_redirect[core]++;
 	} else {
-		st->core_pass[*core & (PBOX_XDP_MAX_CORES - 1)]++;
+		st->core_pass[core]++;
 	}
 	return (int)act;
 }

@@ -8,13 +8,18 @@
  *
  *   pbox_jobs     HASH   __u32 job id            -> struct pbox_xdp_job
  *   pbox_cookies  HASH   struct pbox_xdp_rank_key -> __u64 session cookie (never 0)
- *   pbox_chunks   HASH   struct pbox_xdp_chunk_key -> __u32 owner core (no prealloc)
+ *   pbox_chunks   ARRAY  __u32 i -> __u64: the owner cores (one byte each) of chunk slots
+ *                 8i .. 8i+7; job j's chunk c is slot j.chunk_base + c (c < j.nchunks).
+ *                 Memory-mapped by the loader, which writes a job's owners with one copy.
  *   pbox_xsks     XSKMAP pbox_xdp_xsk_slot(core, rx queue) -> AF_XDP socket
  *   pbox_stats    PERCPU_ARRAY [0] -> struct pbox_xdp_stats
  *
  * Writers: pboxd's control thread only (through the loader), so every update is ordered
- * against admissions: a job's cookies are written before the job entry and deleted after
- * it. The program only reads the first four maps and increments its own CPU's counters.
+ * against admissions: a job's cookies and chunk owners are written before the job entry
+ * that makes them reachable, and deleted (or their slots reused) after it. A program run
+ * that read a job entry just before the job went away may still read a reused slot: one
+ * datagram of an ending session steered to another core, which drops it (misdirected).
+ * The program only reads the first four maps and increments its own CPU's counters.
  *
  * XSK slots: an AF_XDP socket only receives frames of the (device, RX queue) it is bound
  * to, so a core that must see every datagram of its chunks whatever queue the NIC chose
@@ -46,18 +51,15 @@ static inline __u32 pbox_xdp_xsk_slot(__u32 core, __u32 rxq)
 }
 
 struct pbox_xdp_job {
-	__u32 nworkers; /* ranks 0..nworkers-1 */
-	__u32 flags;    /* reserved, 0 */
+	__u32 nworkers;   /* ranks 0..nworkers-1 */
+	__u32 nchunks;    /* chunks with an owner in pbox_chunks (0: none loaded) */
+	__u32 chunk_base; /* the first chunk's slot in pbox_chunks */
+	__u32 flags;      /* reserved, 0 */
 };
 
 struct pbox_xdp_rank_key {
 	__u32 job;
 	__u32 rank;
-};
-
-struct pbox_xdp_chunk_key {
-	__u32 job;
-	__u32 chunk;
 };
 
 /*
@@ -69,7 +71,7 @@ struct pbox_xdp_stats {
 	__u64 rx;            /* frames seen */
 	__u64 pass_other;    /* not pbox (other ethertype, protocol, port or address) */
 	__u64 pass_fragment; /* IPv4 fragments: the kernel reassembles them */
-	__u64 pass_no_owner; /* valid; chunk not in pbox_chunks: to the kernel */
+	__u64 pass_no_owner; /* valid; chunk without an owner in pbox_chunks: to the kernel */
 	__u64 pass_queue;    /* valid; RX queue >= PBOX_XDP_MAX_RXQ: to the kernel */
 	__u64 drop[PBOX_XDP_DROP_SLOTS];
 	__u64 core_redirect[PBOX_XDP_MAX_CORES]; /* valid, to the owner core's XSK */

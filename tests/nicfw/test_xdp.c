@@ -735,6 +735,57 @@ static void test_admission_changes(void **state)
 	}
 }
 
+/* A small chunk-owner map: runs of slots are allocated first fit, refused when full,
+ * reused after a job goes, and each job reads only its own run. */
+static void test_chunk_capacity(void **state)
+{
+	struct pbox_xdp_opts o = { .port_lo = PORT_LO,
+				   .nports = NPORTS,
+				   .data_addr = inet_addr(DATA_ADDR),
+				   .max_chunks = 20 }; /* 24 slots */
+	struct pbox_xdp *keep = g_x;
+	uint32_t ten[10], four[4] = { 9, 9, 9, 9 };
+	struct frame_spec s;
+
+	(void)state;
+	g_x = pbox_xdp_open(&o);
+	assert_non_null(g_x);
+	for (uint32_t c = 0; c < 10; c++) {
+		ten[c] = c;
+	}
+	for (uint32_t j = 1; j <= 3; j++) {
+		assert_int_equal(pbox_xdp_job_set(g_x, j, 1, (uint64_t[]){ 100 + j }), 0);
+	}
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 1, ten, 10), 0); /* slots 0..9 */
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 2, four, 4), 0); /* 10..13 */
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 3, ten, 10), 0); /* 14..23 */
+	assert_int_equal(pbox_xdp_job_set(g_x, 4, 1, (uint64_t[]){ 104 }), 0);
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 4, ten, 10), -ENOSPC);
+	s = push(7, 0, 104);
+	s.msg.job = 4;
+	expect(&s, XDP_PASS, F(pass_no_owner));
+	assert_int_equal(pbox_xdp_job_remove(g_x, 1), 0);
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 4, ten, 10), 0); /* 0..9 again */
+	expect(&s, XDP_PASS, F(core_pass[7]));
+	s.msg.chunk = 10; /* beyond its chunks: no owner, not job 2's slot 10 */
+	expect(&s, XDP_PASS, F(pass_no_owner));
+	s = push(3, 0, 102);
+	s.msg.job = 2;
+	expect(&s, XDP_PASS, F(core_pass[9]));
+	s = push(9, 0, 103);
+	s.msg.job = 3;
+	expect(&s, XDP_PASS, F(core_pass[9]));
+	/* Owners replaced in place of the old run; an owner out of range refused. */
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 2, ten, 4), 0);
+	s = push(3, 0, 102);
+	s.msg.job = 2;
+	expect(&s, XDP_PASS, F(core_pass[3]));
+	ten[0] = PBOX_XDP_MAX_CORES;
+	assert_int_equal(pbox_xdp_chunks_set(g_x, 2, ten, 4), -EINVAL);
+	pbox_xdp_close(g_x);
+	g_x = keep;
+}
+
 /* ---- the loss injector ---- */
 
 static void loss_run(double p, uint64_t seed, uint32_t n, uint64_t *dropped)
@@ -830,6 +881,7 @@ int main(void)
 		cmocka_unit_test(test_not_pbox_passes),
 		cmocka_unit_test(test_redirect_each_core),
 		cmocka_unit_test(test_admission_changes),
+		cmocka_unit_test(test_chunk_capacity),
 		cmocka_unit_test(test_loss_fraction),
 		/* Last: they move the process into namespaces of its own. */
 		cmocka_unit_test(test_redirect_rx_queue),
