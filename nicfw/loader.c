@@ -109,9 +109,9 @@ int pbox_xdp_prog_fd(const struct pbox_xdp *x)
 
 static struct bpf_map *map_of(struct pbox_xdp *x, unsigned i)
 {
-	struct bpf_map *maps[] = { x->skel->maps.pbox_jobs, x->skel->maps.pbox_cookies,
+	struct bpf_map *maps[] = { x->skel->maps.pbox_jobs,   x->skel->maps.pbox_cookies,
 				   x->skel->maps.pbox_chunks, x->skel->maps.pbox_xsks,
-				   x->skel->maps.pbox_stats };
+				   x->skel->maps.pbox_stats,  x->skel->maps.pbox_owner };
 
 	return i < sizeof(maps) / sizeof(maps[0]) ? maps[i] : NULL;
 }
@@ -156,6 +156,17 @@ static int make_dirs(const char *path)
 	return 0;
 }
 
+static uint32_t map_id(int fd)
+{
+	struct bpf_map_info mi;
+	uint32_t len = sizeof(mi);
+
+	memset(&mi, 0, sizeof(mi));
+	return bpf_obj_get_info_by_fd(fd, &mi, &len) == 0 ? mi.id : 0;
+}
+
+/* Remove the pins that are still of our maps (a newer loader may have pinned its own in
+ * their place), then the directory if that leaves it empty. */
 static void unpin_all(struct pbox_xdp *x)
 {
 	char path[PATH_MAX + 64];
@@ -164,8 +175,16 @@ static void unpin_all(struct pbox_xdp *x)
 		return;
 	}
 	for (unsigned i = 0; map_of(x, i) != NULL; i++) {
+		int fd;
+
 		snprintf(path, sizeof(path), "%s/%s", x->pin_dir, bpf_map__name(map_of(x, i)));
-		unlink(path);
+		fd = bpf_obj_get(path);
+		if (fd >= 0 && map_id(fd) == map_id(bpf_map__fd(map_of(x, i)))) {
+			unlink(path);
+		}
+		if (fd >= 0) {
+			close(fd);
+		}
 	}
 	rmdir(x->pin_dir);
 }
@@ -227,9 +246,95 @@ static int prog_name(uint32_t id, char *name, size_t len)
 	return 0;
 }
 
+/* The start time of process pid (/proc/<pid>/stat field 22), or 0 if it is gone. */
+static uint64_t proc_start_time(uint32_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long t = 0;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	f = fopen(path, "r");
+	if (f == NULL) {
+		return 0;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* After the command name (which may hold spaces and parentheses): fields 3.. */
+	p = strrchr(buf, ')');
+	if (p == NULL || sscanf(p + 2,
+				"%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
+				"%*d %*d %*d %*d %*d %llu",
+				&t) != 1) {
+		return 0;
+	}
+	return t;
+}
+
+/* The owner recorded with program id (its bound pbox_owner map). 0, or -ENOENT (a program
+ * without one) or -errno. */
+static int prog_owner(uint32_t id, struct pbox_xdp_owner *owner)
+{
+	struct bpf_prog_info info;
+	uint32_t ids[16], len = sizeof(info), key = 0;
+	int fd = bpf_prog_get_fd_by_id(id), rc = -ENOENT;
+
+	if (fd < 0) {
+		return -errno;
+	}
+	memset(&info, 0, sizeof(info));
+	info.nr_map_ids = 16;
+	info.map_ids = (uint64_t)(uintptr_t)ids;
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	close(fd);
+	for (uint32_t i = 0; i < info.nr_map_ids && i < 16 && rc == -ENOENT; i++) {
+		struct bpf_map_info mi;
+		uint32_t mlen = sizeof(mi);
+		int mfd = bpf_map_get_fd_by_id(ids[i]);
+
+		if (mfd < 0) {
+			continue;
+		}
+		memset(&mi, 0, sizeof(mi));
+		if (bpf_obj_get_info_by_fd(mfd, &mi, &mlen) == 0 &&
+		    strcmp(mi.name, "pbox_owner") == 0 &&
+		    bpf_map_lookup_elem(mfd, &key, owner) == 0) {
+			rc = 0;
+		}
+		close(mfd);
+	}
+	return rc;
+}
+
+/* Record this process as the owner of the loaded program. 0 or -errno (logged). */
+static int set_owner(struct pbox_xdp *x, const char *who)
+{
+	struct pbox_xdp_owner o = { .pid = (uint32_t)getpid() };
+	int fd = bpf_map__fd(x->skel->maps.pbox_owner);
+	uint32_t key = 0;
+
+	o.start_time = proc_start_time(o.pid);
+	/* The program does not use the map: bind it, so that it is listed with it. */
+	if (bpf_map_update_elem(fd, &key, &o, BPF_ANY) != 0 ||
+	    bpf_prog_bind_map(pbox_xdp_prog_fd(x), fd, NULL) != 0) {
+		int rc = -errno;
+
+		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: cannot record the owner: %s", who,
+			     strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
 /*
- * Find what is attached to the interface: our stale program (set *stale_flags to its mode)
- * or another one (-EBUSY, logged).
+ * Find what is attached to the interface: our stale program (set *stale_flags to its mode),
+ * or ours still owned by a running process, or another one (-EBUSY, logged).
  */
 static int find_stale(struct pbox_xdp *x, uint32_t *stale_flags)
 {
@@ -271,6 +376,19 @@ static int find_stale(struct pbox_xdp *x, uint32_t *stale_flags)
 				     x->ifname, att[i].id, rc == 0 ? name : "name unknown",
 				     flags_mode_name(att[i].flags));
 			return -EBUSY;
+		}
+		{
+			struct pbox_xdp_owner o;
+
+			if (prog_owner(att[i].id, &o) == 0 && o.pid != 0 &&
+			    proc_start_time(o.pid) == o.start_time) {
+				PBOX_LOG_ERR(TRANSPORT,
+					     "%s: its %s (id %u, %s mode) belongs to a running "
+					     "process (pid %u, another pboxd?); not replacing it",
+					     x->ifname, PROG_NAME, att[i].id,
+					     flags_mode_name(att[i].flags), o.pid);
+				return -EBUSY;
+			}
 		}
 		PBOX_LOG_WARN(TRANSPORT,
 			      "%s: a stale %s (id %u, %s mode) from an earlier pboxd is attached; "
@@ -400,6 +518,9 @@ struct pbox_xdp *pbox_xdp_open(const struct pbox_xdp_opts *o)
 		PBOX_LOG_ERR(TRANSPORT, "%s: XDP: cannot map the chunk-owner map: %s", who,
 			     strerror(errno));
 		x->owners = NULL;
+		goto fail;
+	}
+	if (set_owner(x, who) != 0) {
 		goto fail;
 	}
 	if (o->ifname == NULL) {

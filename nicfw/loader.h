@@ -5,10 +5,12 @@
  * <pin_root>/<ifname>/, keep the admitted jobs' session cookies and chunk owners in the
  * maps, register AF_XDP sockets of the data-plane cores, read the counters, detach.
  *
- * Start-up and crash recovery: an XDP program stays attached when its process dies. At
- * open, a program named pbox_xdp already on the interface (a previous pboxd's) is replaced
- * and its stale pins removed; any other XDP program there is left alone and open fails with
- * -EBUSY.
+ * Start-up and crash recovery: an XDP program stays attached when its process dies. Each
+ * loaded program records its process (pid and start time, in its pbox_owner map). At open,
+ * a pbox_xdp already on the interface whose process is gone (a crashed pboxd's) is replaced
+ * and its stale pins removed; one whose process still runs (another pboxd), and any other
+ * XDP program, is left alone and open fails with -EBUSY. At close, only pins still of this
+ * loader's maps are removed.
  *
  * Threading: one pbox_xdp belongs to one thread (pboxd's control thread); the program reads
  * the maps concurrently, and each map update is atomic per entry. No call is made per

@@ -75,6 +75,13 @@ struct {
 	__type(value, struct pbox_xdp_stats);
 } pbox_stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pbox_xdp_owner);
+} pbox_owner SEC(".maps");
+
 struct vlan_tag {
 	__be16 tci;
 	__be16 proto;

@@ -13,6 +13,8 @@
  *                 Memory-mapped by the loader, which writes a job's owners with one copy.
  *   pbox_xsks     XSKMAP pbox_xdp_xsk_slot(core, rx queue) -> AF_XDP socket
  *   pbox_stats    PERCPU_ARRAY [0] -> struct pbox_xdp_stats
+ *   pbox_owner    ARRAY  [0] -> struct pbox_xdp_owner: the process that attached it (not
+ *                 read by the program; bound to it so that a later loader finds it)
  *
  * Writers: pboxd's control thread only (through the loader), so every update is ordered
  * against admissions: a job's cookies and chunk owners are written before the job entry
@@ -60,6 +62,13 @@ struct pbox_xdp_job {
 struct pbox_xdp_rank_key {
 	__u32 job;
 	__u32 rank;
+};
+
+/* Who attached the program: a later loader replaces it only when that process is gone. */
+struct pbox_xdp_owner {
+	__u32 pid;
+	__u32 pad;
+	__u64 start_time; /* the process's start, /proc/<pid>/stat field 22 (clock ticks) */
 };
 
 /*

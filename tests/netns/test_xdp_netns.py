@@ -12,8 +12,9 @@ bridge).
      reaches the engine); with it the XDP counters show every one under the same reason
      and the engine's drop counters stay 0. `pbox stats` shows the XDP counters.
   3. Operations: attached in native mode; pboxd's exit detaches it; a program left by a
-     killed pboxd is replaced by the next one; another XDP program on the interface makes
-     pboxd refuse to start (exit 69) and is left alone.
+     killed pboxd is replaced by the next one, but a second pboxd does not take a running
+     one's; another XDP program on the interface makes pboxd refuse to start (exit 69)
+     and is left alone.
   4. The loss injector (pbox-xdp-loss) on a veth drops about the configured fraction of
      what crosses it, every datagram it lets through arrives, and it detaches cleanly.
   5. The same through perf/netlab's loss_method "xdp", in both directions of a link.
@@ -139,9 +140,11 @@ def xdp_attached(topo, dev="ct0", ns=None):
     return m.group(0) if m else None
 
 
-RECV = ("import socket; s = socket.socket(2, 2); s.bind(('0.0.0.0', 6999)); "
-        "s.settimeout(2); n = 0\ntry:\n while True: s.recv(100); n += 1\n"
-        "except socket.timeout: print(n)")
+# The receiver's buffer holds every datagram (SO_RCVBUFFORCE, root): a receiver slowed
+# down by the machine's load must not lose any.
+RECV = ("import socket; s = socket.socket(2, 2); s.setsockopt(1, 33, 16 << 20); "
+        "s.bind(('0.0.0.0', 6999)); s.settimeout(2); n = 0\ntry:\n while True: s.recv(100); "
+        "n += 1\nexcept socket.timeout: print(n)")
 SEND = ("import socket, sys, time\ns = socket.socket(2, 2)\n"
         "for i in range(int(sys.argv[2])):\n s.sendto(b'x' * 100, (sys.argv[1], 6999))\n"
         " if i % 100 == 99: time.sleep(0.002)")
@@ -165,6 +168,17 @@ def check_loss(c, n, got, p, what):
         fail("%s: injector counters %s for %d datagrams at p=%g" % (what, c, n, p))
     if not n - c["dropped"] <= got <= n - c["dropped"] + (c["frames"] - n):
         fail("%s: received %d of %d, injector: %s" % (what, got, n, c))
+
+
+def start_failing(topo, extra_app):
+    """Run a pboxd that is expected to refuse to start; (exit status, log)."""
+    d = topo.pboxd("udp", JOBS, cores=CORES, extra_app=extra_app)
+    d.logf = open(d.logpath, "w")
+    r = subprocess.run(d.args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
+    d.logf.close()
+    log = d.log()
+    d.remove_dir()
+    return r.returncode, log
 
 
 def missing():
@@ -241,6 +255,14 @@ def main():
                 fail("`pbox stats` does not show the XDP counters: %s" % out)
             if "XDP maps pinned under /sys/fs/bpf/pbox/ct0" not in d.log():
                 fail("pboxd did not pin the maps: %s" % d.log())
+            # A second pboxd (other ports) must not take the running one's filter.
+            mine = xdp_attached(topo, "ct0")
+            r, log = start_failing(topo, {"xdp": XDP, "base_port": BASE_PORT + 100,
+                                          "control": "%s:7001" % CTL_IP})
+            if r != 69 or "belongs to a running process" not in log:
+                fail("a second pboxd on ct0: status %d: %s" % (r, log))
+            if xdp_attached(topo, "ct0") != mine:
+                fail("the second pboxd changed the running one's filter")
         print("with XDP: %d dropped by XDP (%s), 0 by the engine; hash %s" %
               (x["dropped"], x["drops"], got))
         if xdp_attached(topo, "ct0"):
@@ -266,14 +288,9 @@ def main():
         # 3: another program on the interface is not ours to replace.
         loss = build_path("nicfw/pbox-xdp-loss")
         sh(loss, "attach", "ct0", "--probability", "0", ns=topo.app_ns)
-        d = topo.pboxd("udp", JOBS, cores=CORES, extra_app={"xdp": XDP})
-        d.logf = open(d.logpath, "w")
-        r = subprocess.run(d.args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
-        d.logf.close()
-        log = d.log()
-        d.remove_dir()
-        if r.returncode != 69 or "another XDP program" not in log:
-            fail("pboxd started over a foreign XDP program (status %d): %s" % (r.returncode, log))
+        r, log = start_failing(topo, {"xdp": XDP})
+        if r != 69 or "another XDP program" not in log:
+            fail("pboxd started over a foreign XDP program (status %d): %s" % (r, log))
         if not xdp_attached(topo, "ct0"):
             fail("pboxd removed the foreign program")
         sh(loss, "detach", "ct0", ns=topo.app_ns)

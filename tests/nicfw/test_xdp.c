@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -606,6 +607,28 @@ static uint32_t prog_id(const struct pbox_xdp *x)
 	return fd_prog_id(pbox_xdp_prog_fd(x));
 }
 
+/* Make the program pinned under pins look as if its process had died. */
+static void orphan(const char *pins)
+{
+	struct pbox_xdp_owner dead = { .start_time = 1 };
+	char path[128];
+	uint32_t key = 0;
+	pid_t pid = fork();
+	int fd;
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	dead.pid = (uint32_t)pid;
+	snprintf(path, sizeof(path), "%s/xq0/pbox_owner", pins);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_map_update_elem(fd, &key, &dead, BPF_ANY), 0);
+	close(fd);
+}
+
 /* Attach, pins, replacement of a stale program, detach only of our own program, refusal
  * of a foreign one: on xq0 of test_redirect_rx_queue's namespace, pins in a bpffs of a
  * mount namespace of this process's own. */
@@ -635,15 +658,21 @@ static void test_attach(void **state)
 	snprintf(path, sizeof(path), "%s/xq0/pbox_cookies", pins);
 	assert_int_equal(stat(path, &st), 0);
 	o.mode = PBOX_XDP_MODE_AUTO;
-	b = pbox_xdp_open(&o); /* a is "stale": as if its pboxd had died */
+	/* Its owner (this process) runs: not replaced. */
+	assert_null(pbox_xdp_open(&o));
+	assert_int_equal(attached_id("xq0"), prog_id(a));
+	orphan(pins);
+	b = pbox_xdp_open(&o); /* a is stale now: as if its pboxd had died */
 	assert_non_null(b);
 	assert_string_equal(pbox_xdp_attach_mode(b), "native");
 	assert_int_equal(attached_id("xq0"), prog_id(b));
-	/* Closing the replaced one leaves the new one attached; the new one's close detaches. */
+	/* Closing the replaced one leaves the new one attached, and its pins. */
 	pbox_xdp_close(a);
 	assert_int_equal(attached_id("xq0"), prog_id(b));
+	assert_int_equal(stat(path, &st), 0);
 	/* Same mode: replaced in one step. */
 	o.mode = PBOX_XDP_MODE_NATIVE;
+	orphan(pins);
 	a = pbox_xdp_open(&o);
 	assert_non_null(a);
 	assert_int_equal(attached_id("xq0"), prog_id(a));
