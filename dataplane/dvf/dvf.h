@@ -24,10 +24,15 @@
  *       SPARSE_VARINT  count sent values; indexes as LEB128 varints of the gaps: the
  *                      first index, then idx[k] - idx[k-1] (>= 1: a 0 is a duplicate);
  *       SPARSE_BITPACK count sent values; absolute indexes, idx_bits bits each (the
- *                      width of n - 1, at least 1), packed LSB first, zero padding bits.
+ *                      width of n - 1, at least 1), packed LSB first, zero padding bits;
+ *       BITMAP         count sent values; a presence bitmap of n bits (ceil(n / 8) bytes,
+ *                      bit i of byte i / 8 LSB first, zero padding) with count bits set.
  *     The encoder picks sparse when the sparsity 1 - count / n is above the configured
- *     ratio (PF: 0.8, strict) and the sparse payload is smaller than the dense one, and
- *     stores the payload uncompressed (codec "none") when the codec does not shrink it.
+ *     ratio (PF: 0.8, strict) and the sparse payload is smaller than the dense one;
+ *     otherwise BITMAP (unless the job asks for PF's plain dense array) when smaller than
+ *     DENSE: PF's dense array keeps the dropped zeros, which only a (slow) compressor
+ *     removes, while a bitmap costs n / 8 bytes at the filter's speed (perf/dvf/README.md).
+ *     The payload is stored uncompressed (codec "none") when the codec does not shrink it.
  *     So raw_len <= 4 n always: a decoder never produces more than 4 n bytes for a block
  *     of n elements, whatever the compressed stream says (decompression bombs are cut at
  *     raw_len and rejected).
@@ -48,6 +53,7 @@
 #ifndef PBOX_DVF_H
 #define PBOX_DVF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -84,10 +90,11 @@ struct pbox_dvf_kernels {
 	 * alias resid or g; g may alias neither. */
 	size_t (*filter)(float *resid, const float *g, size_t n, float thr, float *out);
 	/* Compaction of a filtered block: the elements of in[0..n) whose bits are not +-0,
-	 * i.e. exactly the sent ones, go to vals[] with their index in idx[], in order.
-	 * Returns their count. vals and idx must have room for n elements each (the vector
-	 * paths store whole vectors past the count, never past n). */
-	size_t (*compact)(const float *in, size_t n, float *vals, uint32_t *idx);
+	 * i.e. exactly the sent ones, go to vals[] with their index in idx[], in order, and
+	 * their presence bits to bitmap[0..ceil(n / 8)) (padding bits 0). Returns their
+	 * count. vals and idx must have room for n elements each (the vector paths store
+	 * whole vectors past the count, never past n). */
+	size_t (*compact)(const float *in, size_t n, float *vals, uint32_t *idx, uint8_t *bitmap);
 	/* acc[idx[k]] = acc[idx[k]] + vals[k] for k < cnt. idx must be strictly increasing
 	 * (pbox_dvf_decode guarantees it) and below 2^31. */
 	void (*scatter_add)(float *acc, const float *vals, const uint32_t *idx, size_t cnt);
@@ -163,6 +170,7 @@ enum pbox_dvf_encoding {
 	PBOX_DVF_ENC_DENSE = 1,
 	PBOX_DVF_ENC_SPARSE_VARINT = 2,
 	PBOX_DVF_ENC_SPARSE_BITPACK = 3,
+	PBOX_DVF_ENC_BITMAP = 4,
 };
 
 /* The block header on the wire (little-endian). */
@@ -194,10 +202,13 @@ struct pbox_dvf_enc_cfg {
 	 * higher than 0.8". 500..1000; 1000 never picks sparse. */
 	uint32_t sparse_permille;
 	enum pbox_dvf_idx_mode idx_mode;
+	/* Not sparse: values + presence bitmap (BITMAP) when smaller than PF's plain dense
+	 * array (false: always the plain array, as PF). */
+	bool dense_bitmap;
 };
 
-/* Defaults: codec snappy at its default level... see pbox_dvf_enc_cfg_default in
- * encode.c for the measured reason; sparse above 0.8; indexes AUTO. */
+/* Defaults: the codec chosen by the benchmark (perf/dvf/README.md) at its default
+ * level; sparse above 0.8 (PF); indexes AUTO; bitmap for the rest. */
 void pbox_dvf_enc_cfg_default(struct pbox_dvf_enc_cfg *cfg);
 /* 0, or -EINVAL (level out of range, sparse_permille outside 500..1000, bad idx_mode). */
 int pbox_dvf_enc_cfg_check(const struct pbox_dvf_enc_cfg *cfg);
@@ -273,7 +284,8 @@ struct pbox_dvf_view {
 	uint32_t n;
 	uint32_t count;
 	const float *vals;
-	const uint32_t *idx; /* NULL for dense; else count strictly increasing indexes < n */
+	const uint32_t *idx; /* NULL for dense; else count strictly increasing indexes < n
+			      * (a bitmap block's too: it is added by scatter-add) */
 };
 
 /*

@@ -41,9 +41,11 @@ static inline size_t pbox_dvf_filter_tail(float *resid, const float *g, size_t i
 	return cnt;
 }
 
+/* From element i (a multiple of 8) on; the bitmap bytes from i / 8 are written whole. */
 static inline size_t pbox_dvf_compact_tail(const float *in, size_t i, size_t n, float *vals,
-					   uint32_t *idx, size_t cnt)
+					   uint32_t *idx, uint8_t *bitmap, size_t cnt)
 {
+	memset(bitmap + i / 8, 0, (n + 7) / 8 - i / 8);
 	for (; i < n; i++) {
 		uint32_t b;
 
@@ -51,6 +53,7 @@ static inline size_t pbox_dvf_compact_tail(const float *in, size_t i, size_t n, 
 		if ((b & 0x7fffffffu) != 0) {
 			vals[cnt] = in[i];
 			idx[cnt] = (uint32_t)i;
+			bitmap[i / 8] |= (uint8_t)(1u << (i % 8));
 			cnt++;
 		}
 	}

@@ -14,10 +14,11 @@
 
 struct pbox_dvf_scratch {
 	uint32_t cap;
-	float *dense;  /* cap: the filtered block (unsent elements +0) */
-	float *vals;   /* cap: sent or decoded values */
-	uint32_t *idx; /* cap: their indexes */
-	uint8_t *raw;  /* 4 cap + 1: the payload before compression / after decompression */
+	float *dense;    /* cap: the filtered block (unsent elements +0) */
+	float *vals;     /* cap: sent or decoded values */
+	uint32_t *idx;   /* cap: their indexes */
+	uint8_t *raw;    /* 4 cap + 1: the payload before compression / after decompression */
+	uint8_t *bitmap; /* ceil(cap / 8): the presence bits of the filtered block */
 	struct pbox_dvf_codec_ctx *codec;
 };
 
@@ -47,7 +48,9 @@ struct pbox_dvf_scratch *pbox_dvf_scratch_new(uint32_t cap)
 	s->vals = alloc64((size_t)cap * sizeof(float));
 	s->idx = alloc64((size_t)cap * sizeof(uint32_t));
 	s->raw = alloc64((size_t)cap * 4 + 1);
-	if (s->dense == NULL || s->vals == NULL || s->idx == NULL || s->raw == NULL) {
+	s->bitmap = alloc64((size_t)cap / 8 + 1);
+	if (s->dense == NULL || s->vals == NULL || s->idx == NULL || s->raw == NULL ||
+	    s->bitmap == NULL) {
 		PBOX_LOG_ERR(KERNELS, "dvf scratch of %u elements: out of memory", cap);
 		pbox_dvf_scratch_free(s);
 		return NULL;
@@ -69,6 +72,7 @@ void pbox_dvf_scratch_free(struct pbox_dvf_scratch *s)
 	free(s->vals);
 	free(s->idx);
 	free(s->raw);
+	free(s->bitmap);
 	pbox_dvf_codec_ctx_free(s->codec);
 	free(s);
 }
@@ -97,6 +101,7 @@ void pbox_dvf_enc_cfg_default(struct pbox_dvf_enc_cfg *cfg)
 	cfg->level = cfg->codec->level_default;
 	cfg->sparse_permille = 800;
 	cfg->idx_mode = PBOX_DVF_IDX_AUTO;
+	cfg->dense_bitmap = true;
 }
 
 int pbox_dvf_enc_cfg_check(const struct pbox_dvf_enc_cfg *cfg)
@@ -256,6 +261,30 @@ static enum pbox_dvf_reject varint_get(const uint8_t *p, size_t len, uint32_t *i
 	return o == len ? PBOX_DVF_OK : PBOX_DVF_REJ_LENGTH;
 }
 
+/* A presence bitmap of n bits (ceil(n / 8) bytes) with exactly cnt bits set. */
+static enum pbox_dvf_reject bitmap_get(const uint8_t *p, uint32_t n, uint32_t *idx, uint32_t cnt)
+{
+	const size_t nb = ((size_t)n + 7) / 8;
+	size_t k = 0;
+
+	if (n % 8 != 0 && (p[nb - 1] >> (n % 8)) != 0) {
+		return PBOX_DVF_REJ_PADDING;
+	}
+	for (size_t o = 0; o < nb; o += 8) {
+		uint64_t w = 0;
+
+		memcpy(&w, p + o, nb - o < 8 ? nb - o : 8);
+		if (k + (size_t)__builtin_popcountll(w) > cnt) {
+			return PBOX_DVF_REJ_COUNT;
+		}
+		while (w != 0) {
+			idx[k++] = (uint32_t)(o * 8 + (size_t)__builtin_ctzll(w));
+			w &= w - 1;
+		}
+	}
+	return k == cnt ? PBOX_DVF_OK : PBOX_DVF_REJ_COUNT;
+}
+
 /* ---- encode ------------------------------------------------------------------------- */
 
 static void put_hdr(void *out, const struct pbox_dvf_hdr *h)
@@ -285,7 +314,7 @@ int pbox_dvf_encode(struct pbox_dvf_scratch *s, const struct pbox_dvf_enc_cfg *c
 		size_t bp = bitpack_len(cnt, w), il;
 		uint8_t *ip = s->raw + cnt * 4;
 
-		k->compact(s->dense, n, s->vals, s->idx);
+		k->compact(s->dense, n, s->vals, s->idx, s->bitmap);
 		if (cfg->idx_mode == PBOX_DVF_IDX_BITPACK ||
 		    (cfg->idx_mode == PBOX_DVF_IDX_AUTO && bp <= cnt)) {
 			il = bitpack_put(ip, s->idx, cnt, w);
@@ -311,6 +340,19 @@ int pbox_dvf_encode(struct pbox_dvf_scratch *s, const struct pbox_dvf_enc_cfg *c
 		} else {
 			sparse = false; /* no smaller than dense: send dense */
 		}
+	}
+	if (!sparse && cfg->dense_bitmap && cnt * 4 + (n + 7) / 8 < (size_t)n * 4) {
+		/* values + presence bitmap: the zeros of PF's dense array cost a bit each */
+		size_t bl = (n + 7) / 8;
+
+		k->compact(s->dense, n, s->vals, s->idx, s->bitmap);
+		memcpy(s->raw, s->vals, cnt * 4);
+		memcpy(s->raw + cnt * 4, s->bitmap, bl);
+		h.encoding = PBOX_DVF_ENC_BITMAP;
+		h.count = (uint32_t)cnt;
+		h.idx_len = (uint32_t)bl;
+		raw_len = cnt * 4 + bl;
+		sparse = true; /* a payload in s->raw */
 	}
 	if (sparse) {
 		raw = s->raw;
@@ -404,7 +446,7 @@ static enum pbox_dvf_reject check_hdr(const struct pbox_dvf_hdr *h, size_t len, 
 	if (h->version != PBOX_DVF_VERSION) {
 		return PBOX_DVF_REJ_VERSION;
 	}
-	if (h->encoding < PBOX_DVF_ENC_DENSE || h->encoding > PBOX_DVF_ENC_SPARSE_BITPACK) {
+	if (h->encoding < PBOX_DVF_ENC_DENSE || h->encoding > PBOX_DVF_ENC_BITMAP) {
 		return PBOX_DVF_REJ_ENCODING;
 	}
 	if (pbox_dvf_codec_by_id(h->codec) == NULL) {
@@ -430,6 +472,8 @@ static enum pbox_dvf_reject check_hdr(const struct pbox_dvf_hdr *h, size_t len, 
 	case PBOX_DVF_ENC_SPARSE_BITPACK:
 		return h->idx_len == bitpack_len(h->count, h->idx_bits) ? PBOX_DVF_OK
 									: PBOX_DVF_REJ_LENGTH;
+	case PBOX_DVF_ENC_BITMAP:
+		return h->idx_len == ((uint64_t)h->n + 7) / 8 ? PBOX_DVF_OK : PBOX_DVF_REJ_LENGTH;
 	default: /* varint: 1..5 bytes per index */
 		return h->idx_len >= h->count && h->idx_len <= (uint64_t)h->count * 5
 			       ? PBOX_DVF_OK
@@ -479,6 +523,8 @@ int pbox_dvf_decode(struct pbox_dvf_scratch *s, const void *buf, size_t len, uin
 				h.n);
 	} else if (h.encoding == PBOX_DVF_ENC_SPARSE_VARINT) {
 		r = varint_get(raw + (size_t)h.count * 4, h.idx_len, s->idx, h.count, h.n);
+	} else if (h.encoding == PBOX_DVF_ENC_BITMAP) {
+		r = bitmap_get(raw + (size_t)h.count * 4, h.n, s->idx, h.count);
 	}
 	if (r != PBOX_DVF_OK) {
 		goto reject;

@@ -53,7 +53,7 @@ static size_t filter_avx2(float *resid, const float *g, size_t n, float thr, flo
 	return cnt + pbox_dvf_filter_tail(resid, g, i, n, thr, out);
 }
 
-static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx)
+static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx, uint8_t *bitmap)
 {
 	const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
 	const __m256i zero = _mm256_setzero_si256();
@@ -65,6 +65,7 @@ static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx
 		unsigned m = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(z)) & 0xffu;
 		__m256i p;
 
+		bitmap[i / 8] = (uint8_t)m;
 		if (m == 0) {
 			continue;
 		}
@@ -74,7 +75,7 @@ static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx
 				    _mm256_add_epi32(p, _mm256_set1_epi32((int)i)));
 		cnt += (size_t)__builtin_popcount(m);
 	}
-	return pbox_dvf_compact_tail(in, i, n, vals, idx, cnt);
+	return pbox_dvf_compact_tail(in, i, n, vals, idx, bitmap, cnt);
 }
 
 static void scatter_add_avx2(float *acc, const float *vals, const uint32_t *idx, size_t cnt)

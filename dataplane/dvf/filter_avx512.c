@@ -28,7 +28,7 @@ static size_t filter_avx512(float *resid, const float *g, size_t n, float thr, f
 	return cnt + pbox_dvf_filter_tail(resid, g, i, n, thr, out);
 }
 
-static size_t compact_avx512(const float *in, size_t n, float *vals, uint32_t *idx)
+static size_t compact_avx512(const float *in, size_t n, float *vals, uint32_t *idx, uint8_t *bitmap)
 {
 	const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
 	const __m512i step = _mm512_set1_epi32(16);
@@ -39,6 +39,8 @@ static size_t compact_avx512(const float *in, size_t n, float *vals, uint32_t *i
 		__m512i b = _mm512_loadu_si512(in + i);
 		__mmask16 m = _mm512_test_epi32_mask(b, absmask);
 
+		bitmap[i / 8] = (uint8_t)m;
+		bitmap[i / 8 + 1] = (uint8_t)(m >> 8);
 		if (m == 0) {
 			continue;
 		}
@@ -46,7 +48,7 @@ static size_t compact_avx512(const float *in, size_t n, float *vals, uint32_t *i
 		_mm512_storeu_si512(idx + cnt, _mm512_maskz_compress_epi32(m, vi));
 		cnt += (size_t)__builtin_popcount(m);
 	}
-	return pbox_dvf_compact_tail(in, i, n, vals, idx, cnt);
+	return pbox_dvf_compact_tail(in, i, n, vals, idx, bitmap, cnt);
 }
 
 static void scatter_add_avx512(float *acc, const float *vals, const uint32_t *idx, size_t cnt)

@@ -8,9 +8,9 @@ static size_t filter_scalar(float *resid, const float *g, size_t n, float thr, f
 	return pbox_dvf_filter_tail(resid, g, 0, n, thr, out);
 }
 
-static size_t compact_scalar(const float *in, size_t n, float *vals, uint32_t *idx)
+static size_t compact_scalar(const float *in, size_t n, float *vals, uint32_t *idx, uint8_t *bitmap)
 {
-	return pbox_dvf_compact_tail(in, 0, n, vals, idx, 0);
+	return pbox_dvf_compact_tail(in, 0, n, vals, idx, bitmap, 0);
 }
 
 static void scatter_add_scalar(float *acc, const float *vals, const uint32_t *idx, size_t cnt)

@@ -8,7 +8,8 @@
  *  - 0, raw: u16 capacity (1..4096 elements), then the rest is one block, decoded into an
  *    accumulator of exactly that many floats (a heap buffer of that size, so a sanitizer
  *    sees any write outside it) with every ISA's kernels;
- *  - 1, structured: codec id, level, index mode, sparse threshold, n, a threshold exponent,
+ *  - 1, structured: codec spec, index mode and bitmap choice (mode % 3, mode / 3 & 1),
+ *    sparse threshold, n, a threshold exponent,
  *    then n float bit patterns (NaN and infinities included): the harness filters and
  *    encodes them with every ISA (the blocks and residuals must be identical, and decode
  *    back to what the filter sent, bit for bit), then applies up to 8 byte mutations
@@ -113,12 +114,15 @@ static void structured(struct fz *f)
 	uint8_t *wire[3];
 	float *g, *r[3], *sent;
 	uint32_t n, nmut;
+	uint8_t mode;
 	float thr;
 
 	pbox_dvf_enc_cfg_default(&cfg);
 	FUZZ_CHECK(pbox_dvf_codec_parse(specs[fz_below(f, 8)], &cfg.codec, &cfg.level) == 0,
 		   "spec");
-	cfg.idx_mode = (enum pbox_dvf_idx_mode)fz_below(f, 3);
+	mode = fz_u8(f);
+	cfg.idx_mode = (enum pbox_dvf_idx_mode)(mode % 3);
+	cfg.dense_bitmap = (mode / 3) & 1;
 	cfg.sparse_permille = 500 + fz_below(f, 501);
 	n = 1 + fz_below(f, MAXN);
 	thr = ldexpf(1.0f, (int)fz_below(f, 64) - 40);

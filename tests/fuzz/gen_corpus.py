@@ -382,7 +382,7 @@ jobs = (
 # ---- dvf (fuzz_dvf.c, fuzz_dvf_codec.c) -------------------------------------------------
 
 DVF_NONE, DVF_LZ4, DVF_ZSTD, DVF_SNAPPY, DVF_IGZIP = range(5)
-DVF_DENSE, DVF_VARINT, DVF_BITPACK = 1, 2, 3
+DVF_DENSE, DVF_VARINT, DVF_BITPACK, DVF_BITMAP = 1, 2, 3, 4
 
 
 def uleb(v):
@@ -446,6 +446,8 @@ def dvf_block(enc, codec, n, vals, idx=(), raw=None):
         bits = max(1, (n - 1).bit_length())
         acc = sum(i << (k * bits) for k, i in enumerate(idx))
         ib = acc.to_bytes((len(idx) * bits + 7) // 8, "little")
+    elif enc == DVF_BITMAP:
+        ib = sum(1 << i for i in idx).to_bytes((n + 7) // 8, "little")
     else:
         ib = b""
     payload = vbytes + ib if raw is None else raw
@@ -466,6 +468,8 @@ def dvf_seeds():
                   dvf_block(DVF_VARINT, codec, 100, vals, sparse_idx)))
         s.append(("bitpack-%d" % codec, b"\x00" + struct.pack("<H", 99) +
                   dvf_block(DVF_BITPACK, codec, 100, vals, sparse_idx)))
+        s.append(("bitmap-%d" % codec, b"\x00" + struct.pack("<H", 99) +
+                  dvf_block(DVF_BITMAP, codec, 100, vals, sparse_idx)))
     # a zstd bomb: an RLE block of 4 n + 100 zeros for a dense block of n = 16
     s.append(("bomb-zstd", b"\x00" + struct.pack("<H", 15) +
               dvf_block(DVF_DENSE, DVF_ZSTD, 16, [0.0] * 16)[:24 - 8] +
@@ -475,7 +479,8 @@ def dvf_seeds():
     rng = 12345
     for k, (spec, mode, n, e) in enumerate([(0, 0, 100, 30), (1, 1, 1000, 28), (2, 2, 257, 26),
                                             (3, 0, 4095, 31), (4, 1, 64, 24), (5, 2, 900, 29),
-                                            (6, 0, 33, 20), (7, 1, 2048, 30)]):
+                                            (6, 0, 33, 20), (7, 1, 2048, 30), (0, 3, 1000, 28),
+                                            (1, 4, 777, 29), (4, 5, 4000, 30)]):
         floats = b""
         for i in range(n):
             rng = (rng * 6364136223846793005 + 1442695040888963407) % 2**64

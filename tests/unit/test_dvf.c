@@ -168,6 +168,7 @@ static void run_invariants(const struct pbox_dvf_kernels *k)
 		int scale = (int)below(13);
 
 		cfg_of(&cfg, g_specs[below(PBOX_ARRAY_SIZE(g_specs))], below(3));
+		cfg.dense_bitmap = below(2);
 		for (uint32_t i = 0; i < n; i++) {
 			g_grad[i] = ldexpf(grid(), -scale);
 			g_gen[i] += g_grad[i];
@@ -243,6 +244,7 @@ static void test_accumulate(void **state)
 			float thr = ldexpf(1, -(int)(10 + below(8)));
 
 			cfg_of(&cfg, g_specs[it % PBOX_ARRAY_SIZE(g_specs)], it % 3);
+			cfg.dense_bitmap = it % 2;
 			memset(g_resid, 0, sizeof(g_resid));
 			for (uint32_t i = 0; i < n; i++) {
 				g_grad[i] = grid();
@@ -352,8 +354,9 @@ static void make_block(float *g, uint32_t n, uint32_t sent)
 	free(pos);
 }
 
-static void roundtrip(const char *spec, enum pbox_dvf_idx_mode m, uint32_t n, uint32_t sent,
-		      int want_enc)
+/* want_enc: DENSE for the dense regime (BITMAP when m's bitmap bit says so and it is
+ * smaller), 2 for sparse (varint or bitpack as m says). */
+static void roundtrip(const char *spec, unsigned m, uint32_t n, uint32_t sent, int want_enc)
 {
 	static float g[CAP], r[CAP], filtered[CAP], got[CAP];
 	struct pbox_dvf_enc_cfg cfg;
@@ -361,7 +364,8 @@ static void roundtrip(const char *spec, enum pbox_dvf_idx_mode m, uint32_t n, ui
 	struct pbox_dvf_view v;
 	enum pbox_dvf_reject why = PBOX_DVF_OK;
 
-	cfg_of(&cfg, spec, m);
+	cfg_of(&cfg, spec, m & 3);
+	cfg.dense_bitmap = (m & 4) != 0;
 	make_block(g, n, sent);
 	memset(r, 0, sizeof(r));
 	/* what the filter sends, from the scalar reference */
@@ -372,12 +376,15 @@ static void roundtrip(const char *spec, enum pbox_dvf_idx_mode m, uint32_t n, ui
 			 0);
 	assert_int_equal(info.sent, sent);
 	if (want_enc == PBOX_DVF_ENC_DENSE) {
-		assert_int_equal(info.encoding, PBOX_DVF_ENC_DENSE);
+		bool bm = cfg.dense_bitmap && sent * 4 + (n + 7) / 8 < n * 4;
+
+		assert_int_equal(info.encoding, bm ? PBOX_DVF_ENC_BITMAP : PBOX_DVF_ENC_DENSE);
 	} else {
-		assert_int_not_equal(info.encoding, PBOX_DVF_ENC_DENSE);
-		if (m == PBOX_DVF_IDX_VARINT) {
+		assert_true(info.encoding == PBOX_DVF_ENC_SPARSE_VARINT ||
+			    info.encoding == PBOX_DVF_ENC_SPARSE_BITPACK);
+		if ((m & 3) == PBOX_DVF_IDX_VARINT) {
 			assert_int_equal(info.encoding, PBOX_DVF_ENC_SPARSE_VARINT);
-		} else if (m == PBOX_DVF_IDX_BITPACK) {
+		} else if ((m & 3) == PBOX_DVF_IDX_BITPACK) {
 			assert_int_equal(info.encoding, PBOX_DVF_ENC_SPARSE_BITPACK);
 		}
 	}
@@ -408,7 +415,10 @@ static void test_roundtrip(void **state)
 
 	(void)state;
 	for (unsigned c = 0; c < PBOX_ARRAY_SIZE(g_specs); c++) {
-		for (unsigned m = 0; m < 3; m++) {
+		for (unsigned m = 0; m < 7; m++) {
+			if ((m & 3) == 3) {
+				continue;
+			}
 			for (unsigned j = 0; j < PBOX_ARRAY_SIZE(ns); j++) {
 				uint32_t n = ns[j];
 
@@ -471,6 +481,7 @@ static void test_isa_identical(void **state)
 	static float g[CAP + 32], r0[CAP + 32], r1[CAP + 32], o0[CAP + 32], o1[CAP + 32];
 	static float v0[CAP + 32], v1[CAP + 32], a0[CAP + 32], a1[CAP + 32];
 	static uint32_t i0[CAP + 32], i1[CAP + 32];
+	static uint8_t b0[CAP / 8 + 8], b1[CAP / 8 + 8];
 
 	(void)state;
 	for (unsigned it = 0; it < 200; it++) {
@@ -503,16 +514,26 @@ static void test_isa_identical(void **state)
 			assert_memory_equal(r1 + off, v0 + off, n * sizeof(float));
 			assert_memory_equal(o1 + off, o0 + off, n * sizeof(float));
 			/* compaction, and scatter-add of the compacted values */
-			c1 = g_isas[a]->compact(o1 + off, n, v1, i1);
+			memset(b1, 0xa5, sizeof(b1));
+			c1 = g_isas[a]->compact(o1 + off, n, v1, i1, b1);
 			{
 				static float vs[CAP + 32];
-				size_t cs = g_scalar->compact(o0 + off, n, vs, i0);
+				size_t cs = g_scalar->compact(o0 + off, n, vs, i0, b0);
 				static float as[CAP + 32];
 
 				assert_int_equal(c1, c0);
 				assert_int_equal(cs, c0);
 				assert_memory_equal(v1, vs, c1 * sizeof(float));
 				assert_memory_equal(i1, i0, c1 * sizeof(uint32_t));
+				assert_memory_equal(b1, b0, (n + 7) / 8);
+				for (size_t i = 0; i < n; i++) {
+					bool bit = (b0[i / 8] >> (i % 8)) & 1;
+
+					assert_int_equal(bit, bits_of(o0[off + i]) != 0);
+				}
+				if (n % 8 != 0) {
+					assert_int_equal(b0[n / 8] >> (n % 8), 0);
+				}
 				memcpy(as, a0, sizeof(as));
 				g_scalar->scatter_add(as + off, vs, i0, cs);
 				g_isas[a]->scatter_add(a1 + off, v1, i1, c1);
@@ -604,7 +625,7 @@ static void test_reject_header(void **state)
 	g_blk[0] = PBOX_DVF_VERSION;
 	g_blk[1] = 0;
 	expect_reject(len, 100, PBOX_DVF_REJ_ENCODING);
-	g_blk[1] = 4;
+	g_blk[1] = 5;
 	expect_reject(len, 100, PBOX_DVF_REJ_ENCODING);
 	g_blk[1] = PBOX_DVF_ENC_SPARSE_VARINT;
 	g_blk[2] = PBOX_DVF_CODEC_COUNT;
@@ -719,6 +740,43 @@ static void test_reject_indexes(void **state)
 				expect_reject(len, 100, PBOX_DVF_REJ_LENGTH);
 			} else {
 				expect_reject(len, 100, cases[i].why);
+			}
+		}
+	}
+	/* bitmap, n 20 -> 3 bytes; 3 values at 1, 5, 19 */
+	{
+		const struct {
+			uint8_t b0, b1, b2;
+			uint32_t idx_len;
+			uint8_t bits;
+			enum pbox_dvf_reject why;
+		} cases[] = {
+			{ 0x22, 0x00, 0x08, 3, 0, PBOX_DVF_OK },
+			{ 0x22, 0x04, 0x08, 3, 0, PBOX_DVF_REJ_COUNT },   /* 4 bits set */
+			{ 0x02, 0x00, 0x08, 3, 0, PBOX_DVF_REJ_COUNT },   /* 2 bits set */
+			{ 0x22, 0x00, 0x18, 3, 0, PBOX_DVF_REJ_PADDING }, /* bit 20 */
+			{ 0x22, 0x00, 0x08, 2, 0, PBOX_DVF_REJ_LENGTH },
+			{ 0x22, 0x00, 0x08, 3, 5, PBOX_DVF_REJ_HEADER },
+		};
+
+		for (unsigned i = 0; i < PBOX_ARRAY_SIZE(cases); i++) {
+			p[12] = cases[i].b0;
+			p[13] = cases[i].b1;
+			p[14] = cases[i].b2;
+			len = mk(PBOX_DVF_ENC_BITMAP, 0, cases[i].bits, 20, 3, cases[i].idx_len, p,
+				 12 + cases[i].idx_len);
+			if (cases[i].why == PBOX_DVF_OK) {
+				static float acc[CAP];
+				enum pbox_dvf_reject why;
+
+				memset(acc, 0, sizeof(acc));
+				assert_int_equal(pbox_dvf_block_add(g_s, g_scalar, g_blk, len, acc,
+								    20, &why),
+						 0);
+				assert_true(acc[1] == 1.5f && acc[5] == -2.0f && acc[19] == 3.0f &&
+					    acc[0] == 0.0f && acc[6] == 0.0f);
+			} else {
+				expect_reject(len, 20, cases[i].why);
 			}
 		}
 	}
