@@ -98,6 +98,11 @@ struct pbox_dvf_kernels {
 	/* acc[idx[k]] = acc[idx[k]] + vals[k] for k < cnt. idx must be strictly increasing
 	 * (pbox_dvf_decode guarantees it) and below 2^31. */
 	void (*scatter_add)(float *acc, const float *vals, const uint32_t *idx, size_t cnt);
+	/* The same for a presence bitmap of n bits: for each set bit i, in order,
+	 * acc[i] = acc[i] + the next value (elements without a bit are not touched, so a
+	 * -0 accumulator stays -0). vals holds popcount(bitmap) values and is never read
+	 * past them. */
+	void (*bitmap_add)(float *acc, const float *vals, const uint8_t *bitmap, size_t n);
 	/* acc[i] = acc[i] + vals[i] for i < n (the add kernel of dataplane/kernels). */
 	void (*add)(float *acc, const float *vals, size_t n);
 };
@@ -284,8 +289,8 @@ struct pbox_dvf_view {
 	uint32_t n;
 	uint32_t count;
 	const float *vals;
-	const uint32_t *idx; /* NULL for dense; else count strictly increasing indexes < n
-			      * (a bitmap block's too: it is added by scatter-add) */
+	const uint32_t *idx;   /* sparse: count strictly increasing indexes < n; else NULL */
+	const uint8_t *bitmap; /* BITMAP: ceil(n / 8) bytes with count bits set; else NULL */
 };
 
 /*
@@ -296,8 +301,8 @@ struct pbox_dvf_view {
 int pbox_dvf_decode(struct pbox_dvf_scratch *s, const void *buf, size_t len, uint32_t cap_n,
 		    struct pbox_dvf_view *v, enum pbox_dvf_reject *why);
 
-/* acc[0..v->n) += the block: the add kernel for dense, scatter-add for sparse (the
- * message is never densified). */
+/* acc[0..v->n) += the block: the add kernel for dense, scatter-add for sparse, the
+ * bitmap add for BITMAP (the message is never densified). */
 void pbox_dvf_view_add(const struct pbox_dvf_kernels *k, const struct pbox_dvf_view *v, float *acc);
 
 /* Decode and add in one call: pbox_dvf_decode, then pbox_dvf_view_add into acc[0..cap_n).

@@ -68,4 +68,15 @@ static inline void pbox_dvf_scatter_tail(float *acc, const float *vals, const ui
 	}
 }
 
+/* From element i (a multiple of 8), with c values used before it. */
+static inline void pbox_dvf_bitmap_tail(float *acc, const float *vals, const uint8_t *bitmap,
+					size_t i, size_t n, size_t c)
+{
+	for (; i < n; i++) {
+		if ((bitmap[i / 8] >> (i % 8)) & 1) {
+			acc[i] = acc[i] + vals[c++];
+		}
+	}
+}
+
 #endif /* PBOX_DVF_ISA_H */

@@ -262,7 +262,7 @@ static enum pbox_dvf_reject varint_get(const uint8_t *p, size_t len, uint32_t *i
 }
 
 /* A presence bitmap of n bits (ceil(n / 8) bytes) with exactly cnt bits set. */
-static enum pbox_dvf_reject bitmap_get(const uint8_t *p, uint32_t n, uint32_t *idx, uint32_t cnt)
+static enum pbox_dvf_reject bitmap_check(const uint8_t *p, uint32_t n, uint32_t cnt)
 {
 	const size_t nb = ((size_t)n + 7) / 8;
 	size_t k = 0;
@@ -274,13 +274,7 @@ static enum pbox_dvf_reject bitmap_get(const uint8_t *p, uint32_t n, uint32_t *i
 		uint64_t w = 0;
 
 		memcpy(&w, p + o, nb - o < 8 ? nb - o : 8);
-		if (k + (size_t)__builtin_popcountll(w) > cnt) {
-			return PBOX_DVF_REJ_COUNT;
-		}
-		while (w != 0) {
-			idx[k++] = (uint32_t)(o * 8 + (size_t)__builtin_ctzll(w));
-			w &= w - 1;
-		}
+		k += (size_t)__builtin_popcountll(w);
 	}
 	return k == cnt ? PBOX_DVF_OK : PBOX_DVF_REJ_COUNT;
 }
@@ -524,7 +518,7 @@ int pbox_dvf_decode(struct pbox_dvf_scratch *s, const void *buf, size_t len, uin
 	} else if (h.encoding == PBOX_DVF_ENC_SPARSE_VARINT) {
 		r = varint_get(raw + (size_t)h.count * 4, h.idx_len, s->idx, h.count, h.n);
 	} else if (h.encoding == PBOX_DVF_ENC_BITMAP) {
-		r = bitmap_get(raw + (size_t)h.count * 4, h.n, s->idx, h.count);
+		r = bitmap_check(raw + (size_t)h.count * 4, h.n, h.count);
 	}
 	if (r != PBOX_DVF_OK) {
 		goto reject;
@@ -532,7 +526,11 @@ int pbox_dvf_decode(struct pbox_dvf_scratch *s, const void *buf, size_t len, uin
 	v->encoding = h.encoding;
 	v->n = h.n;
 	v->count = h.count;
-	v->idx = h.encoding == PBOX_DVF_ENC_DENSE ? NULL : s->idx;
+	v->idx = h.encoding == PBOX_DVF_ENC_SPARSE_VARINT ||
+				 h.encoding == PBOX_DVF_ENC_SPARSE_BITPACK
+			 ? s->idx
+			 : NULL;
+	v->bitmap = h.encoding == PBOX_DVF_ENC_BITMAP ? raw + (size_t)h.count * 4 : NULL;
 	if (((uintptr_t)raw & (sizeof(float) - 1)) == 0) {
 		v->vals = (const float *)(const void *)raw;
 	} else {
@@ -548,10 +546,12 @@ reject:
 
 void pbox_dvf_view_add(const struct pbox_dvf_kernels *k, const struct pbox_dvf_view *v, float *acc)
 {
-	if (v->idx == NULL) {
-		k->add(acc, v->vals, v->n);
-	} else {
+	if (v->idx != NULL) {
 		k->scatter_add(acc, v->vals, v->idx, v->count);
+	} else if (v->bitmap != NULL) {
+		k->bitmap_add(acc, v->vals, v->bitmap, v->n);
+	} else {
+		k->add(acc, v->vals, v->n);
 	}
 }
 

@@ -4,7 +4,8 @@
  * vpcompressd into a register and then a full 16-lane store at the current count: the
  * memory form of compress is microcoded and slow on some cores (AMD Zen 4), the register
  * form is not. The scatter-add gathers 16 accumulator elements, adds and scatters them
- * back, which is exact because the decoder guarantees distinct indexes.
+ * back, which is exact because the decoder guarantees distinct indexes; the bitmap add
+ * expands the values into the lanes of the mask (vexpandps) and adds there only.
  */
 #include <immintrin.h>
 
@@ -65,10 +66,34 @@ static void scatter_add_avx512(float *acc, const float *vals, const uint32_t *id
 	pbox_dvf_scatter_tail(acc, vals, idx, k, cnt);
 }
 
+/* 16 elements at a time: the next popcount(m) values (a masked load: nothing read past
+ * them) spread to the lanes of m by vexpandps, added in those lanes only. */
+static void bitmap_add_avx512(float *acc, const float *vals, const uint8_t *bitmap, size_t n)
+{
+	size_t i = 0, c = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__mmask16 m = (__mmask16)(bitmap[i / 8] | bitmap[i / 8 + 1] << 8);
+		unsigned pop = (unsigned)__builtin_popcount(m);
+		__m512 v, a;
+
+		if (m == 0) {
+			continue;
+		}
+		v = _mm512_maskz_loadu_ps((__mmask16)((1u << pop) - 1), vals + c);
+		v = _mm512_maskz_expand_ps(m, v);
+		a = _mm512_loadu_ps(acc + i);
+		_mm512_storeu_ps(acc + i, _mm512_mask_add_ps(a, m, a, v));
+		c += pop;
+	}
+	pbox_dvf_bitmap_tail(acc, vals, bitmap, i, n, c);
+}
+
 const struct pbox_dvf_kernels pbox_dvf_table_avx512 = {
 	.isa = "avx512",
 	.filter = filter_avx512,
 	.compact = compact_avx512,
 	.scatter_add = scatter_add_avx512,
+	.bitmap_add = bitmap_add_avx512,
 	.add = NULL, /* set from dataplane/kernels by dvf.c */
 };

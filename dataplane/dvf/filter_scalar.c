@@ -18,10 +18,16 @@ static void scatter_add_scalar(float *acc, const float *vals, const uint32_t *id
 	pbox_dvf_scatter_tail(acc, vals, idx, 0, cnt);
 }
 
+static void bitmap_add_scalar(float *acc, const float *vals, const uint8_t *bitmap, size_t n)
+{
+	pbox_dvf_bitmap_tail(acc, vals, bitmap, 0, n, 0);
+}
+
 const struct pbox_dvf_kernels pbox_dvf_table_scalar = {
 	.isa = "scalar",
 	.filter = filter_scalar,
 	.compact = compact_scalar,
 	.scatter_add = scatter_add_scalar,
+	.bitmap_add = bitmap_add_scalar,
 	.add = NULL, /* set from dataplane/kernels by dvf.c */
 };

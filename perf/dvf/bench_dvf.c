@@ -162,7 +162,7 @@ struct input {
 };
 
 struct result {
-	double enc_gbs, dec_gbs, ratio, sparsity, sparse_blocks;
+	double enc_gbs, dec_gbs, ratio, sparsity, sparse_blocks, bitmap_blocks;
 };
 
 static size_t blk_len(const struct input *in, uint32_t b)
@@ -178,13 +178,13 @@ static void run_dvf(const struct input *in, const struct opts *o, const struct p
 {
 	const size_t slot = pbox_dvf_block_bound(in->block);
 	const double bytes = (double)in->n * 4;
-	size_t wire_total = 0, sent = 0, sparse = 0;
+	size_t wire_total = 0, sent = 0, sparse = 0, bitmap = 0;
 	double t, el = 0;
 	unsigned passes = 0;
 
 	do {
 		memset(resid, 0, in->n * 4);
-		wire_total = sent = sparse = 0;
+		wire_total = sent = sparse = bitmap = 0;
 		t = now();
 		for (uint32_t b = 0; b < in->nblocks; b++) {
 			size_t off = (size_t)b * in->block;
@@ -199,7 +199,9 @@ static void run_dvf(const struct input *in, const struct opts *o, const struct p
 			wlen[b] = info.wire_len;
 			wire_total += info.wire_len;
 			sent += info.sent;
-			sparse += info.encoding != PBOX_DVF_ENC_DENSE;
+			sparse += info.encoding == PBOX_DVF_ENC_SPARSE_VARINT ||
+				  info.encoding == PBOX_DVF_ENC_SPARSE_BITPACK;
+			bitmap += info.encoding == PBOX_DVF_ENC_BITMAP;
 		}
 		el += now() - t;
 		passes++;
@@ -208,6 +210,7 @@ static void run_dvf(const struct input *in, const struct opts *o, const struct p
 	r->ratio = bytes / (double)wire_total;
 	r->sparsity = 1.0 - (double)sent / (double)in->n;
 	r->sparse_blocks = (double)sparse / in->nblocks;
+	r->bitmap_blocks = (double)bitmap / in->nblocks;
 	el = 0;
 	passes = 0;
 	do {
@@ -326,8 +329,8 @@ static void bench(const struct input *in, const struct opts *o)
 	printf("snappy alone (unfiltered blocks): compress %.2f GB/s, decompress %.2f GB/s, "
 	       "ratio %.2f\n\n",
 	       snap.enc_gbs, snap.dec_gbs, snap.ratio);
-	printf("| delta | sparsity | sparse blocks | codec | filter+encode+compress GB/s | "
-	       "x snappy alone | ratio | decode+add GB/s |\n");
+	printf("| delta | sparsity | blocks sparse / bitmap | codec | "
+	       "filter+encode+compress GB/s | x snappy alone | ratio | decode+add GB/s |\n");
 	printf("|---|---|---|---|---|---|---|---|\n");
 	for (unsigned d = 0; d < o->nsparsity; d++) {
 		float thr = delta_for(in->u, in->n, o->sparsity[d]);
@@ -352,9 +355,11 @@ static void bench(const struct input *in, const struct opts *o)
 				exit(2);
 			}
 			run_dvf(in, o, k, s, &cfg, thr, wire, wlen, resid, acc, &r);
-			printf("| %.3g | %.3f | %.0f%% | %s | %.2f | %.1f | %.2f | %.2f |\n", thr,
-			       r.sparsity, 100 * r.sparse_blocks, o->codecs[c], r.enc_gbs,
-			       r.enc_gbs / snap.enc_gbs, r.ratio, r.dec_gbs);
+			printf("| %.3g | %.3f | %.0f%% / %.0f%% | %s | %.2f | %.1f | %.2f | %.2f "
+			       "|\n",
+			       thr, r.sparsity, 100 * r.sparse_blocks, 100 * r.bitmap_blocks,
+			       o->codecs[c], r.enc_gbs, r.enc_gbs / snap.enc_gbs, r.ratio,
+			       r.dec_gbs);
 			fflush(stdout);
 		}
 	}

@@ -81,7 +81,17 @@ static bool decode_all(const uint8_t *buf, size_t len, uint32_t cap)
 		}
 		FUZZ_CHECK(v.n >= 1 && v.n <= cap && v.count <= v.n, "n %u count %u cap %u", v.n,
 			   v.count, cap);
-		if (v.idx == NULL) {
+		if (v.bitmap != NULL) {
+			uint32_t bits = 0;
+
+			for (uint32_t i = 0; i < v.n; i++) {
+				bits += (v.bitmap[i / 8] >> (i % 8)) & 1;
+			}
+			FUZZ_CHECK(v.encoding == PBOX_DVF_ENC_BITMAP && v.idx == NULL &&
+					   bits == v.count &&
+					   (v.n % 8 == 0 || v.bitmap[v.n / 8] >> (v.n % 8) == 0),
+				   "bitmap block: %u bits, count %u of %u", bits, v.count, v.n);
+		} else if (v.idx == NULL) {
 			FUZZ_CHECK(v.encoding == PBOX_DVF_ENC_DENSE && v.count == v.n,
 				   "dense block with count %u of %u", v.count, v.n);
 		} else {
@@ -156,10 +166,16 @@ static void structured(struct fz *f)
 
 		FUZZ_CHECK(pbox_dvf_decode(g_s, wire[0], info[0].wire_len, n, &v, &why) == 0,
 			   "own block rejected: %s", pbox_dvf_reject_name(why));
-		FUZZ_CHECK(v.count == (v.idx ? info[0].sent : n), "count %u sent %u", v.count,
-			   info[0].sent);
-		for (uint32_t c = 0; c < v.count; c++) {
-			sent[v.idx ? v.idx[c] : c] = v.vals[c];
+		FUZZ_CHECK(v.count == (v.encoding == PBOX_DVF_ENC_DENSE ? n : info[0].sent),
+			   "count %u sent %u", v.count, info[0].sent);
+		for (uint32_t i = 0, c = 0; i < n; i++) {
+			if (v.idx != NULL) {
+				if (c < v.count && v.idx[c] == i) {
+					sent[i] = v.vals[c++];
+				}
+			} else if (v.bitmap == NULL || ((v.bitmap[i / 8] >> (i % 8)) & 1)) {
+				sent[i] = v.vals[c++];
+			}
 		}
 		for (uint32_t i = 0; i < n; i++) {
 			float u = 0.0f + g[i];
