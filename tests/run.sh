@@ -111,7 +111,7 @@ fi
 
 if [ $quick = 0 ]; then
 	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each (PBOX_FUZZ_SECONDS)"
-	fuzz_names=(engine node config control)
+	fuzz_names=(engine node config control dvf dvf_codec)
 	fuzz_setup() {
 		CC=clang meson setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined \
 			-Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link "$@"
@@ -129,7 +129,10 @@ if [ $quick = 0 ]; then
 		failures+=("build (fuzz)")
 	else
 		for name in "${fuzz_names[@]}"; do
-			step "fuzz_$name" tests/fuzz/run.sh build-fuzz "$name"
+			secs=${PBOX_FUZZ_SECONDS:-60}
+			# The two DVF harnesses share one budget (small decoders, fast inputs).
+			if [[ $name == dvf* ]]; then secs=$(((secs + 1) / 2)); fi
+			step "fuzz_$name" env PBOX_FUZZ_SECONDS="$secs" tests/fuzz/run.sh build-fuzz "$name"
 		done
 	fi
 fi

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -422,6 +423,129 @@ def xdp_seeds():
     s.append(("raw-frag", b"\x80" + eth + b"\x08\x00\x45\x00\x00\x60\x00\x00\x20\x00\x40\x11"
               + bytes(2) + bytes([10, 0, 0, 2, 10, 0, 0, 1]) + b"\x9c\x40\x1b\xbc\x00\x50\x00\x00"
               + push[:72]))
+# ---- dvf (fuzz_dvf.c, fuzz_dvf_codec.c) -------------------------------------------------
+
+DVF_NONE, DVF_LZ4, DVF_ZSTD, DVF_SNAPPY, DVF_IGZIP = range(5)
+DVF_DENSE, DVF_VARINT, DVF_BITPACK, DVF_BITMAP = 1, 2, 3, 4
+
+
+def uleb(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([v & 0x7f | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def lz4_literals(data):
+    """An LZ4 block of one literal-only sequence (valid, uncompressed)."""
+    n = len(data)
+    out = bytes([min(n, 15) << 4])
+    if n >= 15:
+        rest = n - 15
+        while rest >= 255:
+            out += b"\xff"
+            rest -= 255
+        out += bytes([rest])
+    return out + data
+
+
+def snappy_literals(data):
+    """A snappy stream of literal elements of up to 60 bytes each."""
+    out = uleb(len(data))
+    for i in range(0, len(data), 60):
+        chunk = data[i:i + 60]
+        out += bytes([(len(chunk) - 1) << 2]) + chunk
+    return out
+
+
+def zstd_frame(data, rle=False):
+    """A single-segment zstd frame with one raw (or RLE of data[0]) block, content size in a
+    4-byte field."""
+    hdr = struct.pack("<IB", 0xFD2FB528, 0x80 | 0x20) + struct.pack("<I", len(data))
+    block = 1 | (2 if rle else 0) << 1 | len(data) << 3
+    return hdr + struct.pack("<I", block)[:3] + (data[:1] if rle else data)
+
+
+def raw_deflate(data):
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush()
+
+
+def dvf_compress(codec, raw):
+    return {DVF_NONE: lambda d: d, DVF_LZ4: lz4_literals, DVF_ZSTD: zstd_frame,
+            DVF_SNAPPY: snappy_literals, DVF_IGZIP: raw_deflate}[codec](raw)
+
+
+def dvf_block(enc, codec, n, vals, idx=(), raw=None):
+    """A DVF block (dataplane/dvf/dvf.h): header, then the payload compressed by codec."""
+    vbytes = struct.pack("<%df" % len(vals), *vals)
+    bits = 0
+    if enc == DVF_VARINT:
+        ib, prev = b"", 0
+        for k, i in enumerate(idx):
+            ib += uleb(i - prev if k else i)
+            prev = i
+    elif enc == DVF_BITPACK:
+        bits = max(1, (n - 1).bit_length())
+        acc = sum(i << (k * bits) for k, i in enumerate(idx))
+        ib = acc.to_bytes((len(idx) * bits + 7) // 8, "little")
+    elif enc == DVF_BITMAP:
+        ib = sum(1 << i for i in idx).to_bytes((n + 7) // 8, "little")
+    else:
+        ib = b""
+    payload = vbytes + ib if raw is None else raw
+    comp = dvf_compress(codec, payload)
+    hdr = struct.pack("<BBBBIIIII", 1, enc, codec, bits, n, len(vals), len(ib),
+                      len(vbytes) + len(ib), len(comp))
+    return hdr + comp
+
+
+def dvf_seeds():
+    s = []
+    vals = [0.5, -1.25, 3.0, float("inf"), -2.0, 1e-3, 7.5, -0.125]
+    sparse_idx = [3, 4, 17, 40, 41, 63, 80, 99]
+    for codec in range(5):
+        s.append(("dense-%d" % codec, b"\x00" + struct.pack("<H", 63) +
+                  dvf_block(DVF_DENSE, codec, 16, vals + [0.0] * 8)))
+        s.append(("varint-%d" % codec, b"\x00" + struct.pack("<H", 99) +
+                  dvf_block(DVF_VARINT, codec, 100, vals, sparse_idx)))
+        s.append(("bitpack-%d" % codec, b"\x00" + struct.pack("<H", 99) +
+                  dvf_block(DVF_BITPACK, codec, 100, vals, sparse_idx)))
+        s.append(("bitmap-%d" % codec, b"\x00" + struct.pack("<H", 99) +
+                  dvf_block(DVF_BITMAP, codec, 100, vals, sparse_idx)))
+    # a zstd bomb: an RLE block of 4 n + 100 zeros for a dense block of n = 16
+    s.append(("bomb-zstd", b"\x00" + struct.pack("<H", 15) +
+              dvf_block(DVF_DENSE, DVF_ZSTD, 16, [0.0] * 16)[:24 - 8] +
+              struct.pack("<II", 64, len(zstd_frame(bytes(164), rle=True))) +
+              zstd_frame(bytes(164), rle=True)))
+    # structured: codec spec, index mode, sparse permille, n, threshold exponent, floats
+    rng = 12345
+    for k, (spec, mode, n, e) in enumerate([(0, 0, 100, 30), (1, 1, 1000, 28), (2, 2, 257, 26),
+                                            (3, 0, 4095, 31), (4, 1, 64, 24), (5, 2, 900, 29),
+                                            (6, 0, 33, 20), (7, 1, 2048, 30), (0, 3, 1000, 28),
+                                            (1, 4, 777, 29), (4, 5, 4000, 30)]):
+        floats = b""
+        for i in range(n):
+            rng = (rng * 6364136223846793005 + 1442695040888963407) % 2**64
+            mag = ((rng >> 33) % 2000 - 1000) / 1000.0 * 2.0 ** -(8 + (rng >> 20) % 6)
+            floats += struct.pack("<f", mag)
+        body = (bytes([1, spec, mode]) + struct.pack("<I", 300) + struct.pack("<I", n - 1) +
+                bytes([e]) + floats + bytes([2]) + struct.pack("<HB", 30, 0x40) +
+                struct.pack("<HB", 50, 0x01))
+        s.append(("enc-%d" % k, body))
+    return s
+
+
+def dvf_codec_seeds():
+    s = []
+    text = (b"pbox dvf " * 40) + bytes(range(256)) + bytes(300)
+    for codec in range(5):
+        stream = dvf_compress(codec, text)
+        s.append(("raw-%d" % codec, bytes([codec, 0]) + struct.pack("<I", len(text)) + stream))
+        s.append(("trip-%d" % codec, bytes([codec, 1 | codec << 1]) +
+                  struct.pack("<I", len(text)) + text + bytes([1]) +
+                  struct.pack("<IB", 5, 0xff)))
     return s
 
 
@@ -431,3 +555,5 @@ if __name__ == "__main__":
     write("control", ctl_seeds())
     write("config", config_seeds())
     write("xdp", xdp_seeds())
+    write("dvf", dvf_seeds())
+    write("dvf_codec", dvf_codec_seeds())
