@@ -209,6 +209,38 @@ uint32_t pbox_slops_packet_bytes(double bps, uint32_t max_bytes, uint32_t count,
 	return (uint32_t)bytes;
 }
 
+bool pbox_slops_fleet_decided(const enum pbox_slops_verdict *v, size_t done, size_t total,
+			      enum pbox_slops_verdict *out)
+{
+	static const enum pbox_slops_verdict fill[] = { PBOX_SLOPS_INCREASING, PBOX_SLOPS_NOTREND,
+							PBOX_SLOPS_GREY, PBOX_SLOPS_LOSSY,
+							PBOX_SLOPS_SHORT };
+	enum pbox_slops_verdict tmp[PBOX_SLOPS_MAX_FLEET_STREAMS], first = PBOX_SLOPS_GREY;
+	size_t f, i;
+
+	if (total == 0 || total > PBOX_SLOPS_MAX_FLEET_STREAMS || done > total) {
+		return false;
+	}
+	memcpy(tmp, v, done * sizeof(*v));
+	/* The fleet verdict is monotone in each kind of remaining stream, so the remaining
+	 * streams all of one kind are the extreme cases: if these agree, any mix does. */
+	for (f = 0; f < sizeof(fill) / sizeof(fill[0]); f++) {
+		enum pbox_slops_verdict r;
+
+		for (i = done; i < total; i++) {
+			tmp[i] = fill[f];
+		}
+		r = pbox_slops_fleet_verdict(tmp, total);
+		if (f == 0) {
+			first = r;
+		} else if (r != first) {
+			return false;
+		}
+	}
+	*out = first;
+	return true;
+}
+
 int pbox_slops_search_init(struct pbox_slops_search *s, double min_bps, double cap_bps, double res)
 {
 	if (!(min_bps > 0) || !(cap_bps > min_bps) || !(res > 0 && res < 1)) {
@@ -231,6 +263,7 @@ void pbox_slops_search_hint(struct pbox_slops_search *s, double bps)
 		return;
 	}
 	s->next = bps < s->min_bps ? s->min_bps : bps > s->cap_bps ? s->cap_bps : bps;
+	s->hint = true;
 }
 
 static bool have_grey(const struct pbox_slops_search *s)
@@ -258,6 +291,12 @@ bool pbox_slops_search_next(const struct pbox_slops_search *s, double *bps)
 			return false;
 		}
 		*bps = midpoint(s->lo, s->hi);
+		/* Above the hint nothing was below A yet: halve first. A dispersion hint is
+		 * usually close above A, so this finds a lower bound in one or two fleets
+		 * where a geometric step from the minimum would take several. */
+		if (s->hint && !s->lo_seen && s->hi / 2 > *bps) {
+			*bps = s->hi / 2;
+		}
 		return true;
 	}
 	/* pathload: narrow the gap below the grey region, then the one above it. */

@@ -116,6 +116,13 @@ enum pbox_slops_verdict pbox_slops_stream_verdict(const struct pbox_slops_stream
  * ones say so, GREY otherwise. n == 0 gives DISTURBED. */
 enum pbox_slops_verdict pbox_slops_fleet_verdict(const enum pbox_slops_verdict *v, size_t n);
 
+/* Whether the verdict of a fleet of `total` streams is already certain after the first
+ * `done` (v[0..done)): whatever the remaining streams say, the verdict is *out. Lets the
+ * prober stop a fleet early (e.g. 8 of 12 INCREASING). total <= MAX_FLEET_STREAMS. */
+#define PBOX_SLOPS_MAX_FLEET_STREAMS 64
+bool pbox_slops_fleet_decided(const enum pbox_slops_verdict *v, size_t done, size_t total,
+			      enum pbox_slops_verdict *out);
+
 /* Result flags. */
 #define PBOX_SLOPS_F_CONVERGED      0x1  /* the range is within the resolution */
 #define PBOX_SLOPS_F_AT_CAP         0x2  /* never saw R > A up to the cap: A >= r_min */
@@ -133,6 +140,7 @@ struct pbox_slops_search {
 	unsigned fleets;
 	unsigned flags;
 	bool lo_seen, hi_seen; /* a fleet said NOTREND at lo / INCREASING at hi */
+	bool hint;             /* started from a hint: halve until a NOTREND */
 };
 
 /* Start a search in [min_bps, cap_bps] (0 < min < cap) with relative resolution res
@@ -140,7 +148,8 @@ struct pbox_slops_search {
 int pbox_slops_search_init(struct pbox_slops_search *s, double min_bps, double cap_bps, double res);
 
 /* Probe `bps` first (e.g. the dispersion rate of a train: an upper estimate of A). It is
- * clamped into [min, cap]. Only before the first update. */
+ * clamped into [min, cap]. Only before the first update. Until a fleet says NOTREND, the
+ * search then halves its upper bound instead of bisecting from the minimum. */
 void pbox_slops_search_hint(struct pbox_slops_search *s, double bps);
 
 /* The next rate to probe, or false when the search has converged. */
