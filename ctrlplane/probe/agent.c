@@ -675,10 +675,12 @@ static int hello(struct prober *p)
 /* Time one stream at bps takes, with its gap and report: for budget checks. */
 static int64_t stream_cost_ns(const struct prober *p, double bps)
 {
-	int64_t period;
+	int64_t period, d;
 
 	pbox_slops_packet_bytes(bps, p->max_datagram, p->stream_len, &period);
-	return 2 * period * (p->stream_len - 1) + 2000000;
+	d = period * (p->stream_len - 1);
+
+	return d + (d > PBOX_PROBE_MIN_GAP_NS ? d : PBOX_PROBE_MIN_GAP_NS) + 2000000;
 }
 
 /*
@@ -726,8 +728,11 @@ static int send_stream(struct prober *p, double bps, struct pbox_slops_stream_st
 		p->max_stream_bps = (double)bytes * 8e9 / (double)period;
 	}
 	/* The idle gap after a stream lasts at least as long as the stream: a queue the
-	 * stream built drains before the next one, and the fleet's mean rate stays <= R/2. */
-	gap_end = t + (t - stream_start);
+	 * stream built drains before the next one, and the fleet's mean rate stays <= R/2.
+	 * And at least PBOX_PROBE_MIN_GAP_NS, so that a fleet samples the cross traffic over
+	 * more than 100 ms even at high rates, where streams last a millisecond or two. */
+	gap_end = t + (t - stream_start > PBOX_PROBE_MIN_GAP_NS ? t - stream_start
+								: PBOX_PROBE_MIN_GAP_NS);
 	memset(st, 0, sizeof(*st));
 	st->count = p->stream_len;
 	st->pct = -1;

@@ -27,7 +27,7 @@
  * at most the cap, packet i of a stream never leaves before start + i * period (a sender
  * that falls behind shifts its schedule instead of catching up), streams are followed by
  * an idle gap at least as long as the stream, and no stream starts that would not end
- * within the time budget.
+ * within the time budget. The fleet's mean rate is therefore at most half the cap.
  *
  * Threading: a responder belongs to one thread (its serve loop); any number of probes
  * may run at once in different threads, each with its own socket. pbox_probe_run()
@@ -49,6 +49,8 @@
 /* A fleet the sender could not pace (too few undisturbed streams) is sent again up to
  * this many times in all before the search takes the rate as the sender's limit. */
 #define PBOX_PROBE_DISTURBED_TRIES 3
+/* The idle gap after a stream: as long as the stream, and at least this. */
+#define PBOX_PROBE_MIN_GAP_NS 10000000
 
 /* ---- responder ---- */
 
