@@ -397,14 +397,18 @@ size_t pbox_probe_responder_input(struct pbox_probe_responder *r, const struct s
 int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 			       const volatile sig_atomic_t *stop)
 {
-	static uint8_t bufs[SERVE_BATCH][PBOX_PROBE_MAX_DATAGRAM + 1];
+	uint8_t(*bufs)[PBOX_PROBE_MAX_DATAGRAM + 1] = malloc(SERVE_BATCH * sizeof(*bufs));
 	struct sockaddr_storage from[SERVE_BATCH];
 	char ctl[SERVE_BATCH][CMSG_SPACE(sizeof(struct timespec))];
 	struct mmsghdr msgs[SERVE_BATCH];
 	struct iovec iov[SERVE_BATCH];
 	uint8_t reply[PBOX_PROBE_REQ_BYTES];
-	int one = 1, i;
+	int one = 1, i, rc = 0;
 
+	if (bufs == NULL) {
+		PBOX_LOG_ERR(TRANSPORT, "probe responder: no memory for receive buffers");
+		return -ENOMEM;
+	}
 	if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) < 0) {
 		PBOX_LOG_WARN(TRANSPORT,
 			      "probe responder: SO_TIMESTAMPNS: %s (user-space "
@@ -419,7 +423,8 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 			if (errno == EINTR) {
 				continue;
 			}
-			return -errno;
+			rc = -errno;
+			break;
 		}
 		if (n == 0) {
 			continue;
@@ -440,7 +445,8 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 			if (errno == EAGAIN || errno == EINTR || errno == ECONNREFUSED) {
 				continue;
 			}
-			return -errno;
+			rc = -errno;
+			break;
 		}
 		for (i = 0; i < n; i++) {
 			int64_t now = mono_ns(), rx = clock_ns(CLOCK_REALTIME);
@@ -477,7 +483,8 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 			nanosleep(&nap, NULL);
 		}
 	}
-	return 0;
+	free(bufs);
+	return rc;
 }
 
 /* ---- addresses ---- */

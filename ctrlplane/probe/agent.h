@@ -31,7 +31,8 @@
  *
  * Threading: a responder belongs to one thread (its serve loop); any number of probes
  * may run at once in different threads, each with its own socket. pbox_probe_run()
- * blocks for up to the budget plus one report timeout, busy-waits one core while a
+ * blocks for up to the budget plus the report timeouts of the last stream (3 tries of
+ * reply_timeout_ns when reports are lost), busy-waits one core while a
  * stream is sent, and sets the calling thread's timer slack to 1 ns (and with
  * req->realtime its policy to SCHED_FIFO) for its duration, restoring both after.
  */
@@ -100,7 +101,8 @@ void pbox_probe_responder_get_stats(const struct pbox_probe_responder *r,
 unsigned pbox_probe_responder_sessions(const struct pbox_probe_responder *r, int64_t now_ns);
 
 /* Serve the UDP socket fd (bound; SO_TIMESTAMPNS is enabled here) until *stop becomes
- * nonzero (checked at least every 200 ms). Returns 0, or -errno of a failed poll/recv. */
+ * nonzero (checked at least every 200 ms). Returns 0, -ENOMEM (its 288 KB of receive
+ * buffers), or -errno of a failed poll/recv. */
 int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 			       const volatile sig_atomic_t *stop);
 

@@ -121,7 +121,12 @@ def measure(build_dir, rate_bps, cross, cross_fraction=0.4, burst=3028, budget_s
     # tbf counts Ethernet frames (IP + 14 bytes); the prober counts IP datagrams: the
     # link's rate in IP bytes of MTU-sized packets.
     true_bps = (ip_rate(rate_bps, mtu) - cross_bps) if rate_bps else None
+    target = cross_fraction * ip_rate(rate_bps, mtu) if flows else 0.0
     out = {"rate_bps": rate_bps, "cross": cross, "cross_bps": cross_bps,
+           "cross_target_bps": target,
+           # UDP cross traffic is constant-rate only when its source keeps the tbf of its
+           # link busy; a CPU-starved iperf3 falls short and sends in bursts.
+           "cross_constant": (cross != "udp" or cross_bps >= 0.95 * target),
            "true_bps": true_bps, "burst": burst, "mtu": mtu, "cap_bps": cap_bps,
            "wall_s": wall, **res}
     if true_bps:
@@ -136,8 +141,13 @@ def fmt(r):
     mb = lambda x: "%.1f" % (x / 1e6)  # noqa: E731
     true = mb(r["true_bps"]) if r.get("true_bps") else "-"
     err = "%+.1f%%" % (100 * r["error"]) if "error" in r else "-"
+    cross = r["cross"]
+    if cross != "none":
+        cross += " %s" % mb(r["cross_bps"])
+        if not r.get("cross_constant", True):
+            cross += " (bursty: target %s)" % mb(r["cross_target_bps"])
     return "| %s | %s | %s | [%s, %s] | %s | %.1f s | %s |" % (
-        mb(r["rate_bps"]) if r["rate_bps"] else "unlimited", r["cross"], true,
+        mb(r["rate_bps"]) if r["rate_bps"] else "unlimited", cross, true,
         mb(r["r_min_bps"]), mb(r["r_max_bps"]), err, r["duration_s"], r["flags"])
 
 
@@ -162,7 +172,8 @@ def main():
         print("%s not built" % probe_bin(args.build_dir), file=sys.stderr)
         return 1
     runs = []
-    print("| link Mbit/s | cross | true avail Mbit/s | estimate [R_min, R_max] Mbit/s | "
+    print("load average before: %.1f %.1f %.1f" % os.getloadavg())
+    print("| link Mbit/s | cross Mbit/s | true avail Mbit/s | estimate [R_min, R_max] Mbit/s | "
           "midpoint error | time | flags |")
     print("|---|---|---|---|---|---|---|")
     for rs in args.rates.split(","):
@@ -183,7 +194,8 @@ def main():
                 print(fmt(r), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"loadavg": os.getloadavg(), "nproc": os.cpu_count(), "runs": runs},
+            json.dump({"loadavg": os.getloadavg(), "nproc": os.cpu_count(),
+                       "command": " ".join(sys.argv), "runs": runs},
                       f, indent=1)
     return 0
 
