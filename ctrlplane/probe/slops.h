@@ -124,10 +124,11 @@ bool pbox_slops_fleet_decided(const enum pbox_slops_verdict *v, size_t done, siz
 			      enum pbox_slops_verdict *out);
 
 /* Result flags. */
-#define PBOX_SLOPS_F_CONVERGED      0x1  /* the range is within the resolution */
-#define PBOX_SLOPS_F_AT_CAP         0x2  /* never saw R > A up to the cap: A >= r_min */
-#define PBOX_SLOPS_F_AT_MIN         0x4  /* R > A even at the minimum rate: A <= r_max */
-#define PBOX_SLOPS_F_SENDER_LIMITED 0x8  /* the sender could not pace faster than r_max */
+#define PBOX_SLOPS_F_CONVERGED 0x1 /* the range is within the resolution */
+#define PBOX_SLOPS_F_AT_CAP    0x2 /* never saw R > A up to the cap: A >= r_min */
+#define PBOX_SLOPS_F_AT_MIN    0x4 /* R > A even at the minimum rate: A <= r_max */
+/* The sender could not pace above r_max: r_max is its limit, not a bound on A. */
+#define PBOX_SLOPS_F_SENDER_LIMITED 0x8
 #define PBOX_SLOPS_F_BUDGET         0x10 /* stopped by the time budget or fleet limit */
 
 /* The binary search over R. Plain data: the caller owns it. */

@@ -95,12 +95,14 @@ static enum pbox_slops_verdict simulate_fleet(const struct link_model *m, double
 	return pbox_slops_fleet_verdict(v, PBOX_SLOPS_FLEET_STREAMS);
 }
 
-static void run_search(const struct link_model *m, double res, struct pbox_slops_range *r)
+static void run_search(const struct link_model *m, double res, double hint,
+		       struct pbox_slops_range *r)
 {
 	struct pbox_slops_search s;
 	double bps;
 
 	assert_int_equal(pbox_slops_search_init(&s, 1e6, 1e9, res), 0);
+	pbox_slops_search_hint(&s, hint);
 	while (pbox_slops_search_next(&s, &bps)) {
 		assert_true(bps >= s.lo && bps <= s.hi);
 		pbox_slops_search_update(&s, bps, simulate_fleet(m, bps));
@@ -241,6 +243,52 @@ static void test_fleet_agreement(void **state)
 	assert_int_equal(pbox_slops_fleet_verdict(v, 0), PBOX_SLOPS_DISTURBED);
 }
 
+static void test_fleet_decided_early(void **state)
+{
+	enum pbox_slops_verdict v[12], d;
+	int i;
+
+	(void)state;
+	for (i = 0; i < 12; i++) {
+		v[i] = PBOX_SLOPS_INCREASING;
+	}
+	/* 7 of 12 increasing: 4 NOTREND and a GREY could still make it 58%. */
+	assert_false(pbox_slops_fleet_decided(v, 7, 12, &d));
+	assert_true(pbox_slops_fleet_decided(v, 8, 12, &d));
+	assert_int_equal(d, PBOX_SLOPS_INCREASING);
+	v[0] = PBOX_SLOPS_NOTREND; /* 7 of 8 increasing */
+	assert_false(pbox_slops_fleet_decided(v, 8, 12, &d));
+	assert_true(pbox_slops_fleet_decided(v, 9, 12, &d));
+	assert_int_equal(d, PBOX_SLOPS_INCREASING);
+	/* 7 lossy of 12 is R > A whatever follows. */
+	for (i = 0; i < 7; i++) {
+		v[i] = PBOX_SLOPS_LOSSY;
+	}
+	assert_true(pbox_slops_fleet_decided(v, 7, 12, &d));
+	assert_int_equal(d, PBOX_SLOPS_INCREASING);
+	/* Exhaustive check of the claim on short fleets: decided means every completion
+	 * gives that verdict. 6 kinds, fleets of 5 with 2 remaining. */
+	for (i = 0; i < 6 * 6 * 6; i++) {
+		enum pbox_slops_verdict w[5];
+		int a, b;
+
+		w[0] = (enum pbox_slops_verdict)(i % 6);
+		w[1] = (enum pbox_slops_verdict)(i / 6 % 6);
+		w[2] = (enum pbox_slops_verdict)(i / 36);
+		if (!pbox_slops_fleet_decided(w, 3, 5, &d)) {
+			continue;
+		}
+		for (a = 0; a < 6; a++) {
+			for (b = 0; b < 6; b++) {
+				w[3] = (enum pbox_slops_verdict)a;
+				w[4] = (enum pbox_slops_verdict)b;
+				assert_int_equal(pbox_slops_fleet_verdict(w, 5), d);
+			}
+		}
+	}
+	assert_false(pbox_slops_fleet_decided(v, 3, 65, &d));
+}
+
 /* Converged on A: A inside [r_min, r_max] and the midpoint within the resolution, both
  * up to the token bucket's bias (a stream's excess up to the burst never queues: the
  * estimate can be high by burst * 8 / stream duration). */
@@ -274,10 +322,17 @@ static void test_search_converges(void **state)
 		m.avail_bps = rates[i];
 		m.bucket = 3028; /* two 1514-byte frames: the benchmark's tbf burst */
 		m.limit = rates[i] / 8 * 0.01;
-		run_search(&m, PBOX_SLOPS_RESOLUTION, &r);
+		run_search(&m, PBOX_SLOPS_RESOLUTION, 0, &r);
 		check_converged(rates[i], m.bucket, &r, PBOX_SLOPS_RESOLUTION);
 		assert_true(r.fleets <= 14);
 		assert_false(r.flags & (PBOX_SLOPS_F_AT_CAP | PBOX_SLOPS_F_AT_MIN));
+		/* From a dispersion hint 10% above A (the agent's first step): fewer fleets. */
+		run_search(&m, PBOX_SLOPS_RESOLUTION, rates[i] * 1.1, &r);
+		check_converged(rates[i], m.bucket, &r, PBOX_SLOPS_RESOLUTION);
+		assert_true(r.fleets <= 8);
+		/* A hint far above A (heavy cross traffic) still converges. */
+		run_search(&m, PBOX_SLOPS_RESOLUTION, rates[i] * 8, &r);
+		check_converged(rates[i], m.bucket, &r, PBOX_SLOPS_RESOLUTION);
 	}
 }
 
@@ -291,7 +346,7 @@ static void test_search_grey_region(void **state)
 
 	(void)state;
 	for (k = 0; k < 5; k++) {
-		run_search(&m, PBOX_SLOPS_RESOLUTION, &r);
+		run_search(&m, PBOX_SLOPS_RESOLUTION, 0, &r);
 		print_message("A 100 +-10%%: [%.2f, %.2f] grey [%.2f, %.2f] in %u fleets\n",
 			      r.r_min / 1e6, r.r_max / 1e6, r.grey_min / 1e6, r.grey_max / 1e6,
 			      r.fleets);
@@ -354,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_stream_flat_and_offsets),
 		cmocka_unit_test(test_stream_unusable),
 		cmocka_unit_test(test_fleet_agreement),
+		cmocka_unit_test(test_fleet_decided_early),
 		cmocka_unit_test(test_search_converges),
 		cmocka_unit_test(test_search_grey_region),
 		cmocka_unit_test(test_search_edges),
