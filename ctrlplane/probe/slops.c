@@ -297,6 +297,14 @@ bool pbox_slops_search_next(const struct pbox_slops_search *s, double *bps)
 		if (s->hint && !s->lo_seen && s->hi / 2 > *bps) {
 			*bps = s->hi / 2;
 		}
+		/* The mirror case: the hint (an upper estimate) said NOTREND, so A is at or
+		 * just above it (a token bucket or a sender near its limit): step up by
+		 * twice the resolution, then double, instead of bisecting up to the cap. */
+		if (s->hint && s->lo_seen && !s->hi_seen) {
+			double up = s->lo * (s->up_steps ? 2 : 1 + 2 * s->resolution);
+
+			*bps = up < *bps ? up : *bps;
+		}
 		return true;
 	}
 	/* pathload: narrow the gap below the grey region, then the one above it. */
@@ -320,6 +328,7 @@ void pbox_slops_search_update(struct pbox_slops_search *s, double bps,
 	}
 	switch (fleet) {
 	case PBOX_SLOPS_NOTREND:
+		s->up_steps += s->hint && s->lo_seen && !s->hi_seen;
 		s->lo = bps;
 		s->lo_seen = true;
 		if (s->grey_lo < bps) {

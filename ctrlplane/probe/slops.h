@@ -142,6 +142,7 @@ struct pbox_slops_search {
 	unsigned flags;
 	bool lo_seen, hi_seen; /* a fleet said NOTREND at lo / INCREASING at hi */
 	bool hint;             /* started from a hint: halve until a NOTREND */
+	unsigned up_steps;     /* NOTREND fleets above the hint before any INCREASING */
 };
 
 /* Start a search in [min_bps, cap_bps] (0 < min < cap) with relative resolution res
@@ -150,7 +151,9 @@ int pbox_slops_search_init(struct pbox_slops_search *s, double min_bps, double c
 
 /* Probe `bps` first (e.g. the dispersion rate of a train: an upper estimate of A). It is
  * clamped into [min, cap]. Only before the first update. Until a fleet says NOTREND, the
- * search then halves its upper bound instead of bisecting from the minimum. */
+ * search then halves its upper bound instead of bisecting from the minimum; if the hint
+ * itself says NOTREND, it steps up by 2 x resolution, then doubles, until an INCREASING,
+ * instead of bisecting up to the cap. */
 void pbox_slops_search_hint(struct pbox_slops_search *s, double bps);
 
 /* The next rate to probe, or false when the search has converged. */
