@@ -3,8 +3,8 @@
 #
 # Run the libFuzzer harnesses of a fuzz build for a bounded time each.
 #
-#   tests/fuzz/run.sh BUILD_DIR [NAME...]      (NAME: engine node config control dvf dvf_codec;
-#                                              default all)
+#   tests/fuzz/run.sh BUILD_DIR [NAME...]      (NAME: a harness, fuzz_NAME.c in tests/fuzz;
+#                                              default all of them)
 #
 # BUILD_DIR is configured as README "Fuzzing" says (clang, -Dfuzz=enabled, sanitizers).
 # Each harness starts from its checked-in corpus (tests/fuzz/corpus/NAME, read only: new
@@ -21,7 +21,12 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [NAME...]}
 shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(engine node config control dvf dvf_codec)
+if [ ${#names[@]} -eq 0 ]; then
+	for src in "$root"/tests/fuzz/fuzz_*.c; do
+		src=${src##*/fuzz_}
+		names+=("${src%.c}")
+	done
+fi
 secs=${PBOX_FUZZ_SECONDS:-60}
 per_input=${PBOX_FUZZ_TIMEOUT:-10}
 artifacts=${PBOX_FUZZ_ARTIFACTS:-$build/fuzz-artifacts}
