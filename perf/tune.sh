@@ -110,7 +110,11 @@ why() { # why FILE ERRTEXT
 	if [[ "$2" == *"Read-only file system"* ]]; then
 		echo "$1 is read-only here (a container: set it on the host or through the runtime)"
 	elif [[ "$2" == *"Permission denied"* || "$2" == *"Operation not permitted"* ]]; then
-		echo "permission denied on $1 (run as root)"
+		if [ "$(id -u)" = 0 ]; then
+			echo "the kernel does not let even root write $1 here"
+		else
+			echo "permission denied on $1 (run as root)"
+		fi
 	elif [[ "$2" == *"Input/output error"* ]]; then
 		echo "the kernel refuses it (a managed or per-CPU interrupt)"
 	else
@@ -236,8 +240,8 @@ if wanted irq; then
 		total=0 on_dp=0
 		for d in "$root"/proc/irq/[0-9]*; do
 			[ -r "$d/smp_affinity_list" ] || continue
+			read -r cur <"$d/smp_affinity_list" 2>/dev/null || continue
 			total=$((total + 1))
-			read -r cur <"$d/smp_affinity_list"
 			cpus=$(expand "$cur") || continue
 			hit=0
 			for c in $cpus; do [[ " $dp " == *" $c "* ]] && hit=1; done
