@@ -64,7 +64,12 @@ def ansible_env(tmp):
         "ANSIBLE_LOCAL_TEMP": os.path.join(tmp, "ansible-local"),
         "ANSIBLE_REMOTE_TMP": os.path.join(tmp, "ansible-remote"),
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_HOME": os.path.join(tmp, "ansible-home"),
     })
+    env.setdefault("HOME", tmp)
+    # ansible-core refuses a locale that is not UTF-8.
+    if "UTF-8" not in (env.get("LC_ALL") or env.get("LANG") or "").upper().replace("UTF8", "UTF-8"):
+        env["LC_ALL"] = "C.UTF-8"
     return env
 
 

@@ -60,6 +60,34 @@ def irq_affinities():
     return out
 
 
+def verify_units(tmp, build):
+    """The systemd unit of each transport passes systemd-analyze verify with no warning
+    (this host may not run systemd; the unit is checked offline)."""
+    if shutil.which("systemd-analyze") is None:
+        print("  (systemd-analyze is not installed: the units are not verified)")
+        return
+    for transport in ("udp", "dpdk"):
+        unit = os.path.join(tmp, "pboxd.service")
+        p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                            "tests/deploy/render_unit.yml", "-e", "out=" + unit, "-e",
+                            "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build),
+                                                             "dataplane", "pboxd"),
+                            "-e", "pboxd_transport=" + transport, "-e", "pbox_src_dir=" + ROOT],
+                           cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+        if p.returncode != 0:
+            print(p.stdout[-3000:] + p.stderr[-2000:])
+            fail("rendering the %s unit failed" % transport)
+        v = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
+        if v.returncode != 0 or v.stderr.strip():
+            fail("systemd-analyze verify of the %s unit: exit %d: %s" %
+                 (transport, v.returncode, v.stderr.strip()))
+        caps = re.search(r"^AmbientCapabilities=(.*)$", open(unit).read(), re.M).group(1)
+        if transport == "udp" and caps.strip():
+            fail("the udp unit grants capabilities: %s" % caps)
+        print("  systemd unit (%s transport): systemd-analyze verify clean; capabilities: %s" %
+              (transport, caps.strip() or "none"))
+
+
 def check():
     if os.geteuid() != 0:
         skip("needs root (ansible reads /proc/irq and the NIC state as root)")
@@ -103,6 +131,7 @@ def check():
         rec = re.search(r"localhost\s+:\s+ok=(\d+)\s+changed=(\d+)", out)
         print("  recap: ok=%s changed=%s; %s and the IRQ affinities unchanged" %
               (rec.group(1), rec.group(2), grub))
+        verify_units(tmp, build)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
