@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Install the Debian 12 packages pbox builds, runs and is tested with. Run as root.
-# Usage: deploy/debian-packages.sh
+# Usage: deploy/debian-packages.sh [--check]
+#   --check: only say which packages are missing (exit 0); nothing is installed.
+# deploy/roles/common runs it (with --check under ansible's --check).
 set -euo pipefail
+check=0
+case "${1:-}" in
+--check) check=1 ;;
+"") ;;
+*)
+	echo "usage: deploy/debian-packages.sh [--check]" >&2
+	exit 64
+	;;
+esac
 
 packages=(
 	# build
@@ -27,7 +38,7 @@ packages=(
 	python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
 )
 
-if [ "$(id -u)" != 0 ]; then
+if [ $check = 0 ] && [ "$(id -u)" != 0 ]; then
 	echo "deploy/debian-packages.sh: run as root (it installs Debian packages)" >&2
 	exit 2
 fi
@@ -37,6 +48,10 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "deploy/debian-packages.sh: all ${#packages[@]} packages are installed"
+	exit 0
+fi
+if [ $check = 1 ]; then
+	echo "deploy/debian-packages.sh: ${#missing[@]} package(s) missing: ${missing[*]}"
 	exit 0
 fi
 echo "deploy/debian-packages.sh: installing ${#missing[@]} package(s): ${missing[*]}"
