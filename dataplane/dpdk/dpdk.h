@@ -14,8 +14,11 @@
  * Zero copy both ways: gradient payload is aggregated straight from the mbuf data (every
  * segment of multi-segment mbufs, in place); replies are a header mbuf chained to an
  * external-buffer mbuf that points into the chunk's result, released through the extbuf
- * free callback once the device (or, for net_ring, the consumer) lets go. Devices that
- * cannot send multi-segment mbufs get the payload copied into one buffer (logged).
+ * free callback once the device (or, for net_ring, the consumer) lets go. A result sent
+ * to several workers is attached once: every worker's header is chained to the same
+ * payload mbuf (its reference count raised), so the cost per extra worker is one header.
+ * Devices that cannot send multi-segment mbufs get the payload copied into one buffer
+ * (logged).
  *
  * Lifetime of chunk memory: a zero-copy reply keeps the job state it points into alive.
  * When no published table lists a job state any more, pbox_dpdk_retire gives each core
@@ -105,6 +108,7 @@ struct pbox_dpdk_stats {
 	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
 	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
 	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
+	uint64_t tx_shared;     /* of those, a payload already attached for another worker */
 	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
 	uint64_t retire_waits;  /* job states kept until this core's replies were released */
 	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */

@@ -304,7 +304,10 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 	n = pbox_dpdk_pool_size(nq, (unsigned)p->nb_rxd + p->nb_txd, cfg->burst, PBOX_DPDK_CACHE,
 				nq > 1 ? nq * PBOX_DPDK_INBOX : 0);
 	p->rx_pool = make_pool(p, "rx", n, 0, (uint16_t)(RTE_PKTMBUF_HEADROOM + cfg->mbuf_bytes));
-	n = pbox_dpdk_pool_size(nq, p->nb_txd, cfg->burst, PBOX_DPDK_CACHE, 0);
+	/* Each core also keeps a burst allocated ahead (tx.c's stash) and, of payload
+	 * mbufs, up to PBOX_DPDK_FAN shared between workers' replies. */
+	n = pbox_dpdk_pool_size(nq, p->nb_txd, cfg->burst, PBOX_DPDK_CACHE,
+				nq * (cfg->burst + PBOX_DPDK_FAN));
 	p->hdr_pool = make_pool(
 		p, "hdr", n, 0,
 		(uint16_t)(RTE_PKTMBUF_HEADROOM + (p->zero_copy ? RTE_CACHE_LINE_SIZE * 2

@@ -21,7 +21,14 @@
  *   --chunk 32768            chunk bytes (--sweep: a list, for the chunk-size sweep)
  *   --model 262144           model bytes
  *   --seconds 2              measurement time per configuration
+ *   --cold                   cycle the feed through at least twice the LLC (sysfs), so
+ *                            payloads are not cache-resident when they arrive
+ *
+ * GB/cpu-s is the capacity per second the lcore's thread actually ran (/proc schedstat)
+ * times its busy share: on a shared machine, the busy TSC time also counts the time other
+ * processes had the CPU. ratio_cpu is that over the in-cache add.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -45,11 +52,13 @@
 #include "dpdk/dpdk.h"
 #include "frame.h"
 #include "kernels/kernels.h"
+#include "llc.h"
 #include "sim.h"
 
 #define BASE_PORT 7100
 #define RING_SZ   65536
-#define NSETS     3
+#define NSETS     3 /* the fewest: two iterations in flight, one being re-labelled */
+#define MAX_SETS  4096
 
 struct conf {
 	unsigned sizes[8], nsizes;
@@ -57,6 +66,7 @@ struct conf {
 	unsigned chunks[16], nchunks;
 	unsigned model;
 	double seconds;
+	bool cold;
 };
 
 static unsigned g_seq;
@@ -72,9 +82,53 @@ static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, u
 }
 
 struct result {
-	double seg_s, gbs, seg_busy_s, gbs_busy, busy;
+	double seg_s, gbs, seg_busy_s, gbs_busy, busy, gbs_cpu;
+	uint64_t feed_bytes; /* gradient payload bytes the feed cycles through */
 	uint64_t reclaim_waits;
 };
+
+/* Nanoseconds the data-plane lcore's thread has run on a CPU (/proc schedstat: excludes
+ * the time other processes had its CPU, which the TSC-based busy time includes). 0 if it
+ * cannot be read. */
+static uint64_t lcore_oncpu_ns(void)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *de;
+	uint64_t ns = 0;
+
+	while (dir != NULL && (de = readdir(dir)) != NULL) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		f = fopen(path, "r");
+		if (f == NULL) {
+			continue;
+		}
+		if (fgets(comm, sizeof(comm), f) == NULL) {
+			comm[0] = 0;
+		}
+		fclose(f);
+		if (strncmp(comm, "rte-worker-", 11) != 0) {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", de->d_name);
+		f = fopen(path, "r");
+		if (f != NULL) {
+			unsigned long long v;
+
+			if (fscanf(f, "%llu", &v) == 1) {
+				ns = v;
+			}
+			fclose(f);
+		}
+		break;
+	}
+	if (dir != NULL) {
+		closedir(dir);
+	}
+	return ns;
+}
 
 /* Consume (free) the replies, as a NIC completing them would. */
 static void drain(struct rte_ring *tx)
@@ -88,7 +142,7 @@ static void drain(struct rte_ring *tx)
 }
 
 static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, double seconds,
-		   struct result *res)
+		   bool cold, struct result *res)
 {
 	struct pbox_keyspec key = { 1, model / 4 };
 	struct sim_job_cfg jc = {
@@ -123,8 +177,8 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	struct pbox_dpdk *d;
 	struct sim s;
 	struct rte_mbuf **frames;
-	uint32_t nframes = 0, per_iter, nfrags_total = 0;
-	uint64_t t0, t1, busy0, idle0, frags0, bytes0;
+	uint32_t nframes = 0, per_iter, nfrags_total = 0, nsets = NSETS;
+	uint64_t t0, t1, busy0, idle0, frags0, bytes0, cpu0 = 0;
 	uint8_t *buf = malloc(16384);
 	float *g = malloc(16384);
 	struct rte_mempool *pool;
@@ -139,13 +193,24 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		nfrags_total += s.desc.chunks[c].nfrags;
 	}
 	per_iter = nfrags_total * nw;
-	/* The feed: NSETS frames per (worker, fragment), each one segment. */
+	if (cold) {
+		/* Not cache-resident: enough sets that the frames span twice the LLC, so each
+		 * frame's payload has left the cache by the time it is sent again. */
+		uint64_t set_bytes = (uint64_t)per_iter * (seg + 128 + RTE_PKTMBUF_HEADROOM);
+		uint64_t want =
+			2 * (pbox_bench_llc_bytes() != 0 ? pbox_bench_llc_bytes() : (64ull << 20));
+
+		nsets = (uint32_t)PBOX_MAX((want + set_bytes - 1) / set_bytes, NSETS);
+		nsets = PBOX_MIN(nsets, MAX_SETS);
+	}
+	res->feed_bytes = (uint64_t)nsets * per_iter * seg;
+	/* The feed: nsets frames per (worker, fragment), each one segment. */
 	snprintf(name, sizeof(name), "feed%u", g_seq);
-	pool = rte_pktmbuf_pool_create(name, per_iter * NSETS + 64, 0, 0,
+	pool = rte_pktmbuf_pool_create(name, per_iter * nsets + 64, 0, 0,
 				       (uint16_t)(RTE_PKTMBUF_HEADROOM + 128 + seg),
 				       (int)rte_socket_id());
 	if (pool == NULL) {
-		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * NSETS);
+		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * nsets);
 		return -ENOMEM;
 	}
 	id = frame_ring_port("b", g_seq++, 1, RING_SZ, &rx, &tx);
@@ -162,10 +227,10 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	if (d == NULL) {
 		return -ENODEV;
 	}
-	/* NSETS sets of frames, fragment-major (all workers' copies of a fragment in a row,
+	/* nsets sets of frames, fragment-major (all workers' copies of a fragment in a row,
 	 * as they arrive from synchronised workers). */
-	frames = calloc((size_t)per_iter * NSETS, sizeof(*frames));
-	for (uint32_t set = 0; set < NSETS; set++) {
+	frames = calloc((size_t)per_iter * nsets, sizeof(*frames));
+	for (uint32_t set = 0; set < nsets; set++) {
 		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
 			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
 
@@ -212,7 +277,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	t0 = rte_rdtsc();
 	busy0 = idle0 = frags0 = bytes0 = 0;
 	for (uint32_t t = 0;; t++) {
-		struct rte_mbuf **set = frames + (size_t)(t % NSETS) * per_iter;
+		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
 		uint32_t sent = 0;
 
 		/* Iteration t - 2 must be complete (every chunk's) before t is sent: the
@@ -228,14 +293,16 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 				return -ETIMEDOUT;
 			}
 		}
-		if (t == 20) { /* warm-up done */
+		if (t == PBOX_MAX(20u, nsets)) { /* warm-up done: every set sent once */
 			t0 = rte_rdtsc();
 			busy0 = pbox_stat_read(&st.busy_cycles);
 			idle0 = pbox_stat_read(&st.idle_cycles);
 			frags0 = pbox_stat_read(&st.agg_frags);
 			bytes0 = pbox_stat_read(&st.agg_bytes);
+			cpu0 = lcore_oncpu_ns();
 		}
-		if (t > 20 && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+		if (t > PBOX_MAX(20u, nsets) &&
+		    (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
 			break;
 		}
 		for (uint32_t i = 0; i < per_iter; i++) {
@@ -265,6 +332,13 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		res->seg_busy_s = busy_s > 0 ? (double)frags / busy_s : 0;
 		res->gbs_busy = busy_s > 0 ? (double)bytes / busy_s / 1e9 : 0;
 		res->busy = busy + idle > 0 ? 100.0 * (double)busy / (double)(busy + idle) : 0;
+		{
+			/* On-CPU time of the lcore, its busy share of it: the capacity with
+			 * the time other processes took its CPU taken out. */
+			double cpu_s = (double)(lcore_oncpu_ns() - cpu0) / 1e9 * res->busy / 100;
+
+			res->gbs_cpu = cpu_s > 0 ? (double)bytes / cpu_s / 1e9 : 0;
+		}
 		for (unsigned k = 0; k < PBOX_DROP_COUNT; k++) {
 			if (k != PBOX_DROP_NONE && st.drops[k] != 0) {
 				fprintf(stderr, "bench: %llu drops (%s): the run is not valid\n",
@@ -292,7 +366,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		rte_pktmbuf_free(frames[i]); /* the frames' own reference */
 	}
 	{
-		void *m;
+		void *m = NULL;
 
 		while (rte_ring_dequeue(rx, &m) == 0) {
 			rte_pktmbuf_free(m);
@@ -348,7 +422,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: pbox-bench-dpdk-engine [--sizes 1024,4096,8192] [--workers 2,4,8]\n"
 		"         [--chunk BYTES | --sweep 8192,32768,...] [--model BYTES] [--seconds S]\n"
-		"         [-- EAL arguments]\n"
+		"         [--cold] [-- EAL arguments]\n"
 		"Throughput of one DPDK data-plane lcore fed in-process (net_ring) beside the\n"
 		"add kernel's in-cache bandwidth. Needs 2 CPUs; uses hugepages if free, else\n"
 		"--no-huge.\n");
@@ -359,7 +433,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "sizes", 1, NULL, 's' }, { "workers", 1, NULL, 'w' }, { "chunk", 1, NULL, 'c' },
 		{ "sweep", 1, NULL, 'S' }, { "model", 1, NULL, 'm' },   { "seconds", 1, NULL, 't' },
-		{ "help", 0, NULL, 'h' },  { NULL, 0, NULL, 0 },
+		{ "cold", 0, NULL, 'C' },  { "help", 0, NULL, 'h' },    { NULL, 0, NULL, 0 },
 	};
 	struct conf cf = { .sizes = { 1024, 4096, 8192 },
 			   .nsizes = 3,
@@ -412,6 +486,9 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			cf.seconds = strtod(optarg, NULL);
+			break;
+		case 'C':
+			cf.cold = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -466,9 +543,13 @@ int main(int argc, char **argv)
 	       "# %s memory, model %u B, %.1f s per point\n",
 	       pbox_kernels_get()->isa, free_hp >= 256 ? "hugepage" : "4 KB-page", cf.model,
 	       cf.seconds);
-	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %11s %9s %8s\n", "seg_B", "workers",
-	       "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%", "add_GB/s", "ratio",
-	       "waits");
+	printf("# feed payload: %s (LLC %llu KB)\n",
+	       cf.cold ? "cycled through at least 2 x LLC: not cache-resident"
+		       : "3 sets of frames, a few MB: mostly LLC-resident",
+	       (unsigned long long)(pbox_bench_llc_bytes() >> 10));
+	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s\n", "seg_B",
+	       "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
+	       "GB/cpu-s", "add_GB/s", "ratio", "ratio_cpu", "waits", "feed_MB");
 	for (unsigned ci = 0; ci < cf.nchunks; ci++) {
 		for (unsigned si = 0; si < cf.nsizes; si++) {
 			double add = add_bandwidth(cf.sizes[si]);
@@ -481,17 +562,18 @@ int main(int argc, char **argv)
 					continue;
 				}
 				if (run_one(cf.sizes[si], cf.workers[wi], ch, cf.model, cf.seconds,
-					    &r) != 0) {
+					    cf.cold, &r) != 0) {
 					fprintf(stderr, "run seg %u workers %u chunk %u failed\n",
 						cf.sizes[si], cf.workers[wi], ch);
 					return 1;
 				}
-				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %11.2f "
-				       "%9.2f "
-				       "%8llu\n",
+				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %10.2f "
+				       "%11.2f %9.2f %9.2f %8llu %9.1f\n",
 				       cf.sizes[si], cf.workers[wi], ch, r.seg_s, r.gbs,
-				       r.seg_busy_s, r.gbs_busy, r.busy, add, r.gbs_busy / add,
-				       (unsigned long long)r.reclaim_waits);
+				       r.seg_busy_s, r.gbs_busy, r.busy, r.gbs_cpu, add,
+				       r.gbs_busy / add, r.gbs_cpu / add,
+				       (unsigned long long)r.reclaim_waits,
+				       (double)r.feed_bytes / 1048576.0);
 				fflush(stdout);
 			}
 		}
