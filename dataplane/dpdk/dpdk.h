@@ -85,6 +85,12 @@ struct pbox_dpdk_cfg {
 	unsigned idle_sleep_us;
 	enum pbox_dpdk_steering steering;
 	bool zero_copy; /* replies reference chunk memory (when the device can) */
+	/* Chunk memory comes from pbox_dpdk_arena_ops (installed with
+	 * pbox_job_set_arena_ops): devices that read by DMA (PCI NICs) send replies
+	 * zero-copy too, with the payload's IOVA; payloads outside DPDK memory are copied. */
+	bool dma_arenas;
+	/* Tests: treat every port as a DMA device (net_ring then takes the IOVA path). */
+	bool force_dma;
 };
 
 /* Per-core transport counters (the engine's, including the per-reason drops, are in
@@ -109,6 +115,7 @@ struct pbox_dpdk_stats {
 	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
 	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
 	uint64_t tx_shared;     /* of those, a payload already attached for another worker */
+	uint64_t tx_not_dma;    /* payloads copied: outside DPDK memory on a DMA device */
 	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
 	uint64_t retire_waits;  /* job states kept until this core's replies were released */
 	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */
@@ -171,6 +178,16 @@ int pbox_dpdk_launch(struct pbox_dpdk *d);
  */
 void pbox_dpdk_retire(struct pbox_dpdk *d, struct pbox_job_state *st);
 
+/*
+ * Fill *ops with an arena allocator (pbox_job_set_arena_ops) that puts chunk memory in
+ * DPDK memory on NUMA socket `socket` (hugepages, unless the EAL runs --no-huge; another
+ * socket if that one has no room, logged), so that devices that read by DMA can send
+ * replies from it. Arenas are freed with rte_free by whoever drops a state's last
+ * reference. Valid between pbox_dpdk_eal_init and pbox_dpdk_eal_cleanup: every state
+ * created with it must be freed before the EAL goes.
+ */
+void pbox_dpdk_arena_ops(struct pbox_arena_ops *ops, int socket);
+
 /* Stop the lcores and wait for them. */
 void pbox_dpdk_stop(struct pbox_dpdk *d);
 
@@ -187,6 +204,9 @@ enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, ui
 const char *pbox_dpdk_steer_name(enum pbox_dpdk_steer_method m);
 /* Whether replies on port i are zero-copy. */
 bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i);
+/* Whether port i's device reads replies by DMA (needs chunk memory in DPDK memory to send
+ * them zero-copy: cfg.dma_arenas). */
+bool pbox_dpdk_port_dma(const struct pbox_dpdk *d, uint16_t i);
 
 /* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). The
  * count ends at the last field: the struct's size also counts its cache-line padding. */

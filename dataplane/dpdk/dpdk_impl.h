@@ -41,8 +41,11 @@ struct dpdk_port {
 	struct rte_mempool *rx_pool;  /* RX frames (and ARP replies, which reuse them) */
 	struct rte_mempool *hdr_pool; /* reply headers (whole frames in copy mode) */
 	struct rte_mempool *ext_pool; /* zero-copy payload segments: no data room */
+	/* Whole frames for payloads a DMA device cannot read (outside DPDK memory). */
+	struct rte_mempool *copy_pool;
 	uint16_t nb_rxd, nb_txd;
 	bool zero_copy;    /* payload chained by reference */
+	bool dma;          /* the device reads by DMA: payloads need a real IOVA */
 	bool tx_ip_cksum;  /* the device fills the IPv4 header checksum */
 	bool rx_ip_cksum;  /* the device flags IPv4 header checksums on receive */
 	bool rx_udp_cksum; /* the device flags UDP checksums on receive */
@@ -86,10 +89,10 @@ struct dpdk_fan {
  * complement sum of the IPv4 header with those three fields zero.
  */
 struct dpdk_hdr_tmpl {
+	uint8_t hdr[PBOX_DPDK_HDRS] __attribute__((aligned(8))); /* as in an mbuf */
 	struct pbox_peer to; /* key: address, port, MAC, our port (pad zero) */
 	uint32_t csum;
 	bool valid;
-	uint8_t hdr[PBOX_DPDK_HDRS];
 };
 
 /* Mbufs allocated in bulk, handed out one at a time (per core and pool). */

@@ -26,11 +26,11 @@
 #include "kernels/kernels.h"
 
 const char *const pbox_dpdk_stat_names[] = {
-	"rx_frames",    "rx_wire_bytes", "steered_in",     "steered_out", "steer_full",
-	"arp_replies",  "arp_ignored",   "ignored_l2",     "ignored_l3",  "bad_ip",
-	"ip_fragments", "bad_udp",       "truncated",      "tx_frames",   "tx_dropped",
-	"tx_nombuf",    "tx_copied",     "tx_zero_copy",   "tx_shared",   "reclaim_waits",
-	"retire_waits", "retire_full",   "retire_stalled",
+	"rx_frames",     "rx_wire_bytes", "steered_in",   "steered_out",    "steer_full",
+	"arp_replies",   "arp_ignored",   "ignored_l2",   "ignored_l3",     "bad_ip",
+	"ip_fragments",  "bad_udp",       "truncated",    "tx_frames",      "tx_dropped",
+	"tx_nombuf",     "tx_copied",     "tx_zero_copy", "tx_shared",      "tx_not_dma",
+	"reclaim_waits", "retire_waits",  "retire_full",  "retire_stalled",
 };
 _Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) == PBOX_DPDK_NSTATS,
 	       "one name per counter");
@@ -415,4 +415,9 @@ enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, ui
 bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i)
 {
 	return d->ports[i].zero_copy;
+}
+
+bool pbox_dpdk_port_dma(const struct pbox_dpdk *d, uint16_t i)
+{
+	return d->ports[i].dma;
 }

@@ -18,9 +18,11 @@
  * waits until every reference up to `upto` is marked, polling TX completions meanwhile, RCU-offline
  * with the job table it uses pinned (dpdk.h). Retired job states wait in the core's retire ring for
  * their references to be released (pbox_dpdk_retire_poll, from the loop's completion timer).
- * Devices without multi-segment TX (and devices that read by DMA: chunk memory is not mapped for
- * them) get one mbuf with the payload copied, which takes no reference: the chunk memory is free
- * again when send returns.
+ * Devices without multi-segment TX get one mbuf with the payload copied, which takes no
+ * reference: the chunk memory is free again when send returns. Devices that read by DMA
+ * (PCI NICs) are sent payloads by reference with their IOVA when chunk memory is DPDK
+ * memory (pbox_dpdk_arena_ops); a payload elsewhere (or, in physical-address mode, split
+ * across pages that are not contiguous) is copied into one frame (tx_not_dma).
  *
  * Frames are buffered per port and handed to the device in bursts: when a burst is full,
  * and from the lcore loop when its input ran dry or the TSC drain timer expired.
@@ -346,16 +348,45 @@ static uint32_t fan_hash(const void *payload)
 	       (PBOX_DPDK_FAN - 1);
 }
 
+/* The IOVA of len bytes at payload for a device that reads by DMA: DPDK memory only
+ * (the chunk arenas of pbox_dpdk_arena_ops), contiguous in IOVA space. RTE_BAD_IOVA:
+ * the device cannot read it in one piece. */
+static rte_iova_t payload_iova(const void *payload, uint32_t len)
+{
+	const struct rte_memseg *ms = rte_mem_virt2memseg(payload, NULL);
+	const uint8_t *first = payload, *last = first + len - 1;
+	rte_iova_t iova;
+
+	if (ms == NULL) {
+		return RTE_BAD_IOVA;
+	}
+	if (rte_eal_iova_mode() == RTE_IOVA_VA) {
+		return (rte_iova_t)(uintptr_t)payload;
+	}
+	if (ms->iova == RTE_BAD_IOVA) {
+		return RTE_BAD_IOVA;
+	}
+	iova = ms->iova + (rte_iova_t)(first - (const uint8_t *)ms->addr);
+	/* Physical addresses: a payload across a page boundary must not be split. */
+	if (last >= (const uint8_t *)ms->addr + ms->len &&
+	    rte_mem_virt2iova(last) != iova + len - 1) {
+		return RTE_BAD_IOVA;
+	}
+	return iova;
+}
+
 /* The payload mbuf for len bytes at payload on port pi: the one already attached for
  * another worker in this loop iteration (one more reference on it), else a new
  * external-buffer mbuf with the next reference number, remembered for the next workers.
- * NULL: pool empty. */
+ * NULL: pool empty, or (*not_dma set) a DMA device cannot read that memory. */
 static struct rte_mbuf *payload_mbuf(struct dpdk_core *c, uint16_t pi, const void *payload,
-				     uint32_t len)
+				     uint32_t len, bool *not_dma)
 {
 	const struct dpdk_port *p = &c->d->ports[pi];
 	uint32_t slot = fan_hash(payload);
 	struct dpdk_fan *f = &c->fan[slot];
+	/* Virtual devices read by virtual address; the IOVA is not used. */
+	rte_iova_t iova = (rte_iova_t)(uintptr_t)payload;
 	struct dpdk_tx_ref *r;
 	struct rte_mbuf *e;
 
@@ -363,6 +394,13 @@ static struct rte_mbuf *payload_mbuf(struct dpdk_core *c, uint16_t pi, const voi
 		rte_mbuf_refcnt_update(f->e, 1);
 		DPDK_STAT_ADD(c, tx_shared, 1);
 		return f->e;
+	}
+	if (p->dma) {
+		iova = payload_iova(payload, len);
+		if (pbox_unlikely(iova == RTE_BAD_IOVA)) {
+			*not_dma = true;
+			return NULL;
+		}
 	}
 	e = stash_get(&c->ext_stash[pi], p->ext_pool, c->d->cfg.burst);
 	if (pbox_unlikely(e == NULL)) {
@@ -375,9 +413,7 @@ static struct rte_mbuf *payload_mbuf(struct dpdk_core *c, uint16_t pi, const voi
 	r->shinfo.free_cb = ext_free_cb;
 	r->shinfo.fcb_opaque = r;
 	rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
-	/* Virtual devices read by virtual address; the IOVA is not used. */
-	rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload, (rte_iova_t)(uintptr_t)payload,
-				  (uint16_t)len, &r->shinfo);
+	rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload, iova, (uint16_t)len, &r->shinfo);
 	e->data_len = (uint16_t)len;
 	e->pkt_len = len;
 	/* Remember it, with a reference of the entry's own (the slot's previous payload,
@@ -413,20 +449,31 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 		/* Every reference slot in use: wait for the oldest half. */
 		wait_released(c, c->tx_refs - c->ref_window / 2);
 	}
-	h = stash_get(&c->hdr_stash[to->ifport], p->hdr_pool, d->cfg.burst);
-	if (pbox_unlikely(h == NULL)) {
-		DPDK_STAT_ADD(c, tx_nombuf, 1);
-		return -ENOBUFS;
-	}
 	if (len != 0 && p->zero_copy) {
+		bool not_dma = false;
+
 		/* Only a payload attached by reference needs a reference number: a copied
 		 * payload no longer references chunk memory once this returns. */
-		e = payload_mbuf(c, to->ifport, payload, len);
+		e = payload_mbuf(c, to->ifport, payload, len, &not_dma);
 		if (pbox_unlikely(e == NULL)) {
-			rte_pktmbuf_free(h);
-			DPDK_STAT_ADD(c, tx_nombuf, 1);
-			return -ENOBUFS;
+			if (!not_dma) {
+				DPDK_STAT_ADD(c, tx_nombuf, 1);
+				return -ENOBUFS;
+			}
+			/* Memory the device cannot read: one whole frame, copied. */
+			DPDK_STAT_ADD(c, tx_not_dma, 1);
+			h = rte_pktmbuf_alloc(p->copy_pool);
+			goto built;
 		}
+	}
+	h = stash_get(&c->hdr_stash[to->ifport], p->hdr_pool, d->cfg.burst);
+built:
+	if (pbox_unlikely(h == NULL)) {
+		if (e != NULL) {
+			rte_pktmbuf_free(e);
+		}
+		DPDK_STAT_ADD(c, tx_nombuf, 1);
+		return -ENOBUFS;
 	}
 	put_headers(c, p, h, to, len);
 	pb = rte_pktmbuf_mtod_offset(h, uint8_t *, PBOX_DPDK_HDRS);
