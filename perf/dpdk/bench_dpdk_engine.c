@@ -26,7 +26,10 @@
  *
  * GB/cpu-s is the capacity per second the lcore's thread actually ran (/proc schedstat)
  * times its busy share: on a shared machine, the busy TSC time also counts the time other
- * processes had the CPU. ratio_cpu is that over the in-cache add.
+ * processes had the CPU. ratio_cpu is that over the in-cache add. eng_GB/s is the engine
+ * alone on the same frames and job state (pbox_engine_rx on each frame's datagram in
+ * place, null transmitter, per CPU-second of the main thread), measured just before the
+ * lcore runs: the ceiling of the packet path; eng_ratio that over the in-cache add.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <rte_cycles.h>
@@ -53,6 +57,7 @@
 #include "frame.h"
 #include "kernels/kernels.h"
 #include "llc.h"
+#include "null_tx.h"
 #include "sim.h"
 
 #define BASE_PORT 7100
@@ -84,6 +89,7 @@ static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, u
 struct result {
 	double seg_s, gbs, seg_busy_s, gbs_busy, busy, gbs_cpu;
 	uint64_t feed_bytes; /* gradient payload bytes the feed cycles through */
+	double engine_gbs;   /* the engine alone on the same frames, GB per CPU-second */
 	uint64_t reclaim_waits;
 };
 
@@ -141,6 +147,71 @@ static void drain(struct rte_ring *tx)
 	}
 }
 
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * The engine alone on the feed's frames, on this thread, before the lcore runs: the
+ * same job state, frames, payload placement and iteration pattern, with no packet I/O
+ * (each frame's pbox datagram handed to pbox_engine_rx in place, replies to a null
+ * transmitter). The ceiling the DPDK path adds its cost to. Runs iterations 0.. for
+ * `seconds` after a warm-up; *gbs: the gradient GB aggregated per second this thread was
+ * on a CPU.
+ */
+static void engine_alone(const struct pbox_jobtab *tab, struct rte_mbuf **frames, uint32_t per_iter,
+			 uint32_t nsets, double seconds, double *gbs)
+{
+	struct pbox_core_stats est;
+	struct pbox_engine e = { .core = 0, .tx = &pbox_bench_null_tx, .stats = &est };
+	uint32_t warm = PBOX_MAX(20u, nsets), t;
+	uint64_t t0 = 0, bytes0 = 0;
+	double cpu0 = 0;
+
+	memset(&est, 0, sizeof(est));
+	e.kern = pbox_kernels_get();
+	for (t = 0;; t++) {
+		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
+
+		if (t == warm) {
+			t0 = rte_rdtsc();
+			cpu0 = thread_cpu_s();
+			bytes0 = est.agg_bytes;
+		}
+		if (t > warm && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+			break;
+		}
+		for (uint32_t i = 0; i < per_iter; i++) {
+			const uint8_t *f = rte_pktmbuf_mtod(set[i], const uint8_t *);
+			const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(f + 14);
+			const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(ip + 1);
+			struct pbox_wire_hdr *h =
+				rte_pktmbuf_mtod_offset(set[i], struct pbox_wire_hdr *, FRAME_HDRS);
+			/* The source as the DPDK receive path reports it (the engine pins it). */
+			struct pbox_peer from = { .ip = ip->src_addr, .port = udp->src_port };
+
+			memcpy(from.mac, f + 6, sizeof(from.mac));
+			h->iter = htonl(t);
+			if (i + 1 < per_iter) {
+				rte_prefetch0(rte_pktmbuf_mtod(set[i + 1], void *));
+			}
+			pbox_engine_rx(&e, tab, h, set[i]->data_len - FRAME_HDRS, &from);
+		}
+	}
+	for (unsigned k = 1; k < PBOX_DROP_COUNT; k++) {
+		if (est.drops[k] != 0) {
+			fprintf(stderr, "bench: the engine alone dropped %llu datagrams (%s)\n",
+				(unsigned long long)est.drops[k],
+				pbox_drop_reason_name((enum pbox_drop_reason)k));
+		}
+	}
+	*gbs = (double)(est.agg_bytes - bytes0) / (thread_cpu_s() - cpu0) / 1e9;
+}
+
 static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, double seconds,
 		   bool cold, struct result *res)
 {
@@ -177,7 +248,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	struct pbox_dpdk *d;
 	struct sim s;
 	struct rte_mbuf **frames;
-	uint32_t nframes = 0, per_iter, nfrags_total = 0, nsets = NSETS;
+	uint32_t nframes = 0, per_iter, nfrags_total = 0, nsets = NSETS, t_lcore, warm;
 	uint64_t t0, t1, busy0, idle0, frags0, bytes0, cpu0 = 0;
 	uint8_t *buf = malloc(16384);
 	float *g = malloc(16384);
@@ -268,6 +339,19 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 			}
 		}
 	}
+	/* The engine alone first, on a job state of its own (the transports number their
+	 * reply references differently, and the state records them): the same job, cookies
+	 * and frames. */
+	{
+		struct sim s2;
+
+		if (sim_init(&s2, &jc) != 0) {
+			return -EINVAL;
+		}
+		engine_alone(s2.tab, frames, per_iter, nsets, seconds, &res->engine_gbs);
+		sim_fini(&s2);
+	}
+	t_lcore = 0;
 	rc = pbox_dpdk_launch(d);
 	if (rc != 0) {
 		fprintf(stderr, "bench: cannot launch the data-plane lcore: %s\n", strerror(-rc));
@@ -276,7 +360,8 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	}
 	t0 = rte_rdtsc();
 	busy0 = idle0 = frags0 = bytes0 = 0;
-	for (uint32_t t = 0;; t++) {
+	warm = t_lcore + PBOX_MAX(20u, nsets);
+	for (uint32_t t = t_lcore;; t++) {
 		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
 		uint32_t sent = 0;
 
@@ -284,8 +369,8 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		 * engine's window, and t - 3's frames are rewritten now. */
 		uint64_t wait0 = rte_rdtsc();
 
-		while (t >= 2 &&
-		       pbox_stat_read(&st.iterations) < (uint64_t)(t - 1) * s.desc.nchunks) {
+		while (t >= t_lcore + 2 && pbox_stat_read(&st.iterations) <
+						   (uint64_t)(t - 1 - t_lcore) * s.desc.nchunks) {
 			drain(tx);
 			if (rte_rdtsc() - wait0 > 10 * rte_get_tsc_hz()) {
 				fprintf(stderr, "bench: iteration %u did not complete in 10 s\n",
@@ -293,7 +378,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 				return -ETIMEDOUT;
 			}
 		}
-		if (t == PBOX_MAX(20u, nsets)) { /* warm-up done: every set sent once */
+		if (t == warm) { /* warm-up done: every set sent once */
 			t0 = rte_rdtsc();
 			busy0 = pbox_stat_read(&st.busy_cycles);
 			idle0 = pbox_stat_read(&st.idle_cycles);
@@ -301,8 +386,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 			bytes0 = pbox_stat_read(&st.agg_bytes);
 			cpu0 = lcore_oncpu_ns();
 		}
-		if (t > PBOX_MAX(20u, nsets) &&
-		    (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+		if (t > warm && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
 			break;
 		}
 		for (uint32_t i = 0; i < per_iter; i++) {
@@ -547,9 +631,10 @@ int main(int argc, char **argv)
 	       cf.cold ? "cycled through at least 2 x LLC: not cache-resident"
 		       : "3 sets of frames, a few MB: mostly LLC-resident",
 	       (unsigned long long)(pbox_bench_llc_bytes() >> 10));
-	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s\n", "seg_B",
-	       "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
-	       "GB/cpu-s", "add_GB/s", "ratio", "ratio_cpu", "waits", "feed_MB");
+	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s %10s %9s\n",
+	       "seg_B", "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
+	       "GB/cpu-s", "add_GB/s", "ratio", "ratio_cpu", "waits", "feed_MB", "eng_GB/s",
+	       "eng_ratio");
 	for (unsigned ci = 0; ci < cf.nchunks; ci++) {
 		for (unsigned si = 0; si < cf.nsizes; si++) {
 			double add = add_bandwidth(cf.sizes[si]);
@@ -568,12 +653,13 @@ int main(int argc, char **argv)
 					return 1;
 				}
 				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %10.2f "
-				       "%11.2f %9.2f %9.2f %8llu %9.1f\n",
+				       "%11.2f %9.2f %9.2f %8llu %9.1f %10.2f %9.2f\n",
 				       cf.sizes[si], cf.workers[wi], ch, r.seg_s, r.gbs,
 				       r.seg_busy_s, r.gbs_busy, r.busy, r.gbs_cpu, add,
 				       r.gbs_busy / add, r.gbs_cpu / add,
 				       (unsigned long long)r.reclaim_waits,
-				       (double)r.feed_bytes / 1048576.0);
+				       (double)r.feed_bytes / 1048576.0, r.engine_gbs,
+				       r.engine_gbs / add);
 				fflush(stdout);
 			}
 		}
