@@ -96,29 +96,30 @@ struct pbox_dpdk_cfg {
 /* Per-core transport counters (the engine's, including the per-reason drops, are in
  * struct pbox_core_stats). Written by the owning lcore only. */
 struct pbox_dpdk_stats {
-	uint64_t rx_frames;     /* frames taken from this core's RX queues */
-	uint64_t rx_wire_bytes; /* their bytes on the wire (without CRC) */
-	uint64_t steered_in;    /* pbox datagrams other cores handed to this one */
-	uint64_t steered_out;   /* pbox datagrams this core handed to their owner */
-	uint64_t steer_full;    /* hand-offs dropped: the owner's inbox was full */
-	uint64_t arp_replies;   /* ARP requests for our address answered */
-	uint64_t arp_ignored;   /* other ARP (replies, requests for other hosts) */
-	uint64_t ignored_l2;    /* not IPv4 / ARP (IPv6, LLDP, VLAN-tagged...) */
-	uint64_t ignored_l3;    /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
-	uint64_t bad_ip;        /* malformed IPv4: version, length, header checksum */
-	uint64_t ip_fragments;  /* fragmented IPv4 (pbox never fragments: dropped) */
-	uint64_t bad_udp;       /* UDP length or checksum wrong */
-	uint64_t truncated;     /* frames shorter than their Ethernet/IP/UDP headers */
-	uint64_t tx_frames;     /* frames the device accepted */
-	uint64_t tx_dropped;    /* frames the device would not take (freed) */
-	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
-	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
-	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
-	uint64_t tx_shared;     /* of those, a payload already attached for another worker */
-	uint64_t tx_not_dma;    /* payloads copied: outside DPDK memory on a DMA device */
-	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
-	uint64_t retire_waits;  /* job states kept until this core's replies were released */
-	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */
+	uint64_t rx_frames;      /* frames taken from this core's RX queues */
+	uint64_t rx_wire_bytes;  /* their bytes on the wire (without CRC) */
+	uint64_t steered_in;     /* pbox datagrams other cores handed to this one */
+	uint64_t steered_out;    /* pbox datagrams this core handed to their owner */
+	uint64_t steer_full;     /* hand-offs dropped: the owner's inbox was full */
+	uint64_t arp_replies;    /* ARP requests for our address answered */
+	uint64_t arp_ignored;    /* other ARP (replies, requests for other hosts) */
+	uint64_t ignored_l2;     /* not IPv4 / ARP (IPv6, LLDP, VLAN-tagged...) */
+	uint64_t ignored_l3;     /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
+	uint64_t bad_ip;         /* malformed IPv4: version, length, header checksum */
+	uint64_t ip_fragments;   /* fragmented IPv4 (pbox never fragments: dropped) */
+	uint64_t bad_udp;        /* UDP length or checksum wrong */
+	uint64_t truncated;      /* frames shorter than their Ethernet/IP/UDP headers */
+	uint64_t tx_frames;      /* frames the device accepted */
+	uint64_t tx_dropped;     /* frames the device would not take (freed) */
+	uint64_t tx_nombuf;      /* replies not built: mbuf pool empty */
+	uint64_t tx_copied;      /* reply payloads copied (device without multi-segment TX) */
+	uint64_t tx_zero_copy;   /* reply payloads sent by reference (external buffers) */
+	uint64_t tx_shared;      /* of those, a payload already attached for another worker */
+	uint64_t tx_not_dma;     /* payloads copied: outside DPDK memory on a DMA device */
+	uint64_t reclaim_waits;  /* times the engine had to wait for the NIC to release */
+	uint64_t reclaim_cycles; /* TSC cycles spent in those waits */
+	uint64_t retire_waits;   /* job states kept until this core's replies were released */
+	uint64_t retire_full;    /* job states leaked: retire queue full (any thread, atomic) */
 	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
 	uint64_t retire_stalled; /* of retire_waits, still unreleased after 1 s (logged) */
 } PBOX_CACHE_ALIGNED;

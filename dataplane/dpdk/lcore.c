@@ -26,11 +26,11 @@
 #include "kernels/kernels.h"
 
 const char *const pbox_dpdk_stat_names[] = {
-	"rx_frames",     "rx_wire_bytes", "steered_in",   "steered_out",    "steer_full",
-	"arp_replies",   "arp_ignored",   "ignored_l2",   "ignored_l3",     "bad_ip",
-	"ip_fragments",  "bad_udp",       "truncated",    "tx_frames",      "tx_dropped",
-	"tx_nombuf",     "tx_copied",     "tx_zero_copy", "tx_shared",      "tx_not_dma",
-	"reclaim_waits", "retire_waits",  "retire_full",  "retire_stalled",
+	"rx_frames",     "rx_wire_bytes",  "steered_in",   "steered_out", "steer_full",
+	"arp_replies",   "arp_ignored",    "ignored_l2",   "ignored_l3",  "bad_ip",
+	"ip_fragments",  "bad_udp",        "truncated",    "tx_frames",   "tx_dropped",
+	"tx_nombuf",     "tx_copied",      "tx_zero_copy", "tx_shared",   "tx_not_dma",
+	"reclaim_waits", "reclaim_cycles", "retire_waits", "retire_full", "retire_stalled",
 };
 _Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) == PBOX_DPDK_NSTATS,
 	       "one name per counter");

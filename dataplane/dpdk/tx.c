@@ -193,9 +193,11 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		return c->released;
 	}
 	/* The payloads may still be in our own TX buffers. */
+	t0 = rte_rdtsc();
 	pbox_dpdk_tx_flush(c);
 	DPDK_STAT_ADD(c, reclaim_waits, 1);
 	if (pbox_dpdk_tx_complete(c) >= upto) {
+		DPDK_STAT_ADD(c, reclaim_cycles, rte_rdtsc() - t0);
 		return c->released;
 	}
 	/* The device may take long (or never answer: a stalled link). The engine is in the
@@ -209,7 +211,6 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		pbox_jobtab_get(c->pinned);
 	}
 	rcu_thread_offline();
-	t0 = rte_rdtsc();
 	while (pbox_dpdk_tx_complete(c) < upto) {
 		if (__atomic_load_n(&c->d->stop, __ATOMIC_ACQUIRE)) {
 			break; /* shutting down: nothing is sent any more */
@@ -225,6 +226,7 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		rte_pause();
 	}
 	rcu_thread_online();
+	DPDK_STAT_ADD(c, reclaim_cycles, rte_rdtsc() - t0);
 	return c->released;
 }
 

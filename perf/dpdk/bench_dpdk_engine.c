@@ -25,8 +25,9 @@
  *                            payloads are not cache-resident when they arrive
  *
  * GB/cpu-s is the capacity per second the lcore's thread actually ran (/proc schedstat)
- * times its busy share: on a shared machine, the busy TSC time also counts the time other
- * processes had the CPU. ratio_cpu is that over the in-cache add. eng_GB/s is the engine
+ * times its busy share less its waits for the feeder to free replies (reclaim_cycles; a
+ * NIC completes them by itself): on a shared machine, the busy TSC time also counts the
+ * time other processes had the CPU. ratio_cpu is that over the in-cache add. eng_GB/s is the engine
  * alone on the same frames and job state (pbox_engine_rx on each frame's datagram in
  * place, null transmitter, per CPU-second of the main thread), measured just before the
  * lcore runs: the ceiling of the packet path; eng_ratio that over the in-cache add.
@@ -249,7 +250,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	struct sim s;
 	struct rte_mbuf **frames;
 	uint32_t nframes = 0, per_iter, nfrags_total = 0, nsets = NSETS, t_lcore, warm;
-	uint64_t t0, t1, busy0, idle0, frags0, bytes0, cpu0 = 0;
+	uint64_t t0, t1, busy0, idle0, frags0, bytes0, cpu0 = 0, wait0_cycles = 0;
 	uint8_t *buf = malloc(16384);
 	float *g = malloc(16384);
 	struct rte_mempool *pool;
@@ -264,14 +265,18 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		nfrags_total += s.desc.chunks[c].nfrags;
 	}
 	per_iter = nfrags_total * nw;
-	if (cold) {
-		/* Not cache-resident: enough sets that the frames span twice the LLC, so each
-		 * frame's payload has left the cache by the time it is sent again. */
+	{
 		uint64_t set_bytes = (uint64_t)per_iter * (seg + 128 + RTE_PKTMBUF_HEADROOM);
-		uint64_t want =
-			2 * (pbox_bench_llc_bytes() != 0 ? pbox_bench_llc_bytes() : (64ull << 20));
+		uint64_t llc = pbox_bench_llc_bytes() != 0 ? pbox_bench_llc_bytes() : (64ull << 20);
 
-		nsets = (uint32_t)PBOX_MAX((want + set_bytes - 1) / set_bytes, NSETS);
+		if (cold) {
+			/* Not cache-resident: enough sets that the frames span twice the LLC,
+			 * so each frame's payload has left the cache before it is sent again. */
+			nsets = (uint32_t)PBOX_MAX((2 * llc + set_bytes - 1) / set_bytes, NSETS);
+		} else {
+			/* Cache-resident: at most a quarter of the LLC, at most 16 sets. */
+			nsets = (uint32_t)PBOX_MAX(PBOX_MIN(llc / 4 / set_bytes, 16), NSETS);
+		}
 		nsets = PBOX_MIN(nsets, MAX_SETS);
 	}
 	res->feed_bytes = (uint64_t)nsets * per_iter * seg;
@@ -365,16 +370,20 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
 		uint32_t sent = 0;
 
-		/* Iteration t - 2 must be complete (every chunk's) before t is sent: the
-		 * engine's window, and t - 3's frames are rewritten now. */
+		/* Iteration t - nsets + 1 must be complete (every chunk's) before t is sent:
+		 * its frames (set t % nsets) are rewritten now. The lcore handles frames in
+		 * order, so up to nsets - 1 iterations may be queued ahead of it (the engine's
+		 * window only needs t - 2 complete when t's frames are handled): it does not
+		 * wait for this thread unless this thread is off its CPU for that long. */
 		uint64_t wait0 = rte_rdtsc();
 
-		while (t >= t_lcore + 2 && pbox_stat_read(&st.iterations) <
-						   (uint64_t)(t - 1 - t_lcore) * s.desc.nchunks) {
+		while (t >= t_lcore + nsets - 1 &&
+		       pbox_stat_read(&st.iterations) <
+			       (uint64_t)(t - (nsets - 1) + 1 - t_lcore) * s.desc.nchunks) {
 			drain(tx);
 			if (rte_rdtsc() - wait0 > 10 * rte_get_tsc_hz()) {
 				fprintf(stderr, "bench: iteration %u did not complete in 10 s\n",
-					t - 2);
+					t - nsets + 1);
 				return -ETIMEDOUT;
 			}
 		}
@@ -385,6 +394,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 			frags0 = pbox_stat_read(&st.agg_frags);
 			bytes0 = pbox_stat_read(&st.agg_bytes);
 			cpu0 = lcore_oncpu_ns();
+			wait0_cycles = pbox_stat_read(&pbox_dpdk_core_stats(d, 0)->reclaim_cycles);
 		}
 		if (t > warm && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
 			break;
@@ -417,9 +427,18 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		res->gbs_busy = busy_s > 0 ? (double)bytes / busy_s / 1e9 : 0;
 		res->busy = busy + idle > 0 ? 100.0 * (double)busy / (double)(busy + idle) : 0;
 		{
-			/* On-CPU time of the lcore, its busy share of it: the capacity with
-			 * the time other processes took its CPU taken out. */
-			double cpu_s = (double)(lcore_oncpu_ns() - cpu0) / 1e9 * res->busy / 100;
+			/* On-CPU time of the lcore, its busy share of it less its waits for
+			 * this thread to free replies (a NIC completes them by itself): the
+			 * capacity with the time other processes had its CPU, or this
+			 * thread's, taken out. */
+			uint64_t waited = PBOX_MIN(
+				pbox_stat_read(&pbox_dpdk_core_stats(d, 0)->reclaim_cycles) -
+					wait0_cycles,
+				busy);
+			double cpu_s =
+				(double)(lcore_oncpu_ns() - cpu0) / 1e9 *
+				(busy + idle > 0 ? (double)(busy - waited) / (double)(busy + idle)
+						 : 0);
 
 			res->gbs_cpu = cpu_s > 0 ? (double)bytes / cpu_s / 1e9 : 0;
 		}
@@ -629,7 +648,7 @@ int main(int argc, char **argv)
 	       cf.seconds);
 	printf("# feed payload: %s (LLC %llu KB)\n",
 	       cf.cold ? "cycled through at least 2 x LLC: not cache-resident"
-		       : "3 sets of frames, a few MB: mostly LLC-resident",
+		       : "at most a quarter of the LLC: cache-resident",
 	       (unsigned long long)(pbox_bench_llc_bytes() >> 10));
 	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s %10s %9s\n",
 	       "seg_B", "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
