@@ -14,8 +14,11 @@
  * Zero copy both ways: gradient payload is aggregated straight from the mbuf data (every
  * segment of multi-segment mbufs, in place); replies are a header mbuf chained to an
  * external-buffer mbuf that points into the chunk's result, released through the extbuf
- * free callback once the device (or, for net_ring, the consumer) lets go. Devices that
- * cannot send multi-segment mbufs get the payload copied into one buffer (logged).
+ * free callback once the device (or, for net_ring, the consumer) lets go. A result sent
+ * to several workers is attached once: every worker's header is chained to the same
+ * payload mbuf (its reference count raised), so the cost per extra worker is one header.
+ * Devices that cannot send multi-segment mbufs get the payload copied into one buffer
+ * (logged).
  *
  * Lifetime of chunk memory: a zero-copy reply keeps the job state it points into alive.
  * When no published table lists a job state any more, pbox_dpdk_retire gives each core
@@ -82,32 +85,41 @@ struct pbox_dpdk_cfg {
 	unsigned idle_sleep_us;
 	enum pbox_dpdk_steering steering;
 	bool zero_copy; /* replies reference chunk memory (when the device can) */
+	/* Chunk memory comes from pbox_dpdk_arena_ops (installed with
+	 * pbox_job_set_arena_ops): devices that read by DMA (PCI NICs) send replies
+	 * zero-copy too, with the payload's IOVA; payloads outside DPDK memory are copied. */
+	bool dma_arenas;
+	/* Tests: treat every port as a DMA device (net_ring then takes the IOVA path). */
+	bool force_dma;
 };
 
 /* Per-core transport counters (the engine's, including the per-reason drops, are in
  * struct pbox_core_stats). Written by the owning lcore only. */
 struct pbox_dpdk_stats {
-	uint64_t rx_frames;     /* frames taken from this core's RX queues */
-	uint64_t rx_wire_bytes; /* their bytes on the wire (without CRC) */
-	uint64_t steered_in;    /* pbox datagrams other cores handed to this one */
-	uint64_t steered_out;   /* pbox datagrams this core handed to their owner */
-	uint64_t steer_full;    /* hand-offs dropped: the owner's inbox was full */
-	uint64_t arp_replies;   /* ARP requests for our address answered */
-	uint64_t arp_ignored;   /* other ARP (replies, requests for other hosts) */
-	uint64_t ignored_l2;    /* not IPv4 / ARP (IPv6, LLDP, VLAN-tagged...) */
-	uint64_t ignored_l3;    /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
-	uint64_t bad_ip;        /* malformed IPv4: version, length, header checksum */
-	uint64_t ip_fragments;  /* fragmented IPv4 (pbox never fragments: dropped) */
-	uint64_t bad_udp;       /* UDP length or checksum wrong */
-	uint64_t truncated;     /* frames shorter than their Ethernet/IP/UDP headers */
-	uint64_t tx_frames;     /* frames the device accepted */
-	uint64_t tx_dropped;    /* frames the device would not take (freed) */
-	uint64_t tx_nombuf;     /* replies not built: mbuf pool empty */
-	uint64_t tx_copied;     /* reply payloads copied (device without multi-segment TX) */
-	uint64_t tx_zero_copy;  /* reply payloads sent by reference (external buffers) */
-	uint64_t reclaim_waits; /* times the engine had to wait for the NIC to release */
-	uint64_t retire_waits;  /* job states kept until this core's replies were released */
-	uint64_t retire_full;   /* job states leaked: retire queue full (any thread, atomic) */
+	uint64_t rx_frames;      /* frames taken from this core's RX queues */
+	uint64_t rx_wire_bytes;  /* their bytes on the wire (without CRC) */
+	uint64_t steered_in;     /* pbox datagrams other cores handed to this one */
+	uint64_t steered_out;    /* pbox datagrams this core handed to their owner */
+	uint64_t steer_full;     /* hand-offs dropped: the owner's inbox was full */
+	uint64_t arp_replies;    /* ARP requests for our address answered */
+	uint64_t arp_ignored;    /* other ARP (replies, requests for other hosts) */
+	uint64_t ignored_l2;     /* not IPv4 / ARP (IPv6, LLDP, VLAN-tagged...) */
+	uint64_t ignored_l3;     /* IPv4 not for us, not UDP, or to a non-pbox UDP port */
+	uint64_t bad_ip;         /* malformed IPv4: version, length, header checksum */
+	uint64_t ip_fragments;   /* fragmented IPv4 (pbox never fragments: dropped) */
+	uint64_t bad_udp;        /* UDP length or checksum wrong */
+	uint64_t truncated;      /* frames shorter than their Ethernet/IP/UDP headers */
+	uint64_t tx_frames;      /* frames the device accepted */
+	uint64_t tx_dropped;     /* frames the device would not take (freed) */
+	uint64_t tx_nombuf;      /* replies not built: mbuf pool empty */
+	uint64_t tx_copied;      /* reply payloads copied (device without multi-segment TX) */
+	uint64_t tx_zero_copy;   /* reply payloads sent by reference (external buffers) */
+	uint64_t tx_shared;      /* of those, a payload already attached for another worker */
+	uint64_t tx_not_dma;     /* payloads copied: outside DPDK memory on a DMA device */
+	uint64_t reclaim_waits;  /* times the engine had to wait for the NIC to release */
+	uint64_t reclaim_cycles; /* TSC cycles spent in those waits */
+	uint64_t retire_waits;   /* job states kept until this core's replies were released */
+	uint64_t retire_full;    /* job states leaked: retire queue full (any thread, atomic) */
 	/* Last: PBOX_DPDK_NSTATS counts the fields up to this one. */
 	uint64_t retire_stalled; /* of retire_waits, still unreleased after 1 s (logged) */
 } PBOX_CACHE_ALIGNED;
@@ -167,6 +179,16 @@ int pbox_dpdk_launch(struct pbox_dpdk *d);
  */
 void pbox_dpdk_retire(struct pbox_dpdk *d, struct pbox_job_state *st);
 
+/*
+ * Fill *ops with an arena allocator (pbox_job_set_arena_ops) that puts chunk memory in
+ * DPDK memory on NUMA socket `socket` (hugepages, unless the EAL runs --no-huge; another
+ * socket if that one has no room, logged), so that devices that read by DMA can send
+ * replies from it. Arenas are freed with rte_free by whoever drops a state's last
+ * reference. Valid between pbox_dpdk_eal_init and pbox_dpdk_eal_cleanup: every state
+ * created with it must be freed before the EAL goes.
+ */
+void pbox_dpdk_arena_ops(struct pbox_arena_ops *ops, int socket);
+
 /* Stop the lcores and wait for them. */
 void pbox_dpdk_stop(struct pbox_dpdk *d);
 
@@ -183,6 +205,9 @@ enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, ui
 const char *pbox_dpdk_steer_name(enum pbox_dpdk_steer_method m);
 /* Whether replies on port i are zero-copy. */
 bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i);
+/* Whether port i's device reads replies by DMA (needs chunk memory in DPDK memory to send
+ * them zero-copy: cfg.dma_arenas). */
+bool pbox_dpdk_port_dma(const struct pbox_dpdk *d, uint16_t i);
 
 /* Names of the struct pbox_dpdk_stats fields, in order (for JSON and text output). The
  * count ends at the last field: the struct's size also counts its cache-line padding. */

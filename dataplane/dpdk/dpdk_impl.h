@@ -28,6 +28,9 @@
 #define PBOX_DPDK_CACHE    128u  /* per-lcore mempool cache */
 #define PBOX_DPDK_TX_RETRY 4u    /* tx_burst retries before unsent mbufs are freed */
 #define PBOX_DPDK_RETIRE   1024u /* job states waiting for one core's replies (ring) */
+#define PBOX_DPDK_FAN      64u   /* reply payloads shared by workers, per core (2^k) */
+#define PBOX_DPDK_TMPL     64u   /* prebuilt reply headers, per core (2^k) */
+#define PBOX_DPDK_PREFETCH 512u  /* bytes of the next frame prefetched */
 
 struct dpdk_port {
 	uint16_t id; /* DPDK port id */
@@ -38,8 +41,11 @@ struct dpdk_port {
 	struct rte_mempool *rx_pool;  /* RX frames (and ARP replies, which reuse them) */
 	struct rte_mempool *hdr_pool; /* reply headers (whole frames in copy mode) */
 	struct rte_mempool *ext_pool; /* zero-copy payload segments: no data room */
+	/* Whole frames for payloads a DMA device cannot read (outside DPDK memory). */
+	struct rte_mempool *copy_pool;
 	uint16_t nb_rxd, nb_txd;
 	bool zero_copy;    /* payload chained by reference */
+	bool dma;          /* the device reads by DMA: payloads need a real IOVA */
 	bool tx_ip_cksum;  /* the device fills the IPv4 header checksum */
 	bool rx_ip_cksum;  /* the device flags IPv4 header checksums on receive */
 	bool rx_udp_cksum; /* the device flags UDP checksums on receive */
@@ -62,6 +68,39 @@ struct dpdk_retire {
 	uint64_t upto;
 };
 
+/*
+ * A reply payload attached once (one external-buffer mbuf, one reference number) and
+ * chained behind the header of every worker that is sent the same bytes: the engine
+ * sends a chunk's result to each worker from the same memory. The entry holds one mbuf
+ * reference of its own; entries are dropped (pbox_dpdk_tx_fan_drop) at the end of each
+ * loop iteration and before any wait for releases, so a payload is only shared while the
+ * engine cannot have rewritten its memory (it reclaims before rewriting).
+ */
+struct dpdk_fan {
+	const void *payload;
+	struct rte_mbuf *e;
+	uint32_t len;
+	uint16_t port;
+};
+
+/*
+ * The Ethernet / IPv4 / UDP header of replies to one peer from one port, prebuilt: only
+ * the lengths, the IP id and the IPv4 checksum change per reply. csum is the one's
+ * complement sum of the IPv4 header with those three fields zero.
+ */
+struct dpdk_hdr_tmpl {
+	uint8_t hdr[PBOX_DPDK_HDRS] __attribute__((aligned(8))); /* as in an mbuf */
+	struct pbox_peer to; /* key: address, port, MAC, our port (pad zero) */
+	uint32_t csum;
+	bool valid;
+};
+
+/* Mbufs allocated in bulk, handed out one at a time (per core and pool). */
+struct dpdk_stash {
+	uint16_t n;
+	struct rte_mbuf *m[PBOX_DPDK_MAX_BURST];
+};
+
 struct dpdk_txbuf {
 	uint16_t n;
 	struct rte_mbuf *m[PBOX_DPDK_MAX_BURST];
@@ -80,11 +119,14 @@ struct dpdk_core {
 	/* Zero-copy reply payload references (the engine's pbox_tx_ops numbering): tx_refs
 	 * handed out, every ref <= released known released. rel_bits marks released refs
 	 * above that, over a window of ref_window (a power of two larger than the refs that
-	 * can be outstanding). tx_refs and released are stored atomically (the lcore is
-	 * their only writer) for pbox_dpdk_retire on any thread. */
+	 * can be outstanding): rel_local those the lcore itself released (TX completion on
+	 * a NIC: plain stores, no atomic read-modify-write), rel_bits those other threads
+	 * released (a net_ring consumer; atomic). tx_refs and released are stored
+	 * atomically (the lcore is their only writer) for pbox_dpdk_retire on any thread. */
 	uint64_t tx_refs;
 	uint64_t released;
 	uint64_t *rel_bits;
+	uint64_t *rel_local;
 	uint64_t ref_window;
 	bool reclaim_warned;
 	/* The job table the datagram being handled was looked up in, and the one pinned
@@ -97,6 +139,14 @@ struct dpdk_core {
 	struct dpdk_retire retire_head;
 	uint64_t retire_since;
 	bool retire_warned;
+	/* Transmit state of tx.c: shared payloads (fan_live lists the used entries), header
+	 * templates, bulk-allocated header and payload mbufs per port. */
+	unsigned fan_nlive;
+	uint8_t fan_live[PBOX_DPDK_FAN];
+	struct dpdk_fan fan[PBOX_DPDK_FAN];
+	struct dpdk_hdr_tmpl tmpl[PBOX_DPDK_TMPL];
+	struct dpdk_stash hdr_stash[PBOX_DPDK_MAX_PORTS];
+	struct dpdk_stash ext_stash[PBOX_DPDK_MAX_PORTS];
 } PBOX_CACHE_ALIGNED;
 
 struct pbox_dpdk {
@@ -122,6 +172,14 @@ extern const struct pbox_tx_ops pbox_dpdk_tx_ops;
 void pbox_dpdk_tx_frame(struct dpdk_core *c, uint16_t p, struct rte_mbuf *m);
 /* Hand every queued frame to the devices. */
 void pbox_dpdk_tx_flush(struct dpdk_core *c);
+/* Drop the shared-payload entries (their own mbuf references). The lcore, any time. */
+void pbox_dpdk_tx_fan_drop(struct dpdk_core *c);
+/* Give back every mbuf the core holds for transmit (shared payloads, bulk-allocated
+ * mbufs): the lcore when it stops, or the control thread after (before the pools go). */
+void pbox_dpdk_tx_release(struct dpdk_core *c);
+/* Prefetch the first PBOX_DPDK_PREFETCH bytes of frame m (its first segment) into the
+ * cache: they arrive while the current frame is processed. */
+void pbox_dpdk_rx_prefetch(const struct rte_mbuf *m);
 /* Poll TX completions and advance c->released; returns it. */
 uint64_t pbox_dpdk_tx_complete(struct dpdk_core *c);
 /* Drop the references of retired job states whose replies this core has released (the

@@ -26,11 +26,11 @@
 #include "kernels/kernels.h"
 
 const char *const pbox_dpdk_stat_names[] = {
-	"rx_frames",    "rx_wire_bytes",  "steered_in",   "steered_out",   "steer_full",
-	"arp_replies",  "arp_ignored",    "ignored_l2",   "ignored_l3",    "bad_ip",
-	"ip_fragments", "bad_udp",        "truncated",    "tx_frames",     "tx_dropped",
-	"tx_nombuf",    "tx_copied",      "tx_zero_copy", "reclaim_waits", "retire_waits",
-	"retire_full",  "retire_stalled",
+	"rx_frames",     "rx_wire_bytes",  "steered_in",   "steered_out", "steer_full",
+	"arp_replies",   "arp_ignored",    "ignored_l2",   "ignored_l3",  "bad_ip",
+	"ip_fragments",  "bad_udp",        "truncated",    "tx_frames",   "tx_dropped",
+	"tx_nombuf",     "tx_copied",      "tx_zero_copy", "tx_shared",   "tx_not_dma",
+	"reclaim_waits", "reclaim_cycles", "retire_waits", "retire_full", "retire_stalled",
 };
 _Static_assert(sizeof(pbox_dpdk_stat_names) / sizeof(pbox_dpdk_stat_names[0]) == PBOX_DPDK_NSTATS,
 	       "one name per counter");
@@ -99,8 +99,13 @@ static int lcore_main(void *arg)
 			tab = rcu_dereference(*d->tab);
 			c->cur_tab = tab;
 			for (uint16_t i = 0; i < n; i++) {
+				/* The next frame's headers and payload start come in while
+				 * this one is processed, and the mbuf after it. */
 				if (i + 1 < n) {
-					rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void *));
+					pbox_dpdk_rx_prefetch(pkts[i + 1]);
+				}
+				if (i + 2 < n) {
+					rte_prefetch0(pkts[i + 2]);
 				}
 				pbox_dpdk_rx_frame(c, tab, pkts[i], pi, false);
 			}
@@ -114,6 +119,9 @@ static int lcore_main(void *arg)
 			c->cur_tab = tab;
 		}
 		pbox_engine_observe_table(&c->engine, tab);
+		/* Payloads shared by this iteration's replies are not shared on: the next
+		 * iteration's sends may follow a rewrite of their memory. */
+		pbox_dpdk_tx_fan_drop(c);
 		t1 = rte_rdtsc();
 		/* TX: at once when the input ran dry (latency), else on the drain timer
 		 * (bursts under load). */
@@ -151,6 +159,7 @@ static int lcore_main(void *arg)
 		PBOX_STAT_ADD(es, polls, 1);
 	}
 	pbox_dpdk_tx_flush(c);
+	pbox_dpdk_tx_release(c);
 	pbox_dpdk_unpin(c);
 	rcu_unregister_thread();
 	return 0;
@@ -215,8 +224,10 @@ static int cores_setup(struct pbox_dpdk *d, struct pbox_core_stats *const *stats
 		c->idx = k;
 		c->lcore = lcore;
 		c->ref_window = window;
+		/* Two bitmaps of window bits: released by other threads, by the lcore. */
 		c->rel_bits =
-			rte_zmalloc_socket("pbox_rel", window / 8, RTE_CACHE_LINE_SIZE, socket);
+			rte_zmalloc_socket("pbox_rel", window / 4, RTE_CACHE_LINE_SIZE, socket);
+		c->rel_local = c->rel_bits != NULL ? c->rel_bits + window / 64 : NULL;
 		if (c->rel_bits == NULL) {
 			PBOX_LOG_ERR(TRANSPORT, "core %u: out of memory for reply tracking", k);
 			return -ENOMEM;
@@ -370,6 +381,9 @@ void pbox_dpdk_close(struct pbox_dpdk *d)
 		pbox_dpdk_stop(d);
 	}
 	drain_inboxes(d);
+	for (uint32_t k = 0; d->cores != NULL && k < d->cfg.ncores; k++) {
+		pbox_dpdk_tx_release(&d->cores[k]); /* stopped lcores already did */
+	}
 	/* Closing a port frees what its TX rings still hold: the free callbacks still
 	 * need the cores' reference bitmaps, so the cores go last. */
 	pbox_dpdk_ports_close(d);
@@ -401,4 +415,9 @@ enum pbox_dpdk_steer_method pbox_dpdk_steer_method(const struct pbox_dpdk *d, ui
 bool pbox_dpdk_port_zero_copy(const struct pbox_dpdk *d, uint16_t i)
 {
 	return d->ports[i].zero_copy;
+}
+
+bool pbox_dpdk_port_dma(const struct pbox_dpdk *d, uint16_t i)
+{
+	return d->ports[i].dma;
 }

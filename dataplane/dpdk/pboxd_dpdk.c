@@ -24,6 +24,8 @@
 struct glue {
 	struct pbox_dpdk *d;
 	bool eal;
+	bool arenas; /* chunk arenas in DPDK memory (pbox_dpdk_arena_ops installed) */
+	struct pbox_arena_ops arena_ops;
 	char lcores[4096];
 };
 
@@ -67,6 +69,14 @@ static void dpdk_stop(struct pboxd_dp *dp)
 		rcu_barrier();
 	}
 	pbox_dpdk_close(g->d);
+	if (g->arenas) {
+		/* Job states still alive (freed after the transport stops) keep their arenas
+		 * in EAL memory: it stays mapped until the process exits, and so do the ops
+		 * they free with. */
+		pbox_job_set_arena_ops(NULL);
+		dp->xport = NULL;
+		return;
+	}
 	if (g->eal) {
 		pbox_dpdk_eal_cleanup();
 	}
@@ -132,12 +142,22 @@ static int dpdk_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	dc.idle_sleep_us = cfg->dpdk.idle_sleep_us;
 	dc.steering = steering_of(cfg->dpdk.steering);
 	dc.zero_copy = cfg->dpdk.zero_copy;
+	dc.dma_arenas = cfg->dpdk.zero_copy; /* installed below where a port needs them */
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		stats[k] = &dp->cores[k].stats;
 	}
 	g->d = pbox_dpdk_open(&dc, &dp->tab, stats);
 	if (g->d == NULL) {
 		return -ENODEV;
+	}
+	for (uint16_t i = 0; i < pbox_dpdk_nports(g->d) && !g->arenas; i++) {
+		if (pbox_dpdk_port_dma(g->d, i) && pbox_dpdk_port_zero_copy(g->d, i)) {
+			/* Chunk memory the device can read: sessions start after this. */
+			pbox_dpdk_arena_ops(&g->arena_ops,
+					    rte_eth_dev_socket_id(pbox_dpdk_port_id(g->d, i)));
+			pbox_job_set_arena_ops(&g->arena_ops);
+			g->arenas = true;
+		}
 	}
 	rc = pbox_dpdk_launch(g->d);
 	if (rc != 0) {

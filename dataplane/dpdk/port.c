@@ -237,7 +237,8 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 		    rte_eth_dev_tx_offload_name);
 	p->tx_ip_cksum = (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_IPV4_CKSUM) != 0;
 	p->zero_copy = (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
-	if (p->zero_copy && needs_dma(&info)) {
+	p->dma = needs_dma(&info) || cfg->force_dma;
+	if (p->zero_copy && p->dma && !cfg->dma_arenas) {
 		/* Chunk memory is ordinary anonymous memory, not registered with the
 		 * device's IOMMU mapping: the device could not read it. */
 		PBOX_LOG_INFO(TRANSPORT,
@@ -245,6 +246,11 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 			      "payloads are copied",
 			      p->id, p->name);
 		p->zero_copy = false;
+	} else if (p->zero_copy && p->dma) {
+		PBOX_LOG_INFO(TRANSPORT,
+			      "port %u (%s): chunk memory is DPDK memory: reply payloads are sent "
+			      "by DMA from it (IOVA mode %s)",
+			      p->id, p->name, rte_eal_iova_mode() == RTE_IOVA_VA ? "VA" : "PA");
 	} else if (cfg->zero_copy && !p->zero_copy) {
 		PBOX_LOG_INFO(TRANSPORT,
 			      "port %u (%s): the device cannot send multi-segment frames: reply "
@@ -304,7 +310,10 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 	n = pbox_dpdk_pool_size(nq, (unsigned)p->nb_rxd + p->nb_txd, cfg->burst, PBOX_DPDK_CACHE,
 				nq > 1 ? nq * PBOX_DPDK_INBOX : 0);
 	p->rx_pool = make_pool(p, "rx", n, 0, (uint16_t)(RTE_PKTMBUF_HEADROOM + cfg->mbuf_bytes));
-	n = pbox_dpdk_pool_size(nq, p->nb_txd, cfg->burst, PBOX_DPDK_CACHE, 0);
+	/* Each core also keeps a burst allocated ahead (tx.c's stash) and, of payload
+	 * mbufs, up to PBOX_DPDK_FAN shared between workers' replies. */
+	n = pbox_dpdk_pool_size(nq, p->nb_txd, cfg->burst, PBOX_DPDK_CACHE,
+				nq * (cfg->burst + PBOX_DPDK_FAN));
 	p->hdr_pool = make_pool(
 		p, "hdr", n, 0,
 		(uint16_t)(RTE_PKTMBUF_HEADROOM + (p->zero_copy ? RTE_CACHE_LINE_SIZE * 2
@@ -313,7 +322,16 @@ static int port_setup(struct pbox_dpdk *d, struct dpdk_port *p)
 		p->ext_pool = make_pool(
 			p, "ext", n, RTE_ALIGN(sizeof(struct dpdk_tx_ref), RTE_MBUF_PRIV_ALIGN), 0);
 	}
-	if (p->rx_pool == NULL || p->hdr_pool == NULL || (p->zero_copy && p->ext_pool == NULL)) {
+	if (p->zero_copy && p->dma) {
+		/* Rarely used: payloads outside DPDK memory (a job created before the arena
+		 * allocator was installed). */
+		p->copy_pool = make_pool(
+			p, "copy",
+			pbox_dpdk_pool_size(1, cfg->burst, cfg->burst, PBOX_DPDK_CACHE, 0), 0,
+			(uint16_t)(RTE_PKTMBUF_HEADROOM + RTE_ETHER_HDR_LEN + cfg->mtu));
+	}
+	if (p->rx_pool == NULL || p->hdr_pool == NULL || (p->zero_copy && p->ext_pool == NULL) ||
+	    (p->zero_copy && p->dma && p->copy_pool == NULL)) {
 		return -ENOMEM;
 	}
 
@@ -429,7 +447,8 @@ void pbox_dpdk_ports_close(struct pbox_dpdk *d)
 		rte_mempool_free(p->rx_pool);
 		rte_mempool_free(p->hdr_pool);
 		rte_mempool_free(p->ext_pool);
-		p->rx_pool = p->hdr_pool = p->ext_pool = NULL;
+		rte_mempool_free(p->copy_pool);
+		p->rx_pool = p->hdr_pool = p->ext_pool = p->copy_pool = NULL;
 	}
 	d->nports = 0;
 }

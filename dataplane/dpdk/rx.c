@@ -145,6 +145,19 @@ static bool udp_cksum_ok(const struct dpdk_port *p, const struct rte_mbuf *m,
 	return fold(sum + cksum_mbuf(m, off, ulen)) == 0xffff;
 }
 
+void pbox_dpdk_rx_prefetch(const struct rte_mbuf *m)
+{
+	const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *);
+	uint32_t n = PBOX_MIN((uint32_t)m->data_len, PBOX_DPDK_PREFETCH);
+
+	/* The headers and the start of the payload: the hardware prefetcher follows the
+	 * engine's sequential pass over the rest (prefetching all of an 8 KB payload stalls
+	 * on the fill buffers and measured slower). */
+	for (uint32_t off = 0; off < n; off += RTE_CACHE_LINE_SIZE) {
+		rte_prefetch0(p + off);
+	}
+}
+
 /* Hand m to core owner through its inbox; the owner parses it again. */
 static void handoff(struct dpdk_core *c, struct rte_mbuf *m, uint32_t owner)
 {

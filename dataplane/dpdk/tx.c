@@ -4,16 +4,25 @@
  *
  * A reply is a header mbuf (Ethernet, IPv4, UDP, the 64-byte pbox header) chained to an
  * external-buffer mbuf whose data is the payload in chunk memory: nothing is copied. The
- * external buffer's shared info lives in that mbuf's private area with the reply's
- * reference number; its free callback (run by whoever frees the mbuf: the PMD on TX
+ * external buffer's shared info lives in that mbuf's private area with its reference
+ * number; its free callback (run by whoever frees the mbuf last: the PMD on TX
  * completion, a net_ring consumer, the flush that gives up on it) marks the reference
- * released. reclaim(upto) waits until every reference up to `upto` is marked, polling TX
- * completions meanwhile, RCU-offline with the job table it uses pinned (dpdk.h).
- * Retired job states wait in the core's retire ring for their references to be released
- * (pbox_dpdk_retire_poll, from the loop's completion timer). Devices without multi-segment
- * TX (and devices that read by DMA:
- * chunk memory is not mapped for them) get one mbuf with the payload copied, which takes
- * no reference: the chunk memory is free again when send returns.
+ * released.
+ *
+ * Per reply the work is kept to one header: the engine sends a chunk's result to every
+ * worker from the same memory, so a payload mbuf attached in this loop iteration is
+ * chained again behind the next worker's header (refcount + 1) instead of attaching a
+ * new one (struct dpdk_fan); the Ethernet / IPv4 / UDP header comes from a prebuilt
+ * template per (peer, port) with the IPv4 checksum finished from the template's sum; and
+ * header and payload mbufs come from per-core stashes refilled a burst at a time. reclaim(upto)
+ * waits until every reference up to `upto` is marked, polling TX completions meanwhile, RCU-offline
+ * with the job table it uses pinned (dpdk.h). Retired job states wait in the core's retire ring for
+ * their references to be released (pbox_dpdk_retire_poll, from the loop's completion timer).
+ * Devices without multi-segment TX get one mbuf with the payload copied, which takes no
+ * reference: the chunk memory is free again when send returns. Devices that read by DMA
+ * (PCI NICs) are sent payloads by reference with their IOVA when chunk memory is DPDK
+ * memory (pbox_dpdk_arena_ops); a payload elsewhere (or, in physical-address mode, split
+ * across pages that are not contiguous) is copied into one frame (tx_not_dma).
  *
  * Frames are buffered per port and handed to the device in bursts: when a burst is full,
  * and from the lcore loop when its input ran dry or the TSC drain timer expired.
@@ -31,41 +40,91 @@
 #include "common/log.h"
 #include "dpdk_impl.h"
 
-static void mark_released(struct dpdk_core *c, uint64_t ref)
-{
-	uint64_t b = ref & (c->ref_window - 1);
-
-	__atomic_fetch_or(&c->rel_bits[b / 64], UINT64_C(1) << (b % 64), __ATOMIC_RELEASE);
-}
-
-/* Runs on whichever thread frees the payload mbuf. */
+/* Runs on whichever thread frees the payload mbuf: the lcore itself (a NIC's TX
+ * completion, a flush giving up) marks its own bitmap with plain stores; any other
+ * thread (a net_ring consumer, the control thread closing the ports) the shared one. */
 static void ext_free_cb(void *addr, void *opaque)
 {
 	struct dpdk_tx_ref *r = opaque;
+	struct dpdk_core *c = r->core;
+	uint64_t b = r->ref & (c->ref_window - 1), bit = UINT64_C(1) << (b % 64);
 
 	(void)addr;
-	mark_released(r->core, r->ref);
+	if (rte_lcore_id() == c->lcore) {
+		c->rel_local[b / 64] |= bit;
+	} else {
+		__atomic_fetch_or(&c->rel_bits[b / 64], bit, __ATOMIC_RELEASE);
+	}
 }
 
-/* Move `released` over every consecutive released reference. */
+/* Move `released` over every consecutive released reference. The lcore only (or the
+ * control thread once the lcore stopped). */
 static uint64_t advance(struct dpdk_core *c)
 {
 	uint64_t next = c->released + 1;
 
 	while (next <= c->tx_refs) {
-		uint64_t b = next & (c->ref_window - 1);
-		uint64_t *w = &c->rel_bits[b / 64], bit = UINT64_C(1) << (b % 64);
+		uint64_t b = next & (c->ref_window - 1), i = b / 64;
+		uint64_t bit = UINT64_C(1) << (b % 64);
 
-		if (!(__atomic_load_n(w, __ATOMIC_ACQUIRE) & bit)) {
+		if (c->rel_local[i] & bit) {
+			c->rel_local[i] &= ~bit;
+		} else if (__atomic_load_n(&c->rel_bits[i], __ATOMIC_ACQUIRE) & bit) {
+			__atomic_fetch_and(&c->rel_bits[i], ~bit, __ATOMIC_RELAXED);
+		} else {
 			break;
 		}
-		__atomic_fetch_and(w, ~bit, __ATOMIC_RELAXED);
 		next++;
 	}
 	if (next - 1 != c->released) {
 		__atomic_store_n(&c->released, next - 1, __ATOMIC_RELEASE);
 	}
 	return c->released;
+}
+
+void pbox_dpdk_tx_fan_drop(struct dpdk_core *c)
+{
+	struct rte_mbuf *m[PBOX_DPDK_FAN];
+
+	for (unsigned i = 0; i < c->fan_nlive; i++) {
+		struct dpdk_fan *f = &c->fan[c->fan_live[i]];
+
+		m[i] = f->e;
+		f->e = NULL;
+		f->payload = NULL;
+	}
+	if (c->fan_nlive != 0) {
+		rte_pktmbuf_free_bulk(m, c->fan_nlive);
+		c->fan_nlive = 0;
+	}
+}
+
+void pbox_dpdk_tx_release(struct dpdk_core *c)
+{
+	pbox_dpdk_tx_fan_drop(c);
+	for (unsigned pi = 0; pi < PBOX_DPDK_MAX_PORTS; pi++) {
+		if (c->hdr_stash[pi].n != 0) {
+			rte_pktmbuf_free_bulk(c->hdr_stash[pi].m, c->hdr_stash[pi].n);
+			c->hdr_stash[pi].n = 0;
+		}
+		if (c->ext_stash[pi].n != 0) {
+			rte_pktmbuf_free_bulk(c->ext_stash[pi].m, c->ext_stash[pi].n);
+			c->ext_stash[pi].n = 0;
+		}
+	}
+}
+
+/* One mbuf of mp, from a stash refilled a burst at a time (one pool access per burst, not
+ * per reply); one at a time when the pool is too low for a burst. NULL: pool empty. */
+static struct rte_mbuf *stash_get(struct dpdk_stash *s, struct rte_mempool *mp, unsigned burst)
+{
+	if (pbox_unlikely(s->n == 0)) {
+		if (rte_pktmbuf_alloc_bulk(mp, s->m, burst) != 0) {
+			return rte_pktmbuf_alloc(mp);
+		}
+		s->n = (uint16_t)burst;
+	}
+	return s->m[--s->n];
 }
 
 static void flush_port(struct dpdk_core *c, uint16_t pi)
@@ -128,13 +187,17 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 {
 	uint64_t t0;
 
+	/* Our own references on shared payloads would keep them from being released. */
+	pbox_dpdk_tx_fan_drop(c);
 	if (advance(c) >= upto) {
 		return c->released;
 	}
 	/* The payloads may still be in our own TX buffers. */
+	t0 = rte_rdtsc();
 	pbox_dpdk_tx_flush(c);
 	DPDK_STAT_ADD(c, reclaim_waits, 1);
 	if (pbox_dpdk_tx_complete(c) >= upto) {
+		DPDK_STAT_ADD(c, reclaim_cycles, rte_rdtsc() - t0);
 		return c->released;
 	}
 	/* The device may take long (or never answer: a stalled link). The engine is in the
@@ -148,7 +211,6 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		pbox_jobtab_get(c->pinned);
 	}
 	rcu_thread_offline();
-	t0 = rte_rdtsc();
 	while (pbox_dpdk_tx_complete(c) < upto) {
 		if (__atomic_load_n(&c->d->stop, __ATOMIC_ACQUIRE)) {
 			break; /* shutting down: nothing is sent any more */
@@ -164,6 +226,7 @@ static uint64_t wait_released(struct dpdk_core *c, uint64_t upto)
 		rte_pause();
 	}
 	rcu_thread_online();
+	DPDK_STAT_ADD(c, reclaim_cycles, rte_rdtsc() - t0);
 	return c->released;
 }
 
@@ -202,40 +265,172 @@ void pbox_dpdk_retire_poll(struct dpdk_core *c, uint64_t now)
 	}
 }
 
-static void build_headers(struct dpdk_core *c, const struct dpdk_port *p, struct rte_mbuf *h,
-			  const struct pbox_peer *to, uint32_t len)
+/* A 32-bit one's complement sum folded to 16 bits. */
+static uint16_t fold16(uint32_t sum)
 {
-	struct rte_ether_hdr *eth = rte_pktmbuf_mtod(h, struct rte_ether_hdr *);
-	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(eth + 1);
-	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	sum = (sum >> 16) + (sum & 0xffff);
+	return (uint16_t)((sum >> 16) + (sum & 0xffff));
+}
 
+static uint32_t tmpl_hash(const struct pbox_peer *to)
+{
+	uint64_t k = ((uint64_t)to->ip << 32) ^ ((uint64_t)to->port << 16) ^ to->ifport;
+
+	return (uint32_t)((k * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & (PBOX_DPDK_TMPL - 1);
+}
+
+/* The prebuilt header for replies to `to` from port p (built on first use, or when the
+ * slot held another peer). */
+static const struct dpdk_hdr_tmpl *tmpl_get(struct dpdk_core *c, const struct dpdk_port *p,
+					    const struct pbox_peer *to)
+{
+	struct dpdk_hdr_tmpl *t = &c->tmpl[tmpl_hash(to)];
+	struct pbox_peer key = *to;
+	struct rte_ether_hdr *eth;
+	struct rte_ipv4_hdr *ip;
+	struct rte_udp_hdr *udp;
+
+	key.pad = 0;
+	if (pbox_likely(t->valid && memcmp(&t->to, &key, sizeof(key)) == 0)) {
+		return t;
+	}
+	memset(t->hdr, 0, sizeof(t->hdr));
+	eth = (struct rte_ether_hdr *)t->hdr;
+	ip = (struct rte_ipv4_hdr *)(eth + 1);
+	udp = (struct rte_udp_hdr *)(ip + 1);
 	memcpy(&eth->dst_addr, to->mac, RTE_ETHER_ADDR_LEN);
 	rte_ether_addr_copy(&p->mac, &eth->src_addr);
 	eth->ether_type = rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4);
 	ip->version_ihl = RTE_IPV4_VHL_DEF;
-	ip->type_of_service = 0;
-	ip->total_length =
-		rte_cpu_to_be_16((uint16_t)(PBOX_DPDK_L3_LEN + 8 + PBOX_WIRE_HDR_LEN + len));
-	ip->packet_id = rte_cpu_to_be_16(c->ip_id++);
 	ip->fragment_offset = rte_cpu_to_be_16(RTE_IPV4_HDR_DF_FLAG);
 	ip->time_to_live = 64;
 	ip->next_proto_id = IPPROTO_UDP;
-	ip->hdr_checksum = 0;
 	ip->src_addr = p->addr;
 	ip->dst_addr = to->ip;
 	udp->src_port = rte_cpu_to_be_16((uint16_t)(c->d->cfg.base_port + c->idx));
 	udp->dst_port = to->port;
-	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(8 + PBOX_WIRE_HDR_LEN + len));
 	/* No UDP checksum (legal over IPv4): computing one would read the whole payload,
 	 * which is what zero copy avoids; the Ethernet FCS covers it on the wire. */
 	udp->dgram_cksum = 0;
+	t->csum = rte_raw_cksum(ip, PBOX_DPDK_L3_LEN);
+	t->to = key;
+	t->valid = true;
+	return t;
+}
+
+/* The reply's Ethernet / IPv4 / UDP header into h, for len bytes of payload. */
+static void put_headers(struct dpdk_core *c, const struct dpdk_port *p, struct rte_mbuf *h,
+			const struct pbox_peer *to, uint32_t len)
+{
+	const struct dpdk_hdr_tmpl *t = tmpl_get(c, p, to);
+	uint8_t *f = rte_pktmbuf_mtod(h, uint8_t *);
+	struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(f + PBOX_DPDK_L2_LEN);
+	struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
+	uint16_t tot = rte_cpu_to_be_16((uint16_t)(PBOX_DPDK_L3_LEN + 8 + PBOX_WIRE_HDR_LEN + len));
+	uint16_t id = rte_cpu_to_be_16(c->ip_id++);
+
+	memcpy(f, t->hdr, PBOX_DPDK_HDRS);
+	ip->total_length = tot;
+	ip->packet_id = id;
+	udp->dgram_len = rte_cpu_to_be_16((uint16_t)(8 + PBOX_WIRE_HDR_LEN + len));
 	if (p->tx_ip_cksum) {
 		h->l2_len = PBOX_DPDK_L2_LEN;
 		h->l3_len = PBOX_DPDK_L3_LEN;
 		h->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
 	} else {
-		ip->hdr_checksum = rte_ipv4_cksum(ip);
+		/* The template's sum plus the two fields that change (rte_ipv4_cksum's
+		 * result, without reading the header again). */
+		ip->hdr_checksum = (uint16_t)~fold16(t->csum + tot + id);
 	}
+}
+
+static uint32_t fan_hash(const void *payload)
+{
+	return (uint32_t)(((uint64_t)(uintptr_t)payload * UINT64_C(0x9e3779b97f4a7c15)) >> 58) &
+	       (PBOX_DPDK_FAN - 1);
+}
+
+/* The IOVA of len bytes at payload for a device that reads by DMA: DPDK memory only
+ * (the chunk arenas of pbox_dpdk_arena_ops), contiguous in IOVA space. RTE_BAD_IOVA:
+ * the device cannot read it in one piece. */
+static rte_iova_t payload_iova(const void *payload, uint32_t len)
+{
+	const struct rte_memseg *ms = rte_mem_virt2memseg(payload, NULL);
+	const uint8_t *first = payload, *last = first + len - 1;
+	rte_iova_t iova;
+
+	if (ms == NULL) {
+		return RTE_BAD_IOVA;
+	}
+	if (rte_eal_iova_mode() == RTE_IOVA_VA) {
+		return (rte_iova_t)(uintptr_t)payload;
+	}
+	if (ms->iova == RTE_BAD_IOVA) {
+		return RTE_BAD_IOVA;
+	}
+	iova = ms->iova + (rte_iova_t)(first - (const uint8_t *)ms->addr);
+	/* Physical addresses: a payload across a page boundary must not be split. */
+	if (last >= (const uint8_t *)ms->addr + ms->len &&
+	    rte_mem_virt2iova(last) != iova + len - 1) {
+		return RTE_BAD_IOVA;
+	}
+	return iova;
+}
+
+/* The payload mbuf for len bytes at payload on port pi: the one already attached for
+ * another worker in this loop iteration (one more reference on it), else a new
+ * external-buffer mbuf with the next reference number, remembered for the next workers.
+ * NULL: pool empty, or (*not_dma set) a DMA device cannot read that memory. */
+static struct rte_mbuf *payload_mbuf(struct dpdk_core *c, uint16_t pi, const void *payload,
+				     uint32_t len, bool *not_dma)
+{
+	const struct dpdk_port *p = &c->d->ports[pi];
+	uint32_t slot = fan_hash(payload);
+	struct dpdk_fan *f = &c->fan[slot];
+	/* Virtual devices read by virtual address; the IOVA is not used. */
+	rte_iova_t iova = (rte_iova_t)(uintptr_t)payload;
+	struct dpdk_tx_ref *r;
+	struct rte_mbuf *e;
+
+	if (f->payload == payload && f->len == len && f->port == pi) {
+		rte_mbuf_refcnt_update(f->e, 1);
+		DPDK_STAT_ADD(c, tx_shared, 1);
+		return f->e;
+	}
+	if (p->dma) {
+		iova = payload_iova(payload, len);
+		if (pbox_unlikely(iova == RTE_BAD_IOVA)) {
+			*not_dma = true;
+			return NULL;
+		}
+	}
+	e = stash_get(&c->ext_stash[pi], p->ext_pool, c->d->cfg.burst);
+	if (pbox_unlikely(e == NULL)) {
+		return NULL;
+	}
+	r = rte_mbuf_to_priv(e);
+	__atomic_store_n(&c->tx_refs, c->tx_refs + 1, __ATOMIC_RELAXED);
+	r->core = c;
+	r->ref = c->tx_refs;
+	r->shinfo.free_cb = ext_free_cb;
+	r->shinfo.fcb_opaque = r;
+	rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
+	rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload, iova, (uint16_t)len, &r->shinfo);
+	e->data_len = (uint16_t)len;
+	e->pkt_len = len;
+	/* Remember it, with a reference of the entry's own (the slot's previous payload,
+	 * if any, is let go: a collision only costs a new attach). */
+	if (f->e != NULL) {
+		rte_pktmbuf_free(f->e);
+	} else {
+		c->fan_live[c->fan_nlive++] = (uint8_t)slot;
+	}
+	rte_mbuf_refcnt_update(e, 1);
+	f->e = e;
+	f->payload = payload;
+	f->len = len;
+	f->port = pi;
+	return e;
 }
 
 static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
@@ -256,41 +451,38 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 		/* Every reference slot in use: wait for the oldest half. */
 		wait_released(c, c->tx_refs - c->ref_window / 2);
 	}
-	h = rte_pktmbuf_alloc(p->hdr_pool);
+	if (len != 0 && p->zero_copy) {
+		bool not_dma = false;
+
+		/* Only a payload attached by reference needs a reference number: a copied
+		 * payload no longer references chunk memory once this returns. */
+		e = payload_mbuf(c, to->ifport, payload, len, &not_dma);
+		if (pbox_unlikely(e == NULL)) {
+			if (!not_dma) {
+				DPDK_STAT_ADD(c, tx_nombuf, 1);
+				return -ENOBUFS;
+			}
+			/* Memory the device cannot read: one whole frame, copied. */
+			DPDK_STAT_ADD(c, tx_not_dma, 1);
+			h = rte_pktmbuf_alloc(p->copy_pool);
+			goto built;
+		}
+	}
+	h = stash_get(&c->hdr_stash[to->ifport], p->hdr_pool, d->cfg.burst);
+built:
 	if (pbox_unlikely(h == NULL)) {
+		if (e != NULL) {
+			rte_pktmbuf_free(e);
+		}
 		DPDK_STAT_ADD(c, tx_nombuf, 1);
 		return -ENOBUFS;
 	}
-	if (len != 0 && p->zero_copy) {
-		e = rte_pktmbuf_alloc(p->ext_pool);
-		if (pbox_unlikely(e == NULL)) {
-			rte_pktmbuf_free(h);
-			DPDK_STAT_ADD(c, tx_nombuf, 1);
-			return -ENOBUFS;
-		}
-	}
-	build_headers(c, p, h, to, len);
+	put_headers(c, p, h, to, len);
 	pb = rte_pktmbuf_mtod_offset(h, uint8_t *, PBOX_DPDK_HDRS);
 	memcpy(pb, hdr, PBOX_WIRE_HDR_LEN);
 	h->data_len = PBOX_DPDK_HDRS + PBOX_WIRE_HDR_LEN;
 	h->pkt_len = h->data_len;
 	if (e != NULL) {
-		struct dpdk_tx_ref *r = rte_mbuf_to_priv(e);
-
-		/* Only a payload attached by reference needs one: a copied payload no longer
-		 * references chunk memory once this returns. */
-		__atomic_store_n(&c->tx_refs, c->tx_refs + 1, __ATOMIC_RELAXED);
-		r->core = c;
-		r->ref = c->tx_refs;
-		r->shinfo.free_cb = ext_free_cb;
-		r->shinfo.fcb_opaque = r;
-		rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
-		/* Virtual devices read by virtual address; the IOVA is not used. */
-		rte_pktmbuf_attach_extbuf(e, (void *)(uintptr_t)payload,
-					  (rte_iova_t)(uintptr_t)payload, (uint16_t)len,
-					  &r->shinfo);
-		e->data_len = (uint16_t)len;
-		e->pkt_len = len;
 		h->next = e;
 		h->nb_segs = 2;
 		h->pkt_len += len;
@@ -324,6 +516,8 @@ static uint64_t tx_queued(void *ctx)
 
 static uint64_t tx_reclaim(void *ctx, uint64_t upto)
 {
+	/* The engine is about to rewrite memory: no payload of it may be shared on. */
+	pbox_dpdk_tx_fan_drop(ctx);
 	return wait_released(ctx, upto);
 }
 

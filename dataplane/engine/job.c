@@ -280,6 +280,13 @@ uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_
 	return total;
 }
 
+static const struct pbox_arena_ops *g_arena_ops;
+
+void pbox_job_set_arena_ops(const struct pbox_arena_ops *ops)
+{
+	g_arena_ops = ops;
+}
+
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 {
 	const struct pbox_jobdesc *d = job->wire.desc;
@@ -294,19 +301,29 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	memset(st, 0, sizeof(*st) + d->ncores * sizeof(st->core[0]));
 	st->ncores = d->ncores;
 	st->refs = 1;
+	st->arena_ops = g_arena_ops;
 	for (uint32_t k = 0; k < d->ncores; k++) {
 		struct pbox_core_job *cj = &st->core[k];
 		size_t bytes = pbox_job_state_core_bytes(job, k);
 		struct carver c;
 
-		/* Anonymous mmap: zeroed, page aligned, and populated now so the first
-		 * packets do not take page faults on the data-plane core. */
-		c.base = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-		if (c.base == MAP_FAILED) {
-			PBOX_LOG_ERR(ENGINE,
-				     "job %u core %u: cannot map %zu bytes of chunk state: %s",
-				     job->wire.id, k, bytes, strerror(errno));
+		if (st->arena_ops != NULL) {
+			/* The transport's memory (its allocator logs a failure). */
+			c.base = st->arena_ops->alloc(st->arena_ops->ctx, bytes, k);
+		} else {
+			/* Anonymous mmap: zeroed, page aligned, and populated now so the first
+			 * packets do not take page faults on the data-plane core. */
+			c.base = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+			if (c.base == MAP_FAILED) {
+				PBOX_LOG_ERR(ENGINE,
+					     "job %u core %u: cannot map %zu bytes of chunk state: "
+					     "%s",
+					     job->wire.id, k, bytes, strerror(errno));
+				c.base = NULL;
+			}
+		}
+		if (c.base == NULL) {
 			pbox_job_state_free(st);
 			return NULL;
 		}
@@ -324,7 +341,10 @@ void pbox_job_state_free(struct pbox_job_state *st)
 		return;
 	}
 	for (uint32_t k = 0; k < st->ncores; k++) {
-		if (st->core[k].arena != NULL) {
+		if (st->core[k].arena != NULL && st->arena_ops != NULL) {
+			st->arena_ops->free(st->arena_ops->ctx, st->core[k].arena,
+					    st->core[k].arena_bytes);
+		} else if (st->core[k].arena != NULL) {
 			munmap(st->core[k].arena, st->core[k].arena_bytes);
 		}
 	}

@@ -178,6 +178,24 @@ struct pbox_job_state;
 /* What happens when a state's last reference is dropped (runs on that thread). */
 typedef void pbox_job_state_release_fn(struct pbox_job_state *st, void *arg);
 
+/*
+ * Where the per-core arenas of job states come from. Default (none installed): anonymous
+ * mmap, populated. A transport whose device reads replies by DMA (DPDK on a PCI NIC)
+ * installs its own, so chunk memory is memory the device can address. alloc returns
+ * `bytes` zeroed bytes aligned to 4096 for core `core`, or NULL after logging why; free
+ * releases them. Called by whichever thread creates a state / drops its last reference.
+ */
+struct pbox_arena_ops {
+	void *(*alloc)(void *ctx, size_t bytes, uint32_t core);
+	void (*free)(void *ctx, void *p, size_t bytes);
+	void *ctx;
+};
+
+/* Arenas of states created from now on come from ops (NULL: mmap again); a state is
+ * freed with the ops it was created with, which must outlive it. Control thread, before
+ * the sessions that should use them start. */
+void pbox_job_set_arena_ops(const struct pbox_arena_ops *ops);
+
 struct pbox_job_state {
 	uint32_t ncores;
 	uint32_t refs;   /* atomic: see pbox_job_state_get / put */
@@ -186,8 +204,9 @@ struct pbox_job_state {
 	/* NULL: pbox_job_state_free on the thread that drops the last reference. */
 	pbox_job_state_release_fn *release;
 	void *release_arg;
-	struct pbox_job_state *release_next; /* free for the releaser's own lists */
-	struct pbox_jobdesc desc;            /* valid when owns_desc */
+	struct pbox_job_state *release_next;    /* free for the releaser's own lists */
+	struct pbox_jobdesc desc;               /* valid when owns_desc */
+	const struct pbox_arena_ops *arena_ops; /* NULL: the arenas are mmapped */
 	/* Per rank (nworkers), carved in core 0's arena (so counted by the budget); see
 	 * struct pbox_rank_pin for who writes it. */
 	struct pbox_rank_pin *pins;

@@ -21,12 +21,24 @@
  *   --chunk 32768            chunk bytes (--sweep: a list, for the chunk-size sweep)
  *   --model 262144           model bytes
  *   --seconds 2              measurement time per configuration
+ *   --cold                   cycle the feed through at least twice the LLC (sysfs), so
+ *                            payloads are not cache-resident when they arrive
+ *
+ * GB/cpu-s is the capacity per second the lcore's thread actually ran (/proc schedstat)
+ * times its busy share less its waits for the feeder to free replies (reclaim_cycles; a
+ * NIC completes them by itself): on a shared machine, the busy TSC time also counts the
+ * time other processes had the CPU. ratio_cpu is that over the in-cache add. eng_GB/s is the engine
+ * alone on the same frames and job state (pbox_engine_rx on each frame's datagram in
+ * place, null transmitter, per CPU-second of the main thread), measured just before the
+ * lcore runs: the ceiling of the packet path; eng_ratio that over the in-cache add.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 #include <rte_cycles.h>
@@ -45,11 +57,14 @@
 #include "dpdk/dpdk.h"
 #include "frame.h"
 #include "kernels/kernels.h"
+#include "llc.h"
+#include "null_tx.h"
 #include "sim.h"
 
 #define BASE_PORT 7100
 #define RING_SZ   65536
-#define NSETS     3
+#define NSETS     3 /* the fewest: two iterations in flight, one being re-labelled */
+#define MAX_SETS  4096
 
 struct conf {
 	unsigned sizes[8], nsizes;
@@ -57,6 +72,7 @@ struct conf {
 	unsigned chunks[16], nchunks;
 	unsigned model;
 	double seconds;
+	bool cold;
 };
 
 static unsigned g_seq;
@@ -72,9 +88,54 @@ static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, u
 }
 
 struct result {
-	double seg_s, gbs, seg_busy_s, gbs_busy, busy;
+	double seg_s, gbs, seg_busy_s, gbs_busy, busy, gbs_cpu;
+	uint64_t feed_bytes; /* gradient payload bytes the feed cycles through */
+	double engine_gbs;   /* the engine alone on the same frames, GB per CPU-second */
 	uint64_t reclaim_waits;
 };
+
+/* Nanoseconds the data-plane lcore's thread has run on a CPU (/proc schedstat: excludes
+ * the time other processes had its CPU, which the TSC-based busy time includes). 0 if it
+ * cannot be read. */
+static uint64_t lcore_oncpu_ns(void)
+{
+	DIR *dir = opendir("/proc/self/task");
+	struct dirent *de;
+	uint64_t ns = 0;
+
+	while (dir != NULL && (de = readdir(dir)) != NULL) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		f = fopen(path, "r");
+		if (f == NULL) {
+			continue;
+		}
+		if (fgets(comm, sizeof(comm), f) == NULL) {
+			comm[0] = 0;
+		}
+		fclose(f);
+		if (strncmp(comm, "rte-worker-", 11) != 0) {
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", de->d_name);
+		f = fopen(path, "r");
+		if (f != NULL) {
+			unsigned long long v;
+
+			if (fscanf(f, "%llu", &v) == 1) {
+				ns = v;
+			}
+			fclose(f);
+		}
+		break;
+	}
+	if (dir != NULL) {
+		closedir(dir);
+	}
+	return ns;
+}
 
 /* Consume (free) the replies, as a NIC completing them would. */
 static void drain(struct rte_ring *tx)
@@ -87,8 +148,73 @@ static void drain(struct rte_ring *tx)
 	}
 }
 
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * The engine alone on the feed's frames, on this thread, before the lcore runs: the
+ * same job state, frames, payload placement and iteration pattern, with no packet I/O
+ * (each frame's pbox datagram handed to pbox_engine_rx in place, replies to a null
+ * transmitter). The ceiling the DPDK path adds its cost to. Runs iterations 0.. for
+ * `seconds` after a warm-up; *gbs: the gradient GB aggregated per second this thread was
+ * on a CPU.
+ */
+static void engine_alone(const struct pbox_jobtab *tab, struct rte_mbuf **frames, uint32_t per_iter,
+			 uint32_t nsets, double seconds, double *gbs)
+{
+	struct pbox_core_stats est;
+	struct pbox_engine e = { .core = 0, .tx = &pbox_bench_null_tx, .stats = &est };
+	uint32_t warm = PBOX_MAX(20u, nsets), t;
+	uint64_t t0 = 0, bytes0 = 0;
+	double cpu0 = 0;
+
+	memset(&est, 0, sizeof(est));
+	e.kern = pbox_kernels_get();
+	for (t = 0;; t++) {
+		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
+
+		if (t == warm) {
+			t0 = rte_rdtsc();
+			cpu0 = thread_cpu_s();
+			bytes0 = est.agg_bytes;
+		}
+		if (t > warm && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+			break;
+		}
+		for (uint32_t i = 0; i < per_iter; i++) {
+			const uint8_t *f = rte_pktmbuf_mtod(set[i], const uint8_t *);
+			const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(f + 14);
+			const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(ip + 1);
+			struct pbox_wire_hdr *h =
+				rte_pktmbuf_mtod_offset(set[i], struct pbox_wire_hdr *, FRAME_HDRS);
+			/* The source as the DPDK receive path reports it (the engine pins it). */
+			struct pbox_peer from = { .ip = ip->src_addr, .port = udp->src_port };
+
+			memcpy(from.mac, f + 6, sizeof(from.mac));
+			h->iter = htonl(t);
+			if (i + 1 < per_iter) {
+				rte_prefetch0(rte_pktmbuf_mtod(set[i + 1], void *));
+			}
+			pbox_engine_rx(&e, tab, h, set[i]->data_len - FRAME_HDRS, &from);
+		}
+	}
+	for (unsigned k = 1; k < PBOX_DROP_COUNT; k++) {
+		if (est.drops[k] != 0) {
+			fprintf(stderr, "bench: the engine alone dropped %llu datagrams (%s)\n",
+				(unsigned long long)est.drops[k],
+				pbox_drop_reason_name((enum pbox_drop_reason)k));
+		}
+	}
+	*gbs = (double)(est.agg_bytes - bytes0) / (thread_cpu_s() - cpu0) / 1e9;
+}
+
 static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, double seconds,
-		   struct result *res)
+		   bool cold, struct result *res)
 {
 	struct pbox_keyspec key = { 1, model / 4 };
 	struct sim_job_cfg jc = {
@@ -123,8 +249,8 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	struct pbox_dpdk *d;
 	struct sim s;
 	struct rte_mbuf **frames;
-	uint32_t nframes = 0, per_iter, nfrags_total = 0;
-	uint64_t t0, t1, busy0, idle0, frags0, bytes0;
+	uint32_t nframes = 0, per_iter, nfrags_total = 0, nsets = NSETS, t_lcore, warm;
+	uint64_t t0, t1, busy0, idle0, frags0, bytes0, cpu0 = 0, wait0_cycles = 0;
 	uint8_t *buf = malloc(16384);
 	float *g = malloc(16384);
 	struct rte_mempool *pool;
@@ -139,13 +265,28 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		nfrags_total += s.desc.chunks[c].nfrags;
 	}
 	per_iter = nfrags_total * nw;
-	/* The feed: NSETS frames per (worker, fragment), each one segment. */
+	{
+		uint64_t set_bytes = (uint64_t)per_iter * (seg + 128 + RTE_PKTMBUF_HEADROOM);
+		uint64_t llc = pbox_bench_llc_bytes() != 0 ? pbox_bench_llc_bytes() : (64ull << 20);
+
+		if (cold) {
+			/* Not cache-resident: enough sets that the frames span twice the LLC,
+			 * so each frame's payload has left the cache before it is sent again. */
+			nsets = (uint32_t)PBOX_MAX((2 * llc + set_bytes - 1) / set_bytes, NSETS);
+		} else {
+			/* Cache-resident: at most a quarter of the LLC, at most 16 sets. */
+			nsets = (uint32_t)PBOX_MAX(PBOX_MIN(llc / 4 / set_bytes, 16), NSETS);
+		}
+		nsets = PBOX_MIN(nsets, MAX_SETS);
+	}
+	res->feed_bytes = (uint64_t)nsets * per_iter * seg;
+	/* The feed: nsets frames per (worker, fragment), each one segment. */
 	snprintf(name, sizeof(name), "feed%u", g_seq);
-	pool = rte_pktmbuf_pool_create(name, per_iter * NSETS + 64, 0, 0,
+	pool = rte_pktmbuf_pool_create(name, per_iter * nsets + 64, 0, 0,
 				       (uint16_t)(RTE_PKTMBUF_HEADROOM + 128 + seg),
 				       (int)rte_socket_id());
 	if (pool == NULL) {
-		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * NSETS);
+		fprintf(stderr, "bench: no memory for %u feed frames\n", per_iter * nsets);
 		return -ENOMEM;
 	}
 	id = frame_ring_port("b", g_seq++, 1, RING_SZ, &rx, &tx);
@@ -162,10 +303,10 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	if (d == NULL) {
 		return -ENODEV;
 	}
-	/* NSETS sets of frames, fragment-major (all workers' copies of a fragment in a row,
+	/* nsets sets of frames, fragment-major (all workers' copies of a fragment in a row,
 	 * as they arrive from synchronised workers). */
-	frames = calloc((size_t)per_iter * NSETS, sizeof(*frames));
-	for (uint32_t set = 0; set < NSETS; set++) {
+	frames = calloc((size_t)per_iter * nsets, sizeof(*frames));
+	for (uint32_t set = 0; set < nsets; set++) {
 		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
 			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
 
@@ -203,6 +344,19 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 			}
 		}
 	}
+	/* The engine alone first, on a job state of its own (the transports number their
+	 * reply references differently, and the state records them): the same job, cookies
+	 * and frames. */
+	{
+		struct sim s2;
+
+		if (sim_init(&s2, &jc) != 0) {
+			return -EINVAL;
+		}
+		engine_alone(s2.tab, frames, per_iter, nsets, seconds, &res->engine_gbs);
+		sim_fini(&s2);
+	}
+	t_lcore = 0;
 	rc = pbox_dpdk_launch(d);
 	if (rc != 0) {
 		fprintf(stderr, "bench: cannot launch the data-plane lcore: %s\n", strerror(-rc));
@@ -211,31 +365,38 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 	}
 	t0 = rte_rdtsc();
 	busy0 = idle0 = frags0 = bytes0 = 0;
-	for (uint32_t t = 0;; t++) {
-		struct rte_mbuf **set = frames + (size_t)(t % NSETS) * per_iter;
+	warm = t_lcore + PBOX_MAX(20u, nsets);
+	for (uint32_t t = t_lcore;; t++) {
+		struct rte_mbuf **set = frames + (size_t)(t % nsets) * per_iter;
 		uint32_t sent = 0;
 
-		/* Iteration t - 2 must be complete (every chunk's) before t is sent: the
-		 * engine's window, and t - 3's frames are rewritten now. */
+		/* Iteration t - nsets + 1 must be complete (every chunk's) before t is sent:
+		 * its frames (set t % nsets) are rewritten now. The lcore handles frames in
+		 * order, so up to nsets - 1 iterations may be queued ahead of it (the engine's
+		 * window only needs t - 2 complete when t's frames are handled): it does not
+		 * wait for this thread unless this thread is off its CPU for that long. */
 		uint64_t wait0 = rte_rdtsc();
 
-		while (t >= 2 &&
-		       pbox_stat_read(&st.iterations) < (uint64_t)(t - 1) * s.desc.nchunks) {
+		while (t >= t_lcore + nsets - 1 &&
+		       pbox_stat_read(&st.iterations) <
+			       (uint64_t)(t - (nsets - 1) + 1 - t_lcore) * s.desc.nchunks) {
 			drain(tx);
 			if (rte_rdtsc() - wait0 > 10 * rte_get_tsc_hz()) {
 				fprintf(stderr, "bench: iteration %u did not complete in 10 s\n",
-					t - 2);
+					t - nsets + 1);
 				return -ETIMEDOUT;
 			}
 		}
-		if (t == 20) { /* warm-up done */
+		if (t == warm) { /* warm-up done: every set sent once */
 			t0 = rte_rdtsc();
 			busy0 = pbox_stat_read(&st.busy_cycles);
 			idle0 = pbox_stat_read(&st.idle_cycles);
 			frags0 = pbox_stat_read(&st.agg_frags);
 			bytes0 = pbox_stat_read(&st.agg_bytes);
+			cpu0 = lcore_oncpu_ns();
+			wait0_cycles = pbox_stat_read(&pbox_dpdk_core_stats(d, 0)->reclaim_cycles);
 		}
-		if (t > 20 && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
+		if (t > warm && (double)(rte_rdtsc() - t0) / (double)rte_get_tsc_hz() >= seconds) {
 			break;
 		}
 		for (uint32_t i = 0; i < per_iter; i++) {
@@ -265,6 +426,22 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		res->seg_busy_s = busy_s > 0 ? (double)frags / busy_s : 0;
 		res->gbs_busy = busy_s > 0 ? (double)bytes / busy_s / 1e9 : 0;
 		res->busy = busy + idle > 0 ? 100.0 * (double)busy / (double)(busy + idle) : 0;
+		{
+			/* On-CPU time of the lcore, its busy share of it less its waits for
+			 * this thread to free replies (a NIC completes them by itself): the
+			 * capacity with the time other processes had its CPU, or this
+			 * thread's, taken out. */
+			uint64_t waited = PBOX_MIN(
+				pbox_stat_read(&pbox_dpdk_core_stats(d, 0)->reclaim_cycles) -
+					wait0_cycles,
+				busy);
+			double cpu_s =
+				(double)(lcore_oncpu_ns() - cpu0) / 1e9 *
+				(busy + idle > 0 ? (double)(busy - waited) / (double)(busy + idle)
+						 : 0);
+
+			res->gbs_cpu = cpu_s > 0 ? (double)bytes / cpu_s / 1e9 : 0;
+		}
 		for (unsigned k = 0; k < PBOX_DROP_COUNT; k++) {
 			if (k != PBOX_DROP_NONE && st.drops[k] != 0) {
 				fprintf(stderr, "bench: %llu drops (%s): the run is not valid\n",
@@ -292,7 +469,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		rte_pktmbuf_free(frames[i]); /* the frames' own reference */
 	}
 	{
-		void *m;
+		void *m = NULL;
 
 		while (rte_ring_dequeue(rx, &m) == 0) {
 			rte_pktmbuf_free(m);
@@ -348,7 +525,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: pbox-bench-dpdk-engine [--sizes 1024,4096,8192] [--workers 2,4,8]\n"
 		"         [--chunk BYTES | --sweep 8192,32768,...] [--model BYTES] [--seconds S]\n"
-		"         [-- EAL arguments]\n"
+		"         [--cold] [-- EAL arguments]\n"
 		"Throughput of one DPDK data-plane lcore fed in-process (net_ring) beside the\n"
 		"add kernel's in-cache bandwidth. Needs 2 CPUs; uses hugepages if free, else\n"
 		"--no-huge.\n");
@@ -359,7 +536,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "sizes", 1, NULL, 's' }, { "workers", 1, NULL, 'w' }, { "chunk", 1, NULL, 'c' },
 		{ "sweep", 1, NULL, 'S' }, { "model", 1, NULL, 'm' },   { "seconds", 1, NULL, 't' },
-		{ "help", 0, NULL, 'h' },  { NULL, 0, NULL, 0 },
+		{ "cold", 0, NULL, 'C' },  { "help", 0, NULL, 'h' },    { NULL, 0, NULL, 0 },
 	};
 	struct conf cf = { .sizes = { 1024, 4096, 8192 },
 			   .nsizes = 3,
@@ -412,6 +589,9 @@ int main(int argc, char **argv)
 			break;
 		case 't':
 			cf.seconds = strtod(optarg, NULL);
+			break;
+		case 'C':
+			cf.cold = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -466,9 +646,14 @@ int main(int argc, char **argv)
 	       "# %s memory, model %u B, %.1f s per point\n",
 	       pbox_kernels_get()->isa, free_hp >= 256 ? "hugepage" : "4 KB-page", cf.model,
 	       cf.seconds);
-	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %11s %9s %8s\n", "seg_B", "workers",
-	       "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%", "add_GB/s", "ratio",
-	       "waits");
+	printf("# feed payload: %s (LLC %llu KB)\n",
+	       cf.cold ? "cycled through at least 2 x LLC: not cache-resident"
+		       : "at most a quarter of the LLC: cache-resident",
+	       (unsigned long long)(pbox_bench_llc_bytes() >> 10));
+	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s %10s %9s\n",
+	       "seg_B", "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
+	       "GB/cpu-s", "add_GB/s", "ratio", "ratio_cpu", "waits", "feed_MB", "eng_GB/s",
+	       "eng_ratio");
 	for (unsigned ci = 0; ci < cf.nchunks; ci++) {
 		for (unsigned si = 0; si < cf.nsizes; si++) {
 			double add = add_bandwidth(cf.sizes[si]);
@@ -481,17 +666,19 @@ int main(int argc, char **argv)
 					continue;
 				}
 				if (run_one(cf.sizes[si], cf.workers[wi], ch, cf.model, cf.seconds,
-					    &r) != 0) {
+					    cf.cold, &r) != 0) {
 					fprintf(stderr, "run seg %u workers %u chunk %u failed\n",
 						cf.sizes[si], cf.workers[wi], ch);
 					return 1;
 				}
-				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %11.2f "
-				       "%9.2f "
-				       "%8llu\n",
+				printf("%-6u %-7u %-8u %12.0f %9.2f %14.0f %10.2f %7.1f %10.2f "
+				       "%11.2f %9.2f %9.2f %8llu %9.1f %10.2f %9.2f\n",
 				       cf.sizes[si], cf.workers[wi], ch, r.seg_s, r.gbs,
-				       r.seg_busy_s, r.gbs_busy, r.busy, add, r.gbs_busy / add,
-				       (unsigned long long)r.reclaim_waits);
+				       r.seg_busy_s, r.gbs_busy, r.busy, r.gbs_cpu, add,
+				       r.gbs_busy / add, r.gbs_cpu / add,
+				       (unsigned long long)r.reclaim_waits,
+				       (double)r.feed_bytes / 1048576.0, r.engine_gbs,
+				       r.engine_gbs / add);
 				fflush(stdout);
 			}
 		}

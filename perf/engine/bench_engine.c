@@ -5,6 +5,11 @@
  * on the same machine in the same run. Reports segments/s and GB/s of gradient aggregated
  * for 1, 4 and 8 KB segments and 2..8 workers, and the ratio to the in-cache add
  * bandwidth (counted as gradient bytes added per second, the same measure).
+ *
+ * Where the payloads live: "warm", one iteration's datagrams (workers x 256 KB) re-sent
+ * every round, so they stay in L2/LLC; "cold", as many copies of them as span twice the
+ * last-level cache (sysfs), cycled through, so every payload comes from DRAM as a NIC's
+ * would once the LLC has turned over. Both are measured in the same run.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -15,6 +20,7 @@
 #include "common/xport.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
+#include "llc.h"
 #include "null_tx.h"
 
 /* GB/s of gradient added by the add kernel on an in-cache pair of frag-sized buffers. */
@@ -84,8 +90,9 @@ static double add_ws_gbs(uint32_t nw, uint32_t frag)
 	return best;
 }
 
-/* Segments per second through pbox_engine_rx for an aggregate job. */
-static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
+/* Segments per second through pbox_engine_rx for an aggregate job, the datagrams cycled
+ * through nsets copies of one iteration's. */
+static double engine_segs(uint32_t nw, uint32_t frag, uint32_t nsets, double *gbs)
 {
 	struct pbox_keyspec key = { 1, 32768 / 4 * 8 }; /* 8 chunks of 32 KB */
 	struct pbox_jobdesc d;
@@ -95,7 +102,7 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 	struct pbox_engine e = { .core = 0, .tx = &pbox_bench_null_tx, .stats = &st };
 	uint64_t cookies[8], live = (1ull << nw) - 1;
 	uint8_t **pkts;
-	uint32_t npk = 0, nfr = 32768 / frag, t = 0;
+	uint32_t npk = 0, nfr = 32768 / frag, t = 0, per_set;
 	char err[128];
 	double best = 0;
 
@@ -124,55 +131,60 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 	tab->jobs[0] = &job;
 	/* One iteration's datagrams: every worker, every fragment of every chunk, in the
 	 * order they would arrive from workers pushing concurrently. */
-	pkts = calloc((size_t)nw * d.nchunks * nfr, sizeof(*pkts));
-	for (uint32_t c = 0; c < d.nchunks; c++) {
-		for (uint32_t f = 0; f < nfr; f++) {
-			for (uint32_t r = 0; r < nw; r++) {
-				struct pbox_msg m = {
-					.type = PBOX_MSG_PUSH,
-					.encoding = PBOX_ENC_F32,
-					.job = 1,
-					.sender = r,
-					.cookie = cookies[r],
-					.chunk = c,
-					.frag_off = f * frag,
-					.frag_len = frag,
-					.chunk_len = 32768,
-				};
-				uint8_t *p = aligned_alloc(64, PBOX_WIRE_HDR_LEN + frag);
+	pkts = calloc((size_t)nw * d.nchunks * nfr * nsets, sizeof(*pkts));
+	for (uint32_t set = 0; set < nsets; set++) {
+		for (uint32_t c = 0; c < d.nchunks; c++) {
+			for (uint32_t f = 0; f < nfr; f++) {
+				for (uint32_t r = 0; r < nw; r++) {
+					struct pbox_msg m = {
+						.type = PBOX_MSG_PUSH,
+						.encoding = PBOX_ENC_F32,
+						.job = 1,
+						.sender = r,
+						.cookie = cookies[r],
+						.chunk = c,
+						.frag_off = f * frag,
+						.frag_len = frag,
+						.chunk_len = 32768,
+					};
+					uint8_t *p = aligned_alloc(64, PBOX_WIRE_HDR_LEN + frag);
 
-				pbox_wire_encode(&m, (struct pbox_wire_hdr *)p);
-				for (uint32_t i = 0; i < frag / 4; i++) {
-					((float *)(p + PBOX_WIRE_HDR_LEN))[i] =
-						1e-6f * (float)(i + r);
+					pbox_wire_encode(&m, (struct pbox_wire_hdr *)p);
+					for (uint32_t i = 0; i < frag / 4; i++) {
+						((float *)(p + PBOX_WIRE_HDR_LEN))[i] =
+							1e-6f * (float)(i + r);
+					}
+					pkts[npk++] = p;
 				}
-				pkts[npk++] = p;
 			}
 		}
 	}
+	per_set = npk / nsets;
 	for (int rep = 0; rep < 5; rep++) {
-		uint32_t iters = (uint32_t)(400000000ull / ((uint64_t)npk * frag)) + 1;
+		uint32_t iters = (uint32_t)(400000000ull / ((uint64_t)per_set * frag)) + 1;
 		double t0 = pbox_mono_s(), dt;
 		struct pbox_peer from = { .ip = htonl(0x7f000001), .port = htons(9) };
 
 		for (uint32_t it = 0; it < iters; it++) {
-			for (uint32_t i = 0; i < npk; i++) {
+			uint8_t **set = pkts + (size_t)(t % nsets) * per_set;
+
+			for (uint32_t i = 0; i < per_set; i++) {
 				/* the iteration field changes every round */
-				((struct pbox_wire_hdr *)pkts[i])->iter = htonl(t);
+				((struct pbox_wire_hdr *)set[i])->iter = htonl(t);
 			}
-			for (uint32_t i = 0; i < npk; i++) {
+			for (uint32_t i = 0; i < per_set; i++) {
 				/* As a receive loop does: the next header is fetched while this
 				 * datagram is handled. */
-				if (i + 1 < npk) {
-					__builtin_prefetch(pkts[i + 1]);
+				if (i + 1 < per_set) {
+					__builtin_prefetch(set[i + 1]);
 				}
-				pbox_engine_rx(&e, tab, pkts[i], PBOX_WIRE_HDR_LEN + frag, &from);
+				pbox_engine_rx(&e, tab, set[i], PBOX_WIRE_HDR_LEN + frag, &from);
 			}
 			t++;
 		}
 		dt = pbox_mono_s() - t0;
-		if ((double)iters * npk / dt > best) {
-			best = (double)iters * npk / dt;
+		if ((double)iters * per_set / dt > best) {
+			best = (double)iters * per_set / dt;
 		}
 	}
 	for (int r = 1; r < PBOX_DROP_COUNT; r++) {
@@ -200,9 +212,18 @@ static double engine_segs(uint32_t nw, uint32_t frag, double *gbs)
 
 int main(void)
 {
+	uint64_t llc = pbox_bench_llc_bytes();
+
+	if (llc == 0) {
+		llc = 64ull << 20; /* unknown: assume a large one */
+	}
+	printf("LLC %llu KB (sysfs). warm: one iteration's datagrams re-sent (cache-resident); "
+	       "cold: cycled through >= 2 x LLC of copies (from DRAM).\n\n",
+	       (unsigned long long)(llc >> 10));
 	printf("| segment | add in cache GB/s | workers | add on the engine's working set GB/s | "
-	       "segments/s | GB/s aggregated | vs in-cache add | vs working-set add |\n");
-	printf("|---|---|---|---|---|---|---|---|\n");
+	       "segments/s warm | GB/s warm | vs in-cache add | vs working-set add | "
+	       "GB/s cold | cold vs in-cache add |\n");
+	printf("|---|---|---|---|---|---|---|---|---|---|\n");
 	for (uint32_t frag = 1024; frag <= 8192; frag *= 2) {
 		double add;
 
@@ -211,10 +232,17 @@ int main(void)
 		}
 		add = add_gbs(frag);
 		for (uint32_t nw = 2; nw <= 8; nw *= 2) {
-			double gbs, sps = engine_segs(nw, frag, &gbs), ws = add_ws_gbs(nw, frag);
+			uint64_t set_bytes = (uint64_t)nw * 8 * 32768;
+			uint32_t cold_sets = (uint32_t)((2 * llc + set_bytes - 1) / set_bytes);
+			double gbs, cold, sps = engine_segs(nw, frag, 1, &gbs),
+					  ws = add_ws_gbs(nw, frag);
 
-			printf("| %u KB | %.1f | %u | %.1f | %.0f | %.2f | %.2f | %.2f |\n",
-			       frag / 1024, add, nw, ws, sps, gbs, gbs / add, gbs / ws);
+			engine_segs(nw, frag, cold_sets, &cold);
+			printf("| %u KB | %.1f | %u | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | "
+			       "%.2f "
+			       "|\n",
+			       frag / 1024, add, nw, ws, sps, gbs, gbs / add, gbs / ws, cold,
+			       cold / add);
 			fflush(stdout);
 		}
 	}

@@ -60,6 +60,9 @@
 #define MAX_FRAME 16384
 
 static struct rte_mempool *g_pool;
+/* test_lifetime_dma_arenas: the port is treated as a DMA device (cfg.force_dma); replies
+ * are then copied unless chunk memory is DPDK memory (g_expect_copy). */
+static bool g_dma, g_expect_copy;
 static unsigned g_port_seq;
 static struct app *g_open; /* closed by the teardown if a failed assertion skipped it */
 
@@ -91,6 +94,8 @@ static void app_open(struct app *a, const struct sim_job_cfg *jc)
 		.idle_sleep_us = 20,
 		.steering = PBOX_DPDK_STEER_AUTO,
 		.zero_copy = true,
+		.dma_arenas = g_dma,
+		.force_dma = g_dma,
 	};
 	struct pbox_core_stats *st[NCORES];
 	int id;
@@ -208,6 +213,7 @@ struct reply {
 	uint16_t src_port, dst_port;
 	bool zero_copy;
 	const void *ext_addr;
+	rte_iova_t ext_iova;
 	struct pbox_msg m;
 	uint32_t len;
 	uint8_t payload[MAX_FRAME];
@@ -241,6 +247,7 @@ static bool parse_reply(const struct rte_mbuf *m, struct reply *r)
 	r->dst_port = udp->dst_port;
 	r->zero_copy = m->nb_segs == 2 && RTE_MBUF_HAS_EXTBUF(m->next);
 	r->ext_addr = r->zero_copy ? rte_pktmbuf_mtod(m->next, const void *) : NULL;
+	r->ext_iova = r->zero_copy ? rte_pktmbuf_iova(m->next) : RTE_BAD_IOVA;
 	assert_int_equal(pbox_wire_decode(flat + 42, len - 42, &r->m), PBOX_DROP_NONE);
 	r->len = r->m.frag_len;
 	if (r->len != 0) {
@@ -415,8 +422,13 @@ static void collect_iteration(struct app *a, uint32_t t, float **want)
 		cd = &s->desc.chunks[r->m.chunk];
 		/* From the owner core's own port, and zero-copy out of its chunk memory. */
 		assert_int_equal(r->src_port, BASE_PORT + cd->core);
-		assert_true(r->zero_copy);
-		{
+		assert_true(r->zero_copy == !g_expect_copy);
+		if (g_dma && !g_expect_copy) {
+			/* What the device would read: the payload's own IOVA. */
+			assert_true(r->ext_iova != RTE_BAD_IOVA);
+			assert_true(r->ext_iova == rte_mem_virt2iova(r->ext_addr));
+		}
+		if (r->zero_copy) {
 			const struct pbox_core_job *cj = &s->job.state->core[cd->core];
 			const uint8_t *base = cj->arena;
 
@@ -528,6 +540,29 @@ static void sleep_offline(unsigned ms)
 
 static const struct pbox_keyspec g_keys[] = { { 100, 1000 }, { 101, 9000 }, { 102, 3 } };
 
+/* Once the lcores stopped and every reply was consumed: every header and payload mbuf of
+ * the port is back in its pool (no reference left on a shared payload, none kept in a
+ * stash), so every payload's release callback ran. */
+static void assert_tx_pools_idle(struct app *a)
+{
+	static const char *const what[] = { "hdr", "ext" };
+
+	pbox_dpdk_stop(a->d);
+	drain_replies(a, 0);
+	for (unsigned i = 0; i < 2; i++) {
+		char name[RTE_MEMPOOL_NAMESIZE];
+		struct rte_mempool *mp;
+
+		snprintf(name, sizeof(name), "pbox_%s_%u", what[i], a->port);
+		mp = rte_mempool_lookup(name);
+		assert_non_null(mp);
+		if (rte_mempool_in_use_count(mp) != 0) {
+			fail_msg("pool %s: %u mbufs still in use after the replies were freed",
+				 name, rte_mempool_in_use_count(mp));
+		}
+	}
+}
+
 static void run_aggregate(uint32_t nranks, bool deterministic, bool mean, bool multiseg)
 {
 	struct sim_job_cfg jc = {
@@ -573,19 +608,92 @@ static void run_aggregate(uint32_t nranks, bool deterministic, bool mean, bool m
 	assert_int_equal(DSTAT(a, steered_in), DSTAT(a, steered_out));
 	assert_int_equal(DSTAT(a, steer_full), 0);
 	assert_int_equal(DSTAT(a, tx_dropped) + DSTAT(a, tx_nombuf), 0);
+	if (g_expect_copy) {
+		/* A DMA device and chunk memory outside DPDK memory: every result copied. */
+		assert_true(DSTAT(a, tx_not_dma) >= frags);
+		assert_int_equal(DSTAT(a, tx_zero_copy), 0);
+		assert_tx_pools_idle(a);
+		goto out;
+	}
 	assert_int_equal(DSTAT(a, tx_copied), 0);
+	assert_int_equal(DSTAT(a, tx_not_dma), 0);
 	assert_true(DSTAT(a, tx_zero_copy) >= frags);
+	/* Every rank's result comes from the same chunk memory: attached once and chained
+	 * behind each rank's header (collect_iteration saw the right bytes at every rank). */
+	if (nranks > 1) {
+		assert_true(DSTAT(a, tx_shared) > 0);
+		assert_true(DSTAT(a, tx_shared) < DSTAT(a, tx_zero_copy));
+	} else {
+		assert_int_equal(DSTAT(a, tx_shared), 0);
+	}
 	for (int r = 1; r < PBOX_DROP_COUNT; r++) {
 		if (r != PBOX_DROP_STALE_ITER) {
 			assert_int_equal(estat_drop(a, (enum pbox_drop_reason)r), 0);
 		}
 	}
+	assert_tx_pools_idle(a);
+out:
 	for (uint32_t c = 0; c < a->s.desc.nchunks; c++) {
 		free(want[c]);
 	}
 	free(want);
 	app_close(a);
 	free(a);
+}
+
+/* Arena allocator of the DMA test: pbox_dpdk_arena_ops, counted. */
+struct counted_arenas {
+	struct pbox_arena_ops real;
+	int live;
+	bool in_dpdk_memory;
+};
+
+static void *counted_alloc(void *ctx, size_t bytes, uint32_t core)
+{
+	struct counted_arenas *ca = ctx;
+	void *p = ca->real.alloc(ca->real.ctx, bytes, core);
+
+	if (p != NULL) {
+		ca->live++;
+		ca->in_dpdk_memory &= rte_mem_virt2memseg(p, NULL) != NULL;
+	}
+	return p;
+}
+
+static void counted_free(void *ctx, void *p, size_t bytes)
+{
+	struct counted_arenas *ca = ctx;
+
+	ca->live--;
+	ca->real.free(ca->real.ctx, p, bytes);
+}
+
+/*
+ * Chunk arenas in DPDK memory for devices that read by DMA (net_ring told to behave as
+ * one): replies are zero-copy with the payload's IOVA, shared between the workers, every
+ * mbuf comes back, and every arena is freed when the job state goes. Arenas outside DPDK
+ * memory on such a device: every result is copied instead.
+ */
+static void test_lifetime_dma_arenas(void **state)
+{
+	/* Static: a failed assertion leaves states for the teardown to free with them. */
+	static struct counted_arenas ca;
+	static struct pbox_arena_ops ops = { counted_alloc, counted_free, &ca };
+
+	(void)state;
+	ca.live = 0;
+	ca.in_dpdk_memory = true;
+	pbox_dpdk_arena_ops(&ca.real, (int)rte_socket_id());
+	pbox_job_set_arena_ops(&ops);
+	g_dma = true;
+	run_aggregate(4, false, false, false);
+	pbox_job_set_arena_ops(NULL);
+	assert_true(ca.in_dpdk_memory);
+	assert_int_equal(ca.live, 0); /* the states' arenas went with them */
+
+	g_expect_copy = true;
+	run_aggregate(2, false, false, false);
+	g_dma = g_expect_copy = false;
 }
 
 static void test_aggregate_1_to_8(void **state)
@@ -1370,6 +1478,8 @@ static int teardown(void **state)
 	if (g_open != NULL) {
 		app_close(g_open);
 	}
+	pbox_job_set_arena_ops(NULL);
+	g_dma = g_expect_copy = false;
 	return 0;
 }
 
@@ -1437,6 +1547,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_multiseg, teardown),
 		cmocka_unit_test_teardown(test_lifetime_server_opt_reclaim, teardown),
 		cmocka_unit_test_teardown(test_lifetime_session_end, teardown),
+		cmocka_unit_test_teardown(test_lifetime_dma_arenas, teardown),
 		cmocka_unit_test_teardown(test_garbage_and_arp, teardown),
 		cmocka_unit_test_teardown(test_udp_checksum, teardown),
 		cmocka_unit_test_teardown(test_member_leaves, teardown),
