@@ -131,12 +131,21 @@ static int set_buf(int fd, int opt, int force_opt, int bytes)
 /* Turn on what the kernel offers: UDP_SEGMENT is probed by setting the socket's default
  * segment size to 0 (no segmentation unless a message asks for it), UDP_GRO by enabling
  * it. Either missing (ENOPROTOOPT before Linux 4.18 / 5.0) leaves it off. */
+static bool env_off(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && strcmp(v, "0") == 0;
+}
+
 static void probe_offloads(struct pbox_udp *u, const struct pbox_udp_cfg *cfg)
 {
 	int zero = 0, one = 1;
+	bool no_gso = cfg->no_gso || env_off("PBOX_UDP_GSO");
+	bool no_gro = cfg->no_gro || env_off("PBOX_UDP_GRO");
 
-	u->gso = !cfg->no_gso && setsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
-	u->gro = !cfg->no_gro && setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+	u->gso = !no_gso && setsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
+	u->gro = !no_gro && setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
 }
 
 struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)

@@ -19,6 +19,8 @@
  * MTU-1500 traffic costs about one message per 64 KB, not one per datagram. If the
  * kernel refuses GSO at run time (no UDP_SEGMENT, a socket or route it cannot segment
  * for) the transport logs it once and sends one datagram per message from then on.
+ * The environment variables PBOX_UDP_GSO=0 and PBOX_UDP_GRO=0 turn either off for every
+ * instance of the process (pboxd and libpbox alike), for comparisons and diagnosis.
  * When the socket buffer is full a flush waits for room briefly, then drops what is left
  * (reliability is above). Datagrams go out with DF set: one larger than the path MTU
  * fails with a logged error naming the size, never silently fragments.
