@@ -40,6 +40,7 @@ pboxd's data-plane busy share.
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -260,10 +261,12 @@ def compare(args, model, workers, mtu):
     systems = ["pbox", "gloo", "echo"] + (["base"] if args.baseline_build else [])
     samples = {k: [] for k in systems}
     extra = {k: [] for k in systems}
+    cpu = {k: [] for k in systems}
     errors = []
     for rnd in range(args.reps):
         order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
         for sysname in order:
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             if sysname in ("pbox", "base"):
                 r = run_one(args, model, workers, args.chunk_bytes, mtu, 0, args.seconds,
                             build_dir=args.baseline_build if sysname == "base" else None)
@@ -278,11 +281,24 @@ def compare(args, model, workers, mtu):
                 continue
             samples[sysname].append(statistics.median(r["iter_seconds"]))
             extra[sysname].append(r)
+            # CPU seconds of every process of the run (pboxd, workers, echo processes)
+            # per exchange round, untimed rounds included: robust to a loaded machine.
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rounds = (r["iters"] + 2) if sysname in ("pbox", "base") else (
+                args.compare_iters + 2 if sysname == "echo" else 0)
+            if rounds:
+                cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
+                                     ru0.ru_stime) / rounds)
     row = {"model": model, "workers": workers, "mtu": mtu, "reps": args.reps,
            "frag_bytes": frag_bytes_for_mtu(mtu, args.chunk_bytes), "errors": errors,
-           "samples": samples}
+           "samples": samples, "cpu_samples": cpu,
+           "runs": {k: [{x: r.get(x) for x in ("iters", "retransmits", "probes", "rcvbuf_errors",
+                                               "client_dropped", "pboxd", "transport",
+                                               "median_s", "gso")}
+                        for r in extra[k]] for k in systems}}
     for k in systems:
         row[k] = statistics.median(samples[k]) if samples[k] else None
+        row[k + "_cpu"] = statistics.median(cpu[k]) if cpu[k] else None
     for k in ("pbox", "base"):
         tr = [r.get("transport") for r in extra.get(k, []) if r.get("transport")]
         if tr:
@@ -290,6 +306,7 @@ def compare(args, model, workers, mtu):
             row[k + "_per_call"] = tot.get("rx_pkts_per_call")
             row[k + "_gso"] = tr[-1].get("gso")
         row[k + "_retx"] = sum(r.get("retransmits", 0) for r in extra.get(k, []))
+        row[k + "_rcvbuf"] = sum(r.get("rcvbuf_errors") or 0 for r in extra.get(k, []))
     return row
 
 
@@ -302,6 +319,9 @@ def compare_table(rows, args, load, secs):
     hdr = "%2s %5s %6s %8s %8s %8s %s %9s %9s %s %8s %5s" % (
         "N", "mtu", "frag", "pbox", "gloo", "echo", "%8s " % "base" if base else "",
         "gloo/pbox", "pbox/echo", "%9s " % "base/pbox" if base else "", "dg/call", "retx")
+    hdr += " %7s %8s %8s %9s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox")
+    if base:
+        hdr += " %8s" % "cpu base"
     print(hdr)
 
     def f(v):
@@ -315,11 +335,18 @@ def compare_table(rows, args, load, secs):
             f(r["echo"]), f(r.get("base")) + " " if base else "", q(r["gloo"], r["pbox"]),
             q(r["echo"], r["pbox"]), q(r.get("base"), r["pbox"]) + " " if base else "",
             "%.2f" % r["pbox_per_call"] if r.get("pbox_per_call") else "-", r["pbox_retx"])
+        line += " %7d %s %s %s" % (r["pbox_rcvbuf"], f(r["pbox_cpu"]), f(r["echo_cpu"]),
+                                   q(r["echo_cpu"], r["pbox_cpu"]))
+        if base:
+            line += " %s" % f(r.get("base_cpu"))
         print(line)
         for e in r["errors"]:
             print("   error: " + e)
     print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
-          "%s; dg/call: pboxd's datagrams per recvmmsg call" %
+          "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
+          "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
+          "processes per exchange round (medians; echo/pbox: pbox's CPU efficiency against "
+          "the bound)" %
           ("; base/pbox: speed-up over the baseline build" if base else ""))
     sys.stdout.flush()
 

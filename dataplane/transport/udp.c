@@ -113,6 +113,10 @@ const char *pbox_peer_str(const struct pbox_peer *p, char *buf, unsigned len)
 	return buf;
 }
 
+/* Below this much payload room per socket a burst of one window from a few workers can
+ * overflow: say so (less than asked, but at least this, is only a debug message). */
+#define PBOX_UDP_LOW_SOCK_BUF (8 << 20)
+
 /* Ask for `bytes` of socket buffer: SO_*BUFFORCE (root / CAP_NET_ADMIN) overrides
  * net.core.{r,w}mem_max; otherwise the plain option, which the kernel caps there. Returns
  * the effective size as getsockopt reports it (twice the payload room). */
@@ -212,12 +216,15 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	setsockopt(u->fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
 	u->rcvbuf = set_buf(u->fd, SO_RCVBUF, SO_RCVBUFFORCE, bufsz);
 	u->sndbuf = set_buf(u->fd, SO_SNDBUF, SO_SNDBUFFORCE, bufsz);
-	if (u->rcvbuf / 2 < bufsz || u->sndbuf / 2 < bufsz) {
+	if (PBOX_MIN(u->rcvbuf, u->sndbuf) / 2 < PBOX_MIN(bufsz, PBOX_UDP_LOW_SOCK_BUF)) {
 		PBOX_LOG_INFO(TRANSPORT,
 			      "udp: socket buffers are %d / %d bytes (receive / send; asked %d): "
 			      "raise net.core.rmem_max / wmem_max or run as root for fewer drops "
 			      "under bursts",
 			      u->rcvbuf / 2, u->sndbuf / 2, bufsz);
+	} else if (PBOX_MIN(u->rcvbuf, u->sndbuf) / 2 < bufsz) {
+		PBOX_LOG_DEBUG(TRANSPORT, "udp: socket buffers are %d / %d bytes (asked %d)",
+			       u->rcvbuf / 2, u->sndbuf / 2, bufsz);
 	}
 	sa.sin_addr.s_addr = local.ip;
 	sa.sin_port = local.port;
