@@ -10,6 +10,16 @@ and pboxd's counters. Three parts, each a table:
   main   every model table x every worker count, appliance mtu 65535 (the main numbers)
   mtu    one model and worker count at mtu 1500 beside mtu 65535
   sweep  one model over appliance chunk_bytes 4 KB, 8 KB, ... 4 MB
+  compare  pbox against Gloo allreduce (torch.distributed over TCP on loopback, DDP's
+         buckets, all in flight: perf/netlab/gloo_worker.py) and against the echo bound
+         (pbox-udp-echo-bound: a minimal recvmmsg / sendmmsg echo with pbox's datagram
+         size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB),
+         for each --workers count and --compare-mtus, --reps rounds with the systems
+         interleaved (the order rotating each round); medians of seconds per exchange
+         (the slowest rank's per iteration for pbox and Gloo). --baseline-build DIR adds
+         the pbox of another build tree (e.g. the previous transport) to every round.
+         --netns-mtu M runs the whole benchmark in a fresh network namespace whose
+         loopback has MTU M (the host's loopback is never changed).
 
 The mtu and sweep parts run every point with each send window of --windows: "default" is
 libpbox's own max_inflight (a number of chunks, so the bytes in flight grow with the chunk
@@ -25,10 +35,14 @@ over the run (system-wide: datagrams dropped because a socket buffer was full); 
 pboxd's data-plane busy share.
 
     /usr/bin/python3 perf/bench_comm.py --build-dir build
+    /usr/bin/python3 perf/bench_comm.py --build-dir build --parts compare --workers 2,3
 """
 import argparse
 import json
 import os
+import resource
+import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -69,9 +83,12 @@ def udp_rcvbuf_errors():
         return None
 
 
-def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds):
-    """One pboxd + workers run; returns a result dict (with "error" if it failed)."""
+def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build_dir=None):
+    """One pboxd + workers run; returns a result dict (with "error" if it failed). The
+    programs come from build_dir if given, else from --build-dir."""
     from pboxtest import Pboxd, build_path
+
+    os.environ["PBOX_BUILD_DIR"] = build_dir or args.build_dir
 
     table = os.path.join(HERE, "models", model + ".txt")
     job = {"id": 1, "token": TOKEN, "workers": workers, "mode": "aggregate",
@@ -82,8 +99,9 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds):
     rcv0 = udp_rcvbuf_errors()
     t0 = time.time()
     try:
+        extra = {"idle_us": args.idle_us} if args.idle_us is not None else {}
         with Pboxd([job], cores=args.cores, mtu=mtu, chunk_bytes=chunk_bytes,
-                   busy_poll=args.busy_poll) as d:
+                   busy_poll=args.busy_poll, **extra) as d:
             cmd = [worker, "--server", d.control, "--job", "1", "--token", TOKEN,
                    "--model", table, "--seconds", str(seconds), "--json"]
             if max_inflight:
@@ -124,6 +142,9 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds):
     tot = st["totals"]
     res["pboxd"] = {k: tot[k] for k in ("busy_pct", "dups", "rx_retransmits", "replies_resent",
                                         "dropped", "tx_errors", "rx_truncated")}
+    # The UDP transport's counters (datagrams per recvmmsg call, GSO / GRO use), where
+    # the build reports them.
+    res["transport"] = st.get("transport")
     res["rcvbuf_errors"] = rcv1 - rcv0 if rcv0 is not None and rcv1 is not None else None
     res["ranks"] = outs
     if "error" in res or len(outs) != workers:
@@ -141,8 +162,193 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds):
         "retransmits": sum(o["retransmits"] for o in outs),
         "probes": sum(o["probes"] for o in outs),
         "client_dropped": sum(o["dropped"] for o in outs),
+        "iter_seconds": per_iteration_max([o.get("iter_seconds", []) for o in outs]),
     })
     return res
+
+
+def per_iteration_max(rank_times):
+    """Exchange time of each iteration: the slowest rank's."""
+    rank_times = [t for t in rank_times if t]
+    if not rank_times:
+        return []
+    n = min(len(t) for t in rank_times)
+    return [max(t[i] for t in rank_times) for i in range(n)]
+
+
+def frag_bytes_for_mtu(mtu, chunk_bytes):
+    """pbox_frag_bytes_for_mtu (common/jobdesc.c): IPv4 + UDP + pbox header inside the
+    MTU, a multiple of 64, at most 65408 and the chunk."""
+    room = min(mtu - 28 - 64, 65408)
+    return min(room - room % 64, chunk_bytes)
+
+
+def model_bytes(model):
+    sys.path.insert(0, os.path.join(HERE, "netlab"))
+    import netlab
+    _, sizes = netlab.read_table(os.path.join(HERE, "models", model + ".txt"))
+    return 4 * sum(sizes), sizes
+
+
+def run_echo(args, model, workers, chunk_bytes, mtu, iters):
+    """The echo bound: pbox's datagram size (fragment + 64-byte header), GSO/GRO below
+    64 KB. Returns {"median_s", ...} or {"error"}."""
+    nbytes, _ = model_bytes(model)
+    size = frag_bytes_for_mtu(mtu, chunk_bytes) + 64
+    cmd = [os.path.join(args.build_dir, "perf", "pbox-udp-echo-bound"),
+           "--bytes", str(nbytes), "--size", str(size), "--workers", str(workers),
+           "--threads", str(args.cores), "--iters", str(iters), "--json"]
+    if size < 32768:
+        cmd.append("--gso")
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"error": "echo bound did not finish"}
+    if p.returncode != 0:
+        return {"error": "echo bound: " + (p.stderr.strip().splitlines() or ["failed"])[-1]}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["gso"] = "--gso" in cmd
+    return r
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_gloo(args, model, workers, iters):
+    """Gloo allreduce of the model's gradient in DDP's buckets (25 MB, the first 1 MB),
+    every bucket in flight, over loopback. Returns {"median_s", ...} or {"error"}."""
+    sys.path.insert(0, os.path.join(HERE, "netlab"))
+    import netlab
+    _, sizes = model_bytes(model)
+    buckets = netlab.gloo_buckets(sizes, 25 << 20)
+    script = os.path.join(HERE, "netlab", "gloo_worker.py")
+    master = "127.0.0.1:%d" % free_tcp_port()
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(["/usr/bin/python3", script, "--rank", str(r), "--world",
+                               str(workers), "--master", master, "--buckets",
+                               ",".join(map(str, buckets)), "--iterations", str(iters),
+                               "--warmup", "2", "--timeout", "120"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for r in range(workers)]
+    times, err = [], None
+    for r, p in enumerate(procs):
+        try:
+            out, e = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, e = p.communicate()
+            err = err or "gloo rank %d did not finish" % r
+            continue
+        if p.returncode != 0:
+            err = err or "gloo rank %d: %s" % (r, (e.strip().splitlines() or ["failed"])[-1])
+            continue
+        times.append(json.loads(out.strip().splitlines()[-1])["iter_seconds"])
+    if err:
+        return {"error": err}
+    t = per_iteration_max(times)
+    return {"median_s": statistics.median(t), "iter_seconds": t}
+
+
+def compare(args, model, workers, mtu):
+    """--reps rounds of pbox (and the baseline build's pbox), Gloo and the echo bound,
+    interleaved; returns the row dict."""
+    systems = ["pbox", "gloo", "echo"] + (["base"] if args.baseline_build else [])
+    samples = {k: [] for k in systems}
+    extra = {k: [] for k in systems}
+    cpu = {k: [] for k in systems}
+    errors = []
+    for rnd in range(args.reps):
+        order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
+        for sysname in order:
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if sysname in ("pbox", "base"):
+                r = run_one(args, model, workers, args.chunk_bytes, mtu, 0, args.seconds,
+                            build_dir=args.baseline_build if sysname == "base" else None)
+                if "error" not in r and not r.get("iter_seconds"):
+                    r["error"] = "no iteration times"
+            elif sysname == "gloo":
+                r = run_gloo(args, model, workers, args.compare_iters)
+            else:
+                r = run_echo(args, model, workers, args.chunk_bytes, mtu, args.compare_iters)
+            if "error" in r:
+                errors.append("%s: %s" % (sysname, r["error"]))
+                continue
+            samples[sysname].append(statistics.median(r["iter_seconds"]))
+            extra[sysname].append(r)
+            # CPU seconds of every process of the run (pboxd, workers, echo processes)
+            # per exchange round, untimed rounds included: robust to a loaded machine.
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rounds = (r["iters"] + 2) if sysname in ("pbox", "base") else (
+                args.compare_iters + 2 if sysname == "echo" else 0)
+            if rounds:
+                cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
+                                     ru0.ru_stime) / rounds)
+    row = {"model": model, "workers": workers, "mtu": mtu, "reps": args.reps,
+           "frag_bytes": frag_bytes_for_mtu(mtu, args.chunk_bytes), "errors": errors,
+           "samples": samples, "cpu_samples": cpu,
+           "runs": {k: [{x: r.get(x) for x in ("iters", "retransmits", "probes", "rcvbuf_errors",
+                                               "client_dropped", "pboxd", "transport",
+                                               "median_s", "gso")}
+                        for r in extra[k]] for k in systems}}
+    for k in systems:
+        row[k] = statistics.median(samples[k]) if samples[k] else None
+        row[k + "_cpu"] = statistics.median(cpu[k]) if cpu[k] else None
+    for k in ("pbox", "base"):
+        tr = [r.get("transport") for r in extra.get(k, []) if r.get("transport")]
+        if tr:
+            tot = tr[-1]["totals"]
+            row[k + "_per_call"] = tot.get("rx_pkts_per_call")
+            row[k + "_gso"] = tr[-1].get("gso")
+        row[k + "_retx"] = sum(r.get("retransmits", 0) for r in extra.get(k, []))
+        row[k + "_rcvbuf"] = sum(r.get("rcvbuf_errors") or 0 for r in extra.get(k, []))
+    return row
+
+
+def compare_table(rows, args, load, secs):
+    base = bool(args.baseline_build)
+    print("\ncompare: %s, chunk_bytes %s, %d pboxd cores / echo threads, %d rounds "
+          "interleaved, medians of s per exchange (%.0f s); load average %.1f before, %.1f "
+          "after" % (rows[0]["model"] if rows else "-", fmt_size(args.chunk_bytes), args.cores,
+                     args.reps, secs, load, os.getloadavg()[0]))
+    hdr = "%2s %5s %6s %8s %8s %8s %s %9s %9s %s %8s %5s" % (
+        "N", "mtu", "frag", "pbox", "gloo", "echo", "%8s " % "base" if base else "",
+        "gloo/pbox", "pbox/echo", "%9s " % "base/pbox" if base else "", "dg/call", "retx")
+    hdr += " %7s %8s %8s %9s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox")
+    if base:
+        hdr += " %8s" % "cpu base"
+    print(hdr)
+
+    def f(v):
+        return "%8.4f" % v if v else "%8s" % "-"
+
+    def q(a, b):
+        return "%9.2f" % (a / b) if a and b else "%9s" % "-"
+    for r in rows:
+        line = "%2d %5d %6s %s %s %s %s%s %s %s%8s %5d" % (
+            r["workers"], r["mtu"], fmt_size(r["frag_bytes"]), f(r["pbox"]), f(r["gloo"]),
+            f(r["echo"]), f(r.get("base")) + " " if base else "", q(r["gloo"], r["pbox"]),
+            q(r["echo"], r["pbox"]), q(r.get("base"), r["pbox"]) + " " if base else "",
+            "%.2f" % r["pbox_per_call"] if r.get("pbox_per_call") else "-", r["pbox_retx"])
+        line += " %7d %s %s %s" % (r["pbox_rcvbuf"], f(r["pbox_cpu"]), f(r["echo_cpu"]),
+                                   q(r["echo_cpu"], r["pbox_cpu"]))
+        if base:
+            line += " %s" % f(r.get("base_cpu"))
+        print(line)
+        for e in r["errors"]:
+            print("   error: " + e)
+    print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
+          "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
+          "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
+          "processes per exchange round (medians; echo/pbox: pbox's CPU efficiency against "
+          "the bound)" %
+          ("; base/pbox: speed-up over the baseline build" if base else ""))
+    sys.stdout.flush()
 
 
 FMT = "%-9s %6s %2s %6s %7s %5s %6s %5s %7s %7s %7s %7s %7s %7s %7s %5s"
@@ -220,11 +426,30 @@ def main():
                     help="send windows of the mtu and sweep parts: 'default' and/or byte "
                          "budgets (default: default,4M)")
     ap.add_argument("--busy-poll", action="store_true", help="pboxd busy_poll = true")
+    ap.add_argument("--idle-us", type=int, metavar="US",
+                    help="pboxd idle_us: how long a core polls before it blocks (default: "
+                         "pboxd's)")
     ap.add_argument("--json", metavar="FILE", help="also write every result to FILE")
+    ap.add_argument("--compare-mtus", default="65535",
+                    help="appliance MTUs of the compare part (default 65535)")
+    ap.add_argument("--compare-model", default="resnet50", help="model of the compare part")
+    ap.add_argument("--compare-iters", type=int, default=10,
+                    help="timed iterations of Gloo and of the echo bound per round")
+    ap.add_argument("--reps", type=int, default=3, help="rounds of the compare part")
+    ap.add_argument("--baseline-build", metavar="DIR",
+                    help="compare part: also run pboxd and the workers of this build tree")
+    ap.add_argument("--netns-mtu", type=int, metavar="MTU",
+                    help="run in a new network namespace whose loopback has this MTU")
+    ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args.build_dir:
-        os.environ["PBOX_BUILD_DIR"] = os.path.abspath(args.build_dir)
+    if args.netns_mtu and not args.in_netns:
+        return in_netns(args)
+
+    args.build_dir = os.path.abspath(args.build_dir or os.path.join(ROOT, "build"))
+    os.environ["PBOX_BUILD_DIR"] = args.build_dir
+    if args.baseline_build:
+        args.baseline_build = os.path.abspath(args.baseline_build)
     if not (args.seconds > 0 and args.sweep_seconds > 0):
         ap.error("--seconds and --sweep-seconds must be positive")
     if args.cores < 1:
@@ -233,8 +458,8 @@ def main():
         ap.error("--max-inflight must be 0 (libpbox's default) or more")
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     for p in parts:
-        if p not in ("main", "mtu", "sweep"):
-            ap.error("--parts: unknown part '%s' (main, mtu, sweep)" % p)
+        if p not in ("main", "mtu", "sweep", "compare"):
+            ap.error("--parts: unknown part '%s' (main, mtu, sweep, compare)" % p)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models + [args.sweep_model, args.mtu_model]:
         if not os.path.exists(os.path.join(HERE, "models", m + ".txt")):
@@ -280,11 +505,39 @@ def main():
         table("sweep: %s, %d workers, mtu %d (%.0f s)" %
               (args.sweep_model, args.sweep_workers, args.mtu, time.time() - t0), res, load)
         everything += res
+    if "compare" in parts:
+        t0, load = time.time(), os.getloadavg()[0]
+        rows = [compare(args, args.compare_model, n, int(m))
+                for m in args.compare_mtus.split(",") for n in workers]
+        compare_table(rows, args, load, time.time() - t0)
+        everything += rows
+        if any(r["errors"] for r in rows):
+            everything.append({"error": "compare: some runs failed"})
     failed = any("error" in r for r in everything)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=1)
     return 1 if failed else 0
+
+
+def in_netns(args):
+    """Run this benchmark again inside a new network namespace whose loopback has MTU
+    args.netns_mtu; the namespace is deleted afterwards, whatever happens."""
+    ns = "pbox-bench-%d" % os.getpid()
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "mtu", str(args.netns_mtu), "up"],
+                       check=True)
+        print("in network namespace %s, loopback mtu %d" % (ns, args.netns_mtu))
+        sys.stdout.flush()
+        return subprocess.run(["ip", "netns", "exec", ns, "/usr/bin/python3",
+                               os.path.abspath(__file__)] + sys.argv[1:] +
+                              ["--in-netns"]).returncode
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("cannot set up the namespace (root needed): %s" % e, file=sys.stderr)
+        return 1
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

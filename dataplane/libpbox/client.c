@@ -487,12 +487,12 @@ static void heartbeat(struct pbox_client *c)
 static void *progress_main(void *arg)
 {
 	struct pbox_client *c = arg;
-	struct pbox_rx_pkt pkts[PBOX_UDP_DEFAULT_BURST];
-
+	/* Room for a whole burst of GRO messages' datagrams per call. */
+	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
 	uint64_t next_ctl_check = 0;
 
 	while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_DEFAULT_BURST);
+		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
 		uint64_t next, t;
 
 		drain_submissions(c);

@@ -8,8 +8,9 @@
  *
  * Every core runs the same loop: receive a burst -> read the job table (RCU) -> run the
  * engine on each datagram -> flush replies -> quiescent state -> account busy / idle
- * cycles. When idle for idle_us (and busy_poll is off) a core goes RCU-offline and sleeps
- * in poll() until a datagram or the stop signal arrives.
+ * cycles. When idle for idle_us (and busy_poll is off) a core goes RCU-offline and blocks
+ * in its receive (recvmmsg, MSG_WAITFORONE) until a datagram or the stop signal arrives;
+ * before that it polls with a pause of a microsecond or two between system calls.
  *
  * Threading: pboxd_dp_start/stop/publish are called by the control thread only, which
  * pboxd_dp_start registers with liburcu-qsbr and leaves RCU-offline (it goes online only

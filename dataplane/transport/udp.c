@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +17,33 @@
 #include "common/compiler.h"
 #include "common/log.h"
 
+/* A queued datagram: its header (copied) and where it goes; its two iovecs (header,
+ * payload) are tx_iov[2i], tx_iov[2i + 1], contiguous across entries so a GSO message
+ * can take a run of them. */
 struct tx_entry {
 	struct pbox_wire_hdr hdr;
+	uint32_t ip; /* network order */
+	uint16_t port;
+	uint32_t len; /* header + payload */
+};
+
+/* Per outgoing message: its address and room for the UDP_SEGMENT control message. */
+struct tx_msg {
 	struct sockaddr_in to;
-	struct iovec iov[2];
+	uint32_t first, count; /* tx entries it carries */
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} ctl;
+};
+
+/* Per receive slot: the sender and room for the UDP_GRO control message. */
+struct rx_slot {
+	struct sockaddr_in from;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
 };
 
 /* A datagram held back by reorder injection; owns a copy of its payload. */
@@ -36,19 +60,29 @@ struct pbox_udp {
 	int fd;
 	unsigned burst;
 	uint16_t port;
+	bool gso, gro;
+	int rcvbuf, sndbuf;
+	int rcvtimeo_ms; /* SO_RCVTIMEO last set (0: none) */
 	struct pbox_udp_stats stats;
 	struct pbox_fault fault;
 	bool faulty;
-	/* receive */
+	/* receive: burst slots of rx_buf_len bytes */
+	uint32_t rx_buf_len;
 	struct mmsghdr *rx_msgs;
 	struct iovec *rx_iov;
-	struct sockaddr_in *rx_addr;
-	uint8_t *rx_buf; /* burst * PBOX_UDP_MAX_DGRAM */
+	struct rx_slot *rx_slot;
+	uint8_t *rx_buf;
+	/* messages of the last recvmmsg not yet handed out: slot rx_next at byte rx_off */
+	unsigned rx_nmsgs, rx_next;
+	uint32_t rx_off;
 	/* send */
-	unsigned ntx;
-	uint64_t tx_refs; /* payload datagrams queued so far */
-	struct mmsghdr *tx_msgs;
+	unsigned ntx, tx_cap;
+	uint64_t tx_queued_bytes; /* bytes in tx[0..ntx) */
+	uint64_t tx_refs;         /* payload datagrams queued so far */
 	struct tx_entry *tx;
+	struct iovec *tx_iov; /* 2 per entry */
+	struct mmsghdr *tx_msgs;
+	struct tx_msg *tx_msg;
 	struct held *held;
 	bool emsgsize_logged;
 };
@@ -79,22 +113,43 @@ const char *pbox_peer_str(const struct pbox_peer *p, char *buf, unsigned len)
 	return buf;
 }
 
-static void set_buf(int fd, int opt, int force_opt, int bytes, const char *what)
+/* Below this much payload room per socket a burst of one window from a few workers can
+ * overflow: say so (less than asked, but at least this, is only a debug message). */
+#define PBOX_UDP_LOW_SOCK_BUF (8 << 20)
+
+/* Ask for `bytes` of socket buffer: SO_*BUFFORCE (root / CAP_NET_ADMIN) overrides
+ * net.core.{r,w}mem_max; otherwise the plain option, which the kernel caps there. Returns
+ * the effective size as getsockopt reports it (twice the payload room). */
+static int set_buf(int fd, int opt, int force_opt, int bytes)
 {
 	int got = 0;
 	socklen_t l = sizeof(got);
 
-	/* FORCE (root) overrides net.core.{r,w}mem_max; fall back to the plain option. */
 	if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) != 0) {
 		setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
 	}
 	getsockopt(fd, SOL_SOCKET, opt, &got, &l);
-	if (got < bytes) {
-		PBOX_LOG_INFO(TRANSPORT,
-			      "%s buffer is %d bytes (asked %d; raise net.core.%s_max or run as "
-			      "root for fewer drops under bursts)",
-			      what, got / 2, bytes, opt == SO_RCVBUF ? "rmem" : "wmem");
-	}
+	return got;
+}
+
+/* Turn on what the kernel offers: UDP_SEGMENT is probed by setting the socket's default
+ * segment size to 0 (no segmentation unless a message asks for it), UDP_GRO by enabling
+ * it. Either missing (ENOPROTOOPT before Linux 4.18 / 5.0) leaves it off. */
+static bool env_off(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v != NULL && strcmp(v, "0") == 0;
+}
+
+static void probe_offloads(struct pbox_udp *u, const struct pbox_udp_cfg *cfg)
+{
+	int zero = 0, one = 1;
+	bool no_gso = cfg->no_gso || env_off("PBOX_UDP_GSO");
+	bool no_gro = cfg->no_gro || env_off("PBOX_UDP_GRO");
+
+	u->gso = !no_gso && setsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
+	u->gro = !no_gro && setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
 }
 
 struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
@@ -104,7 +159,7 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	socklen_t sl = sizeof(sa);
 	struct pbox_peer local;
 	int pmtu = IP_PMTUDISC_DO;
-	int bufsz = cfg->sock_buf > 0 ? cfg->sock_buf : 8 << 20;
+	int bufsz = cfg->sock_buf > 0 ? cfg->sock_buf : PBOX_UDP_DEFAULT_SOCK_BUF;
 
 	if (u == NULL) {
 		PBOX_LOG_ERR(TRANSPORT, "udp: out of memory");
@@ -116,20 +171,36 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 		PBOX_LOG_ERR(TRANSPORT, "udp: cannot resolve local address '%s'", cfg->addr);
 		goto fail;
 	}
+	/* Blocking socket, MSG_DONTWAIT on every call but pbox_udp_rx_wait's: that one blocks
+	 * for its first datagram inside recvmmsg, with no poll before it. */
+	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (u->fd < 0) {
+		PBOX_LOG_ERR(TRANSPORT, "udp: socket: %s", strerror(errno));
+		goto fail;
+	}
+	probe_offloads(u, cfg);
+	/* With GRO a buffer takes a coalesced run of datagrams, up to one IP packet. */
+	u->rx_buf_len = u->gro ? PBOX_ALIGN_UP(PBOX_UDP_MAX_MSG, PBOX_CACHE_LINE)
+			       : PBOX_ALIGN_UP(PBOX_UDP_MAX_DGRAM, PBOX_CACHE_LINE);
+	/* The send queue holds up to burst 64-KB datagrams' worth of bytes, and with GSO
+	 * enough small datagrams to fill a burst of 64-KB messages. */
+	u->tx_cap = u->gso ? PBOX_UDP_MAX_BURST : u->burst;
 	u->rx_msgs = calloc(u->burst, sizeof(*u->rx_msgs));
 	u->rx_iov = calloc(u->burst, sizeof(*u->rx_iov));
-	u->rx_addr = calloc(u->burst, sizeof(*u->rx_addr));
-	u->rx_buf = aligned_alloc(PBOX_CACHE_LINE, (size_t)u->burst * PBOX_UDP_MAX_DGRAM);
-	u->tx_msgs = calloc(u->burst, sizeof(*u->tx_msgs));
-	u->tx = calloc(u->burst, sizeof(*u->tx));
-	if (u->rx_msgs == NULL || u->rx_iov == NULL || u->rx_addr == NULL || u->rx_buf == NULL ||
-	    u->tx_msgs == NULL || u->tx == NULL) {
+	u->rx_slot = calloc(u->burst, sizeof(*u->rx_slot));
+	u->rx_buf = aligned_alloc(PBOX_CACHE_LINE, (size_t)u->burst * u->rx_buf_len);
+	u->tx = calloc(u->tx_cap, sizeof(*u->tx));
+	u->tx_iov = calloc((size_t)u->tx_cap * 2, sizeof(*u->tx_iov));
+	u->tx_msgs = calloc(u->tx_cap, sizeof(*u->tx_msgs));
+	u->tx_msg = calloc(u->tx_cap, sizeof(*u->tx_msg));
+	if (u->rx_msgs == NULL || u->rx_iov == NULL || u->rx_slot == NULL || u->rx_buf == NULL ||
+	    u->tx == NULL || u->tx_iov == NULL || u->tx_msgs == NULL || u->tx_msg == NULL) {
 		PBOX_LOG_ERR(TRANSPORT, "udp: out of memory for %u-datagram bursts", u->burst);
 		goto fail;
 	}
 	for (unsigned i = 0; i < u->burst; i++) {
-		u->rx_iov[i].iov_base = u->rx_buf + (size_t)i * PBOX_UDP_MAX_DGRAM;
-		u->rx_iov[i].iov_len = PBOX_UDP_MAX_DGRAM;
+		u->rx_iov[i].iov_base = u->rx_buf + (size_t)i * u->rx_buf_len;
+		u->rx_iov[i].iov_len = u->rx_buf_len;
 	}
 	pbox_fault_init(&u->fault, &cfg->fault);
 	u->faulty = pbox_fault_enabled(&u->fault);
@@ -139,17 +210,22 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 			goto fail;
 		}
 	}
-	u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (u->fd < 0) {
-		PBOX_LOG_ERR(TRANSPORT, "udp: socket: %s", strerror(errno));
-		goto fail;
-	}
 	/* No SO_REUSEADDR: on a UDP socket it lets another socket with the option bind the
 	 * same port (an ephemeral bind may even pick it), and the newer socket then gets
 	 * every datagram sent to it, so a worker or a core silently stops hearing. */
 	setsockopt(u->fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
-	set_buf(u->fd, SO_RCVBUF, SO_RCVBUFFORCE, bufsz, "receive");
-	set_buf(u->fd, SO_SNDBUF, SO_SNDBUFFORCE, bufsz, "send");
+	u->rcvbuf = set_buf(u->fd, SO_RCVBUF, SO_RCVBUFFORCE, bufsz);
+	u->sndbuf = set_buf(u->fd, SO_SNDBUF, SO_SNDBUFFORCE, bufsz);
+	if (PBOX_MIN(u->rcvbuf, u->sndbuf) / 2 < PBOX_MIN(bufsz, PBOX_UDP_LOW_SOCK_BUF)) {
+		PBOX_LOG_INFO(TRANSPORT,
+			      "udp: socket buffers are %d / %d bytes (receive / send; asked %d): "
+			      "raise net.core.rmem_max / wmem_max or run as root for fewer drops "
+			      "under bursts",
+			      u->rcvbuf / 2, u->sndbuf / 2, bufsz);
+	} else if (PBOX_MIN(u->rcvbuf, u->sndbuf) / 2 < bufsz) {
+		PBOX_LOG_DEBUG(TRANSPORT, "udp: socket buffers are %d / %d bytes (asked %d)",
+			       u->rcvbuf / 2, u->sndbuf / 2, bufsz);
+	}
 	sa.sin_addr.s_addr = local.ip;
 	sa.sin_port = local.port;
 	if (bind(u->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
@@ -177,10 +253,12 @@ void pbox_udp_close(struct pbox_udp *u)
 	}
 	free(u->rx_msgs);
 	free(u->rx_iov);
-	free(u->rx_addr);
+	free(u->rx_slot);
 	free(u->rx_buf);
-	free(u->tx_msgs);
 	free(u->tx);
+	free(u->tx_iov);
+	free(u->tx_msgs);
+	free(u->tx_msg);
 	free(u->held);
 	free(u);
 }
@@ -200,59 +278,246 @@ const struct pbox_udp_stats *pbox_udp_stats(const struct pbox_udp *u)
 	return &u->stats;
 }
 
+void pbox_udp_info(const struct pbox_udp *u, struct pbox_udp_info *out)
+{
+	out->rcvbuf = u->rcvbuf;
+	out->sndbuf = u->sndbuf;
+	out->gso = __atomic_load_n(&u->gso, __ATOMIC_RELAXED);
+	out->gro = u->gro;
+}
+
+const char *pbox_udp_info_str(const struct pbox_udp *u, char *buf, unsigned len)
+{
+	struct pbox_udp_info i;
+
+	pbox_udp_info(u, &i);
+	snprintf(buf, len, "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s", i.rcvbuf >> 10,
+		 i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off");
+	return buf;
+}
+
 const struct pbox_fault *pbox_udp_fault(const struct pbox_udp *u)
 {
 	return &u->fault;
 }
 
-unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max)
+/* The GRO segment size of slot i's message, or 0 if it holds one datagram. */
+static uint32_t gro_size(struct pbox_udp *u, unsigned i)
 {
+	struct msghdr *h = &u->rx_msgs[i].msg_hdr;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(h); cm != NULL; cm = CMSG_NXTHDR(h, cm)) {
+		if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+			int sz;
+
+			memcpy(&sz, CMSG_DATA(cm), sizeof(sz));
+			return sz > 0 ? (uint32_t)sz : 0;
+		}
+	}
+	return 0;
+}
+
+/* Hand out datagrams of the messages received and not yet handed out, up to max. A
+ * message is cut at its GRO segment size (the last piece may be shorter); a message
+ * without one is one datagram (an empty datagram too: validation drops it). */
+static unsigned deliver(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max)
+{
+	unsigned n = 0;
+
+	while (n < max && u->rx_next < u->rx_nmsgs) {
+		unsigned i = u->rx_next;
+		const struct mmsghdr *m = &u->rx_msgs[i];
+		uint32_t total = m->msg_len, seg = gro_size(u, i);
+
+		if (seg == 0 || seg >= total) {
+			seg = PBOX_MAX(total, 1u);
+		}
+		if (u->rx_off == 0) {
+			if (m->msg_hdr.msg_flags & MSG_TRUNC) {
+				/* Larger than any pbox datagram (or, coalesced, than the buffer):
+				 * validation drops the cut piece on length. */
+				u->stats.rx_truncated++;
+			}
+			u->stats.rx_gro_msgs += seg < total;
+		}
+		do {
+			struct pbox_rx_pkt *p = &pkts[n++];
+			uint32_t len = PBOX_MIN(seg, total - u->rx_off);
+
+			p->data = (const uint8_t *)u->rx_iov[i].iov_base + u->rx_off;
+			p->len = len;
+			memset(&p->from, 0, sizeof(p->from));
+			p->from.ip = u->rx_slot[i].from.sin_addr.s_addr;
+			p->from.port = u->rx_slot[i].from.sin_port;
+			u->stats.rx_bytes += len;
+			u->rx_off += len;
+		} while (n < max && u->rx_off < total);
+		if (u->rx_off >= total) {
+			u->rx_next++;
+			u->rx_off = 0;
+		}
+	}
+	u->stats.rx_pkts += n;
+	return n;
+}
+
+/* One recvmmsg into every slot (at most `want`), then hand out up to max. */
+static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max, int flags)
+{
+	unsigned want = PBOX_MIN(max, u->burst);
 	int n;
 
-	max = PBOX_MIN(max, u->burst);
-	for (unsigned i = 0; i < max; i++) {
+	for (unsigned i = 0; i < want; i++) {
 		struct msghdr *h = &u->rx_msgs[i].msg_hdr;
 
-		h->msg_name = &u->rx_addr[i];
-		h->msg_namelen = sizeof(u->rx_addr[i]);
+		h->msg_name = &u->rx_slot[i].from;
+		h->msg_namelen = sizeof(u->rx_slot[i].from);
 		h->msg_iov = &u->rx_iov[i];
 		h->msg_iovlen = 1;
-		h->msg_control = NULL;
-		h->msg_controllen = 0;
+		h->msg_control = u->gro ? u->rx_slot[i].ctl.buf : NULL;
+		h->msg_controllen = u->gro ? sizeof(u->rx_slot[i].ctl.buf) : 0;
 		h->msg_flags = 0;
 	}
-	n = recvmmsg(u->fd, u->rx_msgs, max, MSG_DONTWAIT, NULL);
+	u->stats.rx_calls++;
+	n = recvmmsg(u->fd, u->rx_msgs, want, flags, NULL);
+	/* A blocking receive woken by shutdown() "receives" an empty message without a
+	 * sender; every real UDP datagram has one. */
+	for (int i = 0; i < n; i++) {
+		if (u->rx_msgs[i].msg_hdr.msg_namelen == 0) {
+			n = i;
+			break;
+		}
+	}
 	if (n <= 0) {
+		u->stats.rx_empty++;
 		return 0;
 	}
-	for (int i = 0; i < n; i++) {
-		struct pbox_rx_pkt *p = &pkts[i];
+	u->stats.rx_msgs += (unsigned)n;
+	u->rx_nmsgs = (unsigned)n;
+	u->rx_next = 0;
+	u->rx_off = 0;
+	return deliver(u, pkts, max);
+}
 
-		p->data = u->rx_iov[i].iov_base;
-		p->len = u->rx_msgs[i].msg_len;
-		if (u->rx_msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
-			/* Larger than any pbox datagram: validation drops it on length. */
-			u->stats.rx_truncated++;
-		}
-		memset(&p->from, 0, sizeof(p->from));
-		p->from.ip = u->rx_addr[i].sin_addr.s_addr;
-		p->from.port = u->rx_addr[i].sin_port;
-		u->stats.rx_bytes += p->len;
+unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max)
+{
+	if (max == 0) {
+		return 0;
 	}
-	u->stats.rx_pkts += (unsigned)n;
-	return (unsigned)n;
+	/* Datagrams left from the last call first: their buffers are still in use. */
+	if (u->rx_next < u->rx_nmsgs) {
+		return deliver(u, pkts, max);
+	}
+	return receive(u, pkts, max, MSG_DONTWAIT);
+}
+
+unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
+			  int timeout_ms)
+{
+	if (max == 0) {
+		return 0;
+	}
+	if (u->rx_next < u->rx_nmsgs) {
+		return deliver(u, pkts, max);
+	}
+	if (timeout_ms != u->rcvtimeo_ms) {
+		struct timeval tv = { .tv_sec = timeout_ms / 1000,
+				      .tv_usec = (timeout_ms % 1000) * 1000 };
+
+		if (setsockopt(u->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+			return pbox_udp_rx_burst(u, pkts, max);
+		}
+		u->rcvtimeo_ms = timeout_ms;
+	}
+	/* Blocks (up to SO_RCVTIMEO) for the first message, then takes what is queued. */
+	return receive(u, pkts, max, MSG_WAITFORONE);
+}
+
+void pbox_udp_wake(struct pbox_udp *u)
+{
+	/* On an unconnected socket shutdown() reports ENOTCONN but still marks the receive
+	 * side shut and wakes the sleepers; a blocking receive then returns at once. */
+	(void)shutdown(u->fd, SHUT_RD);
 }
 
 int pbox_udp_wait(struct pbox_udp *u, int timeout_ms, int wake_fd)
 {
 	struct pollfd p[2] = { { .fd = u->fd, .events = POLLIN },
 			       { .fd = wake_fd, .events = POLLIN } };
-	int rc = poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
+	int rc;
 
+	if (u->rx_next < u->rx_nmsgs) {
+		return 1; /* datagrams of a coalesced message are still to be handed out */
+	}
+	rc = poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
 	if (rc < 0) {
 		return errno == EINTR ? 0 : -errno;
 	}
 	return (p[0].revents & POLLIN) ? 1 : 0;
+}
+
+static bool same_peer(const struct tx_entry *a, const struct tx_entry *b)
+{
+	return a->ip == b->ip && a->port == b->port;
+}
+
+/* Build messages for tx[first..ntx): with GSO, a run of datagrams to one peer whose sizes
+ * equal the first's (the run's last may be shorter) shares a message, within the
+ * kernel's bounds; otherwise one datagram per message. Returns the message count. */
+static unsigned build_msgs(struct pbox_udp *u, unsigned first)
+{
+	unsigned nm = 0, i = first;
+	bool gso = u->gso;
+
+	while (i < u->ntx) {
+		struct tx_msg *tm = &u->tx_msg[nm];
+		struct msghdr *h = &u->tx_msgs[nm].msg_hdr;
+		const struct tx_entry *e = &u->tx[i];
+		uint32_t seg = e->len, total = e->len;
+		unsigned j = i + 1;
+
+		if (gso) {
+			while (j < u->ntx && j - i < PBOX_UDP_GSO_MAX_SEGS &&
+			       same_peer(&u->tx[j], e) && u->tx[j].len <= seg &&
+			       total + u->tx[j].len <= PBOX_UDP_MAX_MSG) {
+				total += u->tx[j].len;
+				if (u->tx[j++].len < seg) {
+					break; /* only the last segment may be short */
+				}
+			}
+		}
+		tm->to.sin_family = AF_INET;
+		tm->to.sin_addr.s_addr = e->ip;
+		tm->to.sin_port = e->port;
+		tm->first = i;
+		tm->count = j - i;
+		memset(h, 0, sizeof(*h));
+		h->msg_name = &tm->to;
+		h->msg_namelen = sizeof(tm->to);
+		h->msg_iov = &u->tx_iov[2 * i];
+		h->msg_iovlen = 2 * (j - i);
+		if (j - i > 1) {
+			struct cmsghdr *cm;
+			uint16_t sz = (uint16_t)seg;
+
+			h->msg_control = tm->ctl.buf;
+			h->msg_controllen = sizeof(tm->ctl.buf);
+			cm = CMSG_FIRSTHDR(h);
+			cm->cmsg_level = SOL_UDP;
+			cm->cmsg_type = UDP_SEGMENT;
+			cm->cmsg_len = CMSG_LEN(sizeof(sz));
+			memcpy(CMSG_DATA(cm), &sz, sizeof(sz));
+		}
+		nm++;
+		i = j;
+	}
+	return nm;
+}
+
+/* Errors with which a kernel refuses to segment a message it would send whole. */
+static bool gso_refused(int err)
+{
+	return err == EINVAL || err == EIO || err == EOPNOTSUPP || err == ENOPROTOOPT;
 }
 
 /* Send tx[0..ntx) with as few sendmmsg calls as the socket allows. */
@@ -261,20 +526,26 @@ static void send_queued(struct pbox_udp *u)
 	unsigned done = 0, waits = 0;
 
 	while (done < u->ntx) {
-		int n = sendmmsg(u->fd, u->tx_msgs + done, u->ntx - done, 0);
+		unsigned nm = build_msgs(u, done);
+		int n = sendmmsg(u->fd, u->tx_msgs, nm, MSG_DONTWAIT);
+		int err = errno;
+		const struct tx_msg *bad;
 
+		u->stats.tx_calls++;
 		if (n > 0) {
 			for (int i = 0; i < n; i++) {
-				u->stats.tx_bytes += u->tx_msgs[done + i].msg_len;
+				u->stats.tx_bytes += u->tx_msgs[i].msg_len;
+				u->stats.tx_pkts += u->tx_msg[i].count;
+				u->stats.tx_gso_msgs += u->tx_msg[i].count > 1;
+				done += u->tx_msg[i].count;
 			}
-			u->stats.tx_pkts += (unsigned)n;
-			done += (unsigned)n;
+			u->stats.tx_msgs += (unsigned)n;
 			continue;
 		}
-		if (errno == EINTR) {
+		if (err == EINTR) {
 			continue;
 		}
-		if ((errno == EAGAIN || errno == ENOBUFS) && waits < 100) {
+		if ((err == EAGAIN || err == ENOBUFS) && waits < 100) {
 			struct pollfd p = { .fd = u->fd, .events = POLLOUT };
 
 			u->stats.tx_waits++;
@@ -282,48 +553,58 @@ static void send_queued(struct pbox_udp *u)
 			poll(&p, 1, 1);
 			continue;
 		}
-		if (errno == EMSGSIZE && !u->emsgsize_logged) {
+		bad = &u->tx_msg[0];
+		if (bad->count > 1 && gso_refused(err)) {
+			/* The kernel cannot segment for this socket / route: send the same
+			 * datagrams one per message from now on. */
+			PBOX_LOG_WARN(TRANSPORT,
+				      "udp port %u: the kernel refused UDP GSO (%s); sending one "
+				      "datagram per message from now on",
+				      u->port, strerror(err));
+			__atomic_store_n(&u->gso, false, __ATOMIC_RELAXED);
+			continue;
+		}
+		if (err == EMSGSIZE && !u->emsgsize_logged) {
 			PBOX_LOG_ERR(TRANSPORT,
-				     "udp: datagram of %zu bytes exceeds the path MTU; configure a "
+				     "udp: datagram of %u bytes exceeds the path MTU; configure a "
 				     "smaller mtu",
-				     u->tx[done].iov[0].iov_len + u->tx[done].iov[1].iov_len);
+				     u->tx[bad->first].len);
 			u->emsgsize_logged = true;
 		}
-		/* This datagram cannot go; drop it and carry on with the rest. */
-		u->stats.tx_dropped++;
-		done++;
+		/* This message cannot go; drop its datagrams and carry on with the rest. */
+		u->stats.tx_dropped += bad->count;
+		done += bad->count;
 	}
 	u->ntx = 0;
+	u->tx_queued_bytes = 0;
 }
 
 static void queue(struct pbox_udp *u, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
 		  const void *payload, uint32_t len)
 {
 	struct tx_entry *e;
-	struct msghdr *h;
+	struct iovec *iov;
 
-	if (u->ntx == u->burst) {
+	/* A full queue, or a burst of 64-KB datagrams' worth of bytes, goes out first. */
+	if (u->ntx == u->tx_cap ||
+	    u->tx_queued_bytes + sizeof(*hdr) + len > (uint64_t)u->burst * PBOX_UDP_MAX_MSG) {
 		send_queued(u);
 	}
 	e = &u->tx[u->ntx];
-	h = &u->tx_msgs[u->ntx].msg_hdr;
+	iov = &u->tx_iov[2 * u->ntx];
 	memcpy(&e->hdr, hdr, sizeof(e->hdr));
-	e->to.sin_family = AF_INET;
-	e->to.sin_addr.s_addr = to->ip;
-	e->to.sin_port = to->port;
-	e->iov[0].iov_base = &e->hdr;
-	e->iov[0].iov_len = sizeof(e->hdr);
-	e->iov[1].iov_base = (void *)payload;
-	e->iov[1].iov_len = len;
-	memset(h, 0, sizeof(*h));
-	h->msg_name = &e->to;
-	h->msg_namelen = sizeof(e->to);
-	h->msg_iov = e->iov;
-	h->msg_iovlen = len ? 2 : 1;
+	e->ip = to->ip;
+	e->port = to->port;
+	e->len = (uint32_t)sizeof(e->hdr) + len;
+	iov[0].iov_base = &e->hdr;
+	iov[0].iov_len = sizeof(e->hdr);
+	/* An empty second iovec for a header-only datagram keeps every entry at two. */
+	iov[1].iov_base = (void *)payload;
+	iov[1].iov_len = len;
 	u->ntx++;
+	u->tx_queued_bytes += e->len;
 	u->tx_refs += len != 0;
 }
-
 static void release_held(struct pbox_udp *u)
 {
 	struct held *hd = u->held;

@@ -1,0 +1,539 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pbox-udp-echo-bound: the kernel-UDP bound for a pbox exchange, measured with the
+ * smallest program of the same shape. An echo process (the appliance's place) runs
+ * --threads echo threads, each on its own loopback UDP socket, receiving with recvmmsg
+ * and sending every datagram straight back with sendmmsg, in bursts of --burst. --workers
+ * worker processes (the workers' place, one I/O thread each) exchange --bytes per
+ * iteration: the bytes go out as datagrams of --size bytes (UDP payload; the last one
+ * shorter), spread round-robin over the echo threads, at most --window bytes outstanding
+ * (libpbox's default send window is 4 MiB), and the iteration ends when every byte has come
+ * back. Nothing is aggregated, checked or copied: what is left is the system calls and the
+ * kernel's own copies, so no pbox exchange over the same sockets can be faster.
+ *
+ * --gso sends runs of datagrams as UDP_SEGMENT messages of up to 64 KB and receives with
+ * UDP_GRO (the echo returns a coalesced message as one GSO message): the bound for small
+ * datagrams (MTU 1500) when the kernel offloads are used.
+ *
+ * Output: one line per worker, or with --json one JSON object with every worker's
+ * seconds per iteration. A datagram lost (nothing back for 1 s) fails the run (exit 1):
+ * loopback with the socket buffers this program asks for does not drop.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/args.h"
+#include "common/compiler.h"
+
+#define PROG       "pbox-udp-echo-bound"
+#define MAX_BURST  256
+#define MAX_MSG    65507u /* largest UDP payload over IPv4 */
+#define MAX_SEGS   64u
+#define MAX_THREAD 16
+#define SOCK_BUF   (32 << 20)
+
+struct opts {
+	uint32_t workers, threads, burst, iters, warmup;
+	uint64_t bytes, window;
+	uint32_t size;
+	bool gso, json;
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int open_sock(bool gso)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), b = SOCK_BUF, one = 1;
+
+	if (fd < 0) {
+		perror(PROG ": socket");
+		exit(1);
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &b, sizeof(b)) != 0) {
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b));
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &b, sizeof(b)) != 0) {
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+	}
+	if (gso && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) != 0) {
+		fprintf(stderr, PROG ": UDP_GRO: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		perror(PROG ": bind");
+		exit(1);
+	}
+	return fd;
+}
+
+static uint16_t sock_port(int fd)
+{
+	struct sockaddr_in sa;
+	socklen_t l = sizeof(sa);
+
+	getsockname(fd, (struct sockaddr *)&sa, &l);
+	return sa.sin_port;
+}
+
+union ctl {
+	char buf[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr align;
+};
+
+/* A GRO message's segment size, or 0. */
+static int gro_size(struct msghdr *h)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(h); cm != NULL; cm = CMSG_NXTHDR(h, cm)) {
+		if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+			int v;
+
+			memcpy(&v, CMSG_DATA(cm), sizeof(v));
+			return v;
+		}
+	}
+	return 0;
+}
+
+static void set_segment(struct msghdr *h, union ctl *c, uint16_t seg)
+{
+	struct cmsghdr *cm;
+
+	h->msg_control = c->buf;
+	h->msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+	cm = CMSG_FIRSTHDR(h);
+	cm->cmsg_level = SOL_UDP;
+	cm->cmsg_type = UDP_SEGMENT;
+	cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+}
+
+struct echo {
+	int fd;
+	const struct opts *o;
+	pthread_t t;
+};
+
+/* Echo every datagram (or GRO message, as one GSO message of the same segment size) back
+ * to its sender, a burst at a time. Runs until the process is killed. */
+static void *echo_main(void *arg)
+{
+	struct echo *e = arg;
+	unsigned burst = e->o->burst;
+	uint32_t buflen = e->o->gso ? MAX_MSG : e->o->size;
+	struct mmsghdr *m = calloc(burst, sizeof(*m));
+	struct iovec *iov = calloc(burst, sizeof(*iov));
+	struct sockaddr_in *from = calloc(burst, sizeof(*from));
+	union ctl *rc = calloc(burst, sizeof(*rc)), *tc = calloc(burst, sizeof(*tc));
+	uint8_t *buf = malloc((size_t)burst * buflen);
+
+	if (m == NULL || iov == NULL || from == NULL || rc == NULL || tc == NULL || buf == NULL) {
+		fprintf(stderr, PROG ": echo: out of memory\n");
+		exit(1);
+	}
+	for (;;) {
+		int n, done = 0;
+
+		for (unsigned i = 0; i < burst; i++) {
+			iov[i].iov_base = buf + (size_t)i * buflen;
+			iov[i].iov_len = buflen;
+			memset(&m[i].msg_hdr, 0, sizeof(m[i].msg_hdr));
+			m[i].msg_hdr.msg_name = &from[i];
+			m[i].msg_hdr.msg_namelen = sizeof(from[i]);
+			m[i].msg_hdr.msg_iov = &iov[i];
+			m[i].msg_hdr.msg_iovlen = 1;
+			if (e->o->gso) {
+				m[i].msg_hdr.msg_control = rc[i].buf;
+				m[i].msg_hdr.msg_controllen = sizeof(rc[i].buf);
+			}
+		}
+		/* Block for the first, then take what is queued. */
+		n = recvmmsg(e->fd, m, burst, MSG_WAITFORONE, NULL);
+		if (n <= 0) {
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			int seg = e->o->gso ? gro_size(&m[i].msg_hdr) : 0;
+
+			iov[i].iov_len = m[i].msg_len;
+			m[i].msg_hdr.msg_control = NULL;
+			m[i].msg_hdr.msg_controllen = 0;
+			if (seg > 0 && (uint32_t)seg < m[i].msg_len) {
+				set_segment(&m[i].msg_hdr, &tc[i], (uint16_t)seg);
+			}
+		}
+		while (done < n) {
+			int k = sendmmsg(e->fd, m + done, (unsigned)(n - done), 0);
+
+			if (k < 0) {
+				if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) {
+					continue;
+				}
+				fprintf(stderr, PROG ": echo sendmmsg: %s\n", strerror(errno));
+				exit(1);
+			}
+			done += k;
+		}
+	}
+	return NULL;
+}
+
+/* One worker: --iters + --warmup exchanges of --bytes; fills secs[] (timed ones). */
+static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, double *secs)
+{
+	int fd = open_sock(o->gso);
+	unsigned burst = o->burst;
+	uint32_t per = o->gso ? PBOX_MAX(1u, MAX_MSG / o->size) : 1;
+	struct mmsghdr m[MAX_BURST], rm[MAX_BURST];
+	struct iovec iov[MAX_BURST], riov[MAX_BURST];
+	struct sockaddr_in to[MAX_THREAD];
+	union ctl tc[MAX_BURST], rc[MAX_BURST];
+	uint32_t rbuflen = o->gso ? MAX_MSG : o->size;
+	uint8_t *rbuf = malloc((size_t)burst * rbuflen);
+
+	if (per > MAX_SEGS) {
+		per = MAX_SEGS;
+	}
+	if (rbuf == NULL) {
+		fprintf(stderr, PROG ": out of memory\n");
+		return 1;
+	}
+	for (unsigned t = 0; t < o->threads; t++) {
+		to[t] = (struct sockaddr_in){ .sin_family = AF_INET,
+					      .sin_addr.s_addr = htonl(0x7f000001),
+					      .sin_port = ports[t] };
+	}
+	for (unsigned it = 0; it < o->warmup + o->iters; it++) {
+		uint64_t sent = 0, back = 0;
+		unsigned next_t = 0;
+		double t0 = now_s(), last_rx = t0;
+
+		while (back < o->bytes) {
+			unsigned nm = 0;
+
+			/* Send a burst of messages while the window has room. */
+			while (nm < burst && sent < o->bytes && sent - back < o->window) {
+				uint64_t left = o->bytes - sent;
+				uint64_t room = o->window - (sent - back);
+				uint32_t nseg = per, len;
+
+				len = (uint32_t)PBOX_MIN(PBOX_MIN(left, (uint64_t)nseg * o->size),
+							 PBOX_MAX(room, (uint64_t)o->size));
+				len = (uint32_t)PBOX_MIN(len, left);
+				iov[nm].iov_base = src + sent;
+				iov[nm].iov_len = len;
+				memset(&m[nm].msg_hdr, 0, sizeof(m[nm].msg_hdr));
+				m[nm].msg_hdr.msg_name = &to[next_t];
+				m[nm].msg_hdr.msg_namelen = sizeof(to[next_t]);
+				m[nm].msg_hdr.msg_iov = &iov[nm];
+				m[nm].msg_hdr.msg_iovlen = 1;
+				if (len > o->size) {
+					set_segment(&m[nm].msg_hdr, &tc[nm], (uint16_t)o->size);
+				}
+				next_t = (next_t + 1) % o->threads;
+				sent += len;
+				nm++;
+			}
+			for (unsigned done = 0; done < nm;) {
+				int k = sendmmsg(fd, m + done, nm - done, 0);
+
+				if (k < 0) {
+					if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) {
+						continue;
+					}
+					fprintf(stderr, PROG ": sendmmsg: %s\n", strerror(errno));
+					return 1;
+				}
+				done += (unsigned)k;
+			}
+			/* Receive what came back: block for the first (briefly, to notice loss)
+			 * when the window is full or everything is out, else just drain. */
+			for (;;) {
+				bool must = sent == o->bytes || sent - back >= o->window;
+				int n;
+
+				for (unsigned i = 0; i < burst; i++) {
+					riov[i].iov_base = rbuf + (size_t)i * rbuflen;
+					riov[i].iov_len = rbuflen;
+					memset(&rm[i].msg_hdr, 0, sizeof(rm[i].msg_hdr));
+					rm[i].msg_hdr.msg_iov = &riov[i];
+					rm[i].msg_hdr.msg_iovlen = 1;
+					if (o->gso) {
+						rm[i].msg_hdr.msg_control = rc[i].buf;
+						rm[i].msg_hdr.msg_controllen = sizeof(rc[i].buf);
+					}
+				}
+				if (must) {
+					struct pollfd p = { .fd = fd, .events = POLLIN };
+
+					if (poll(&p, 1, 100) == 0) {
+						if (now_s() - last_rx > 1.0) {
+							fprintf(stderr,
+								PROG
+								": iteration %u: %llu of %llu "
+								"bytes never came back (lost)\n",
+								it,
+								(unsigned long long)(sent - back),
+								(unsigned long long)o->bytes);
+							return 1;
+						}
+						continue;
+					}
+				}
+				n = recvmmsg(fd, rm, burst, MSG_DONTWAIT, NULL);
+				if (n <= 0) {
+					break;
+				}
+				for (int i = 0; i < n; i++) {
+					back += rm[i].msg_len;
+				}
+				last_rx = now_s();
+				if (back >= o->bytes || (unsigned)n < burst) {
+					break;
+				}
+			}
+		}
+		if (it >= o->warmup) {
+			secs[it - o->warmup] = now_s() - t0;
+		}
+	}
+	close(fd);
+	free(rbuf);
+	return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: " PROG " [--bytes N] [--size N] [--workers N] [--threads N] [--burst N]\n"
+		"       [--window N] [--iters N] [--warmup N] [--gso] [--json]\n"
+		"  --bytes   bytes exchanged per iteration by each worker (default 102228128,\n"
+		"            the ResNet-50 gradient)\n"
+		"  --size    datagram size, UDP payload bytes (default 32832: a 32 KB fragment\n"
+		"            and pbox's 64-byte header)\n"
+		"  --workers worker processes (default 2); --threads echo threads (default 2)\n"
+		"  --burst   datagrams per recvmmsg / sendmmsg (default 32)\n"
+		"  --window  bytes outstanding per worker (default 4M)\n"
+		"  --iters   timed iterations (default 10); --warmup untimed ones (default 2)\n"
+		"  --gso     UDP_SEGMENT sends and UDP_GRO receives\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "bytes", required_argument, NULL, 'b' },
+		{ "size", required_argument, NULL, 's' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "burst", required_argument, NULL, 'B' },
+		{ "window", required_argument, NULL, 'W' },
+		{ "iters", required_argument, NULL, 'i' },
+		{ "warmup", required_argument, NULL, 'u' },
+		{ "gso", no_argument, NULL, 'g' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .workers = 2,
+			  .threads = 2,
+			  .burst = 32,
+			  .iters = 10,
+			  .warmup = 2,
+			  .bytes = 102228128ull,
+			  .window = 4u << 20,
+			  .size = 32832 };
+	uint16_t ports[MAX_THREAD];
+	int fds[MAX_THREAD], go[2], res[2], c;
+	pid_t echo_pid, wpid[64];
+	uint8_t *src;
+	double *all;
+	int rc = 0;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		uint64_t v = 0;
+		int bad = 0;
+
+		switch (c) {
+		case 'b':
+			bad = pbox_arg_size(PROG, "--bytes", optarg, 1, 1ull << 40, &o.bytes);
+			break;
+		case 's':
+			bad = pbox_arg_size(PROG, "--size", optarg, 64, MAX_MSG, &v);
+			o.size = (uint32_t)v;
+			break;
+		case 'w':
+			bad = pbox_arg_u32(PROG, "--workers", optarg, 1, 64, &o.workers);
+			break;
+		case 't':
+			bad = pbox_arg_u32(PROG, "--threads", optarg, 1, MAX_THREAD, &o.threads);
+			break;
+		case 'B':
+			bad = pbox_arg_u32(PROG, "--burst", optarg, 1, MAX_BURST, &o.burst);
+			break;
+		case 'W':
+			bad = pbox_arg_size(PROG, "--window", optarg, 1, 1ull << 32, &o.window);
+			break;
+		case 'i':
+			bad = pbox_arg_u32(PROG, "--iters", optarg, 1, 500, &o.iters);
+			break;
+		case 'u':
+			bad = pbox_arg_u32(PROG, "--warmup", optarg, 0, 1000, &o.warmup);
+			break;
+		case 'g':
+			o.gso = true;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+		if (bad != 0) {
+			return 2;
+		}
+	}
+	if (o.window < o.size) {
+		o.window = o.size;
+	}
+	for (unsigned t = 0; t < o.threads; t++) {
+		fds[t] = open_sock(o.gso);
+		ports[t] = sock_port(fds[t]);
+	}
+	echo_pid = fork();
+	if (echo_pid == 0) {
+		struct echo e[MAX_THREAD];
+
+		for (unsigned t = 0; t < o.threads; t++) {
+			e[t] = (struct echo){ .fd = fds[t], .o = &o };
+			pthread_create(&e[t].t, NULL, echo_main, &e[t]);
+		}
+		pthread_join(e[0].t, NULL);
+		_exit(0);
+	}
+	for (unsigned t = 0; t < o.threads; t++) {
+		close(fds[t]);
+	}
+	src = malloc(o.bytes);
+	all = calloc((size_t)o.workers * o.iters, sizeof(*all));
+	if (src == NULL || all == NULL || pipe(go) != 0 || pipe(res) != 0) {
+		fprintf(stderr, PROG ": cannot allocate %llu bytes\n", (unsigned long long)o.bytes);
+		kill(echo_pid, SIGKILL);
+		return 1;
+	}
+	memset(src, 1, o.bytes); /* no page faults in the timed region */
+	for (unsigned w = 0; w < o.workers; w++) {
+		wpid[w] = fork();
+		if (wpid[w] == 0) {
+			char b;
+			int r;
+
+			close(go[1]);
+			if (read(go[0], &b, 1) != 1) {
+				_exit(1);
+			}
+			r = worker(&o, ports, src, all);
+			if (r == 0 && write(res[1], all, sizeof(double) * o.iters) < 0) {
+				r = 1;
+			}
+			_exit(r);
+		}
+	}
+	close(go[0]);
+	close(res[1]);
+	/* All workers start together. */
+	for (unsigned w = 0; w < o.workers; w++) {
+		if (write(go[1], "g", 1) != 1) {
+			rc = 1;
+		}
+	}
+	/* Each worker writes its times in one write of at most 4000 bytes (<= PIPE_BUF:
+	 * not interleaved); read until every worker has closed its end. */
+	for (size_t got = 0, want = sizeof(double) * o.workers * o.iters; got < want;) {
+		ssize_t k = read(res[0], (char *)all + got, want - got);
+
+		if (k <= 0) {
+			rc = 1;
+			break;
+		}
+		got += (size_t)k;
+	}
+	for (unsigned w = 0; w < o.workers; w++) {
+		int st;
+
+		waitpid(wpid[w], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			rc = 1;
+		}
+	}
+	kill(echo_pid, SIGKILL);
+	waitpid(echo_pid, NULL, 0);
+	if (rc != 0) {
+		fprintf(stderr, PROG ": a worker failed\n");
+		return 1;
+	}
+	{
+		double *s = malloc(sizeof(double) * o.workers * o.iters), sum = 0;
+		unsigned n = o.workers * o.iters;
+
+		if (s == NULL) {
+			return 1;
+		}
+		memcpy(s, all, sizeof(double) * n);
+		for (unsigned i = 0; i < n; i++) {
+			sum += s[i];
+		}
+		qsort(s, n, sizeof(double), cmp_d);
+		if (o.json) {
+			printf("{\"workers\": %u, \"threads\": %u, \"size\": %u, \"burst\": %u, "
+			       "\"gso\": %s, \"bytes\": %llu, \"window\": %llu, \"median_s\": "
+			       "%.6f, "
+			       "\"mean_s\": %.6f, \"min_s\": %.6f, \"iter_seconds\": [",
+			       o.workers, o.threads, o.size, o.burst, o.gso ? "true" : "false",
+			       (unsigned long long)o.bytes, (unsigned long long)o.window, s[n / 2],
+			       sum / n, s[0]);
+			for (unsigned i = 0; i < n; i++) {
+				printf("%s%.6f", i ? ", " : "", all[i]);
+			}
+			printf("]}\n");
+		} else {
+			printf("%u workers x %.1f MB in %u-byte datagrams%s, %u echo threads: "
+			       "median %.4f s per exchange (mean %.4f, min %.4f), %.2f "
+			       "exchanges/s per worker\n",
+			       o.workers, (double)o.bytes / 1e6, o.size, o.gso ? " (GSO/GRO)" : "",
+			       o.threads, s[n / 2], sum / n, s[0], 1.0 / s[n / 2]);
+		}
+		free(s);
+	}
+	return 0;
+}
