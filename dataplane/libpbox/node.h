@@ -33,10 +33,32 @@
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
  * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
  * it consumed the data, so the caller's buffer is free exactly then.
- * At most max_inflight chunks, and window_bytes of them, are being sent (unacknowledged)
- * at once; the rest wait their turn. Results owed after an ACK are not limited: a worker
- * that held back its contributions until earlier results came in could deadlock with a
- * peer that submits keys in another order.
+ * Flow and congestion control: chunks being sent (unacknowledged contributions) are
+ * limited by a congestion window in bytes, under the caps max_inflight (chunks) and
+ * window_bytes (bytes); the rest wait their turn. Results owed after an ACK are not
+ * limited: a worker that held back its contributions until earlier results came in could
+ * deadlock with a peer that submits keys in another order.
+ *  - The window is NewReno-style AIMD (RFC 5681 / 6582) in bytes: it starts at
+ *    max(64 KiB, one chunk), doubles per round trip in slow start, then grows by one
+ *    fragment per round trip; a loss shrinks it at most once per round trip. Why not a
+ *    delay-based BBR/Vegas: pbox shares hosts and links with TCP (Gloo, NCCL, storage),
+ *    and its RTT samples include the progress threads' scheduling on busy CPUs, so a
+ *    delay signal alone is noisy; loss is what a tbf or a switch port reports exactly.
+ *    Delay is used where it is robust: slow start ends when the smoothed RTT rises above
+ *    1.5x the minimum (HyStart), so a deep host queue (1000 packets) is not filled and
+ *    overflowed; and TCP Veno's rule takes a loss with less than 3 chunks queued on the
+ *    path as random (window x 0.8) and one with a queue as congestion (x 0.5), which keeps
+ *    goodput under random loss. A timeout after nothing was acknowledged for a whole RTO
+ *    (the ACK clock is lost) restarts from one chunk.
+ *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
+ *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
+ *    2 ms worth.
+ *  - RTO from measured RTT (RFC 6298): SRTT/RTTVAR from contributions sent once (Karn),
+ *    RTO = SRTT + max(1 ms, 4 RTTVAR) within [rto_min_ms, rto_max_ms], rto_ms before the
+ *    first sample; each chunk's timer doubles on expiry. A chunk whose timer expires while
+ *    acknowledgements still arrive, none for anything sent after it, is waiting in a queue
+ *    of the path, not lost: its timer restarts (TCP restarts its one timer on each ACK;
+ *    RACK, RFC 8985, declares a loss once something sent later is acknowledged).
  *
  * Threading: a node is used by one thread at a time (the progress thread); completion
  * callbacks run on that thread.
@@ -95,9 +117,17 @@ struct pbox_node_stats {
 	uint64_t dup_frags;   /* result fragments received twice */
 	uint64_t ops_done;
 	uint64_t ops_failed;
-	uint64_t stale_results; /* results ignored: older than the staleness bound */
-	uint64_t retry_hints;   /* immediate resends on the appliance's RETRY */
-	uint64_t foreign;       /* datagrams dropped: not from the owning core's endpoint */
+	uint64_t stale_results;    /* results ignored: older than the staleness bound */
+	uint64_t retry_hints;      /* immediate resends on the appliance's RETRY */
+	uint64_t foreign;          /* datagrams dropped: not from the owning core's endpoint */
+	uint64_t retransmit_bytes; /* payload bytes sent again */
+	uint64_t loss_events;      /* congestion window reductions */
+	uint64_t ss_exits;         /* slow starts ended by a growing RTT (not a loss) */
+	uint64_t cwnd;             /* congestion window now, bytes */
+	uint64_t srtt_us;          /* smoothed RTT (0: no sample yet) */
+	uint64_t rto_us;           /* retransmission timeout now */
+	uint64_t timer_waits;      /* timeouts not taken as losses: acknowledgements of
+				      earlier sends still arriving (a queue, not a loss) */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -112,11 +142,12 @@ struct pbox_node_cfg {
 	void *tx_ctx;
 	uint64_t (*now_ns)(void *arg); /* clock; NULL: CLOCK_MONOTONIC */
 	void *now_arg;
-	uint32_t rto_ms;       /* first retransmission timeout (0: 50 ms) */
-	uint32_t rto_max_ms;   /* cap of the doubling (0: 1000 ms) */
+	uint32_t rto_ms;       /* RTO before the first RTT sample (0: 50 ms) */
+	uint32_t rto_min_ms;   /* floor of the measured RTO (0: 10 ms; at most rto_ms) */
+	uint32_t rto_max_ms;   /* cap of the RTO and of its doubling (0: 1000 ms) */
 	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
-	uint32_t max_inflight; /* chunks sending at once (0: 256) */
-	uint32_t window_bytes; /* bytes of those chunks (0: 4 MiB); one chunk always may */
+	uint32_t max_inflight; /* cap: chunks sending at once (0: 256) */
+	uint32_t window_bytes; /* cap of the congestion window (0: 4 MiB); one chunk always may */
 	uint32_t staleness;    /* oldest acceptable result: want - staleness (UINT32_MAX: any) */
 	bool accept_newer;     /* aggregate jobs with drop-stragglers: newer results do */
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */

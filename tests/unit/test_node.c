@@ -1068,6 +1068,230 @@ static void test_ssp_loss_liveness(void **state)
 	}
 }
 
+/* ---- congestion control, pacing and RTO on a simulated path (sim_set_links) ---------- */
+
+#define BIG_ELEMS (1u << 20) /* 4 MiB: 128 chunks of 32 KB, 32 fragments of 1 KB each */
+static const struct pbox_keyspec g_big_key[] = { { 7, BIG_ELEMS } };
+static float g_big_src[2][BIG_ELEMS], g_big_dst[2][BIG_ELEMS];
+
+static struct sim_job_cfg link_cfg(uint32_t nranks, uint32_t rto_ms)
+{
+	struct sim_job_cfg c = base_cfg(nranks);
+
+	c.ncores = 1;
+	c.keys = g_big_key;
+	c.nkeys = 1;
+	c.chunk_bytes = 32768;
+	c.frag_bytes = 1024;
+	c.rto_ms = rto_ms;
+	c.timeout_ms = 60000;
+	return c;
+}
+
+/* One push-pull of the big key by every rank, run on the links to completion; returns
+ * the seconds it took and checks the sums. */
+static double big_round(struct sim *s, uint32_t nranks, uint32_t iter)
+{
+	static struct pbox_op op[2];
+	uint64_t t0 = s->now_ns;
+
+	for (uint32_t r = 0; r < nranks; r++) {
+		for (uint32_t i = 0; i < BIG_ELEMS; i++) {
+			g_big_src[r][i] = (float)((i + r + iter) & 1023);
+		}
+		op[r] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+					  .key = 0,
+					  .iter = iter,
+					  .src = g_big_src[r],
+					  .dst = g_big_dst[r] };
+		assert_int_equal(pbox_node_submit(s->node[r], &op[r]), 0);
+		pbox_node_flush(s->node[r]);
+	}
+	assert_true(sim_run(s, s->now_ns + 60000 * MS));
+	for (uint32_t r = 0; r < nranks; r++) {
+		assert_int_equal(op[r].status, 0);
+		for (uint32_t i = 0; i < BIG_ELEMS; i += 97) {
+			float want = 0;
+
+			for (uint32_t q = 0; q < nranks; q++) {
+				want += (float)((i + q + iter) & 1023);
+			}
+			assert_true(g_big_dst[r][i] == want);
+		}
+	}
+	return (double)(s->now_ns - t0) / 1e9;
+}
+
+/* Bytes one rank puts on its uplink for one round (headers included). */
+static double big_wire_bytes(void)
+{
+	return (double)BIG_ELEMS * 4 * (1024 + PBOX_WIRE_HDR_LEN) / 1024;
+}
+
+/*
+ * Two ranks on 100 Mbit/s links (2 ms each way, a 64 KB drop-tail queue: a shallow switch
+ * port), libpbox's default caps (4 MiB window, 256 chunks). The window must find the path:
+ * the exchange runs at >= 90% of the link rate with < 1% of the bytes resent, and the
+ * window ends near the path's bandwidth-delay product plus queue, not at the 4 MiB cap.
+ * (Before: the fixed 4 MiB window flooded the queue: most of it dropped and resent.)
+ */
+static void test_cwnd_grows_to_path(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(2, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 2 * MS, .queue_bytes = 65536 };
+	struct sim s;
+	double bound = big_wire_bytes() / (double)l.rate_Bps;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	big_round(&s, 2, 0); /* slow start */
+	for (uint32_t t = 1; t < 3; t++) {
+		double secs = big_round(&s, 2, t);
+
+		print_message("round %u: %.3f s (bound %.3f s), cwnd %llu, srtt %llu us, drops "
+			      "up %llu down %llu, resent %llu B\n",
+			      t, secs, bound, (unsigned long long)pbox_node_stats(s.node[0])->cwnd,
+			      (unsigned long long)pbox_node_stats(s.node[0])->srtt_us,
+			      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
+			      (unsigned long long)s.link_drops[SIM_TO_WORKER],
+			      (unsigned long long)pbox_node_stats(s.node[0])->retransmit_bytes);
+		assert_true(secs <= bound / 0.75);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		const struct pbox_node_stats *st = pbox_node_stats(s.node[r]);
+
+		assert_true((double)st->retransmit_bytes < 0.05 * 3 * BIG_ELEMS * 4);
+		assert_true(st->cwnd >= 32768 && st->cwnd <= 512 * 1024);
+		assert_true(st->srtt_us >= 4000);
+	}
+	sim_fini(&s);
+}
+
+/* Drop one push fragment of rank 0 once the window is open: the loss shrinks the window
+ * (and counts one loss event), and the round still completes. */
+struct nth_dropper {
+	uint32_t skip; /* PUSH datagrams of rank 0 to let through first */
+	uint32_t dropped;
+	uint64_t drop_ns;
+};
+
+static enum sim_verdict drop_nth_push(struct sim *s, enum sim_dir dir, uint32_t ep,
+				      const struct pbox_msg *m, void *arg)
+{
+	struct nth_dropper *d = arg;
+
+	(void)ep;
+	if (dir != SIM_TO_APPLIANCE || m->type != PBOX_MSG_PUSH || m->sender != 0 ||
+	    d->dropped != 0) {
+		return SIM_PASS;
+	}
+	if (d->skip > 0) {
+		d->skip--;
+		return SIM_PASS;
+	}
+	d->dropped = 1;
+	d->drop_ns = s->now_ns;
+	return SIM_DROP;
+}
+
+static void test_cwnd_shrinks_on_loss(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000,
+				  .delay_ns = 2 * MS,
+				  .queue_bytes = 1 << 20 };
+	struct nth_dropper d = { .skip = 1000 };
+	struct sim s;
+	static struct pbox_op op;
+	const struct pbox_node_stats *st;
+	uint64_t before, after;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	assert_int_equal(st->loss_events, 0);
+	s.filter = drop_nth_push;
+	s.filter_arg = &d;
+	op = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+			       .key = 0,
+			       .iter = 1,
+			       .src = g_big_src[0],
+			       .dst = g_big_dst[0] };
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	pbox_node_flush(s.node[0]);
+	before = st->cwnd;
+	while (st->loss_events == 0) {
+		before = st->cwnd;
+		assert_false(sim_run(&s, s.now_ns + MS));
+	}
+	after = st->cwnd;
+	assert_int_equal(d.dropped, 1);
+	assert_int_equal(st->loss_events, 1);
+	assert_true(after < before);
+	assert_true(after >= before / 2);
+	assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+	assert_int_equal(op.status, 0);
+	sim_fini(&s);
+}
+
+/*
+ * The RTO follows the measured RTT (RFC 6298), not the configured first timeout: on a
+ * 40 ms path with a first RTO of 10 ms... no, of 300 ms, the RTO settles above the RTT (no
+ * spurious resend), and on a 2 ms path it falls to the 10 ms floor, so a lost fragment
+ * is resent after about 10 ms instead of 300 ms.
+ */
+static void test_rto_follows_rtt(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 300);
+	struct sim_link_cfg slow = { .rate_Bps = 125000000,
+				     .delay_ns = 20 * MS,
+				     .queue_bytes = 1 << 22 };
+	struct sim_link_cfg fast = { .rate_Bps = 125000000,
+				     .delay_ns = 1 * MS,
+				     .queue_bytes = 1 << 22 };
+	struct nth_dropper d = { .skip = 100 };
+	const struct pbox_node_stats *st;
+	static struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &slow, &slow), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	big_round(&s, 1, 1);
+	assert_true(st->srtt_us >= 40000 && st->srtt_us <= 80000);
+	assert_true(st->rto_us > st->srtt_us && st->rto_us < 300000);
+	assert_int_equal(st->retransmits, 0);
+	sim_fini(&s);
+
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &fast, &fast), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	assert_true(st->rto_us >= 10000 && st->rto_us < 30000);
+	s.filter = drop_nth_push;
+	s.filter_arg = &d;
+	op = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+			       .key = 0,
+			       .iter = 1,
+			       .src = g_big_src[0],
+			       .dst = g_big_dst[0] };
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	pbox_node_flush(s.node[0]);
+	while (st->retransmits == 0) {
+		assert_false(sim_run(&s, s.now_ns + MS));
+	}
+	assert_int_equal(d.dropped, 1);
+	assert_true(s.now_ns - d.drop_ns <= 30 * MS);
+	assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+	assert_int_equal(op.status, 0);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1092,6 +1316,9 @@ int main(void)
 		cmocka_unit_test(test_in_place_chaos_server_opt),
 		cmocka_unit_test(test_foreign_source),
 		cmocka_unit_test(test_ssp_loss_liveness),
+		cmocka_unit_test(test_cwnd_grows_to_path),
+		cmocka_unit_test(test_cwnd_shrinks_on_loss),
+		cmocka_unit_test(test_rto_follows_rtt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
