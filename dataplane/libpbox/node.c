@@ -34,6 +34,8 @@ struct wchunk {
 	uint32_t ndone_seen; /* contributions the appliance reported in its last ACK */
 	uint32_t stale_seen; /* label of the last result ignored as too stale */
 	uint64_t *rbits;
+	uint64_t *sacked;     /* fragments of the contribution the appliance said it holds */
+	uint32_t round_seq;   /* seq of the last datagram of the latest send round */
 	uint32_t *crc;        /* per fragment version word (crc mode) */
 	uint32_t next_queued; /* FIFO link (wchunk index + 1, 0 = end) */
 	uint32_t next_active; /* active list link (wchunk index + 1, 0 = end) */
@@ -91,6 +93,7 @@ struct pbox_node {
 	uint64_t newest_acked;  /* highest send_order acknowledged unambiguously (Karn) */
 	uint64_t pace_next;     /* earliest start of the next queued chunk */
 	bool pace_wait;         /* start_queued stopped for the pacer */
+	uint32_t ss_high;       /* RTT samples in a row above the slow-start exit threshold */
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
 	char failmsg[256];
@@ -188,7 +191,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 		words += pbox_bitmap_words(n->d->chunks[c].nfrags) * n->nlanes;
 		crcs += (size_t)n->d->chunks[c].nfrags * n->nlanes;
 	}
-	n->bits_arena = calloc(words ? words : 1, sizeof(uint64_t));
+	n->bits_arena = calloc(words ? 2 * words : 1, sizeof(uint64_t));
 	n->crc_arena = n->cfg.crc ? calloc(crcs ? crcs : 1, sizeof(uint32_t)) : NULL;
 	if (n->ch == NULL || n->lanes == NULL || n->bits_arena == NULL || n->pending_head == NULL ||
 	    n->pending_tail == NULL || (n->cfg.crc && n->crc_arena == NULL)) {
@@ -201,6 +204,8 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 			struct wchunk *w = &n->ch[wc_index(n, c, l)];
 
 			w->rbits = n->bits_arena + words;
+			words += pbox_bitmap_words(n->d->chunks[c].nfrags);
+			w->sacked = n->bits_arena + words;
 			words += pbox_bitmap_words(n->d->chunks[c].nfrags);
 			if (n->crc_arena != NULL) {
 				w->crc = n->crc_arena + crcs;
@@ -311,26 +316,62 @@ static void xmit(struct pbox_node *n, uint32_t c, struct pbox_msg *m, const void
 static void lane_fail(struct pbox_node *n, struct lane *ln, int err, const char *fmt, ...)
 	PBOX_PRINTF(4, 5);
 
-/* Send the chunk's contribution (all fragments) or its pull request. Returns false if
- * the lane failed (a resend found its buffer changed). */
-static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
+/* A PULL (request or probe) for a result already partly received says which fragments of
+ * that result (label w->rlabel) the worker holds, so the appliance repeats only the rest. */
+static void add_result_sack(const struct pbox_node *n, uint32_t c, const struct wchunk *w,
+			    struct pbox_msg *m)
 {
+	uint32_t base;
+
+	if (w->rlabel == UINT32_MAX || w->rgot == 0) {
+		return;
+	}
+	pbox_sack_build(w->rbits, n->d->chunks[c].nfrags, &base, &m->sack);
+	m->flags |= PBOX_F_SACK;
+	m->arg0 = w->rlabel;
+	m->frag_off = base * n->d->frag_bytes;
+}
+
+enum send_mode {
+	SEND_FIRST,   /* every fragment */
+	SEND_MISSING, /* the fragments the appliance has not said it holds */
+	SEND_PROBE,   /* only the last of those: a tail-loss probe that asks for a NACK */
+};
+
+/* Send the chunk's contribution or its pull request. Returns false if the lane failed (a
+ * resend found its buffer changed). */
+static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
+{
+	bool again = mode != SEND_FIRST;
 	uint32_t c = wc_chunk(n, i);
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
 	struct wchunk *w = &n->ch[i];
 	struct lane *ln = wc_lane(n, i);
 	uint16_t rflag = again ? PBOX_F_RETRANSMIT : 0;
+	uint32_t last, nsent = 0, bytes = 0;
 
 	if (ln->kind == PBOX_OP_PULL) {
 		struct pbox_msg m = { .type = PBOX_MSG_PULL, .flags = rflag, .iter = ln->iter };
 
+		add_result_sack(n, c, w, &m);
 		xmit(n, c, &m, NULL);
 		if (again) {
 			n->stats.retransmits++;
 		}
 		return true;
 	}
-	for (uint32_t f = 0; f < cd->nfrags; f++) {
+	/* Selective repeat: a resend sends only the fragments the appliance has not said it
+	 * holds; the round's last datagram asks for a NACK if something is still missing. */
+	last = cd->nfrags - 1;
+	while (again && last > 0 && pbox_bit_test(w->sacked, last)) {
+		last--;
+	}
+	if (again && pbox_bit_test(w->sacked, last)) {
+		/* Said to hold everything yet no ACK: trust nothing, send it all again. */
+		pbox_bitmap_zero(w->sacked, cd->nfrags);
+		last = cd->nfrags - 1;
+	}
+	for (uint32_t f = mode == SEND_PROBE ? last : 0; f <= last; f++) {
 		const uint8_t *src = (const uint8_t *)(ln->src + cd->elem_off);
 		struct pbox_msg m = {
 			.type = ln->kind == PBOX_OP_INIT ? PBOX_MSG_INIT : PBOX_MSG_PUSH,
@@ -341,8 +382,14 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 			.frag_len = pbox_frag_len(n->d, cd->bytes, f),
 		};
 
+		if (again && pbox_bit_test(w->sacked, f)) {
+			continue;
+		}
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
 			m.flags |= PBOX_F_WANT_REPLY;
+		}
+		if (f == last) {
+			m.flags |= PBOX_F_LAST;
 		}
 		if (w->crc != NULL) {
 			uint32_t crc = pbox_crc32c(src + m.frag_off, m.frag_len, PBOX_CRC_INIT);
@@ -366,12 +413,15 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 			m.arg1 = crc;
 		}
 		xmit(n, c, &m, src + m.frag_off);
+		w->round_seq = m.seq;
+		nsent++;
+		bytes += m.frag_len;
 	}
 	if (again) {
-		n->stats.retransmits += cd->nfrags;
-		n->stats.retransmit_bytes += cd->bytes;
+		n->stats.retransmits += nsent;
+		n->stats.retransmit_bytes += bytes;
 		w->order = ++n->send_order;
-		pace(n, cd->bytes, now(n));
+		pace(n, bytes, now(n));
 	}
 	return true;
 }
@@ -403,6 +453,7 @@ static void send_probe(struct pbox_node *n, uint32_t i)
 									   : ln->iter,
 	};
 
+	add_result_sack(n, wc_chunk(n, i), &n->ch[i], &m);
 	xmit(n, wc_chunk(n, i), &m, NULL);
 	n->stats.probes++;
 }
@@ -434,13 +485,6 @@ static void cc_init(struct pbox_node *n)
 	n->min_rtt = n->min_prev = n->min_cur = UINT64_MAX;
 }
 
-/* Bytes the window lets be in flight now: the congestion window under the configured cap;
- * one chunk always may (start_queued), so a window below a chunk never stalls. */
-static uint64_t send_window(const struct pbox_node *n)
-{
-	return PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes);
-}
-
 /* A round-trip time sample r (RFC 6298 section 2; Karn: callers only pass samples of
  * contributions sent once). */
 static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
@@ -463,12 +507,16 @@ static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
 	}
 	n->min_cur = PBOX_MIN(n->min_cur, r);
 	n->min_rtt = PBOX_MIN(n->min_prev, n->min_cur);
-	/* Slow start ends when a queue starts to build (HyStart's delay test, on the
-	 * smoothed RTT so one late wake-up of a busy CPU does not end it), not only at the
-	 * first loss: a 1000-packet host queue would otherwise be filled and overflowed. */
-	if (n->cwnd < n->ssthresh && n->srtt > n->min_rtt + PBOX_MAX(n->min_rtt / 2, 2 * MS_NS)) {
-		n->ssthresh = n->cwnd;
-		n->stats.ss_exits++;
+	/* Slow start ends when a queue starts to build (HyStart's delay test: three samples
+	 * in a row a quarter above the minimum, so one late wake-up of a busy CPU does not
+	 * end it), not only at the first loss, which would come after a queue overflowed. */
+	if (n->cwnd < n->ssthresh && r > n->min_rtt + PBOX_MAX(n->min_rtt / 4, RTO_CLOCK_NS)) {
+		if (++n->ss_high >= 3) {
+			n->ssthresh = n->cwnd;
+			n->stats.ss_exits++;
+		}
+	} else {
+		n->ss_high = 0;
 	}
 	n->stats.srtt_us = n->srtt / 1000;
 	n->stats.rto_us = n->rto / 1000;
@@ -480,7 +528,7 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
 	n->last_delivery = t;
 	/* Grow only while the window is what limits sending; an application that submits
 	 * little must not inflate it into a burst later (RFC 7661's idea). */
-	if (inflight_before + n->unit < send_window(n)) {
+	if (inflight_before + n->unit < PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes)) {
 		return;
 	}
 	if (n->cwnd < n->ssthresh) {
@@ -497,28 +545,22 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
  * one reduction per round trip (NewReno's recovery). TCP Veno's rule tells a loss of a
  * full queue from a random one: with less than 3 chunks queued on the path (the window
  * beyond the minimum RTT's worth), the loss is taken as random and the window shrinks by a
- * fifth, else by half. A timeout after nothing at all was acknowledged for a whole RTO
- * means the ACK clock is lost: back to one chunk, slow start up to half the window.
+ * fifth, else by half. Unlike TCP, a timeout does not restart from one chunk: each chunk
+ * has its own timer, the others' acknowledgements keep the ACK clock, and on a busy CPU a
+ * late progress thread would otherwise collapse the window for nothing.
  */
 static void cc_loss(struct pbox_node *n, uint64_t t, bool timeout)
 {
 	uint64_t backlog = 0;
 
-	if (timeout && t - n->last_delivery >= n->rto && n->last_delivery != 0) {
-		n->ssthresh = PBOX_MAX(n->cwnd / 2, 2 * n->unit);
-		n->cwnd = n->unit;
-		n->recover_until = t + PBOX_MAX(n->srtt, n->rto_min);
-		n->stats.loss_events++;
-		n->stats.cwnd = n->cwnd;
-		return;
-	}
+	(void)timeout;
 	if (t < n->recover_until) {
 		return;
 	}
 	if (n->srtt != 0 && n->min_rtt != UINT64_MAX && n->srtt > n->min_rtt) {
 		backlog = n->cwnd * (n->srtt - n->min_rtt) / n->srtt;
 	}
-	n->cwnd = backlog < 3 * n->unit ? n->cwnd * 4 / 5 : n->cwnd / 2;
+	n->cwnd = backlog < n->unit ? n->cwnd * 4 / 5 : n->cwnd / 2;
 	n->cwnd = PBOX_MAX(n->cwnd, n->unit);
 	n->ssthresh = n->cwnd;
 	n->recover_until = t + PBOX_MAX(n->srtt, n->rto_min);
@@ -721,11 +763,12 @@ static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
 	w->stale_seen = UINT32_MAX;
 	w->rlabel = UINT32_MAX;
 	pbox_bitmap_zero(w->rbits, n->d->chunks[wc_chunk(n, i)].nfrags);
+	pbox_bitmap_zero(w->sacked, n->d->chunks[wc_chunk(n, i)].nfrags);
 	n->inflight++;
 	n->inflight_bytes += n->d->chunks[wc_chunk(n, i)].bytes;
 	active_add(n, i);
 	arm(n, w, t);
-	send_chunk(n, i, false);
+	send_chunk(n, i, SEND_FIRST);
 	ln->chunks_unsent--;
 	maybe_complete_early(n, ln);
 }
@@ -739,7 +782,11 @@ static void start_queued(struct pbox_node *n)
 		uint32_t i = n->q_head - 1;
 		uint32_t bytes = n->d->chunks[wc_chunk(n, i)].bytes;
 
-		if (n->inflight > 0 && n->inflight_bytes + bytes > send_window(n)) {
+		/* As TCP sends while in flight < cwnd: the window may be passed by less than
+		 * one chunk, or a window of 2.9 chunks would only ever carry 2. The
+		 * configured cap window_bytes is not passed (one chunk always may). */
+		if (n->inflight > 0 && (n->inflight_bytes >= n->cwnd ||
+					n->inflight_bytes + bytes > n->cfg.window_bytes)) {
 			break;
 		}
 		if (t == 0) {
@@ -916,6 +963,32 @@ static void enter_wait(struct pbox_node *n, uint32_t i, uint64_t tmo)
 	arm(n, w, now(n));
 }
 
+/* A NACK for wchunk i (in PH_SEND): note what the appliance holds and, if it answers the
+ * latest send round, re-send the rest now (a loss for the window). Returns false if the
+ * lane failed (its buffer changed). */
+static bool on_nack(struct pbox_node *n, uint32_t i, const struct pbox_msg *m)
+{
+	struct wchunk *w = &n->ch[i];
+	uint32_t nf = n->d->chunks[wc_chunk(n, i)].nfrags;
+	uint32_t base = m->frag_off / n->d->frag_bytes;
+	uint64_t t = now(n);
+
+	for (uint32_t f = 0; f < nf; f++) {
+		if (pbox_sack_has(base, m->sack, f)) {
+			pbox_bit_set(w->sacked, f);
+		}
+	}
+	if (m->arg0 != w->round_seq) {
+		return true; /* answers an older round; the latest one is still on its way */
+	}
+	n->stats.nacks++;
+	cc_loss(n, t, false);
+	w->tries++; /* Karn: no RTT sample from this contribution */
+	w->tmo_ns = n->rto;
+	arm(n, w, t);
+	return send_chunk(n, i, SEND_MISSING);
+}
+
 static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	for (uint32_t l = 0; l < n->nlanes; l++) {
@@ -933,7 +1006,7 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 				w->tries++; /* Karn: no RTT sample from this contribution */
 				arm(n, w, now(n));
 				n->stats.retry_hints++;
-				if (!send_chunk(n, i, true)) {
+				if (!send_chunk(n, i, SEND_MISSING)) {
 					break; /* the lane failed; queued chunks may go below */
 				}
 			}
@@ -944,6 +1017,12 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			continue; /* not this lane's contribution */
 		}
 		w->ndone_seen = m->arg1;
+		if (m->flags & PBOX_F_SACK) {
+			if (w->phase == PH_SEND && !on_nack(n, i, m)) {
+				break; /* the lane failed */
+			}
+			continue;
+		}
 		if (w->phase == PH_WAIT || (m->flags & PBOX_F_STATUS)) {
 			continue; /* the answer to a probe: only the count is news */
 		}
@@ -1287,10 +1366,17 @@ void pbox_node_timers(struct pbox_node *n)
 				 * lost result also brings us here, and the appliance answers
 				 * the resend with it. A failed resend unlinks this lane's
 				 * chunks: restart the walk. */
-				if (!send_chunk(n, i, true)) {
+				if (!send_chunk(n, i, SEND_PROBE)) {
 					a = n->active_head;
 				}
 			} else {
+				if (w->rgot > 0 && w->tries == 1) {
+					/* Part of the result came, the rest not within an RTO: lost
+					 * on the way back. Results are sent at the pace of the
+					 * workers' pushes, so slowing ours is what relieves the
+					 * appliance's link and our own downlink. */
+					cc_loss(n, t, false);
+				}
 				send_probe(n, i);
 			}
 		}

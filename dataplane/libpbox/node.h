@@ -48,8 +48,9 @@
  *    1.5x the minimum (HyStart), so a deep host queue (1000 packets) is not filled and
  *    overflowed; and TCP Veno's rule takes a loss with less than 3 chunks queued on the
  *    path as random (window x 0.8) and one with a queue as congestion (x 0.5), which keeps
- *    goodput under random loss. A timeout after nothing was acknowledged for a whole RTO
- *    (the ACK clock is lost) restarts from one chunk.
+ *    goodput under random loss. A result that arrives in part counts as a loss too: results
+ *    leave the appliance at the pace of the workers' pushes, so that is the lever for the
+ *    appliance's link and the worker's downlink.
  *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
  *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
  *    2 ms worth.
@@ -121,6 +122,7 @@ struct pbox_node_stats {
 	uint64_t retry_hints;      /* immediate resends on the appliance's RETRY */
 	uint64_t foreign;          /* datagrams dropped: not from the owning core's endpoint */
 	uint64_t retransmit_bytes; /* payload bytes sent again */
+	uint64_t nacks;            /* NACKs that triggered a selective resend */
 	uint64_t loss_events;      /* congestion window reductions */
 	uint64_t ss_exits;         /* slow starts ended by a growing RTT (not a loss) */
 	uint64_t cwnd;             /* congestion window now, bytes */

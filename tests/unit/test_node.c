@@ -1129,24 +1129,29 @@ static double big_wire_bytes(void)
 }
 
 /*
- * Two ranks on 100 Mbit/s links (2 ms each way, a 64 KB drop-tail queue: a shallow switch
- * port), libpbox's default caps (4 MiB window, 256 chunks). The window must find the path:
- * the exchange runs at >= 90% of the link rate with < 1% of the bytes resent, and the
+ * Two ranks on 100 Mbit/s links (2 ms each way, a drop-tail queue of 10 ms at the rate:
+ * netlab's switch port), libpbox's default caps (4 MiB window, 256 chunks). The window must find
+ * the path: the exchange runs at >= 90% of the link rate with < 1% of the bytes resent, and the
  * window ends near the path's bandwidth-delay product plus queue, not at the 4 MiB cap.
  * (Before: the fixed 4 MiB window flooded the queue: most of it dropped and resent.)
  */
 static void test_cwnd_grows_to_path(void **state)
 {
 	struct sim_job_cfg cfg = link_cfg(2, 50);
-	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 2 * MS, .queue_bytes = 65536 };
+	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 2 * MS, .queue_bytes = 125000 };
 	struct sim s;
 	double bound = big_wire_bytes() / (double)l.rate_Bps;
+	uint64_t resent0[2];
 
 	(void)state;
 	assert_int_equal(sim_init(&s, &cfg), 0);
 	assert_int_equal(sim_set_links(&s, &l, &l), 0);
-	big_round(&s, 2, 0); /* slow start */
-	for (uint32_t t = 1; t < 3; t++) {
+	big_round(&s, 2, 0); /* slow start: overshoots a little */
+	for (uint32_t r = 0; r < 2; r++) {
+		resent0[r] = pbox_node_stats(s.node[r])->retransmit_bytes;
+		assert_true((double)resent0[r] < 0.03 * BIG_ELEMS * 4);
+	}
+	for (uint32_t t = 1; t < 4; t++) {
 		double secs = big_round(&s, 2, t);
 
 		print_message("round %u: %.3f s (bound %.3f s), cwnd %llu, srtt %llu us, drops "
@@ -1156,12 +1161,13 @@ static void test_cwnd_grows_to_path(void **state)
 			      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
 			      (unsigned long long)s.link_drops[SIM_TO_WORKER],
 			      (unsigned long long)pbox_node_stats(s.node[0])->retransmit_bytes);
-		assert_true(secs <= bound / 0.75);
+		assert_true(secs <= bound / 0.9);
 	}
 	for (uint32_t r = 0; r < 2; r++) {
 		const struct pbox_node_stats *st = pbox_node_stats(s.node[r]);
 
-		assert_true((double)st->retransmit_bytes < 0.05 * 3 * BIG_ELEMS * 4);
+		/* the steady state: < 1% of the bytes sent again */
+		assert_true((double)(st->retransmit_bytes - resent0[r]) < 0.01 * 3 * BIG_ELEMS * 4);
 		assert_true(st->cwnd >= 32768 && st->cwnd <= 512 * 1024);
 		assert_true(st->srtt_us >= 4000);
 	}
@@ -1292,6 +1298,179 @@ static void test_rto_follows_rtt(void **state)
 	sim_fini(&s);
 }
 
+/* ---- selective repeat ----------------------------------------------------------------- */
+
+static const struct pbox_keyspec g_one_chunk[] = { { 3, 8192 } }; /* 32 fragments of 1 KB */
+
+/* Counts datagrams by type and direction, and drops chosen fragments once each. */
+struct sr_filter {
+	uint32_t push_sent, data_to0, nacks_to0;
+	uint64_t drop_push; /* bitmap of PUSH fragments of rank 0 to drop once */
+	uint64_t drop_data; /* bitmap of result fragments to rank 0 to drop once */
+	uint64_t resent;    /* bitmap of PUSH fragments of rank 0 seen flagged RETRANSMIT */
+};
+
+static enum sim_verdict sr_count(struct sim *s, enum sim_dir dir, uint32_t ep,
+				 const struct pbox_msg *m, void *arg)
+{
+	struct sr_filter *f = arg;
+	uint32_t frag = m->frag_off / 1024;
+
+	(void)s;
+	if (dir == SIM_TO_APPLIANCE && m->type == PBOX_MSG_PUSH && m->sender == 0) {
+		f->push_sent++;
+		if (m->flags & PBOX_F_RETRANSMIT) {
+			f->resent |= 1ull << frag;
+		}
+		if (f->drop_push & (1ull << frag)) {
+			f->drop_push &= ~(1ull << frag);
+			return SIM_DROP;
+		}
+	}
+	if (dir == SIM_TO_WORKER && ep == 0 && m->type == PBOX_MSG_DATA) {
+		f->data_to0++;
+		if (f->drop_data & (1ull << frag)) {
+			f->drop_data &= ~(1ull << frag);
+			return SIM_DROP;
+		}
+	}
+	if (dir == SIM_TO_WORKER && ep == 0 && m->type == PBOX_MSG_ACK &&
+	    (m->flags & PBOX_F_SACK)) {
+		f->nacks_to0++;
+	}
+	return SIM_PASS;
+}
+
+static struct sim_job_cfg sr_cfg(uint32_t nranks)
+{
+	struct sim_job_cfg c = base_cfg(nranks);
+
+	c.ncores = 1;
+	c.keys = g_one_chunk;
+	c.nkeys = 1;
+	c.chunk_bytes = 32768;
+	c.frag_bytes = 1024;
+	return c;
+}
+
+static void sr_submit(struct sim *s, uint32_t r, struct pbox_op *op, const float *src, float *dst)
+{
+	*op = (struct pbox_op){
+		.kind = PBOX_OP_PUSH_PULL, .key = 0, .iter = 0, .src = src, .dst = dst
+	};
+	assert_int_equal(pbox_node_submit(s->node[r], op), 0);
+	pbox_node_flush(s->node[r]);
+}
+
+/*
+ * Fragments 5 and 9 of a 32-fragment push are lost. The round's last fragment (flagged
+ * LAST) makes the appliance answer with a NACK holding its bitmap, and the worker re-sends
+ * exactly fragments 5 and 9, at once, without waiting for a timeout: 32 + 2 datagrams.
+ * (Before: after the timeout, all 32 fragments again.)
+ */
+static void test_selective_repeat_push(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(1);
+	struct sr_filter f = { .drop_push = (1ull << 5) | (1ull << 9) };
+	static float src[8192], dst[8192];
+	struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[i] = (float)i;
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op, src, dst);
+	sim_pump(&s, 0); /* no clock advance: the NACK, not a timer, drives the resend */
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(op.status, 0);
+	assert_int_equal(f.push_sent, 34);
+	assert_int_equal(f.resent, (1ull << 5) | (1ull << 9));
+	assert_int_equal(f.nacks_to0, 1);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 2);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmit_bytes, 2048);
+	assert_int_equal(pbox_node_stats(s.node[0])->nacks, 1);
+	assert_memory_equal(dst, src, sizeof(src));
+	assert_int_equal(SIM_STAT(&s, agg_frags), 32);
+	sim_fini(&s);
+}
+
+/*
+ * The tail is lost (fragments 29..31, the last one carries LAST): no NACK comes. On the
+ * timeout the worker sends one probe, the last missing fragment; the appliance's NACK
+ * then names 29 and 30, which are re-sent: 32 + 1 + 2 datagrams, not 32 + 32.
+ */
+static void test_selective_repeat_tail(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(1);
+	struct sr_filter f = { .drop_push = 7ull << 29 };
+	static float src[8192], dst[8192];
+	struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[i] = (float)(i * 3);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op, src, dst);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 0);
+	assert_int_equal(f.push_sent, 32);
+	sim_advance(&s, 10 * MS); /* the first RTO */
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(op.status, 0);
+	assert_int_equal(f.push_sent, 35);
+	assert_int_equal(f.resent, 7ull << 29);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 3);
+	assert_memory_equal(dst, src, sizeof(src));
+	sim_fini(&s);
+}
+
+/*
+ * Results: rank 0 contributed first (ACK), rank 1 last; fragments 3 and 17 of rank 0's
+ * result are lost. Rank 0's probe says which fragments it holds (PULL with a bitmap) and
+ * the appliance sends only 3 and 17 again: 32 + 2 result datagrams to rank 0.
+ */
+static void test_selective_repeat_result(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(2);
+	struct sr_filter f = { .drop_data = (1ull << 3) | (1ull << 17) };
+	static float src[2][8192], dst[2][8192];
+	struct pbox_op op[2];
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[0][i] = (float)i;
+		src[1][i] = (float)(2 * i);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op[0], src[0], dst[0]);
+	sim_pump(&s, 0);
+	sr_submit(&s, 1, &op[1], src[1], dst[1]);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 1); /* rank 1; rank 0 misses two fragments */
+	assert_int_equal(f.data_to0, 32);
+	for (uint32_t k = 0; k < 20 && s.ncompleted < 2; k++) {
+		sim_advance(&s, 10 * MS);
+	}
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(op[0].status, 0);
+	assert_int_equal(f.data_to0, 34);
+	for (uint32_t i = 0; i < 8192; i++) {
+		assert_true(dst[0][i] == (float)(3 * i));
+	}
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1319,6 +1498,9 @@ int main(void)
 		cmocka_unit_test(test_cwnd_grows_to_path),
 		cmocka_unit_test(test_cwnd_shrinks_on_loss),
 		cmocka_unit_test(test_rto_follows_rtt),
+		cmocka_unit_test(test_selective_repeat_push),
+		cmocka_unit_test(test_selective_repeat_tail),
+		cmocka_unit_test(test_selective_repeat_result),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
