@@ -1111,6 +1111,13 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			 * retransmission timeout, not after the slower probe pace. */
 			delivered(n, i, now(n));
 			enter_wait(n, i, n->rto);
+		} else if (w->phase == PH_WAIT && w->rgot == 0) {
+			/* The result has started to arrive: the rest follows within about an
+			 * RTT, so a fragment lost on the way is asked for after one RTO, not
+			 * after the probe pace meant for results that wait for peers. */
+			w->tries = 0;
+			w->tmo_ns = n->rto;
+			arm(n, w, now(n));
 			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
 		}
 		pbox_bit_set(w->rbits, f);
