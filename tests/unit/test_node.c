@@ -1472,6 +1472,33 @@ static void test_selective_repeat_result(void **state)
 	sim_fini(&s);
 }
 
+/*
+ * The ACK is folded into the result when the result follows at once: the last contributor
+ * of a push-pull gets its 32 result fragments and no ACK; only a contributor whose result
+ * must wait for a peer is acknowledged on its own (NOTIFY-ACK frees its buffer and window
+ * then). Appliance datagrams for one 2-rank exchange: 1 ACK + 2 x 32 DATA.
+ */
+static void test_ack_folded_into_result(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(2);
+	static float src[2][8192], dst[2][8192];
+	struct pbox_op op[2];
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	sr_submit(&s, 0, &op[0], src[0], dst[0]);
+	sim_pump(&s, 0);
+	assert_int_equal(SIM_STAT(&s, acks), 1);
+	sr_submit(&s, 1, &op[1], src[1], dst[1]);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(SIM_STAT(&s, acks), 1);
+	assert_int_equal(SIM_STAT(&s, nacks), 0);
+	assert_int_equal(SIM_STAT(&s, tx_pkts), 1 + 2 * 32);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1502,6 +1529,7 @@ int main(void)
 		cmocka_unit_test(test_selective_repeat_push),
 		cmocka_unit_test(test_selective_repeat_tail),
 		cmocka_unit_test(test_selective_repeat_result),
+		cmocka_unit_test(test_ack_folded_into_result),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
