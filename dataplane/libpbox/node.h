@@ -13,17 +13,25 @@
  * unacknowledged contributions per chunk (NOTIFY-ACK), so a key has that many lanes and as
  * many operations in flight (of different iterations). An operation is cut into its
  * chunks; each chunk goes to the appliance core that owns it. Reliability (UDP has none):
- *  - fragments of a contribution are re-sent, all of them, when no ACK (or result)
- *    arrived within the retransmission timeout; the timeout doubles up to rto_max; an ACK
- *    flagged RETRY (the appliance's window moved) triggers an immediate resend;
+ *  - selective repeat: the last datagram of every send round of a contribution is flagged
+ *    PBOX_F_LAST; if the appliance still misses fragments when it arrives, it answers
+ *    with a NACK (an ACK with a PBOX_F_SACK bitmap of the fragments it holds) and the
+ *    node re-sends only the missing ones at once. When neither ACK, NACK nor result came
+ *    within the retransmission timeout (the round's tail or the answer was lost), one
+ *    probe goes: the last missing fragment, flagged LAST, which the appliance answers
+ *    with the ACK, the result or a NACK; the timeout doubles up to rto_max. An ACK
+ *    flagged RETRY (the appliance's window moved) triggers an immediate resend of what
+ *    is missing;
  *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
  *    appliance to repeat a result that may have been lost. The first fragment of a
  *    push-pull's result counts as its acknowledgement (the appliance answers a push only
  *    when it holds all of it): the source is never read again after that, so src == dst
  *    (in place) is safe under any loss;
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
- *    so duplicates and reordering are harmless; a result of another version restarts
- *    the collection; a result older than the job's staleness bound is ignored;
+ *    so duplicates and reordering are harmless; a PULL asking for a result again carries
+ *    that bitmap (PBOX_F_SACK), and the appliance re-sends only the missing fragments;
+ *    once a result has begun to arrive, the rest is asked for after one RTO; a result of another
+ * version restarts the collection; a result older than the job's staleness bound is ignored;
  *  - with cfg.crc, every fragment carries a CRC32C version word of its bytes taken when
  *    the operation started; a resend whose bytes no longer match (the caller changed the
  *    buffer while the push was in flight) fails the operation instead of sending torn
