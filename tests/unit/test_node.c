@@ -1174,6 +1174,41 @@ static void test_cwnd_grows_to_path(void **state)
 	sim_fini(&s);
 }
 
+/*
+ * A deep drop-tail queue (1 MiB, 80 ms at 100 Mbit/s, like a 1000-packet host queue): the
+ * window still holds the link, but stops growing once a few chunks stand in the queue, so
+ * the queue and the RTT stay short and nothing overflows. (A plain AIMD window grows until
+ * the 1 MiB queue overflows, every cycle.)
+ */
+static void test_cwnd_deep_queue(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000,
+				  .delay_ns = 2 * MS,
+				  .queue_bytes = 1 << 20 };
+	struct sim s;
+	double bound = big_wire_bytes() / (double)l.rate_Bps;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	for (uint32_t t = 0; t < 40; t++) { /* 15 s: time for a window to fill the queue */
+		double secs = big_round(&s, 1, t);
+
+		if (t > 0) {
+			assert_true(secs <= bound / 0.9);
+		}
+	}
+	print_message("deep queue: max %llu B, drops %llu, srtt %llu us\n",
+		      (unsigned long long)s.link_max_queue[SIM_TO_APPLIANCE],
+		      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
+		      (unsigned long long)pbox_node_stats(s.node[0])->srtt_us);
+	assert_int_equal(s.link_drops[SIM_TO_APPLIANCE], 0);
+	assert_true(s.link_max_queue[SIM_TO_APPLIANCE] < 400 * 1024);
+	assert_true(pbox_node_stats(s.node[0])->srtt_us < 30000);
+	sim_fini(&s);
+}
+
 /* Drop one push fragment of rank 0 once the window is open: the loss shrinks the window
  * (and counts one loss event), and the round still completes. */
 struct nth_dropper {
@@ -1524,6 +1559,7 @@ int main(void)
 		cmocka_unit_test(test_foreign_source),
 		cmocka_unit_test(test_ssp_loss_liveness),
 		cmocka_unit_test(test_cwnd_grows_to_path),
+		cmocka_unit_test(test_cwnd_deep_queue),
 		cmocka_unit_test(test_cwnd_shrinks_on_loss),
 		cmocka_unit_test(test_rto_follows_rtt),
 		cmocka_unit_test(test_selective_repeat_push),
