@@ -51,11 +51,11 @@ static const struct {
 	uint16_t flags;
 	uint8_t payload;
 } g_type_rules[PBOX_MSG_TYPE_MAX + 1] = {
-	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC, 1 },
-	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT, 0 },
-	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC, 1 },
+	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1 },
+	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT | PBOX_F_SACK, 0 },
+	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1 },
 	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT, 1 },
-	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS, 0 },
+	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS | PBOX_F_SACK, 0 },
 	[PBOX_MSG_ERROR] = { 0, 0 },
 };
 
@@ -80,11 +80,11 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 	if (pbox_unlikely(h.hdr_len != PBOX_WIRE_HDR_LEN)) {
 		return PBOX_DROP_BAD_HDR_LEN;
 	}
-	if (pbox_unlikely(h.reserved != 0)) {
-		return PBOX_DROP_BAD_RESERVED;
-	}
 	m->type = h.type;
 	m->flags = be16toh(h.flags);
+	if (pbox_unlikely(h.sack != 0 && !(m->flags & PBOX_F_SACK))) {
+		return PBOX_DROP_BAD_RESERVED;
+	}
 	m->encoding = h.encoding;
 	m->frag_len = be16toh(h.frag_len);
 	m->frag_off = be32toh(h.frag_off);
@@ -109,7 +109,9 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 		if (pbox_unlikely(m->encoding != PBOX_ENC_NONE)) {
 			return PBOX_DROP_BAD_ENCODING;
 		}
-		if (pbox_unlikely(m->frag_len != 0 || m->frag_off != 0)) {
+		if (pbox_unlikely(m->frag_len != 0 ||
+				  (m->flags & PBOX_F_SACK ? m->frag_off >= m->chunk_len
+							  : m->frag_off != 0))) {
 			return PBOX_DROP_BAD_FRAGMENT;
 		}
 		m->payload = NULL;
@@ -122,6 +124,7 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 	m->seq = be32toh(h.seq);
 	m->arg0 = be32toh(h.arg0);
 	m->arg1 = be32toh(h.arg1);
+	m->sack = be64toh(h.sack);
 	return PBOX_DROP_NONE;
 }
 
@@ -144,5 +147,5 @@ void pbox_wire_encode(const struct pbox_msg *m, struct pbox_wire_hdr *h)
 	h->seq = htobe32(m->seq);
 	h->arg0 = htobe32(m->arg0);
 	h->arg1 = htobe32(m->arg1);
-	h->reserved = 0;
+	h->sack = m->flags & PBOX_F_SACK ? htobe64(m->sack) : 0;
 }

@@ -2,6 +2,7 @@
 /* Job-level validation of decoded pbox messages (see wire_check.h). */
 #include "wire_check.h"
 
+#include "bitmap.h"
 #include "compiler.h"
 
 enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbox_wire_job *job,
@@ -49,6 +50,15 @@ enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbo
 			return PBOX_DROP_BAD_ALIGNMENT;
 		}
 	}
+	if (m->flags & PBOX_F_SACK) {
+		/* decode checked frag_off < chunk_len, so base < nfrags */
+		uint32_t left = c->nfrags - m->frag_off / d->frag_bytes;
+
+		if (pbox_unlikely(m->frag_off % d->frag_bytes != 0 ||
+				  (left < PBOX_SACK_BITS && (m->sack >> left) != 0))) {
+			return PBOX_DROP_BAD_ALIGNMENT;
+		}
+	}
 	if (m->type == PBOX_MSG_INIT &&
 	    pbox_unlikely(!job->accepts_init || m->sender != 0 || m->iter != 0)) {
 		return PBOX_DROP_NOT_ALLOWED;
@@ -72,4 +82,20 @@ enum pbox_drop_reason pbox_wire_validate(const void *buf, size_t len, enum pbox_
 	}
 	*jobp = job;
 	return pbox_wire_check(m, job, role);
+}
+
+void pbox_sack_build(const uint64_t *bits, uint32_t nfrags, uint32_t *base, uint64_t *map)
+{
+	uint32_t b = 0;
+
+	while (b < nfrags && pbox_bit_test(bits, b)) {
+		b++;
+	}
+	*base = b;
+	*map = 0;
+	for (uint32_t i = 0; i < PBOX_SACK_BITS && b + i < nfrags; i++) {
+		if (pbox_bit_test(bits, b + i)) {
+			*map |= 1ull << i;
+		}
+	}
 }

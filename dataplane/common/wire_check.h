@@ -38,7 +38,8 @@ typedef const struct pbox_wire_job *(*pbox_wire_lookup_fn)(void *arg, uint32_t j
 /*
  * Check a decoded message against its job for a receiver in role: direction and sender
  * rank, cookie, chunk id and chunk_len, fragment on the job's fragment grid with the exact
- * length that fragment must have, INIT rules. Returns PBOX_DROP_NONE or the reason.
+ * length that fragment must have, INIT rules, and a PBOX_F_SACK bitmap on the grid with
+ * no bit past the chunk's last fragment. Returns PBOX_DROP_NONE or the reason.
  */
 enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbox_wire_job *job,
 				      enum pbox_role role);
@@ -50,5 +51,19 @@ enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbo
 enum pbox_drop_reason pbox_wire_validate(const void *buf, size_t len, enum pbox_role role,
 					 pbox_wire_lookup_fn lookup, void *lookup_arg,
 					 struct pbox_msg *m, const struct pbox_wire_job **jobp);
+
+/*
+ * Describe which of nfrags fragments a receiver holds (bits: one bit per fragment) as a
+ * PBOX_F_SACK bitmap: *base is the first fragment not held (every one before it is),
+ * *map has bit i set if fragment *base + i is held (i < PBOX_SACK_BITS, within nfrags).
+ * All held: *base = nfrags, *map = 0.
+ */
+void pbox_sack_build(const uint64_t *bits, uint32_t nfrags, uint32_t *base, uint64_t *map);
+
+/* Whether fragment f is held according to a SACK bitmap (base, map) as above. */
+static inline bool pbox_sack_has(uint32_t base, uint64_t map, uint32_t f)
+{
+	return f < base || (f - base < PBOX_SACK_BITS && ((map >> (f - base)) & 1u));
+}
 
 #endif /* PBOX_WIRE_CHECK_H */

@@ -99,6 +99,39 @@ static void send_ack(struct ctx *x, uint32_t rank, uint32_t iter, uint32_t ndone
 	PBOX_STAT_ADD(x->e->stats, acks, 1);
 }
 
+/* A NACK: rank's contribution (or INIT, flags PBOX_F_OF_INIT) of iteration iter is
+ * incomplete; row (one bit per fragment) says which fragments are held. Answers the last
+ * datagram of the rank's send round (PBOX_F_LAST), so it re-sends only what is missing. */
+static void send_nack(struct ctx *x, uint32_t rank, uint32_t iter, const uint64_t *row,
+		      uint32_t ndone, uint16_t flags)
+{
+	uint32_t base;
+	struct pbox_msg m = {
+		.type = PBOX_MSG_ACK,
+		.encoding = PBOX_ENC_NONE,
+		.flags = PBOX_F_SACK | flags,
+		.iter = iter,
+		.arg0 = x->m->seq,
+		.arg1 = ndone,
+	};
+
+	pbox_sack_build(row, x->cd->nfrags, &base, &m.sack);
+	if (pbox_unlikely(base >= x->cd->nfrags)) {
+		return; /* complete after all: the ACK or the result says so */
+	}
+	m.frag_off = base * x->d->frag_bytes;
+	xmit(x, rank, &m, NULL);
+	PBOX_STAT_ADD(x->e->stats, acks, 1);
+	PBOX_STAT_ADD(x->e->stats, nacks, 1);
+}
+
+/* Whether the message being handled ends its sender's send round (the worker flags the
+ * last datagram of every round; fragment nfrags - 1 ends every full one). */
+static bool ends_round(const struct ctx *x, uint32_t f)
+{
+	return (x->m->flags & PBOX_F_LAST) || f == x->cd->nfrags - 1;
+}
+
 static void send_error(struct ctx *x, uint32_t rank, uint32_t iter, int err)
 {
 	struct pbox_msg m = {
@@ -119,8 +152,16 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
 			uint64_t *ref, bool resend)
 {
 	const uint8_t *p = (const uint8_t *)buf;
+	/* A pull that says which fragments of this very result the rank already holds gets
+	 * only the others (selective repeat of results). */
+	bool sack = x->m != NULL && x->m->type == PBOX_MSG_PULL && x->m->sender == rank &&
+		    (x->m->flags & PBOX_F_SACK) && x->m->arg0 == label;
+	uint32_t base = sack ? x->m->frag_off / x->d->frag_bytes : 0;
 
 	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+		if (sack && pbox_sack_has(base, x->m->sack, f)) {
+			continue;
+		}
 		struct pbox_msg m = {
 			.type = PBOX_MSG_DATA,
 			.encoding = PBOX_ENC_F32,
@@ -573,13 +614,19 @@ static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t
 
 /* A fragment the appliance already has. If it ends a worker's retransmission round (the
  * flagged last fragment; network duplicates carry no flag) of a contribution that is
- * complete, the ACK (or result) was lost: answer again, once. */
-static void push_duplicate(struct ctx *x, uint32_t f, bool complete, uint32_t ndone)
+ * complete, the ACK (or result) was lost: answer again, once. If the contribution is
+ * still incomplete (row: its fragments held), the round's end is answered with a NACK. */
+static void push_duplicate(struct ctx *x, uint32_t f, bool complete, uint32_t ndone,
+			   const uint64_t *row)
 {
 	const struct pbox_msg *m = x->m;
 
 	PBOX_STAT_ADD(x->e->stats, dups, 1);
-	if (!complete || !(m->flags & PBOX_F_RETRANSMIT) || f != x->cd->nfrags - 1) {
+	if (!complete && row != NULL && (m->flags & PBOX_F_LAST)) {
+		send_nack(x, m->sender, m->iter, row, ndone, 0);
+		return;
+	}
+	if (!complete || !(m->flags & PBOX_F_RETRANSMIT) || !ends_round(x, f)) {
 		return;
 	}
 	if (m->flags & PBOX_F_WANT_REPLY) {
@@ -643,7 +690,7 @@ static void push_late(struct ctx *x, uint32_t f)
 		}
 	}
 	if (pbox_bit_test(row, f)) {
-		push_duplicate(x, f, *cnt == x->cd->nfrags, 0);
+		push_duplicate(x, f, *cnt == x->cd->nfrags, 0, row);
 		return;
 	}
 	/* Counted before folding: fold may open t + window in t's slot, which moves this
@@ -656,6 +703,12 @@ static void push_late(struct ctx *x, uint32_t f)
 	if (complete) {
 		PBOX_STAT_ADD(x->e->stats, late_contribs, 1);
 		contribution_done(x, w, t, 0);
+	} else if (m->flags & PBOX_F_LAST) {
+		/* row may have moved to late_* in fold(): describe the current one */
+		send_nack(x, w, t,
+			  slot_holds(sl, t) ? sl->bits + (size_t)w * fwords
+					    : cs->late_bits + (size_t)w * fwords,
+			  0, 0);
 	}
 }
 
@@ -690,12 +743,12 @@ static void on_push(struct ctx *x)
 		if (!server_opt(x) && (m->flags & PBOX_F_WANT_REPLY) && !slot_holds(sl, t)) {
 			PBOX_STAT_ADD(x->e->stats, dups, 1);
 			drop(x->e, PBOX_DROP_STALE_ITER);
-			if ((m->flags & PBOX_F_RETRANSMIT) && f == x->cd->nfrags - 1) {
+			if ((m->flags & PBOX_F_RETRANSMIT) && ends_round(x, f)) {
 				send_error(x, w, t, ESTALE);
 			}
 			return;
 		}
-		push_duplicate(x, f, true, x->job->nlive);
+		push_duplicate(x, f, true, x->job->nlive, NULL);
 		return;
 	}
 	if (t - cs->version >= x->job->window) {
@@ -717,13 +770,16 @@ static void on_push(struct ctx *x)
 	}
 	row = sl->bits + (size_t)w * fwords;
 	if (pbox_bit_test(row, f)) {
-		push_duplicate(x, f, sl->wcnt[w] == x->cd->nfrags, sl->ndone);
+		push_duplicate(x, f, sl->wcnt[w] == x->cd->nfrags, sl->ndone, row);
 		return;
 	}
 	pbox_bit_set(row, f);
 	sl->wcnt[w]++;
 	aggregate(x, sl, f);
 	if (sl->wcnt[w] != x->cd->nfrags) {
+		if (m->flags & PBOX_F_LAST) {
+			send_nack(x, w, t, row, sl->ndone, 0);
+		}
 		return;
 	}
 	pbox_bit_set(sl->done, w);
@@ -770,8 +826,10 @@ static void on_init(struct ctx *x)
 
 	if (cs->initialized || pbox_bit_test(cs->init_bits, f)) {
 		PBOX_STAT_ADD(x->e->stats, dups, 1);
-		if (cs->initialized && f == x->cd->nfrags - 1) {
+		if (cs->initialized && ends_round(x, f)) {
 			send_ack(x, 0, 0, 1, PBOX_F_OF_INIT);
+		} else if (!cs->initialized && (m->flags & PBOX_F_LAST)) {
+			send_nack(x, 0, 0, cs->init_bits, 0, PBOX_F_OF_INIT);
 		}
 		return;
 	}
@@ -782,6 +840,9 @@ static void on_init(struct ctx *x)
 	pbox_bit_set(cs->init_bits, f);
 	gather_copy(x, (uint8_t *)cs->model[0] + m->frag_off);
 	if (++cs->init_nrecv != x->cd->nfrags) {
+		if (m->flags & PBOX_F_LAST) {
+			send_nack(x, 0, 0, cs->init_bits, 0, PBOX_F_OF_INIT);
+		}
 		return;
 	}
 	cs->initialized = true;

@@ -56,7 +56,8 @@ struct pbox_core_stats {
 	uint64_t rx_retransmits; /* datagrams marked as retransmissions */
 	uint64_t replies_resent; /* results sent again after a lost reply */
 	uint64_t pulls_held;     /* pulls that had to wait */
-	uint64_t acks;
+	uint64_t acks;           /* ACKs sent, NACKs included */
+	uint64_t nacks;          /* NACKs (PBOX_F_SACK): a send round ended incomplete */
 	uint64_t errors_sent;
 	uint64_t folded_frags;       /* straggler fragments added to a later iteration */
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */

@@ -24,14 +24,18 @@ enum phase {
 /* One chunk of one lane. */
 struct wchunk {
 	uint8_t phase;
-	uint16_t tries; /* sends of the current phase */
-	uint32_t rto_ms;
+	uint16_t tries;      /* sends of the current phase (Karn: RTT sampled only at 1) */
+	uint64_t tmo_ns;     /* current timeout of the phase (backs off) */
+	uint64_t sent_ns;    /* first send of the contribution (RTT sample) */
+	uint64_t order;      /* send_order of its last send */
 	uint64_t due_ns;     /* next retransmission / probe */
 	uint32_t rlabel;     /* label of the result being collected */
 	uint32_t rgot;       /* fragments of it received */
 	uint32_t ndone_seen; /* contributions the appliance reported in its last ACK */
 	uint32_t stale_seen; /* label of the last result ignored as too stale */
 	uint64_t *rbits;
+	uint64_t *sacked;     /* fragments of the contribution the appliance said it holds */
+	uint32_t round_seq;   /* seq of the last datagram of the latest send round */
 	uint32_t *crc;        /* per fragment version word (crc mode) */
 	uint32_t next_queued; /* FIFO link (wchunk index + 1, 0 = end) */
 	uint32_t next_active; /* active list link (wchunk index + 1, 0 = end) */
@@ -72,7 +76,24 @@ struct pbox_node {
 	uint32_t q_head, q_tail; /* queued wchunks, index + 1 */
 	uint32_t active_head;    /* wchunks in PH_SEND / PH_WAIT, index + 1 */
 	uint32_t seq;
-	uint64_t next_due;      /* lower bound of every active chunk's due_ns */
+	uint64_t next_due; /* lower bound of every active chunk's due_ns */
+	/* Congestion control and timers (see node.h). Times in ns, sizes in bytes. */
+	uint64_t cwnd;
+	uint64_t ssthresh;
+	uint64_t unit;         /* one full chunk: the least window, the backlog unit */
+	uint64_t mss;          /* additive increase per RTT: one fragment */
+	uint64_t srtt, rttvar; /* RFC 6298; srtt 0: no sample yet */
+	uint64_t rto;          /* current RTO (before a chunk's own back-off) */
+	uint64_t rto_min, rto_max;
+	uint64_t min_rtt; /* windowed minimum: min(min_prev, min_cur) */
+	uint64_t min_prev, min_cur, min_epoch;
+	uint64_t recover_until; /* no second window reduction before this (one per RTT) */
+	uint64_t last_delivery; /* last time a contribution was acknowledged */
+	uint64_t send_order;    /* counts contribution sends (first sends and resends) */
+	uint64_t newest_acked;  /* highest send_order acknowledged unambiguously (Karn) */
+	uint64_t pace_next;     /* earliest start of the next queued chunk */
+	bool pace_wait;         /* start_queued stopped for the pacer */
+	uint32_t ss_high;       /* RTT samples in a row above the slow-start exit threshold */
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
 	char failmsg[256];
@@ -92,6 +113,9 @@ static uint64_t now(struct pbox_node *n)
 {
 	return n->cfg.now_ns(n->cfg.now_arg);
 }
+
+static void cc_init(struct pbox_node *n);
+static void pace(struct pbox_node *n, uint64_t bytes, uint64_t t);
 
 static const struct pbox_wire_job *lookup(void *arg, uint32_t id)
 {
@@ -136,6 +160,11 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	if (n->cfg.rto_max_ms == 0) {
 		n->cfg.rto_max_ms = 1000;
 	}
+	if (n->cfg.rto_min_ms == 0) {
+		n->cfg.rto_min_ms = 10;
+	}
+	n->cfg.rto_min_ms = PBOX_MIN(n->cfg.rto_min_ms, n->cfg.rto_ms);
+	n->cfg.rto_max_ms = PBOX_MAX(n->cfg.rto_max_ms, n->cfg.rto_ms);
 	if (n->cfg.timeout_ms == 0) {
 		n->cfg.timeout_ms = 30000;
 	}
@@ -147,6 +176,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	}
 	n->nlanes = n->cfg.credits ? n->cfg.credits : 1;
 	n->d = cfg->desc;
+	cc_init(n);
 	n->next_due = UINT64_MAX;
 	n->next_deadline = UINT64_MAX;
 	n->cookie_store[0] = cfg->cookie;
@@ -161,7 +191,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 		words += pbox_bitmap_words(n->d->chunks[c].nfrags) * n->nlanes;
 		crcs += (size_t)n->d->chunks[c].nfrags * n->nlanes;
 	}
-	n->bits_arena = calloc(words ? words : 1, sizeof(uint64_t));
+	n->bits_arena = calloc(words ? 2 * words : 1, sizeof(uint64_t));
 	n->crc_arena = n->cfg.crc ? calloc(crcs ? crcs : 1, sizeof(uint32_t)) : NULL;
 	if (n->ch == NULL || n->lanes == NULL || n->bits_arena == NULL || n->pending_head == NULL ||
 	    n->pending_tail == NULL || (n->cfg.crc && n->crc_arena == NULL)) {
@@ -174,6 +204,8 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 			struct wchunk *w = &n->ch[wc_index(n, c, l)];
 
 			w->rbits = n->bits_arena + words;
+			words += pbox_bitmap_words(n->d->chunks[c].nfrags);
+			w->sacked = n->bits_arena + words;
 			words += pbox_bitmap_words(n->d->chunks[c].nfrags);
 			if (n->crc_arena != NULL) {
 				w->crc = n->crc_arena + crcs;
@@ -284,26 +316,62 @@ static void xmit(struct pbox_node *n, uint32_t c, struct pbox_msg *m, const void
 static void lane_fail(struct pbox_node *n, struct lane *ln, int err, const char *fmt, ...)
 	PBOX_PRINTF(4, 5);
 
-/* Send the chunk's contribution (all fragments) or its pull request. Returns false if
- * the lane failed (a resend found its buffer changed). */
-static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
+/* A PULL (request or probe) for a result already partly received says which fragments of
+ * that result (label w->rlabel) the worker holds, so the appliance repeats only the rest. */
+static void add_result_sack(const struct pbox_node *n, uint32_t c, const struct wchunk *w,
+			    struct pbox_msg *m)
 {
+	uint32_t base;
+
+	if (w->rlabel == UINT32_MAX || w->rgot == 0) {
+		return;
+	}
+	pbox_sack_build(w->rbits, n->d->chunks[c].nfrags, &base, &m->sack);
+	m->flags |= PBOX_F_SACK;
+	m->arg0 = w->rlabel;
+	m->frag_off = base * n->d->frag_bytes;
+}
+
+enum send_mode {
+	SEND_FIRST,   /* every fragment */
+	SEND_MISSING, /* the fragments the appliance has not said it holds */
+	SEND_PROBE,   /* only the last of those: a tail-loss probe that asks for a NACK */
+};
+
+/* Send the chunk's contribution or its pull request. Returns false if the lane failed (a
+ * resend found its buffer changed). */
+static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
+{
+	bool again = mode != SEND_FIRST;
 	uint32_t c = wc_chunk(n, i);
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
 	struct wchunk *w = &n->ch[i];
 	struct lane *ln = wc_lane(n, i);
 	uint16_t rflag = again ? PBOX_F_RETRANSMIT : 0;
+	uint32_t last, nsent = 0, bytes = 0;
 
 	if (ln->kind == PBOX_OP_PULL) {
 		struct pbox_msg m = { .type = PBOX_MSG_PULL, .flags = rflag, .iter = ln->iter };
 
+		add_result_sack(n, c, w, &m);
 		xmit(n, c, &m, NULL);
 		if (again) {
 			n->stats.retransmits++;
 		}
 		return true;
 	}
-	for (uint32_t f = 0; f < cd->nfrags; f++) {
+	/* Selective repeat: a resend sends only the fragments the appliance has not said it
+	 * holds; the round's last datagram asks for a NACK if something is still missing. */
+	last = cd->nfrags - 1;
+	while (again && last > 0 && pbox_bit_test(w->sacked, last)) {
+		last--;
+	}
+	if (again && pbox_bit_test(w->sacked, last)) {
+		/* Said to hold everything yet no ACK: trust nothing, send it all again. */
+		pbox_bitmap_zero(w->sacked, cd->nfrags);
+		last = cd->nfrags - 1;
+	}
+	for (uint32_t f = mode == SEND_PROBE ? last : 0; f <= last; f++) {
 		const uint8_t *src = (const uint8_t *)(ln->src + cd->elem_off);
 		struct pbox_msg m = {
 			.type = ln->kind == PBOX_OP_INIT ? PBOX_MSG_INIT : PBOX_MSG_PUSH,
@@ -314,8 +382,14 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 			.frag_len = pbox_frag_len(n->d, cd->bytes, f),
 		};
 
+		if (again && pbox_bit_test(w->sacked, f)) {
+			continue;
+		}
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
 			m.flags |= PBOX_F_WANT_REPLY;
+		}
+		if (f == last) {
+			m.flags |= PBOX_F_LAST;
 		}
 		if (w->crc != NULL) {
 			uint32_t crc = pbox_crc32c(src + m.frag_off, m.frag_len, PBOX_CRC_INIT);
@@ -339,9 +413,15 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, bool again)
 			m.arg1 = crc;
 		}
 		xmit(n, c, &m, src + m.frag_off);
+		w->round_seq = m.seq;
+		nsent++;
+		bytes += m.frag_len;
 	}
 	if (again) {
-		n->stats.retransmits += cd->nfrags;
+		n->stats.retransmits += nsent;
+		n->stats.retransmit_bytes += bytes;
+		w->order = ++n->send_order;
+		pace(n, bytes, now(n));
 	}
 	return true;
 }
@@ -373,14 +453,139 @@ static void send_probe(struct pbox_node *n, uint32_t i)
 									   : ln->iter,
 	};
 
+	add_result_sack(n, wc_chunk(n, i), &n->ch[i], &m);
 	xmit(n, wc_chunk(n, i), &m, NULL);
 	n->stats.probes++;
 }
 
 static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
 {
-	w->due_ns = t + (uint64_t)w->rto_ms * 1000000ull;
+	w->due_ns = t + w->tmo_ns;
 	n->next_due = PBOX_MIN(n->next_due, w->due_ns);
+}
+
+/* ---- congestion control and RTO (node.h explains the choice) -------------------------- */
+
+#define MS_NS                1000000ull
+#define MIN_RTT_EPOCH_NS     (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
+#define RTO_CLOCK_NS         (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
+#define PACE_SLACK_NS        (2ull * MS_NS)     /* a late wake-up may catch up this much */
+#define QUEUE_CEILING_CHUNKS 4u                 /* congestion avoidance stops growing here */
+
+static void cc_init(struct pbox_node *n)
+{
+	uint64_t iw = PBOX_MAX(64u << 10, n->d->chunk_bytes);
+
+	n->unit = PBOX_MAX(n->d->chunk_bytes, 1u);
+	n->mss = PBOX_MAX(PBOX_MIN(n->d->frag_bytes, n->d->chunk_bytes), 1u);
+	n->cwnd = PBOX_MIN(iw, (uint64_t)n->cfg.window_bytes);
+	n->ssthresh = UINT64_MAX;
+	n->rto = (uint64_t)n->cfg.rto_ms * MS_NS;
+	n->rto_min = (uint64_t)n->cfg.rto_min_ms * MS_NS;
+	n->rto_max = (uint64_t)n->cfg.rto_max_ms * MS_NS;
+	n->min_rtt = n->min_prev = n->min_cur = UINT64_MAX;
+}
+
+/* A round-trip time sample r (RFC 6298 section 2; Karn: callers only pass samples of
+ * contributions sent once). */
+static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
+{
+	if (n->srtt == 0) {
+		n->srtt = PBOX_MAX(r, 1u);
+		n->rttvar = r / 2;
+	} else {
+		uint64_t d = r > n->srtt ? r - n->srtt : n->srtt - r;
+
+		n->rttvar = (3 * n->rttvar + d) / 4;
+		n->srtt = PBOX_MAX((7 * n->srtt + r) / 8, 1u);
+	}
+	n->rto = n->srtt + PBOX_MAX(RTO_CLOCK_NS, 4 * n->rttvar);
+	n->rto = PBOX_MIN(PBOX_MAX(n->rto, n->rto_min), n->rto_max);
+	if (t >= n->min_epoch + MIN_RTT_EPOCH_NS) {
+		n->min_prev = n->min_cur;
+		n->min_cur = UINT64_MAX;
+		n->min_epoch = t;
+	}
+	n->min_cur = PBOX_MIN(n->min_cur, r);
+	n->min_rtt = PBOX_MIN(n->min_prev, n->min_cur);
+	/* Slow start ends when a queue starts to build (HyStart's delay test: three samples
+	 * in a row a quarter above the minimum, so one late wake-up of a busy CPU does not
+	 * end it), not only at the first loss, which would come after a queue overflowed. */
+	if (n->cwnd < n->ssthresh && r > n->min_rtt + PBOX_MAX(n->min_rtt / 4, RTO_CLOCK_NS)) {
+		if (++n->ss_high >= 3) {
+			n->ssthresh = n->cwnd;
+			n->stats.ss_exits++;
+		}
+	} else {
+		n->ss_high = 0;
+	}
+	n->stats.srtt_us = n->srtt / 1000;
+	n->stats.rto_us = n->rto / 1000;
+}
+
+/* bytes of contributions were acknowledged; inflight_before: bytes in flight before. */
+static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_before, uint64_t t)
+{
+	n->last_delivery = t;
+	/* Grow only while the window is what limits sending; an application that submits
+	 * little must not inflate it into a burst later (RFC 7661's idea). */
+	if (inflight_before + n->unit < PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes)) {
+		return;
+	}
+	if (n->cwnd < n->ssthresh) {
+		n->cwnd += bytes;
+	} else if (n->srtt == 0 || n->min_rtt == UINT64_MAX || n->srtt <= n->min_rtt ||
+		   n->cwnd * (n->srtt - n->min_rtt) / n->srtt < QUEUE_CEILING_CHUNKS * n->unit) {
+		n->cwnd += PBOX_MAX(bytes * n->mss / n->cwnd, 1u);
+	}
+	/* else: a queue of QUEUE_CEILING_CHUNKS chunks already stands on the path (Vegas'
+	 * estimate, window x (1 - min RTT / RTT)); more window would only lengthen it, and
+	 * with it the RTT, the RTO and the time a lost fragment costs, until a deep host
+	 * queue (1000 packets) overflows. */
+	n->cwnd = PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes + n->unit);
+	n->stats.cwnd = n->cwnd;
+}
+
+/*
+ * A loss: a contribution timed out, or the appliance reported fragments missing. At most
+ * one reduction per round trip (NewReno's recovery). TCP Veno's rule tells a loss of a
+ * full queue from a random one: with less than 3 chunks queued on the path (the window
+ * beyond the minimum RTT's worth), the loss is taken as random and the window shrinks by a
+ * fifth, else by half. Unlike TCP, a timeout does not restart from one chunk: each chunk
+ * has its own timer, the others' acknowledgements keep the ACK clock, and on a busy CPU a
+ * late progress thread would otherwise collapse the window for nothing.
+ */
+static void cc_loss(struct pbox_node *n, uint64_t t, bool timeout)
+{
+	uint64_t backlog = 0;
+
+	(void)timeout;
+	if (t < n->recover_until) {
+		return;
+	}
+	if (n->srtt != 0 && n->min_rtt != UINT64_MAX && n->srtt > n->min_rtt) {
+		backlog = n->cwnd * (n->srtt - n->min_rtt) / n->srtt;
+	}
+	n->cwnd = backlog < n->unit ? n->cwnd * 4 / 5 : n->cwnd / 2;
+	n->cwnd = PBOX_MAX(n->cwnd, n->unit);
+	n->ssthresh = n->cwnd;
+	n->recover_until = t + PBOX_MAX(n->srtt, n->rto_min);
+	n->stats.loss_events++;
+	n->stats.cwnd = n->cwnd;
+}
+
+/* Pacing: bytes leave at gain x cwnd / srtt (2 in slow start, 1.25 after), so a window
+ * does not hit a rate limiter's queue as one burst. No pacing before an RTT sample. */
+static void pace(struct pbox_node *n, uint64_t bytes, uint64_t t)
+{
+	uint64_t gain4 = n->cwnd < n->ssthresh ? 8 : 5; /* gain in quarters */
+	uint64_t dt;
+
+	if (n->srtt == 0) {
+		return;
+	}
+	dt = bytes * n->srtt * 4 / (n->cwnd * gain4);
+	n->pace_next = PBOX_MAX(n->pace_next, t > PACE_SLACK_NS ? t - PACE_SLACK_NS : 0) + dt;
 }
 
 /* ---- completion --------------------------------------------------------------------- */
@@ -556,17 +761,20 @@ static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
 
 	w->phase = PH_SEND;
 	w->tries = 1;
-	w->rto_ms = n->cfg.rto_ms;
+	w->tmo_ns = n->rto;
+	w->sent_ns = t;
+	w->order = ++n->send_order;
 	w->rgot = 0;
 	w->ndone_seen = 0;
 	w->stale_seen = UINT32_MAX;
 	w->rlabel = UINT32_MAX;
 	pbox_bitmap_zero(w->rbits, n->d->chunks[wc_chunk(n, i)].nfrags);
+	pbox_bitmap_zero(w->sacked, n->d->chunks[wc_chunk(n, i)].nfrags);
 	n->inflight++;
 	n->inflight_bytes += n->d->chunks[wc_chunk(n, i)].bytes;
 	active_add(n, i);
 	arm(n, w, t);
-	send_chunk(n, i, false);
+	send_chunk(n, i, SEND_FIRST);
 	ln->chunks_unsent--;
 	maybe_complete_early(n, ln);
 }
@@ -575,23 +783,32 @@ static void start_queued(struct pbox_node *n)
 {
 	uint64_t t = 0;
 
+	n->pace_wait = false;
 	while (n->q_head && n->inflight < n->cfg.max_inflight) {
 		uint32_t i = n->q_head - 1;
+		uint32_t bytes = n->d->chunks[wc_chunk(n, i)].bytes;
 
-		if (n->inflight > 0 &&
-		    n->inflight_bytes + n->d->chunks[wc_chunk(n, i)].bytes > n->cfg.window_bytes) {
+		/* As TCP sends while in flight < cwnd: the window may be passed by less than
+		 * one chunk, or a window of 2.9 chunks would only ever carry 2. The
+		 * configured cap window_bytes is not passed (one chunk always may). */
+		if (n->inflight > 0 && (n->inflight_bytes >= n->cwnd ||
+					n->inflight_bytes + bytes > n->cfg.window_bytes)) {
 			break;
 		}
-
+		if (t == 0) {
+			t = now(n);
+		}
+		if (t < n->pace_next) {
+			n->pace_wait = true; /* pbox_node_next_timer wakes us then */
+			break;
+		}
 		n->q_head = n->ch[i].next_queued;
 		if (n->q_head == 0) {
 			n->q_tail = 0;
 		}
 		n->ch[i].next_queued = 0;
-		if (t == 0) {
-			t = now(n);
-		}
 		start_chunk(n, i, t);
+		pace(n, bytes, t);
 	}
 }
 
@@ -715,9 +932,32 @@ static int start_op(struct pbox_node *n, struct pbox_op *op)
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
+/* The contribution of wchunk i (in PH_SEND) is acknowledged, by an ACK or by the first
+ * fragment of its result: feed the congestion window and, if it was sent once, the RTT. */
+static void delivered(struct pbox_node *n, uint32_t i, uint64_t t)
+{
+	struct wchunk *w = &n->ch[i];
+
+	if (w->tries == 1 && t >= w->sent_ns) {
+		rtt_sample(n, t - w->sent_ns, t);
+	}
+	if (w->tries == 1) {
+		n->newest_acked = PBOX_MAX(n->newest_acked, w->order);
+	}
+	cc_delivered(n, n->d->chunks[wc_chunk(n, i)].bytes, n->inflight_bytes, t);
+}
+
+/* The interval of probes for a result that waits for slower peers, not for a loss: four
+ * RTOs, never more eager than four initial RTOs (a slow peer can leave thousands of
+ * chunks waiting). */
+static uint64_t probe_tmo(const struct pbox_node *n)
+{
+	return PBOX_MIN(4 * PBOX_MAX(n->rto, (uint64_t)n->cfg.rto_ms * MS_NS), n->rto_max);
+}
+
 /* A push-pull's contribution is known consumed: stop sending its data (the wchunk leaves
- * the in-flight window) and from now on only probe, after rto_ms, for a lost result. */
-static void enter_wait(struct pbox_node *n, uint32_t i, uint32_t rto_ms)
+ * the in-flight window) and from now on only probe, after tmo, for a lost result. */
+static void enter_wait(struct pbox_node *n, uint32_t i, uint64_t tmo)
 {
 	struct wchunk *w = &n->ch[i];
 
@@ -725,8 +965,34 @@ static void enter_wait(struct pbox_node *n, uint32_t i, uint32_t rto_ms)
 	n->inflight_bytes -= n->d->chunks[wc_chunk(n, i)].bytes;
 	w->phase = PH_WAIT;
 	w->tries = 0;
-	w->rto_ms = rto_ms;
+	w->tmo_ns = tmo;
 	arm(n, w, now(n));
+}
+
+/* A NACK for wchunk i (in PH_SEND): note what the appliance holds and, if it answers the
+ * latest send round, re-send the rest now (a loss for the window). Returns false if the
+ * lane failed (its buffer changed). */
+static bool on_nack(struct pbox_node *n, uint32_t i, const struct pbox_msg *m)
+{
+	struct wchunk *w = &n->ch[i];
+	uint32_t nf = n->d->chunks[wc_chunk(n, i)].nfrags;
+	uint32_t base = m->frag_off / n->d->frag_bytes;
+	uint64_t t = now(n);
+
+	for (uint32_t f = 0; f < nf; f++) {
+		if (pbox_sack_has(base, m->sack, f)) {
+			pbox_bit_set(w->sacked, f);
+		}
+	}
+	if (m->arg0 != w->round_seq) {
+		return true; /* answers an older round; the latest one is still on its way */
+	}
+	n->stats.nacks++;
+	cc_loss(n, t, false);
+	w->tries++; /* Karn: no RTT sample from this contribution */
+	w->tmo_ns = n->rto;
+	arm(n, w, t);
+	return send_chunk(n, i, SEND_MISSING);
 }
 
 static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
@@ -742,10 +1008,11 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		if (m->flags & PBOX_F_RETRY) {
 			/* The appliance's window moved: a refused push may go now. */
 			if (w->phase == PH_SEND && ln->kind != PBOX_OP_PULL) {
-				w->rto_ms = n->cfg.rto_ms;
+				w->tmo_ns = n->rto;
+				w->tries++; /* Karn: no RTT sample from this contribution */
 				arm(n, w, now(n));
 				n->stats.retry_hints++;
-				if (!send_chunk(n, i, true)) {
+				if (!send_chunk(n, i, SEND_MISSING)) {
 					break; /* the lane failed; queued chunks may go below */
 				}
 			}
@@ -756,14 +1023,19 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			continue; /* not this lane's contribution */
 		}
 		w->ndone_seen = m->arg1;
+		if (m->flags & PBOX_F_SACK) {
+			if (w->phase == PH_SEND && !on_nack(n, i, m)) {
+				break; /* the lane failed */
+			}
+			continue;
+		}
 		if (w->phase == PH_WAIT || (m->flags & PBOX_F_STATUS)) {
 			continue; /* the answer to a probe: only the count is news */
 		}
+		delivered(n, i, now(n));
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
-			/* The data is in; from now on only probe for a lost result. The
-			 * result usually waits for slower peers, not for a loss: probe four
-			 * times less eagerly than data is resent. */
-			enter_wait(n, i, PBOX_MIN(4 * n->cfg.rto_ms, n->cfg.rto_max_ms));
+			/* The data is in; from now on only probe for a lost result. */
+			enter_wait(n, i, probe_tmo(n));
 			continue;
 		}
 		chunk_done(n, i);
@@ -843,7 +1115,15 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		if (unacked) {
 			/* The rest of the result is on its way: a probe is due after one
 			 * retransmission timeout, not after the slower probe pace. */
-			enter_wait(n, i, n->cfg.rto_ms);
+			delivered(n, i, now(n));
+			enter_wait(n, i, n->rto);
+		} else if (w->phase == PH_WAIT && w->rgot == 0) {
+			/* The result has started to arrive: the rest follows within about an
+			 * RTT, so a fragment lost on the way is asked for after one RTO, not
+			 * after the probe pace meant for results that wait for peers. */
+			w->tries = 0;
+			w->tmo_ns = n->rto;
+			arm(n, w, now(n));
 			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
 		}
 		pbox_bit_set(w->rbits, f);
@@ -971,6 +1251,12 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 
 /* ---- timers ------------------------------------------------------------------------- */
 
+/* Whether wchunk i sends a contribution (its timeouts are losses), not a pull request. */
+static bool ln_kind_sends_data(struct pbox_node *n, uint32_t i)
+{
+	return wc_lane(n, i)->kind != PBOX_OP_PULL;
+}
+
 static void timeout_lane(struct pbox_node *n, struct lane *ln, uint64_t t)
 {
 	uint32_t key = (uint32_t)(ln - n->lanes) / n->nlanes;
@@ -1068,19 +1354,42 @@ void pbox_node_timers(struct pbox_node *n)
 				n->next_due = PBOX_MIN(n->next_due, w->due_ns);
 				continue;
 			}
-			w->rto_ms = PBOX_MIN(w->rto_ms * 2, n->cfg.rto_max_ms);
+			if (w->phase == PH_SEND && ln_kind_sends_data(n, i) &&
+			    n->newest_acked < w->order && t - n->last_delivery < n->rto) {
+				/* Acknowledgements still arrive, but none yet for anything sent
+				 * at or after this contribution: it waits in a queue of the
+				 * path, as everything sent after it does; it is not lost. (TCP's
+				 * one timer restarts on every ACK for the same reason; a loss is
+				 * known once something sent later is acknowledged, as in RACK,
+				 * RFC 8985.) */
+				n->stats.timer_waits++;
+				w->tmo_ns = n->rto;
+				arm(n, w, t);
+				continue;
+			}
+			w->tmo_ns = PBOX_MIN(w->tmo_ns * 2, n->rto_max);
 			w->tries++;
 			arm(n, w, t);
+			if (w->phase == PH_SEND && ln_kind_sends_data(n, i)) {
+				cc_loss(n, t, true);
+			}
 			if (w->phase == PH_SEND) {
 				/* Nothing heard at all: the data (or pull) may be lost; send
 				 * again. For a push-pull the result doubles as the ACK, so a
 				 * lost result also brings us here, and the appliance answers
 				 * the resend with it. A failed resend unlinks this lane's
 				 * chunks: restart the walk. */
-				if (!send_chunk(n, i, true)) {
+				if (!send_chunk(n, i, SEND_PROBE)) {
 					a = n->active_head;
 				}
 			} else {
+				if (w->rgot > 0 && w->tries == 1) {
+					/* Part of the result came, the rest not within an RTO: lost
+					 * on the way back. Results are sent at the pace of the
+					 * workers' pushes, so slowing ours is what relieves the
+					 * appliance's link and our own downlink. */
+					cc_loss(n, t, false);
+				}
 				send_probe(n, i);
 			}
 		}
@@ -1091,6 +1400,10 @@ void pbox_node_timers(struct pbox_node *n)
 uint64_t pbox_node_next_timer(struct pbox_node *n)
 {
 	uint64_t t = now(n), next = PBOX_MIN(n->next_due, n->next_deadline);
+
+	if (n->pace_wait) {
+		next = PBOX_MIN(next, n->pace_next);
+	}
 
 	if (next == UINT64_MAX) {
 		return UINT64_MAX;

@@ -13,17 +13,25 @@
  * unacknowledged contributions per chunk (NOTIFY-ACK), so a key has that many lanes and as
  * many operations in flight (of different iterations). An operation is cut into its
  * chunks; each chunk goes to the appliance core that owns it. Reliability (UDP has none):
- *  - fragments of a contribution are re-sent, all of them, when no ACK (or result)
- *    arrived within the retransmission timeout; the timeout doubles up to rto_max; an ACK
- *    flagged RETRY (the appliance's window moved) triggers an immediate resend;
+ *  - selective repeat: the last datagram of every send round of a contribution is flagged
+ *    PBOX_F_LAST; if the appliance still misses fragments when it arrives, it answers
+ *    with a NACK (an ACK with a PBOX_F_SACK bitmap of the fragments it holds) and the
+ *    node re-sends only the missing ones at once. When neither ACK, NACK nor result came
+ *    within the retransmission timeout (the round's tail or the answer was lost), one
+ *    probe goes: the last missing fragment, flagged LAST, which the appliance answers
+ *    with the ACK, the result or a NACK; the timeout doubles up to rto_max. An ACK
+ *    flagged RETRY (the appliance's window moved) triggers an immediate resend of what
+ *    is missing;
  *  - once a contribution is acknowledged, only a small PULL is re-sent, asking the
  *    appliance to repeat a result that may have been lost. The first fragment of a
  *    push-pull's result counts as its acknowledgement (the appliance answers a push only
  *    when it holds all of it): the source is never read again after that, so src == dst
  *    (in place) is safe under any loss;
  *  - results are collected into the caller's buffer fragment by fragment with a bitmap,
- *    so duplicates and reordering are harmless; a result of another version restarts
- *    the collection; a result older than the job's staleness bound is ignored;
+ *    so duplicates and reordering are harmless; a PULL asking for a result again carries
+ *    that bitmap (PBOX_F_SACK), and the appliance re-sends only the missing fragments;
+ *    once a result has begun to arrive, the rest is asked for after one RTO; a result of another
+ * version restarts the collection; a result older than the job's staleness bound is ignored;
  *  - with cfg.crc, every fragment carries a CRC32C version word of its bytes taken when
  *    the operation started; a resend whose bytes no longer match (the caller changed the
  *    buffer while the push was in flight) fails the operation instead of sending torn
@@ -33,10 +41,33 @@
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
  * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
  * it consumed the data, so the caller's buffer is free exactly then.
- * At most max_inflight chunks, and window_bytes of them, are being sent (unacknowledged)
- * at once; the rest wait their turn. Results owed after an ACK are not limited: a worker
- * that held back its contributions until earlier results came in could deadlock with a
- * peer that submits keys in another order.
+ * Flow and congestion control: chunks being sent (unacknowledged contributions) are
+ * limited by a congestion window in bytes, under the caps max_inflight (chunks) and
+ * window_bytes (bytes); the rest wait their turn. Results owed after an ACK are not
+ * limited: a worker that held back its contributions until earlier results came in could
+ * deadlock with a peer that submits keys in another order.
+ *  - The window is NewReno-style AIMD (RFC 5681 / 6582) in bytes: it starts at
+ *    max(64 KiB, one chunk), doubles per round trip in slow start, then grows by one
+ *    fragment per round trip; a loss shrinks it at most once per round trip. Why not a
+ *    delay-based BBR/Vegas: pbox shares hosts and links with TCP (Gloo, NCCL, storage),
+ *    and its RTT samples include the progress threads' scheduling on busy CPUs, so a
+ *    delay signal alone is noisy; loss is what a tbf or a switch port reports exactly.
+ *    Delay is used where it is robust: slow start ends when the smoothed RTT rises above
+ *    1.5x the minimum (HyStart), so a deep host queue (1000 packets) is not filled and
+ *    overflowed; and TCP Veno's rule takes a loss with less than 3 chunks queued on the
+ *    path as random (window x 0.8) and one with a queue as congestion (x 0.5), which keeps
+ *    goodput under random loss. A result that arrives in part counts as a loss too: results
+ *    leave the appliance at the pace of the workers' pushes, so that is the lever for the
+ *    appliance's link and the worker's downlink.
+ *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
+ *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
+ *    2 ms worth.
+ *  - RTO from measured RTT (RFC 6298): SRTT/RTTVAR from contributions sent once (Karn),
+ *    RTO = SRTT + max(1 ms, 4 RTTVAR) within [rto_min_ms, rto_max_ms], rto_ms before the
+ *    first sample; each chunk's timer doubles on expiry. A chunk whose timer expires while
+ *    acknowledgements still arrive, none for anything sent after it, is waiting in a queue
+ *    of the path, not lost: its timer restarts (TCP restarts its one timer on each ACK;
+ *    RACK, RFC 8985, declares a loss once something sent later is acknowledged).
  *
  * Threading: a node is used by one thread at a time (the progress thread); completion
  * callbacks run on that thread.
@@ -95,9 +126,18 @@ struct pbox_node_stats {
 	uint64_t dup_frags;   /* result fragments received twice */
 	uint64_t ops_done;
 	uint64_t ops_failed;
-	uint64_t stale_results; /* results ignored: older than the staleness bound */
-	uint64_t retry_hints;   /* immediate resends on the appliance's RETRY */
-	uint64_t foreign;       /* datagrams dropped: not from the owning core's endpoint */
+	uint64_t stale_results;    /* results ignored: older than the staleness bound */
+	uint64_t retry_hints;      /* immediate resends on the appliance's RETRY */
+	uint64_t foreign;          /* datagrams dropped: not from the owning core's endpoint */
+	uint64_t retransmit_bytes; /* payload bytes sent again */
+	uint64_t nacks;            /* NACKs that triggered a selective resend */
+	uint64_t loss_events;      /* congestion window reductions */
+	uint64_t ss_exits;         /* slow starts ended by a growing RTT (not a loss) */
+	uint64_t cwnd;             /* congestion window now, bytes */
+	uint64_t srtt_us;          /* smoothed RTT (0: no sample yet) */
+	uint64_t rto_us;           /* retransmission timeout now */
+	uint64_t timer_waits;      /* timeouts not taken as losses: acknowledgements of
+				      earlier sends still arriving (a queue, not a loss) */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -112,11 +152,12 @@ struct pbox_node_cfg {
 	void *tx_ctx;
 	uint64_t (*now_ns)(void *arg); /* clock; NULL: CLOCK_MONOTONIC */
 	void *now_arg;
-	uint32_t rto_ms;       /* first retransmission timeout (0: 50 ms) */
-	uint32_t rto_max_ms;   /* cap of the doubling (0: 1000 ms) */
+	uint32_t rto_ms;       /* RTO before the first RTT sample (0: 50 ms) */
+	uint32_t rto_min_ms;   /* floor of the measured RTO (0: 10 ms; at most rto_ms) */
+	uint32_t rto_max_ms;   /* cap of the RTO and of its doubling (0: 1000 ms) */
 	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
-	uint32_t max_inflight; /* chunks sending at once (0: 256) */
-	uint32_t window_bytes; /* bytes of those chunks (0: 4 MiB); one chunk always may */
+	uint32_t max_inflight; /* cap: chunks sending at once (0: 256) */
+	uint32_t window_bytes; /* cap of the congestion window (0: 4 MiB); one chunk always may */
 	uint32_t staleness;    /* oldest acceptable result: want - staleness (UINT32_MAX: any) */
 	bool accept_newer;     /* aggregate jobs with drop-stragglers: newer results do */
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */

@@ -27,7 +27,16 @@
  *    44     4  seq         sender's sequence number (echoed in ACK/DATA as arg0 of PUSH)
  *    48     4  arg0        type specific, see enum pbox_msg_type
  *    52     4  arg1        type specific
- *    56     8  reserved    must be zero
+ *    56     8  sack        with PBOX_F_SACK: a fragment bitmap (below); else zero
+ *
+ * Selective acknowledgement (PBOX_F_SACK, on ACK and PULL): the sender holds every fragment
+ * before frag_off (a fragment boundary; the message has no payload) and, for bit i of
+ * sack (bit 0 = least significant), fragment frag_off / frag_bytes + i. Fragments past
+ * the 64 the map covers are not described (taken as missing). An ACK with PBOX_F_SACK is
+ * a NACK: the contribution (chunk, iter) is incomplete, these fragments are held; it
+ * answers a fragment flagged PBOX_F_LAST (the last datagram of a worker's send round).
+ * A PULL with PBOX_F_SACK tells which fragments of the result labelled arg0 the worker
+ * already holds, so that only the others are sent again.
  *
  * Validation: pbox_wire_decode() checks everything the header can say about itself; a
  * receiver then checks the message against the admitted job with pbox_wire_check() (see
@@ -69,7 +78,8 @@ enum pbox_msg_type {
 	PBOX_MSG_PUSH = 1,
 	/* worker -> appliance: send me the result. No payload. iter: the model version
 	 * wanted (server-optimizer jobs) or the iteration whose aggregate is wanted
-	 * (aggregate jobs). A pull that cannot be answered yet is held. */
+	 * (aggregate jobs). A pull that cannot be answered yet is held. PBOX_F_SACK: arg0 is
+	 * the label of a result partly received, sack / frag_off say which fragments. */
 	PBOX_MSG_PULL = 2,
 	/* rank 0 -> appliance: initial model values for a server-optimizer job. iter: 0. */
 	PBOX_MSG_INIT = 3,
@@ -80,7 +90,9 @@ enum pbox_msg_type {
 	 * received in full and consumed (NOTIFY-ACK), or, answering a probe, the status of
 	 * iteration iter (PBOX_F_STATUS). arg0: seq echoed; arg1: contributions received so
 	 * far for that iteration. PBOX_F_OF_INIT: the INIT of (chunk) is complete.
-	 * PBOX_F_RETRY: a refused push may be sent again now. No payload. */
+	 * PBOX_F_RETRY: a refused push may be sent again now. PBOX_F_SACK: a NACK, the
+	 * contribution is incomplete and sack / frag_off say which fragments are held.
+	 * No payload. */
 	PBOX_MSG_ACK = 5,
 	/* appliance -> worker: the request for (chunk, iter) was refused. arg0: a positive
 	 * errno (e.g. ECONNABORTED: the job was aborted; ESTALE: that result is no longer
@@ -96,10 +108,15 @@ enum pbox_msg_flags {
 	PBOX_F_RETRY = 1u << 3,      /* ACK: a push was refused (window full); resend now */
 	PBOX_F_OF_INIT = 1u << 4,    /* ACK: acknowledges an INIT, not a PUSH */
 	PBOX_F_STATUS = 1u << 5,     /* ACK: answers a probe; acknowledges nothing */
+	PBOX_F_SACK = 1u << 6,       /* ACK (a NACK), PULL: sack and frag_off hold a bitmap */
+	PBOX_F_LAST = 1u << 7,       /* PUSH, INIT: last datagram of a send round */
 };
 #define PBOX_F_ALL                                                                            \
 	(PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_RETRY | PBOX_F_OF_INIT | \
-	 PBOX_F_STATUS)
+	 PBOX_F_STATUS | PBOX_F_SACK | PBOX_F_LAST)
+
+/* Fragments one PBOX_F_SACK bitmap describes past its base. */
+#define PBOX_SACK_BITS 64u
 
 enum pbox_encoding {
 	PBOX_ENC_NONE = 0, /* no payload (PULL, ACK, ERROR) */
@@ -126,14 +143,14 @@ struct pbox_wire_hdr {
 	uint32_t seq;
 	uint32_t arg0;
 	uint32_t arg1;
-	uint64_t reserved;
+	uint64_t sack; /* was "reserved": zero unless PBOX_F_SACK */
 } __attribute__((packed, aligned(8)));
 
 _Static_assert(sizeof(struct pbox_wire_hdr) == PBOX_WIRE_HDR_LEN, "pbox header is one cache line");
 _Static_assert(offsetof(struct pbox_wire_hdr, cookie) == 16, "cookie offset");
 _Static_assert(offsetof(struct pbox_wire_hdr, frag_len) == 36, "frag_len offset");
 _Static_assert(offsetof(struct pbox_wire_hdr, chunk_len) == 40, "chunk_len offset");
-_Static_assert(offsetof(struct pbox_wire_hdr, reserved) == 56, "reserved offset");
+_Static_assert(offsetof(struct pbox_wire_hdr, sack) == 56, "sack offset");
 
 /* A decoded header in host byte order. */
 struct pbox_msg {
@@ -151,6 +168,7 @@ struct pbox_msg {
 	uint32_t seq;
 	uint32_t arg0;
 	uint32_t arg1;
+	uint64_t sack;       /* PBOX_F_SACK: bitmap from fragment frag_off / frag_bytes */
 	const void *payload; /* frag_len bytes following the header, NULL if none */
 };
 
@@ -168,7 +186,7 @@ enum pbox_drop_reason {
 	PBOX_DROP_BAD_HDR_LEN,  /* hdr_len != 64 */
 	PBOX_DROP_BAD_LENGTH,   /* frag_len disagrees with the datagram length */
 	PBOX_DROP_BAD_FLAGS,    /* a flag not defined for this type */
-	PBOX_DROP_BAD_RESERVED, /* reserved bytes not zero */
+	PBOX_DROP_BAD_RESERVED, /* sack bytes not zero without PBOX_F_SACK */
 	PBOX_DROP_BAD_ENCODING, /* encoding unknown or wrong for the type */
 	PBOX_DROP_BAD_FRAGMENT, /* fragment outside the chunk */
 	/* job-level (pbox_wire_check) */
@@ -200,10 +218,11 @@ const char *pbox_drop_reason_name(enum pbox_drop_reason r);
 /*
  * Decode and validate the header of a datagram of len bytes.
  *
- * Checks magic, version, type, hdr_len, flags allowed for the type, reserved bytes,
- * encoding allowed for the type, frag_len == len - 64, and frag_off + frag_len <=
- * chunk_len. On success fills *msg (payload points into buf) and returns PBOX_DROP_NONE;
- * otherwise returns the reason and *msg is undefined. Never reads beyond buf + len.
+ * Checks magic, version, type, hdr_len, flags allowed for the type, sack zero unless
+ * PBOX_F_SACK, encoding allowed for the type, frag_len == len - 64, frag_off + frag_len
+ * <= chunk_len, and frag_off 0 for a message without payload unless PBOX_F_SACK (then
+ * frag_off < chunk_len). On success fills *msg (payload points into buf) and returns
+ * PBOX_DROP_NONE; otherwise returns the reason and *msg is undefined. Never reads beyond buf + len.
  */
 enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_msg *msg);
 

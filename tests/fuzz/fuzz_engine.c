@@ -9,7 +9,8 @@
  * by one byte:
  *  - a structured datagram: the harness writes a header that passes validation (magic,
  *    version, job, the sender's cookie, chunk_len, a fragment on the grid, its CRC32C) and
- *    lets the input choose the type, flags, sender, chunk, fragment, iteration (relative
+ *    lets the input choose the type, flags (LAST ends a send round; a PULL may carry a
+ *    fragment bitmap of the result it holds), sender, chunk, fragment, iteration (relative
  *    to the chunk's version, so the window logic is reached), payload and delivery (one
  *    buffer, or pieces split anywhere); a "corrupt" bit instead lets the input overwrite
  *    any field or byte, so near-valid headers reach every drop reason;
@@ -348,12 +349,13 @@ static void structured(struct fix *x, struct fz *in)
 	m.type = types[(sel >> 3) & 7];
 	m.flags = (uint16_t)(fz_u8(in) & PBOX_F_ALL);
 	if (m.type == PBOX_MSG_PUSH || m.type == PBOX_MSG_INIT) {
-		m.flags &= (uint16_t)(PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC);
+		m.flags &= (uint16_t)(PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC |
+				      PBOX_F_LAST);
 		if (m.type == PBOX_MSG_INIT) {
 			m.flags &= (uint16_t)~PBOX_F_WANT_REPLY;
 		}
 	} else if (m.type == PBOX_MSG_PULL) {
-		m.flags &= PBOX_F_RETRANSMIT;
+		m.flags &= PBOX_F_RETRANSMIT | PBOX_F_SACK;
 	}
 	m.job = j->job.wire.id;
 	m.sender = fz_below(in, d->nworkers);
@@ -369,6 +371,19 @@ static void structured(struct fix *x, struct fz *in)
 		m.iter = (uint32_t)(int32_t)delta; /* absolute: 0, small, or near UINT32_MAX */
 	}
 	m.seq = fz_u8(in);
+	if (m.type == PBOX_MSG_PULL && (m.flags & PBOX_F_SACK)) {
+		/* Which result fragments the worker holds: a base on the grid, a map within
+		 * the chunk, the label they belong to (near the request). */
+		uint32_t base = fz_below(in, d->chunks[c].nfrags);
+		uint32_t left = d->chunks[c].nfrags - base;
+
+		m.frag_off = base * d->frag_bytes;
+		m.sack = fz_u64(in);
+		if (left < PBOX_SACK_BITS) {
+			m.sack &= (1ull << left) - 1;
+		}
+		m.arg0 = m.iter - (uint32_t)(fz_u8(in) % 3);
+	}
 	if (m.type == PBOX_MSG_PUSH || m.type == PBOX_MSG_INIT || m.type == PBOX_MSG_DATA) {
 		f = fz_below(in, d->chunks[c].nfrags);
 		m.encoding = PBOX_ENC_F32;

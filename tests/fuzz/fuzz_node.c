@@ -10,7 +10,8 @@
  *  - submit an operation (push, pull, push-pull, init; in place or not) on a key;
  *  - a structured datagram "from the appliance": the harness writes a header that passes
  *    the worker's validation (sender = appliance, the worker's cookie, chunk_len, a
- *    fragment on the grid) and lets the input choose the type (DATA, ACK, ERROR), flags,
+ *    fragment on the grid) and lets the input choose the type (DATA, ACK, ERROR; an ACK
+ *    may be a NACK with a fragment bitmap on the grid), flags,
  *    chunk, fragment, label (relative to an operation in flight), arguments and payload;
  *    a "corrupt" bit lets the input overwrite fields or bytes;
  *  - a raw datagram;
@@ -288,6 +289,18 @@ static void structured(struct fix *x, struct fz *in)
 	m.iter = label_near(x, o, (int8_t)fz_u8(in));
 	m.arg0 = m.type == PBOX_MSG_ERROR ? errs[fz_u8(in) % 8] : fz_u8(in);
 	m.arg1 = fz_u8(in);
+	if (m.type == PBOX_MSG_ACK && (bits & 64)) {
+		/* A NACK: the fragments held, from a base on the grid. */
+		uint32_t base = fz_below(in, x->desc.chunks[c].nfrags);
+		uint32_t left = x->desc.chunks[c].nfrags - base;
+
+		m.flags |= PBOX_F_SACK;
+		m.frag_off = base * x->desc.frag_bytes;
+		m.sack = fz_u64(in);
+		if (left < PBOX_SACK_BITS) {
+			m.sack &= (1ull << left) - 1;
+		}
+	}
 	if (m.type == PBOX_MSG_DATA) {
 		f = fz_below(in, x->desc.chunks[c].nfrags);
 		m.encoding = PBOX_ENC_F32;

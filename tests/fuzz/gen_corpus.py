@@ -38,6 +38,7 @@ def write(name, seeds):
 
 PUSH, PULL, INIT, DATA, ACK = 0, 3, 5, 6, 7  # indexes into the harness's type table
 F_WANT_REPLY, F_RETRANSMIT, F_CRC = 1, 2, 4
+F_SACK, F_LAST = 0x40, 0x80
 
 
 def engine_geometry(frag):
@@ -63,6 +64,14 @@ def eng_msg(typ, sender, chunk, frag=0, flags=0, delta=0, job_b=False, seq=0, mo
     if typ in (PUSH, INIT, DATA):
         out += bytes([frag])
     return out + bytes([mode])
+
+
+def eng_pull_sack(sender, chunk, base, sack, back=0, flags=F_SACK | F_RETRANSMIT, delta=0):
+    """A PULL saying which result fragments the worker holds (base, 64-bit map, label
+    = the wanted iteration minus back)."""
+    sel = PULL << 3
+    return (bytes([0, sel, 0, flags, sender, chunk, delta & 0xff, 0, base]) +
+            struct.pack("<Q", sack) + bytes([back, 0]))
 
 
 def engine_session(nranks, frag, server_opt, iters=2, flags=F_WANT_REPLY | F_CRC, order=None):
@@ -135,6 +144,15 @@ def engine_seeds():
         # ev, length (4 bytes: fz_below of more than 256), core, bytes, elsewhere, mode
         raw += bytes([12]) + struct.pack("<I", len(dgram)) + bytes([0]) + dgram + bytes([0, 0])
     seeds.append(("raw", engine_cfg() + raw))
+    # Selective repeat: rank 0 ends a round with fragment 2 of chunk 0 missing (NACK), sends
+    # it, rank 1 completes the iteration; then rank 0 asks for the result holding 0 and 3.
+    body = b"".join(eng_msg(PUSH, 0, 0, f, F_WANT_REPLY | (F_LAST if f == 3 else 0))
+                    for f in (0, 1, 3))
+    body += eng_msg(PUSH, 0, 0, 2, F_WANT_REPLY | F_RETRANSMIT | F_LAST)
+    body += b"".join(eng_msg(PUSH, 1, 0, f, F_WANT_REPLY | (F_LAST if f == 3 else 0))
+                     for f in range(4))
+    body += eng_pull_sack(0, 0, 1, 0b100, delta=0xff)
+    seeds.append(("agg-nack-sack-pull", engine_cfg() + body))
     return seeds
 
 
@@ -163,6 +181,12 @@ def node_reply(typ, op, chunk_in_key=0, flags=0, delta=0, frag=0, arg0=0, arg1=0
     if typ == N_DATA:
         out += bytes([frag])
     return out
+
+
+def node_nack(op, chunk_in_key, seq, base, sack, delta=0, arg1=0):
+    """A NACK (ev 7, ACK with bits 64): fragments held from base."""
+    return (bytes([7, N_ACK, 64, op, chunk_in_key, delta & 0xff, seq, arg1, base]) +
+            struct.pack("<Q", sack))
 
 
 def node_time(ms):
@@ -227,6 +251,10 @@ def node_seeds():
     # a raw datagram (ev 3, length byte... fz_below(1089) reads 4 bytes) and a failure.
     s.append(("raw-fail", node_cfg() + node_submit(0, OP_PULL) + bytes([3, 10, 0, 0, 0]) +
               b"PBOX\x01\x04\x00\x00\x00\x00" + bytes([0xf6])))
+    # selective repeat: chunk 0 (4 fragments, seqs 0..3) is NACKed holding 0 and 2; the
+    # node re-sends 1 and 3; then the result comes.
+    s.append(("nack", node_cfg() + node_submit(0, OP_PUSH_PULL) + node_nack(0, 0, 3, 1, 0b10) +
+              node_time(20) + node_result(0, 0, 64)))
     return s
 
 

@@ -16,6 +16,97 @@ static uint64_t sim_now(void *arg)
 	return ((struct sim *)arg)->now_ns;
 }
 
+/* ---- the timed network (sim_set_links) ----------------------------------------------- */
+
+static bool heap_less(const struct sim_timed *a, const struct sim_timed *b)
+{
+	return a->at < b->at || (a->at == b->at && a->seq < b->seq);
+}
+
+static void heap_push(struct sim *s, const struct sim_timed *e)
+{
+	uint32_t i = s->nheap++;
+
+	if (s->nheap > SIM_MAX_QUEUE) {
+		fprintf(stderr, "sim: link queue overflow\n");
+		abort();
+	}
+	s->heap[i] = *e;
+	while (i > 0 && heap_less(&s->heap[i], &s->heap[(i - 1) / 2])) {
+		struct sim_timed t = s->heap[i];
+
+		s->heap[i] = s->heap[(i - 1) / 2];
+		s->heap[(i - 1) / 2] = t;
+		i = (i - 1) / 2;
+	}
+}
+
+static struct sim_timed heap_pop(struct sim *s)
+{
+	struct sim_timed top = s->heap[0];
+	uint32_t i = 0;
+
+	s->heap[0] = s->heap[--s->nheap];
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, m = i;
+		struct sim_timed t;
+
+		if (l < s->nheap && heap_less(&s->heap[l], &s->heap[m])) {
+			m = l;
+		}
+		if (r < s->nheap && heap_less(&s->heap[r], &s->heap[m])) {
+			m = r;
+		}
+		if (m == i) {
+			break;
+		}
+		t = s->heap[i];
+		s->heap[i] = s->heap[m];
+		s->heap[m] = t;
+		i = m;
+	}
+	return top;
+}
+
+int sim_set_links(struct sim *s, const struct sim_link_cfg *up, const struct sim_link_cfg *down)
+{
+	s->up = *up;
+	s->down = *down;
+	s->up_free = calloc(s->nranks, sizeof(*s->up_free));
+	s->down_free = calloc(s->nranks, sizeof(*s->down_free));
+	s->heap = calloc(SIM_MAX_QUEUE, sizeof(*s->heap));
+	if (s->up_free == NULL || s->down_free == NULL || s->heap == NULL) {
+		return -ENOMEM;
+	}
+	s->links = true;
+	return 0;
+}
+
+/* Put p on its rank's link: dropped if the queue is full, else delivered after the queue
+ * ahead of it, its own serialisation and the delay. Takes p's data. */
+static void link_send(struct sim *s, const struct sim_pkt *p)
+{
+	uint32_t rank = p->dir == SIM_TO_APPLIANCE ? p->from : p->to;
+	const struct sim_link_cfg *l = p->dir == SIM_TO_APPLIANCE ? &s->up : &s->down;
+	uint64_t *free_at = p->dir == SIM_TO_APPLIANCE ? &s->up_free[rank] : &s->down_free[rank];
+	uint64_t start = PBOX_MAX(*free_at, s->now_ns);
+	uint64_t queued = (start - s->now_ns) * l->rate_Bps / 1000000000ull;
+	struct sim_timed e;
+
+	if (queued + p->len > l->queue_bytes) {
+		s->link_drops[p->dir]++;
+		free(p->data);
+		return;
+	}
+	s->link_max_queue[p->dir] = PBOX_MAX(s->link_max_queue[p->dir], queued + p->len);
+	s->link_bytes[p->dir] += p->len;
+	*free_at = start + (uint64_t)p->len * 1000000000ull / l->rate_Bps;
+	e.at = *free_at + l->delay_ns;
+	e.seq = s->heap_seq++;
+	e.p = *p;
+	heap_push(s, &e);
+}
+
 static void enqueue(struct sim *s, enum sim_dir dir, uint32_t to, uint32_t from,
 		    const struct pbox_wire_hdr *h, const void *payload, uint32_t len)
 {
@@ -33,6 +124,14 @@ static void enqueue(struct sim *s, enum sim_dir dir, uint32_t to, uint32_t from,
 		v = s->filter(s, dir, to, &m, s->filter_arg);
 	}
 	for (int copies = v == SIM_DROP ? 0 : (v == SIM_DUP ? 2 : 1); copies > 0; copies--) {
+		if (s->links) {
+			struct sim_pkt lp = { .dir = dir, .to = to, .from = from, .len = total };
+
+			lp.data = malloc(total);
+			memcpy(lp.data, buf, total);
+			link_send(s, &lp);
+			continue;
+		}
 		if (s->qtail - s->qhead >= SIM_MAX_QUEUE) {
 			fprintf(stderr, "sim: queue overflow\n");
 			abort();
@@ -228,6 +327,12 @@ void sim_fini(struct sim *s)
 	while (s->qhead != s->qtail) {
 		free(s->q[s->qhead++ % SIM_MAX_QUEUE].data);
 	}
+	for (uint32_t i = 0; i < s->nheap; i++) {
+		free(s->heap[i].p.data);
+	}
+	free(s->heap);
+	free(s->up_free);
+	free(s->down_free);
 	for (uint32_t i = 0; i < s->nout; i++) {
 		free(s->outbox[i].data);
 	}
@@ -245,8 +350,9 @@ uint64_t sim_pump(struct sim *s, uint64_t max)
 {
 	uint64_t n = 0;
 
-	while (s->qhead != s->qtail && (max == 0 || n < max)) {
-		struct sim_pkt p = s->q[s->qhead++ % SIM_MAX_QUEUE];
+	while ((s->links ? s->nheap > 0 && s->heap[0].at <= s->now_ns : s->qhead != s->qtail) &&
+	       (max == 0 || n < max)) {
+		struct sim_pkt p = s->links ? heap_pop(s).p : s->q[s->qhead++ % SIM_MAX_QUEUE];
 		struct pbox_peer from = { 0 };
 
 		if (p.dir == SIM_TO_APPLIANCE) {
@@ -285,6 +391,43 @@ void sim_advance(struct sim *s, uint64_t ns)
 		}
 	}
 	sim_pump(s, 0);
+}
+
+bool sim_run(struct sim *s, uint64_t until_ns)
+{
+	for (;;) {
+		uint64_t next = s->nheap > 0 ? s->heap[0].at : UINT64_MAX;
+		bool busy = false;
+
+		for (uint32_t r = 0; r < s->nranks; r++) {
+			if (s->node[r] != NULL) {
+				pbox_node_timers(s->node[r]);
+				pbox_node_flush(s->node[r]);
+			}
+		}
+		sim_pump(s, 0);
+		next = s->nheap > 0 ? s->heap[0].at : UINT64_MAX;
+		for (uint32_t r = 0; r < s->nranks; r++) {
+			uint64_t nt;
+
+			if (s->node[r] == NULL || pbox_node_inflight(s->node[r]) == 0) {
+				continue;
+			}
+			busy = true;
+			nt = pbox_node_next_timer(s->node[r]);
+			if (nt != UINT64_MAX) {
+				next = PBOX_MIN(next, s->now_ns + nt);
+			}
+		}
+		if (!busy) {
+			return true;
+		}
+		if (next > until_ns) {
+			s->now_ns = PBOX_MAX(s->now_ns, until_ns);
+			return false;
+		}
+		s->now_ns = PBOX_MAX(s->now_ns, next);
+	}
 }
 
 void sim_remove_rank(struct sim *s, uint32_t rank)

@@ -6,6 +6,11 @@
  *
  * Datagrams are delivered by sim_pump() in FIFO order; a test can drop, duplicate or hold
  * datagrams with a filter. Threading: single-threaded.
+ *
+ * With sim_set_links(), every rank instead has an uplink and a downlink with a rate, a
+ * drop-tail queue and a one-way delay (a tbf-limited port), and sim_run() delivers each
+ * datagram when it has crossed its link, running the nodes' timers in between: a
+ * discrete-event network for congestion-control tests.
  */
 #ifndef PBOX_TEST_SIM_H
 #define PBOX_TEST_SIM_H
@@ -45,8 +50,31 @@ struct sim_pkt {
 	uint8_t *data;
 };
 
+/* One direction of a rank's link. */
+struct sim_link_cfg {
+	uint64_t rate_Bps;    /* bytes per second (header and payload) */
+	uint64_t delay_ns;    /* one-way propagation delay */
+	uint64_t queue_bytes; /* drop-tail queue in front of the link */
+};
+
+struct sim_timed {
+	uint64_t at;  /* delivery time */
+	uint64_t seq; /* FIFO among equal times */
+	struct sim_pkt p;
+};
+
 struct sim {
 	uint64_t now_ns;
+	/* link model (sim_set_links); links == false: instant FIFO delivery */
+	bool links;
+	struct sim_link_cfg up, down;
+	uint64_t *up_free, *down_free; /* per rank: when the link finishes what it holds */
+	struct sim_timed *heap;
+	uint32_t nheap;
+	uint64_t heap_seq;
+	uint64_t link_drops[2];     /* per enum sim_dir: queue overflows */
+	uint64_t link_bytes[2];     /* per enum sim_dir: bytes carried */
+	uint64_t link_max_queue[2]; /* per enum sim_dir: the deepest queue seen, bytes */
 	uint32_t ncores, nranks;
 	struct pbox_jobdesc desc;
 	struct pbox_job job;
@@ -108,6 +136,13 @@ uint64_t sim_pump(struct sim *s, uint64_t max);
 
 /* Advance the virtual clock and run the nodes' timers, then pump. */
 void sim_advance(struct sim *s, uint64_t ns);
+
+/* Give every rank an uplink (towards the appliance) and a downlink. 0 or -ENOMEM. */
+int sim_set_links(struct sim *s, const struct sim_link_cfg *up, const struct sim_link_cfg *down);
+
+/* With links: run the network and the nodes' timers until no rank has an operation in
+ * flight or the clock reaches until_ns. Returns true if every operation completed. */
+bool sim_run(struct sim *s, uint64_t until_ns);
 
 /* Send a datagram to the appliance as rank `from` (for tests speaking raw wire). */
 void sim_inject(struct sim *s, uint32_t from, const void *data, uint32_t len);

@@ -1068,6 +1068,472 @@ static void test_ssp_loss_liveness(void **state)
 	}
 }
 
+/* ---- congestion control, pacing and RTO on a simulated path (sim_set_links) ---------- */
+
+#define BIG_ELEMS (1u << 20) /* 4 MiB: 128 chunks of 32 KB, 32 fragments of 1 KB each */
+static const struct pbox_keyspec g_big_key[] = { { 7, BIG_ELEMS } };
+static float g_big_src[2][BIG_ELEMS], g_big_dst[2][BIG_ELEMS];
+
+static struct sim_job_cfg link_cfg(uint32_t nranks, uint32_t rto_ms)
+{
+	struct sim_job_cfg c = base_cfg(nranks);
+
+	c.ncores = 1;
+	c.keys = g_big_key;
+	c.nkeys = 1;
+	c.chunk_bytes = 32768;
+	c.frag_bytes = 1024;
+	c.rto_ms = rto_ms;
+	c.timeout_ms = 60000;
+	return c;
+}
+
+/* One push-pull of the big key by every rank, run on the links to completion; returns
+ * the seconds it took and checks the sums. */
+static double big_round(struct sim *s, uint32_t nranks, uint32_t iter)
+{
+	static struct pbox_op op[2];
+	uint64_t t0 = s->now_ns;
+
+	for (uint32_t r = 0; r < nranks; r++) {
+		for (uint32_t i = 0; i < BIG_ELEMS; i++) {
+			g_big_src[r][i] = (float)((i + r + iter) & 1023);
+		}
+		op[r] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+					  .key = 0,
+					  .iter = iter,
+					  .src = g_big_src[r],
+					  .dst = g_big_dst[r] };
+		assert_int_equal(pbox_node_submit(s->node[r], &op[r]), 0);
+		pbox_node_flush(s->node[r]);
+	}
+	assert_true(sim_run(s, s->now_ns + 60000 * MS));
+	for (uint32_t r = 0; r < nranks; r++) {
+		assert_int_equal(op[r].status, 0);
+		for (uint32_t i = 0; i < BIG_ELEMS; i += 97) {
+			float want = 0;
+
+			for (uint32_t q = 0; q < nranks; q++) {
+				want += (float)((i + q + iter) & 1023);
+			}
+			assert_true(g_big_dst[r][i] == want);
+		}
+	}
+	return (double)(s->now_ns - t0) / 1e9;
+}
+
+/* Bytes one rank puts on its uplink for one round (headers included). */
+static double big_wire_bytes(void)
+{
+	return (double)BIG_ELEMS * 4 * (1024 + PBOX_WIRE_HDR_LEN) / 1024;
+}
+
+/*
+ * Two ranks on 100 Mbit/s links (2 ms each way, a drop-tail queue of 10 ms at the rate:
+ * netlab's switch port), libpbox's default caps (4 MiB window, 256 chunks). The window must find
+ * the path: the exchange runs at >= 90% of the link rate with < 1% of the bytes resent, and the
+ * window ends near the path's bandwidth-delay product plus queue, not at the 4 MiB cap.
+ * (Before: the fixed 4 MiB window flooded the queue: most of it dropped and resent.)
+ */
+static void test_cwnd_grows_to_path(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(2, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 2 * MS, .queue_bytes = 125000 };
+	struct sim s;
+	double bound = big_wire_bytes() / (double)l.rate_Bps;
+	uint64_t resent0[2];
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	big_round(&s, 2, 0); /* slow start: overshoots a little */
+	for (uint32_t r = 0; r < 2; r++) {
+		resent0[r] = pbox_node_stats(s.node[r])->retransmit_bytes;
+		assert_true((double)resent0[r] < 0.03 * BIG_ELEMS * 4);
+	}
+	for (uint32_t t = 1; t < 4; t++) {
+		double secs = big_round(&s, 2, t);
+
+		print_message("round %u: %.3f s (bound %.3f s), cwnd %llu, srtt %llu us, drops "
+			      "up %llu down %llu, resent %llu B\n",
+			      t, secs, bound, (unsigned long long)pbox_node_stats(s.node[0])->cwnd,
+			      (unsigned long long)pbox_node_stats(s.node[0])->srtt_us,
+			      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
+			      (unsigned long long)s.link_drops[SIM_TO_WORKER],
+			      (unsigned long long)pbox_node_stats(s.node[0])->retransmit_bytes);
+		assert_true(secs <= bound / 0.9);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		const struct pbox_node_stats *st = pbox_node_stats(s.node[r]);
+
+		/* the steady state: < 1% of the bytes sent again */
+		assert_true((double)(st->retransmit_bytes - resent0[r]) < 0.01 * 3 * BIG_ELEMS * 4);
+		assert_true(st->cwnd >= 32768 && st->cwnd <= 512 * 1024);
+		assert_true(st->srtt_us >= 4000);
+	}
+	sim_fini(&s);
+}
+
+/*
+ * A deep drop-tail queue (1 MiB, 80 ms at 100 Mbit/s, like a 1000-packet host queue): the
+ * window still holds the link, but stops growing once a few chunks stand in the queue, so
+ * the queue and the RTT stay short and nothing overflows. (A plain AIMD window grows until
+ * the 1 MiB queue overflows, every cycle.)
+ */
+static void test_cwnd_deep_queue(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000,
+				  .delay_ns = 2 * MS,
+				  .queue_bytes = 1 << 20 };
+	struct sim s;
+	double bound = big_wire_bytes() / (double)l.rate_Bps;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	for (uint32_t t = 0; t < 40; t++) { /* 15 s: time for a window to fill the queue */
+		double secs = big_round(&s, 1, t);
+
+		if (t > 0) {
+			assert_true(secs <= bound / 0.9);
+		}
+	}
+	print_message("deep queue: max %llu B, drops %llu, srtt %llu us\n",
+		      (unsigned long long)s.link_max_queue[SIM_TO_APPLIANCE],
+		      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
+		      (unsigned long long)pbox_node_stats(s.node[0])->srtt_us);
+	assert_int_equal(s.link_drops[SIM_TO_APPLIANCE], 0);
+	assert_true(s.link_max_queue[SIM_TO_APPLIANCE] < 400 * 1024);
+	assert_true(pbox_node_stats(s.node[0])->srtt_us < 30000);
+	sim_fini(&s);
+}
+
+/* Drop one push fragment of rank 0 once the window is open: the loss shrinks the window
+ * (and counts one loss event), and the round still completes. */
+struct nth_dropper {
+	uint32_t skip; /* PUSH datagrams of rank 0 to let through first */
+	uint32_t dropped;
+	uint64_t drop_ns;
+};
+
+static enum sim_verdict drop_nth_push(struct sim *s, enum sim_dir dir, uint32_t ep,
+				      const struct pbox_msg *m, void *arg)
+{
+	struct nth_dropper *d = arg;
+
+	(void)ep;
+	if (dir != SIM_TO_APPLIANCE || m->type != PBOX_MSG_PUSH || m->sender != 0 ||
+	    d->dropped != 0) {
+		return SIM_PASS;
+	}
+	if (d->skip > 0) {
+		d->skip--;
+		return SIM_PASS;
+	}
+	d->dropped = 1;
+	d->drop_ns = s->now_ns;
+	return SIM_DROP;
+}
+
+static void test_cwnd_shrinks_on_loss(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 50);
+	struct sim_link_cfg l = { .rate_Bps = 12500000,
+				  .delay_ns = 2 * MS,
+				  .queue_bytes = 1 << 20 };
+	struct nth_dropper d = { .skip = 1000 };
+	struct sim s;
+	static struct pbox_op op;
+	const struct pbox_node_stats *st;
+	uint64_t before, after;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	assert_int_equal(st->loss_events, 0);
+	s.filter = drop_nth_push;
+	s.filter_arg = &d;
+	op = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+			       .key = 0,
+			       .iter = 1,
+			       .src = g_big_src[0],
+			       .dst = g_big_dst[0] };
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	pbox_node_flush(s.node[0]);
+	before = st->cwnd;
+	while (st->loss_events == 0) {
+		before = st->cwnd;
+		assert_false(sim_run(&s, s.now_ns + MS));
+	}
+	after = st->cwnd;
+	assert_int_equal(d.dropped, 1);
+	assert_int_equal(st->loss_events, 1);
+	assert_true(after < before);
+	assert_true(after >= before / 2);
+	assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+	assert_int_equal(op.status, 0);
+	sim_fini(&s);
+}
+
+/*
+ * The RTO follows the measured RTT (RFC 6298), not the configured first timeout: on a
+ * 40 ms path with a first RTO of 10 ms... no, of 300 ms, the RTO settles above the RTT (no
+ * spurious resend), and on a 2 ms path it falls to the 10 ms floor, so a lost fragment
+ * is resent after about 10 ms instead of 300 ms.
+ */
+static void test_rto_follows_rtt(void **state)
+{
+	struct sim_job_cfg cfg = link_cfg(1, 300);
+	struct sim_link_cfg slow = { .rate_Bps = 125000000,
+				     .delay_ns = 20 * MS,
+				     .queue_bytes = 1 << 22 };
+	struct sim_link_cfg fast = { .rate_Bps = 125000000,
+				     .delay_ns = 1 * MS,
+				     .queue_bytes = 1 << 22 };
+	struct nth_dropper d = { .skip = 100 };
+	const struct pbox_node_stats *st;
+	static struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &slow, &slow), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	big_round(&s, 1, 1);
+	assert_true(st->srtt_us >= 40000 && st->srtt_us <= 80000);
+	assert_true(st->rto_us > st->srtt_us && st->rto_us < 300000);
+	assert_int_equal(st->retransmits, 0);
+	sim_fini(&s);
+
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &fast, &fast), 0);
+	st = pbox_node_stats(s.node[0]);
+	big_round(&s, 1, 0);
+	assert_true(st->rto_us >= 10000 && st->rto_us < 30000);
+	s.filter = drop_nth_push;
+	s.filter_arg = &d;
+	op = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+			       .key = 0,
+			       .iter = 1,
+			       .src = g_big_src[0],
+			       .dst = g_big_dst[0] };
+	assert_int_equal(pbox_node_submit(s.node[0], &op), 0);
+	pbox_node_flush(s.node[0]);
+	while (st->retransmits == 0) {
+		assert_false(sim_run(&s, s.now_ns + MS));
+	}
+	assert_int_equal(d.dropped, 1);
+	assert_true(s.now_ns - d.drop_ns <= 30 * MS);
+	assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+	assert_int_equal(op.status, 0);
+	sim_fini(&s);
+}
+
+/* ---- selective repeat ----------------------------------------------------------------- */
+
+static const struct pbox_keyspec g_one_chunk[] = { { 3, 8192 } }; /* 32 fragments of 1 KB */
+
+/* Counts datagrams by type and direction, and drops chosen fragments once each. */
+struct sr_filter {
+	uint32_t push_sent, data_to0, nacks_to0;
+	uint64_t drop_push; /* bitmap of PUSH fragments of rank 0 to drop once */
+	uint64_t drop_data; /* bitmap of result fragments to rank 0 to drop once */
+	uint64_t resent;    /* bitmap of PUSH fragments of rank 0 seen flagged RETRANSMIT */
+};
+
+static enum sim_verdict sr_count(struct sim *s, enum sim_dir dir, uint32_t ep,
+				 const struct pbox_msg *m, void *arg)
+{
+	struct sr_filter *f = arg;
+	uint32_t frag = m->frag_off / 1024;
+
+	(void)s;
+	if (dir == SIM_TO_APPLIANCE && m->type == PBOX_MSG_PUSH && m->sender == 0) {
+		f->push_sent++;
+		if (m->flags & PBOX_F_RETRANSMIT) {
+			f->resent |= 1ull << frag;
+		}
+		if (f->drop_push & (1ull << frag)) {
+			f->drop_push &= ~(1ull << frag);
+			return SIM_DROP;
+		}
+	}
+	if (dir == SIM_TO_WORKER && ep == 0 && m->type == PBOX_MSG_DATA) {
+		f->data_to0++;
+		if (f->drop_data & (1ull << frag)) {
+			f->drop_data &= ~(1ull << frag);
+			return SIM_DROP;
+		}
+	}
+	if (dir == SIM_TO_WORKER && ep == 0 && m->type == PBOX_MSG_ACK &&
+	    (m->flags & PBOX_F_SACK)) {
+		f->nacks_to0++;
+	}
+	return SIM_PASS;
+}
+
+static struct sim_job_cfg sr_cfg(uint32_t nranks)
+{
+	struct sim_job_cfg c = base_cfg(nranks);
+
+	c.ncores = 1;
+	c.keys = g_one_chunk;
+	c.nkeys = 1;
+	c.chunk_bytes = 32768;
+	c.frag_bytes = 1024;
+	return c;
+}
+
+static void sr_submit(struct sim *s, uint32_t r, struct pbox_op *op, const float *src, float *dst)
+{
+	*op = (struct pbox_op){
+		.kind = PBOX_OP_PUSH_PULL, .key = 0, .iter = 0, .src = src, .dst = dst
+	};
+	assert_int_equal(pbox_node_submit(s->node[r], op), 0);
+	pbox_node_flush(s->node[r]);
+}
+
+/*
+ * Fragments 5 and 9 of a 32-fragment push are lost. The round's last fragment (flagged
+ * LAST) makes the appliance answer with a NACK holding its bitmap, and the worker re-sends
+ * exactly fragments 5 and 9, at once, without waiting for a timeout: 32 + 2 datagrams.
+ * (Before: after the timeout, all 32 fragments again.)
+ */
+static void test_selective_repeat_push(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(1);
+	struct sr_filter f = { .drop_push = (1ull << 5) | (1ull << 9) };
+	static float src[8192], dst[8192];
+	struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[i] = (float)i;
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op, src, dst);
+	sim_pump(&s, 0); /* no clock advance: the NACK, not a timer, drives the resend */
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(op.status, 0);
+	assert_int_equal(f.push_sent, 34);
+	assert_int_equal(f.resent, (1ull << 5) | (1ull << 9));
+	assert_int_equal(f.nacks_to0, 1);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 2);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmit_bytes, 2048);
+	assert_int_equal(pbox_node_stats(s.node[0])->nacks, 1);
+	assert_memory_equal(dst, src, sizeof(src));
+	assert_int_equal(SIM_STAT(&s, agg_frags), 32);
+	sim_fini(&s);
+}
+
+/*
+ * The tail is lost (fragments 29..31, the last one carries LAST): no NACK comes. On the
+ * timeout the worker sends one probe, the last missing fragment; the appliance's NACK
+ * then names 29 and 30, which are re-sent: 32 + 1 + 2 datagrams, not 32 + 32.
+ */
+static void test_selective_repeat_tail(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(1);
+	struct sr_filter f = { .drop_push = 7ull << 29 };
+	static float src[8192], dst[8192];
+	struct pbox_op op;
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[i] = (float)(i * 3);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op, src, dst);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 0);
+	assert_int_equal(f.push_sent, 32);
+	sim_advance(&s, 10 * MS); /* the first RTO */
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(op.status, 0);
+	assert_int_equal(f.push_sent, 35);
+	assert_int_equal(f.resent, 7ull << 29);
+	assert_int_equal(pbox_node_stats(s.node[0])->retransmits, 3);
+	assert_memory_equal(dst, src, sizeof(src));
+	sim_fini(&s);
+}
+
+/*
+ * Results: rank 0 contributed first (ACK), rank 1 last; fragments 3 and 17 of rank 0's
+ * result are lost. Rank 0's probe says which fragments it holds (PULL with a bitmap) and
+ * the appliance sends only 3 and 17 again: 32 + 2 result datagrams to rank 0. The probe
+ * goes one RTO after the result began to arrive.
+ */
+static void test_selective_repeat_result(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(2);
+	struct sr_filter f = { .drop_data = (1ull << 3) | (1ull << 17) };
+	static float src[2][8192], dst[2][8192];
+	struct pbox_op op[2];
+	struct sim s;
+
+	(void)state;
+	for (uint32_t i = 0; i < 8192; i++) {
+		src[0][i] = (float)i;
+		src[1][i] = (float)(2 * i);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = sr_count;
+	s.filter_arg = &f;
+	sr_submit(&s, 0, &op[0], src[0], dst[0]);
+	sim_pump(&s, 0);
+	sr_submit(&s, 1, &op[1], src[1], dst[1]);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 1); /* rank 1; rank 0 misses two fragments */
+	assert_int_equal(f.data_to0, 32);
+	/* One RTO (10 ms) after the result began to arrive, not the probe pace (40 ms) of a
+	 * result that waits for peers. */
+	sim_advance(&s, 10 * MS);
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(op[0].status, 0);
+	assert_int_equal(f.data_to0, 34);
+	for (uint32_t i = 0; i < 8192; i++) {
+		assert_true(dst[0][i] == (float)(3 * i));
+	}
+	sim_fini(&s);
+}
+
+/*
+ * The ACK is folded into the result when the result follows at once: the last contributor
+ * of a push-pull gets its 32 result fragments and no ACK; only a contributor whose result
+ * must wait for a peer is acknowledged on its own (NOTIFY-ACK frees its buffer and window
+ * then). Appliance datagrams for one 2-rank exchange: 1 ACK + 2 x 32 DATA.
+ */
+static void test_ack_folded_into_result(void **state)
+{
+	struct sim_job_cfg cfg = sr_cfg(2);
+	static float src[2][8192], dst[2][8192];
+	struct pbox_op op[2];
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	sr_submit(&s, 0, &op[0], src[0], dst[0]);
+	sim_pump(&s, 0);
+	assert_int_equal(SIM_STAT(&s, acks), 1);
+	sr_submit(&s, 1, &op[1], src[1], dst[1]);
+	sim_pump(&s, 0);
+	assert_int_equal(s.ncompleted, 2);
+	assert_int_equal(SIM_STAT(&s, acks), 1);
+	assert_int_equal(SIM_STAT(&s, nacks), 0);
+	assert_int_equal(SIM_STAT(&s, tx_pkts), 1 + 2 * 32);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1092,6 +1558,14 @@ int main(void)
 		cmocka_unit_test(test_in_place_chaos_server_opt),
 		cmocka_unit_test(test_foreign_source),
 		cmocka_unit_test(test_ssp_loss_liveness),
+		cmocka_unit_test(test_cwnd_grows_to_path),
+		cmocka_unit_test(test_cwnd_deep_queue),
+		cmocka_unit_test(test_cwnd_shrinks_on_loss),
+		cmocka_unit_test(test_rto_follows_rtt),
+		cmocka_unit_test(test_selective_repeat_push),
+		cmocka_unit_test(test_selective_repeat_tail),
+		cmocka_unit_test(test_selective_repeat_result),
+		cmocka_unit_test(test_ack_folded_into_result),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "common/bitmap.h"
 #include "common/jobdesc.h"
 #include "common/wire_check.h"
 
@@ -147,7 +148,7 @@ static void test_header_fields(void **state)
 	assert_int_equal(validate(len, &m), PBOX_DROP_BAD_HDR_LEN);
 
 	len = make_push(0, 0);
-	hdr()->reserved = htobe64(1);
+	hdr()->sack = htobe64(1); /* without PBOX_F_SACK */
 	assert_int_equal(validate(len, &m), PBOX_DROP_BAD_RESERVED);
 
 	len = make_push(0, 0);
@@ -279,6 +280,100 @@ static void test_worker_role(void **state)
 			 PBOX_DROP_BAD_SENDER);
 }
 
+/* An ACK to rank 1 with the given flags and SACK fields; validated in the worker role. */
+static enum pbox_drop_reason sack_msg(uint8_t type, uint16_t flags, uint32_t c, uint32_t frag_off,
+				      uint64_t sack, struct pbox_msg *out)
+{
+	struct pbox_msg m = {
+		.type = type,
+		.flags = flags,
+		.job = 7,
+		.sender = type == PBOX_MSG_PULL ? 1 : PBOX_SENDER_APPLIANCE,
+		.cookie = 0x2222,
+		.chunk = c,
+		.chunk_len = g_desc.chunks[c].bytes,
+		.frag_off = frag_off,
+		.sack = sack,
+	};
+	const struct pbox_wire_job *j;
+
+	pbox_wire_encode(&m, hdr());
+	if (!(flags & PBOX_F_SACK)) {
+		hdr()->sack = htobe64(sack); /* encode writes it only with the flag */
+	}
+	return pbox_wire_validate(g_pkt, PBOX_WIRE_HDR_LEN,
+				  type == PBOX_MSG_PULL ? PBOX_ROLE_APPLIANCE : PBOX_ROLE_WORKER,
+				  lookup, type == PBOX_MSG_PULL ? &g_job : &g_wjob, out, &j);
+}
+
+/* Selective acknowledgements: the bitmap forms (NACK, PULL) and every way to get them
+ * wrong. Chunk 0 has 8 fragments, chunk 1 has 4. */
+static void test_sack(void **state)
+{
+	uint64_t bits[2] = { 0, 0 };
+	struct pbox_msg m;
+	uint32_t base;
+	uint64_t map;
+
+	(void)state;
+	/* A NACK: fragments 0, 1 held (below the base), 2 missing, 3 and 5 held. */
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 0, 2 * FRAG, 0xa, &m), PBOX_DROP_NONE);
+	assert_int_equal(m.frag_off, 2 * FRAG);
+	assert_int_equal(m.sack, 0xa);
+	assert_true(pbox_sack_has(2, m.sack, 0) && pbox_sack_has(2, m.sack, 1));
+	assert_false(pbox_sack_has(2, m.sack, 2));
+	assert_true(pbox_sack_has(2, m.sack, 3) && pbox_sack_has(2, m.sack, 5));
+	assert_false(pbox_sack_has(2, m.sack, 4) || pbox_sack_has(2, m.sack, 7));
+	/* The map may reach the chunk's last fragment, not past it. */
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 0, 2 * FRAG, 0x3f, &m),
+			 PBOX_DROP_NONE);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 0, 2 * FRAG, 0x40, &m),
+			 PBOX_DROP_BAD_ALIGNMENT);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 1, 0, 0x10, &m),
+			 PBOX_DROP_BAD_ALIGNMENT);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 1, 3 * FRAG, 1ull << 63, &m),
+			 PBOX_DROP_BAD_ALIGNMENT);
+	/* The base on the fragment grid and inside the chunk. */
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 0, 2 * FRAG + 64, 0, &m),
+			 PBOX_DROP_BAD_ALIGNMENT);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 0, 8 * FRAG, 0, &m),
+			 PBOX_DROP_BAD_FRAGMENT);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_SACK, 1, 3808, 0, &m),
+			 PBOX_DROP_BAD_FRAGMENT);
+	/* Without the flag: no bitmap and no offset. */
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, 0, 0, 0, 0x1, &m), PBOX_DROP_BAD_RESERVED);
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, 0, 0, FRAG, 0, &m), PBOX_DROP_BAD_FRAGMENT);
+	/* Which types may carry which of the new flags. */
+	assert_int_equal(sack_msg(PBOX_MSG_ACK, PBOX_F_LAST, 0, 0, 0, &m), PBOX_DROP_BAD_FLAGS);
+	assert_int_equal(sack_msg(PBOX_MSG_ERROR, PBOX_F_SACK, 0, 0, 0, &m), PBOX_DROP_BAD_FLAGS);
+	assert_int_equal(sack_msg(PBOX_MSG_PULL, PBOX_F_SACK | PBOX_F_RETRANSMIT, 0, FRAG, 0x3, &m),
+			 PBOX_DROP_NONE);
+	assert_int_equal(sack_msg(PBOX_MSG_PULL, PBOX_F_SACK, 0, FRAG, 0x80, &m),
+			 PBOX_DROP_BAD_ALIGNMENT);
+	make_push(0, 7);
+	hdr()->flags = htobe16(PBOX_F_LAST | PBOX_F_RETRANSMIT);
+	assert_int_equal(validate(PBOX_WIRE_HDR_LEN + FRAG, &m), PBOX_DROP_NONE);
+	hdr()->flags = htobe16(PBOX_F_SACK);
+	assert_int_equal(validate(PBOX_WIRE_HDR_LEN + FRAG, &m), PBOX_DROP_BAD_FLAGS);
+
+	/* Building a map: held 0, 1, 2, 4, and 70 (beyond the 64 the map covers). */
+	pbox_bit_set(bits, 0);
+	pbox_bit_set(bits, 1);
+	pbox_bit_set(bits, 2);
+	pbox_bit_set(bits, 4);
+	pbox_bit_set(bits, 70);
+	pbox_sack_build(bits, 100, &base, &map);
+	assert_int_equal(base, 3);
+	assert_int_equal(map, 0x2);
+	assert_false(pbox_sack_has(base, map, 70)); /* not described: taken as missing */
+	for (uint32_t i = 0; i < 100; i++) {
+		pbox_bit_set(bits, i);
+	}
+	pbox_sack_build(bits, 100, &base, &map);
+	assert_int_equal(base, 100);
+	assert_int_equal(map, 0);
+}
+
 /* Random garbage never crashes and is never accepted. */
 static void test_garbage(void **state)
 {
@@ -326,6 +421,7 @@ int main(void)
 		cmocka_unit_test(test_header_fields), cmocka_unit_test(test_fragments),
 		cmocka_unit_test(test_job_fields),    cmocka_unit_test(test_worker_role),
 		cmocka_unit_test(test_garbage),       cmocka_unit_test(test_names),
+		cmocka_unit_test(test_sack),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
