@@ -191,6 +191,12 @@ class Attack:
                 for _ in range(20):
                     line = bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 200)))
                     s.sendall(line.replace(b"\n", b" ") + b"\n")
+                # Read the answers until pboxd closes: closing with them unread would
+                # reset the connection, and a reset discards lines pboxd has not read yet
+                # (then nothing is counted as malformed on a loaded machine).
+                s.shutdown(socket.SHUT_WR)
+                while s.recv(65536):
+                    pass
             except OSError:
                 pass
             s.close()
