@@ -946,6 +946,8 @@ def run_scenario(sc, build_dir, log=print):
             log("netlab: %s on %d workers, worker links %s, appliance link %s, mtu %d, "
                 "loss %g ..." % (system, sc.workers, fmt_rate(sc.worker_bps()),
                                  fmt_rate(sc.appliance_bps()), sc.mtu, sc.loss))
+            counted = hasattr(loss, "counters") and sc.loss > 0
+            before = loss.counters(lab) if counted else None
             try:
                 with Cross(lab, sc.cross) as cross:
                     if system == "pbox":
@@ -963,8 +965,10 @@ def run_scenario(sc, build_dir, log=print):
                 if own:
                     r["over_own_bound"] = r["median_s"] / own
             res["systems"][system] = r
-            if hasattr(loss, "counters") and sc.loss > 0:
-                r["loss_injected"] = loss.counters(lab)  # cumulative over the systems
+            if counted:  # this system's frames and drops on each link
+                after = loss.counters(lab)
+                r["loss_injected"] = {ep: {k: after[ep][k] - before[ep][k] for k in after[ep]}
+                                      for ep in after}
             log("netlab:   %s" % (("median %.3f s (min %.3f, max %.3f)" % (
                 r["median_s"], r["min_s"], r["max_s"])) if r["status"] == "ok" else
                 r.get("error")))
