@@ -896,6 +896,8 @@ static void test_codecs(void **state)
 		pbox_dvf_enc_cfg_default(&cfg);
 		assert_int_equal(pbox_dvf_enc_cfg_check(&cfg), 0);
 		assert_int_equal(cfg.sparse_permille, 800);
+		assert_string_equal(cfg.codec->name, "snappy"); /* perf/dvf/README.md */
+		assert_true(cfg.dense_bitmap);
 		cfg.sparse_permille = 499;
 		assert_int_equal(pbox_dvf_enc_cfg_check(&cfg), -EINVAL);
 		cfg.sparse_permille = 800;
