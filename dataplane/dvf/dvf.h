@@ -247,7 +247,8 @@ size_t pbox_dvf_block_bound(uint32_t n);
  * Filter one block (g[0..n), residual resid[0..n) updated in place, threshold thr from
  * pbox_dvf_threshold) and encode what is sent into out[0..out_cap), the caller's buffer
  * (a wire fragment's payload). On 0, *info says what was written (info->wire_len bytes).
- * Errors: -EINVAL (n == 0 or n > the scratch's cap, thr negative or NaN, bad cfg),
+ * Errors: -EINVAL (n == 0 or n > the scratch's cap, thr negative, infinite or NaN, bad
+ * cfg),
  * -ENOSPC (out_cap too small for this block; pbox_dvf_block_bound never is), -EIO (the
  * codec library failed). On an error nothing is sent and nothing is lost: the residual
  * then holds all of U = R + g (a -0 residual may come back as +0), so the next call sends

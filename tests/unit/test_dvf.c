@@ -332,6 +332,10 @@ static void test_boundary(void **state)
 		assert_int_equal(pbox_dvf_encode(g_s, &cfg, g_scalar, resid, in, 12, -1.0f, g_wire,
 						 sizeof(g_wire), &info),
 				 -EINVAL);
+		/* +inf would keep an infinite U in the residual for ever */
+		assert_int_equal(pbox_dvf_encode(g_s, &cfg, g_scalar, resid, in, 12, INFINITY,
+						 g_wire, sizeof(g_wire), &info),
+				 -EINVAL);
 		assert_true(resid[0] == 1.0f);
 	}
 }
