@@ -13,13 +13,15 @@
  *     delta_up otherwise (PF uses sqrt(t) with t from 1; our clocks start at 0).
  * So ||R||_inf <= thr after every filter, and R_new + sent == U element by element,
  * exactly (one of the two is zero): no update is ever lost, only delayed. A NaN or an
- * infinity is never <= thr, so non-finite values are always sent (and never poison the
- * residual); the receiver's non-finite check sees them. thr = 0 keeps only zeros.
+ * infinity is never <= thr (an infinite thr is refused), so non-finite values are always
+ * sent and never poison the residual; the receiver's non-finite check sees them. thr = 0
+ * keeps only zeros.
  *
  * Block (wire form, little-endian, every field checked by pbox_dvf_decode):
  *     struct pbox_dvf_hdr (24 bytes), then comp_len bytes: the payload compressed by the
  *     codec (or stored as is by codec "none"). The payload (raw_len bytes) is `count`
- *     float32 values, then idx_len bytes of element indexes (sparse encodings only):
+ *     float32 values (bit for bit, NaN payloads included), then idx_len bytes of
+ *     element indexes or of a bitmap:
  *       DENSE          count == n, every element of the block (unsent ones are 0);
  *       SPARSE_VARINT  count sent values; indexes as LEB128 varints of the gaps: the
  *                      first index, then idx[k] - idx[k-1] (>= 1: a 0 is a duplicate);
@@ -37,8 +39,8 @@
  *     of n elements, whatever the compressed stream says (decompression bombs are cut at
  *     raw_len and rejected).
  *
- * ISA: the filter, the compaction and the sparse scatter-add exist for AVX-512 (compress
- * into a register, then a full-vector store), AVX2 (a permutation table) and plain C,
+ * ISA: the filter, the compaction, the sparse scatter-add and the bitmap add exist for
+ * AVX-512 (compress / expand in registers), AVX2 (permutation tables) and plain C,
  * chosen once like the add kernels (dataplane/kernels: PBOX_KERNEL_ISA is honoured). All
  * give bit-identical results: every element gets the same single add and the same
  * ordered compare (|U| <= thr is false for NaN on every path). (One exception shared with
@@ -47,8 +49,9 @@
  *
  * Threading and ownership: everything here is pure except the scratch, which holds the
  * codec contexts and the staging buffers of one thread (one per data-plane core); the
- * residual, gradient, accumulator and wire buffers belong to the caller. No function
- * allocates except pbox_dvf_scratch_new.
+ * residual, gradient, accumulator and wire buffers belong to the caller. No function here
+ * calls malloc except pbox_dvf_scratch_new; the codec libraries may (zstd sizes a
+ * context's workspace on its first use, snappy allocates its hash table per compression).
  */
 #ifndef PBOX_DVF_H
 #define PBOX_DVF_H
@@ -247,7 +250,8 @@ size_t pbox_dvf_block_bound(uint32_t n);
  * Filter one block (g[0..n), residual resid[0..n) updated in place, threshold thr from
  * pbox_dvf_threshold) and encode what is sent into out[0..out_cap), the caller's buffer
  * (a wire fragment's payload). On 0, *info says what was written (info->wire_len bytes).
- * Errors: -EINVAL (n == 0 or n > the scratch's cap, thr negative or NaN, bad cfg),
+ * Errors: -EINVAL (n == 0 or n > the scratch's cap, thr negative, infinite or NaN, bad
+ * cfg),
  * -ENOSPC (out_cap too small for this block; pbox_dvf_block_bound never is), -EIO (the
  * codec library failed). On an error nothing is sent and nothing is lost: the residual
  * then holds all of U = R + g (a -0 residual may come back as +0), so the next call sends
@@ -282,8 +286,9 @@ enum pbox_dvf_reject {
 /* A short name of a reason ("truncated", "bomb", ...), for counters and logs. */
 const char *pbox_dvf_reject_name(enum pbox_dvf_reject why);
 
-/* A decoded block: valid until the next call with the same scratch (vals and idx may
- * point into the scratch or, for an uncompressed dense block, into the input). */
+/* A decoded block: valid until the next call with the same scratch and while the input
+ * buffer lives (vals and bitmap point into the input when the block is stored
+ * uncompressed, into the scratch otherwise; idx always into the scratch). */
 struct pbox_dvf_view {
 	uint8_t encoding;
 	uint32_t n;

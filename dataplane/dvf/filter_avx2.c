@@ -74,7 +74,7 @@ static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx
 	size_t i = 0, cnt = 0;
 
 	for (; i + 8 <= n; i += 8) {
-		__m256i b = _mm256_loadu_si256((const __m256i *)(in + i));
+		__m256i b = _mm256_loadu_si256((const void *)(in + i));
 		__m256i z = _mm256_cmpeq_epi32(_mm256_and_si256(b, absmask), zero);
 		unsigned m = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(z)) & 0xffu;
 		__m256i p;
@@ -84,8 +84,8 @@ static size_t compact_avx2(const float *in, size_t n, float *vals, uint32_t *idx
 			continue;
 		}
 		p = perm_of(m);
-		_mm256_storeu_si256((__m256i *)(vals + cnt), _mm256_permutevar8x32_epi32(b, p));
-		_mm256_storeu_si256((__m256i *)(idx + cnt),
+		_mm256_storeu_si256((void *)(vals + cnt), _mm256_permutevar8x32_epi32(b, p));
+		_mm256_storeu_si256((void *)(idx + cnt),
 				    _mm256_add_epi32(p, _mm256_set1_epi32((int)i)));
 		cnt += (size_t)__builtin_popcount(m);
 	}

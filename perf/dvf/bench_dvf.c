@@ -14,6 +14,7 @@
  *
  * Usage: pbox-bench-dvf [--input FILE.f32 [--name NAME]] [--block N] [--seconds S]
  *                       [--sparsity 0.5,0.8,...] [--codecs none,lz4,...] [--no-mlp]
+ *                       [--repeat R]   (R <= 16: each cell is the median of R runs)
  * A codec SPEC/plain (e.g. lz4/plain) sends PF's plain dense array for the blocks that are
  * not sparse, instead of the bitmap form. Times are the thread's CPU time (the machine is
  * shared: wall time would count other processes).
@@ -42,6 +43,7 @@ struct opts {
 	const char *codecs[MAX_LIST];
 	unsigned ncodecs;
 	unsigned mlp_steps;
+	unsigned repeat;
 	bool mlp;
 };
 
@@ -152,6 +154,13 @@ static float delta_for(const float *u, size_t n, double s)
 	d = a[k >= m ? m - 1 : k];
 	free(a);
 	return d;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 struct input {
@@ -337,7 +346,7 @@ static void bench(const struct input *in, const struct opts *o)
 
 		for (unsigned c = 0; c < o->ncodecs; c++) {
 			struct pbox_dvf_enc_cfg cfg;
-			struct result r;
+			struct result r = { 0 };
 			char spec[32];
 			char *plain;
 
@@ -354,7 +363,20 @@ static void bench(const struct input *in, const struct opts *o)
 					pbox_dvf_codec_names());
 				exit(2);
 			}
-			run_dvf(in, o, k, s, &cfg, thr, wire, wlen, resid, acc, &r);
+			{
+				/* the median of --repeat measurements of each throughput */
+				double enc[MAX_LIST], dec[MAX_LIST];
+
+				for (unsigned t = 0; t < o->repeat; t++) {
+					run_dvf(in, o, k, s, &cfg, thr, wire, wlen, resid, acc, &r);
+					enc[t] = r.enc_gbs;
+					dec[t] = r.dec_gbs;
+				}
+				qsort(enc, o->repeat, sizeof(double), cmp_double);
+				qsort(dec, o->repeat, sizeof(double), cmp_double);
+				r.enc_gbs = enc[o->repeat / 2];
+				r.dec_gbs = dec[o->repeat / 2];
+			}
 			printf("| %.3g | %.3f | %.0f%% / %.0f%% | %s | %.2f | %.1f | %.2f | %.2f "
 			       "|\n",
 			       thr, r.sparsity, 100 * r.sparse_blocks, 100 * r.bitmap_blocks,
@@ -402,6 +424,7 @@ int main(int argc, char **argv)
 		{ "codecs", required_argument, NULL, 'c' },
 		{ "mlp-steps", required_argument, NULL, 'm' },
 		{ "no-mlp", no_argument, NULL, 'N' },
+		{ "repeat", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char def_codecs[] = "none/plain,lz4/plain,snappy/plain,none,lz4,zstd:1,zstd:2,"
@@ -412,6 +435,7 @@ int main(int argc, char **argv)
 		.sparsity = { 0.5, 0.8, 0.9, 0.99 },
 		.nsparsity = 4,
 		.mlp_steps = 50,
+		.repeat = 1,
 		.mlp = true,
 		.name = NULL,
 	};
@@ -448,16 +472,20 @@ int main(int argc, char **argv)
 		case 'N':
 			o.mlp = false;
 			break;
+		case 'r':
+			o.repeat = (unsigned)strtoul(optarg, NULL, 10);
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [--input FILE.f32 [--name NAME]] [--block N] "
 				"[--seconds S] [--sparsity LIST] [--codecs LIST] "
-				"[--mlp-steps N] [--no-mlp]\n",
+				"[--mlp-steps N] [--no-mlp] [--repeat R]\n",
 				argv[0]);
 			return 2;
 		}
 	}
-	if (o.block == 0 || o.block > PBOX_DVF_MAX_BLOCK || o.nsparsity == 0 || o.ncodecs == 0) {
+	if (o.block == 0 || o.block > PBOX_DVF_MAX_BLOCK || o.nsparsity == 0 || o.ncodecs == 0 ||
+	    o.repeat == 0 || o.repeat > MAX_LIST) {
 		fprintf(stderr, "bench_dvf: bad --block, --sparsity or --codecs\n");
 		return 2;
 	}

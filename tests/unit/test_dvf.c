@@ -332,6 +332,10 @@ static void test_boundary(void **state)
 		assert_int_equal(pbox_dvf_encode(g_s, &cfg, g_scalar, resid, in, 12, -1.0f, g_wire,
 						 sizeof(g_wire), &info),
 				 -EINVAL);
+		/* +inf would keep an infinite U in the residual for ever */
+		assert_int_equal(pbox_dvf_encode(g_s, &cfg, g_scalar, resid, in, 12, INFINITY,
+						 g_wire, sizeof(g_wire), &info),
+				 -EINVAL);
 		assert_true(resid[0] == 1.0f);
 	}
 }
@@ -896,6 +900,8 @@ static void test_codecs(void **state)
 		pbox_dvf_enc_cfg_default(&cfg);
 		assert_int_equal(pbox_dvf_enc_cfg_check(&cfg), 0);
 		assert_int_equal(cfg.sparse_permille, 800);
+		assert_string_equal(cfg.codec->name, "snappy"); /* perf/dvf/README.md */
+		assert_true(cfg.dense_bitmap);
 		cfg.sparse_permille = 499;
 		assert_int_equal(pbox_dvf_enc_cfg_check(&cfg), -EINVAL);
 		cfg.sparse_permille = 800;
