@@ -113,6 +113,11 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 int pbox_probe_parse_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
 			  socklen_t *len);
 
+/* The same for an address only (no name lookup: never blocks on DNS), for addresses
+ * that come from the network (a controller's probe request). */
+int pbox_probe_parse_numeric_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
+				  socklen_t *len);
+
 /* A UDP socket bound to addr for a responder. Returns the fd or -errno (logged). */
 int pbox_probe_listen(const struct sockaddr *addr, socklen_t len);
 

@@ -79,7 +79,10 @@ def run_probe(lab, build_dir, cap_bps, budget_s, extra=()):
     wall = time.time() - t0
     if r.returncode != 0:
         raise netlab.LabError("pbox-probe exited %d: %s" % (r.returncode, r.stderr.strip()))
-    return json.loads(r.stdout), wall
+    res = json.loads(r.stdout)  # the agent's result message (ctrlplane/probe/probe_msg.h)
+    res["duration_s"] = res["duration_ns"] / 1e9
+    res["flags"] = ",".join(res["flags"])
+    return res, wall
 
 
 def measure(build_dir, rate_bps, cross, cross_fraction=0.4, burst=3028, budget_s=10.0,
