@@ -29,6 +29,10 @@
  * an idle gap at least as long as the stream, and no stream starts that would not end
  * within the time budget. The fleet's mean rate is therefore at most half the cap.
  *
+ * Scheduling is the caller's: two probes whose paths share a link at the same time
+ * load it for each other and each sees less available bandwidth, so a controller runs
+ * probes of overlapping paths one after the other.
+ *
  * Threading: a responder belongs to one thread (its serve loop); any number of probes
  * may run at once in different threads, each with its own socket. pbox_probe_run()
  * blocks for up to the budget plus the report timeouts of the last stream (3 tries of
