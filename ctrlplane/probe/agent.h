@@ -11,7 +11,10 @@
  * that address. It is never a reflector or amplifier: every reply is at most as long as
  * the request that triggered it (HELLO and REPORT_REQ are padded to the longest reply),
  * so an unauthenticated or spoofed peer never gets more bytes than it sent; DATA gets no
- * reply at all. The responder never sends probe traffic.
+ * reply at all. The responder never sends probe traffic. What it does not stop: a flood
+ * of HELLOs from many (spoofed) addresses can keep the session table full, refusing
+ * real probes (a denial of service, not an amplification); until sessions are tied to a
+ * credential pbox-ctrld issues, expose the port to the cluster's addresses only.
  * The packet logic (pbox_probe_responder_input) is separate from the socket loop
  * (pbox_probe_responder_serve) so tests and the fuzz harness drive it without sockets.
  *
