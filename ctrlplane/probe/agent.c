@@ -489,10 +489,10 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
 
 /* ---- addresses ---- */
 
-int pbox_probe_parse_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
-			  socklen_t *len)
+static int parse_addr(const char *s, uint16_t def_port, int flags, struct sockaddr_storage *ss,
+		      socklen_t *len)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV | flags };
 	struct addrinfo *res = NULL;
 	char host[256], port[8];
 	const char *colon;
@@ -542,6 +542,18 @@ int pbox_probe_parse_addr(const char *s, uint16_t def_port, struct sockaddr_stor
 	*len = res->ai_addrlen;
 	freeaddrinfo(res);
 	return 0;
+}
+
+int pbox_probe_parse_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
+			  socklen_t *len)
+{
+	return parse_addr(s, def_port, 0, ss, len);
+}
+
+int pbox_probe_parse_numeric_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
+				  socklen_t *len)
+{
+	return parse_addr(s, def_port, AI_NUMERICHOST, ss, len);
 }
 
 int pbox_probe_listen(const struct sockaddr *addr, socklen_t len)

@@ -11,7 +11,10 @@
  * that address. It is never a reflector or amplifier: every reply is at most as long as
  * the request that triggered it (HELLO and REPORT_REQ are padded to the longest reply),
  * so an unauthenticated or spoofed peer never gets more bytes than it sent; DATA gets no
- * reply at all. The responder never sends probe traffic.
+ * reply at all. The responder never sends probe traffic. What it does not stop: a flood
+ * of HELLOs from many (spoofed) addresses can keep the session table full, refusing
+ * real probes (a denial of service, not an amplification); until sessions are tied to a
+ * credential pbox-ctrld issues, expose the port to the cluster's addresses only.
  * The packet logic (pbox_probe_responder_input) is separate from the socket loop
  * (pbox_probe_responder_serve) so tests and the fuzz harness drive it without sockets.
  *
@@ -28,6 +31,10 @@
  * that falls behind shifts its schedule instead of catching up), streams are followed by
  * an idle gap at least as long as the stream, and no stream starts that would not end
  * within the time budget. The fleet's mean rate is therefore at most half the cap.
+ *
+ * Scheduling is the caller's: two probes whose paths share a link at the same time
+ * load it for each other and each sees less available bandwidth, so a controller runs
+ * probes of overlapping paths one after the other.
  *
  * Threading: a responder belongs to one thread (its serve loop); any number of probes
  * may run at once in different threads, each with its own socket. pbox_probe_run()
@@ -112,6 +119,11 @@ int pbox_probe_responder_serve(struct pbox_probe_responder *r, int fd,
  * to def_port. Returns 0, or -EINVAL (syntax) / -EHOSTUNREACH (name not resolved). */
 int pbox_probe_parse_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
 			  socklen_t *len);
+
+/* The same for an address only (no name lookup: never blocks on DNS), for addresses
+ * that come from the network (a controller's probe request). */
+int pbox_probe_parse_numeric_addr(const char *s, uint16_t def_port, struct sockaddr_storage *ss,
+				  socklen_t *len);
 
 /* A UDP socket bound to addr for a responder. Returns the fd or -errno (logged). */
 int pbox_probe_listen(const struct sockaddr *addr, socklen_t len);

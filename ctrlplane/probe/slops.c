@@ -278,6 +278,28 @@ static double midpoint(double a, double b)
 	return b > 4 * a ? sqrt(a * b) : (a + b) / 2;
 }
 
+/* The next probe in (a, b). A hint changes the bisection where one side is still open:
+ * - nothing was below A yet (no NOTREND): halve b first. A dispersion hint is usually
+ *   close above A, so this finds a lower bound in one or two fleets where a geometric
+ *   step from the minimum would take several;
+ * - nothing was above A yet (b is the cap, unverified): A is at or just above a, the
+ *   hint or a grey rate (a token bucket, a sender near its limit): step up by twice the
+ *   resolution, then double, instead of bisecting up to the cap. */
+static double step(const struct pbox_slops_search *s, double a, double b)
+{
+	double r = midpoint(a, b);
+
+	if (s->hint && !s->lo_seen && b / 2 > r) {
+		r = b / 2;
+	}
+	if (s->hint && !s->hi_seen && b == s->hi && (s->lo_seen || a > s->lo)) {
+		double up = a * (s->up_steps ? 2 : 1 + 2 * s->resolution);
+
+		r = up < r ? up : r;
+	}
+	return r;
+}
+
 bool pbox_slops_search_next(const struct pbox_slops_search *s, double *bps)
 {
 	double width = s->resolution * s->hi;
@@ -290,30 +312,16 @@ bool pbox_slops_search_next(const struct pbox_slops_search *s, double *bps)
 		if (s->hi - s->lo <= width) {
 			return false;
 		}
-		*bps = midpoint(s->lo, s->hi);
-		/* Above the hint nothing was below A yet: halve first. A dispersion hint is
-		 * usually close above A, so this finds a lower bound in one or two fleets
-		 * where a geometric step from the minimum would take several. */
-		if (s->hint && !s->lo_seen && s->hi / 2 > *bps) {
-			*bps = s->hi / 2;
-		}
-		/* The mirror case: the hint (an upper estimate) said NOTREND, so A is at or
-		 * just above it (a token bucket or a sender near its limit): step up by
-		 * twice the resolution, then double, instead of bisecting up to the cap. */
-		if (s->hint && s->lo_seen && !s->hi_seen) {
-			double up = s->lo * (s->up_steps ? 2 : 1 + 2 * s->resolution);
-
-			*bps = up < *bps ? up : *bps;
-		}
+		*bps = step(s, s->lo, s->hi);
 		return true;
 	}
 	/* pathload: narrow the gap below the grey region, then the one above it. */
 	if (s->grey_lo - s->lo > width) {
-		*bps = midpoint(s->lo, s->grey_lo);
+		*bps = step(s, s->lo, s->grey_lo);
 		return true;
 	}
 	if (s->hi - s->grey_hi > width) {
-		*bps = midpoint(s->grey_hi, s->hi);
+		*bps = step(s, s->grey_hi, s->hi);
 		return true;
 	}
 	return false;

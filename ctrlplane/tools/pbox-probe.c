@@ -22,6 +22,7 @@
 #include "agent.h"
 #include "common/args.h"
 #include "common/log.h"
+#include "probe_msg.h"
 #include "probe_wire.h"
 
 #define PROG "pbox-probe"
@@ -296,17 +297,18 @@ int main(int argc, char **argv)
 	}
 	flags_str(res.flags, flags, sizeof(flags));
 	if (json) {
-		printf("{\"peer\": \"%s\", \"r_min_bps\": %.0f, \"r_max_bps\": %.0f, "
-		       "\"grey_min_bps\": %.0f, \"grey_max_bps\": %.0f, \"adr_bps\": %.0f, "
-		       "\"flags\": \"%s\", \"fleets\": %u, \"streams\": %u, \"bytes_sent\": %llu, "
-		       "\"max_stream_bps\": %.0f, \"cap_bps\": %.0f, \"timestamp_ns\": %lld, "
-		       "\"duration_s\": %.3f}\n",
-		       argv[optind], res.r_min_bps, res.r_max_bps,
-		       res.grey_min_bps <= res.grey_max_bps ? res.grey_min_bps : 0,
-		       res.grey_min_bps <= res.grey_max_bps ? res.grey_max_bps : 0, res.adr_bps,
-		       flags, res.fleets, res.streams, (unsigned long long)res.bytes_sent,
-		       res.max_stream_bps, req.cap_bps, (long long)res.timestamp_ns,
-		       res.duration_ns / 1e9);
+		/* The message pbox-ctrld receives from an agent (probe_msg.h). */
+		json_t *j = pbox_probe_result_to_json(&res, argv[optind]);
+		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+		if (text == NULL) {
+			fprintf(stderr, PROG ": out of memory\n");
+			json_decref(j);
+			return 1;
+		}
+		printf("%s\n", text);
+		free(text);
+		json_decref(j);
 	} else {
 		printf("%s: available bandwidth %.2f .. %.2f Mbit/s", argv[optind],
 		       res.r_min_bps / 1e6, res.r_max_bps / 1e6);

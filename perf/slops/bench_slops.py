@@ -53,6 +53,17 @@ def ip_rate(link_bps, mtu):
     return link_bps * mtu / (mtu + 14)
 
 
+def app_tx(lab):
+    """(tx bytes, tx packets, time) of the appliance namespace's link: one counter read,
+    timed at its middle (reading every link of the lab takes long enough on a busy
+    machine to bias a rate measured over a few seconds)."""
+    ns, _ = lab.ns_of("app")
+    t0 = time.time()
+    st = json.loads(netlab.sh("ip", "-j", "-s", "link", "show", "dev", netlab.IFNAME,
+                              ns=ns).stdout)[0]["stats64"]["tx"]
+    return st["bytes"], st["packets"], (t0 + time.time()) / 2
+
+
 def probe_bin(build_dir):
     return os.path.join(build_dir, "ctrlplane", "pbox-probe")
 
@@ -79,7 +90,10 @@ def run_probe(lab, build_dir, cap_bps, budget_s, extra=()):
     wall = time.time() - t0
     if r.returncode != 0:
         raise netlab.LabError("pbox-probe exited %d: %s" % (r.returncode, r.stderr.strip()))
-    return json.loads(r.stdout), wall
+    res = json.loads(r.stdout)  # the agent's result message (ctrlplane/probe/probe_msg.h)
+    res["duration_s"] = res["duration_ns"] / 1e9
+    res["flags"] = ",".join(res["flags"])
+    return res, wall
 
 
 def measure(build_dir, rate_bps, cross, cross_fraction=0.4, burst=3028, budget_s=10.0,
@@ -106,18 +120,13 @@ def measure(build_dir, rate_bps, cross, cross_fraction=0.4, burst=3028, budget_s
         with netlab.Cross(lab, offered) as cr:
             if flows:
                 time.sleep(1.0)  # let TCP reach its rate
-            c0 = lab.link_counters()
-            t0 = time.time()
+            b0, p0, t0 = app_tx(lab)
             res, wall = run_probe(lab, build_dir, cap_bps, budget_s, extra)
-            dt = time.time() - t0
-            c1 = lab.link_counters()
+            b1, p1, t1 = app_tx(lab)
             cr.check()
-    cross_bps = (c1["app"]["tx_bytes"] - c0["app"]["tx_bytes"]) * 8 / dt if flows else 0.0
     # Cross bytes counted at the appliance's interface include the 14-byte Ethernet
-    # header; tbf and the prober count IP bytes. Scale to IP bytes per packet.
-    if flows:
-        pk = c1["app"]["tx_packets"] - c0["app"]["tx_packets"]
-        cross_bps -= pk * 14 * 8 / dt
+    # header; tbf and the prober count IP bytes.
+    cross_bps = ((b1 - b0) - 14 * (p1 - p0)) * 8 / (t1 - t0) if flows else 0.0
     # tbf counts Ethernet frames (IP + 14 bytes); the prober counts IP datagrams: the
     # link's rate in IP bytes of MTU-sized packets.
     true_bps = (ip_rate(rate_bps, mtu) - cross_bps) if rate_bps else None

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Fuzz harness: the SLoPS probe protocol (ctrlplane/probe): the datagram decoder both
- * ends use (pbox_probe_decode) and the responder's packet logic
- * (pbox_probe_responder_input), which anyone can reach on its UDP port.
+ * ends use (pbox_probe_decode), the responder's packet logic
+ * (pbox_probe_responder_input), which anyone can reach on its UDP port, and the JSON
+ * request/result messages between pbox-ctrld and the agents.
  *
- * The first byte chooses the mode:
- *  - even: the rest is one datagram for the decoder; what decodes is encoded again with
+ * The first byte chooses the mode (its value modulo 3):
+ *  - 0: the rest is one datagram for the decoder; what decodes is encoded again with
  *    the matching encoder and must decode to the same message;
- *  - odd: a responder (table size, per-address share and HELLO rate from the next bytes)
+ *  - 2: the rest is JSON text for the controller's messages (probe_msg.h): a decoded
+ *    request stays within the agent's limits, and requests and results survive being
+ *    encoded and decoded again;
+ *  - 1: a responder (table size, per-address share and HELLO rate from the next bytes)
  *    receives a sequence of events, each chosen by one byte: a structured datagram (the
  *    input picks the source among 3 addresses, the type, a token: the one that address
  *    was given, another, or 0, and each field; optionally one byte corrupted), a raw
@@ -24,6 +28,7 @@
 #include <netinet/in.h>
 
 #include "agent.h"
+#include "probe_msg.h"
 #include "common/log.h"
 #include "fuzz.h"
 #include "probe_wire.h"
@@ -241,19 +246,74 @@ static void responder_session(struct fz *f)
 	pbox_probe_responder_destroy(r);
 }
 
+/* A controller's request or an agent's result as JSON text: what decodes must encode
+ * and decode again to the same message; requests never pass the agent's limits. */
+static void json_messages(const uint8_t *d, size_t n)
+{
+	struct pbox_probe_limits lim = { .max_cap_bps = 1e9, .max_budget_ns = 10000000000LL };
+	struct pbox_probe_request req, req2;
+	struct pbox_probe_result res, res2;
+	json_t *j = json_loadb((const char *)d, n, JSON_DECODE_ANY, NULL), *k;
+	char err[128];
+
+	if (j == NULL) {
+		return;
+	}
+	if (pbox_probe_request_from_json(j, &lim, &req, err, sizeof(err)) == 0) {
+		FUZZ_CHECK(req.cap_bps <= lim.max_cap_bps && req.budget_ns <= lim.max_budget_ns &&
+				   req.cap_bps > req.min_bps,
+			   "request past the limits");
+		k = pbox_probe_request_to_json(&req);
+		FUZZ_CHECK(k != NULL, "request_to_json");
+		FUZZ_CHECK(pbox_probe_request_from_json(k, &lim, &req2, err, sizeof(err)) == 0,
+			   "re-encoded request refused: %s", err);
+		FUZZ_CHECK(req2.cap_bps == req.cap_bps && req2.budget_ns == req.budget_ns &&
+				   req2.streams == req.streams &&
+				   req2.stream_len == req.stream_len &&
+				   req2.max_datagram == req.max_datagram,
+			   "request changed");
+		json_decref(k);
+	}
+	if (pbox_probe_result_from_json(j, &res, err, sizeof(err)) == 0) {
+		k = pbox_probe_result_to_json(&res, "peer");
+		FUZZ_CHECK(k != NULL, "result_to_json");
+		FUZZ_CHECK(pbox_probe_result_from_json(k, &res2, err, sizeof(err)) == 0,
+			   "re-encoded result refused: %s", err);
+		FUZZ_CHECK(res2.r_min_bps == res.r_min_bps && res2.r_max_bps == res.r_max_bps &&
+				   res2.flags == res.flags &&
+				   res2.timestamp_ns == res.timestamp_ns &&
+				   (res2.grey_min_bps > res2.grey_max_bps) ==
+					   (res.grey_min_bps > res.grey_max_bps),
+			   "result changed");
+		json_decref(k);
+	}
+	json_decref(j);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz f;
 
 	pbox_log_set_sink(silent, NULL);
 	fz_init(&f, data, size);
-	if ((fz_u8(&f) & 1) == 0) {
+	switch (fz_u8(&f) % 3) {
+	case 0: {
 		size_t n;
 		const uint8_t *rest = fz_rest(&f, &n);
 
 		decode_roundtrip(rest, n);
-	} else {
+		break;
+	}
+	case 1:
 		responder_session(&f);
+		break;
+	default: {
+		size_t n;
+		const uint8_t *rest = fz_rest(&f, &n);
+
+		json_messages(rest, n);
+		break;
+	}
 	}
 	return 0;
 }

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Write the seed corpus of fuzz_probe (tests/fuzz/corpus/probe/seed-*), following the
 byte grammar of tests/fuzz/fuzz_probe.c: valid datagrams of every type for the decoder,
-and responder sessions (HELLO, a stream of DATA, REPORT_REQ, BYE; a second peer on the
-same address; a stale token after the idle time). Re-run after changing the grammar.
+responder sessions (HELLO, a stream of DATA, REPORT_REQ, BYE; a second peer on the
+same address; a stale token after the idle time), and the JSON request and result
+messages. Re-run after changing the grammar.
 
 Usage: tests/fuzz/gen_corpus_probe.py
 """
@@ -75,13 +76,28 @@ def sessions():
     ]
 
 
+def messages():
+    return [
+        ("request", '{"peer": "10.0.0.2:55001", "cap_bps": 2e8, "budget_ms": 5000, '
+                    '"resolution": 0.05, "mtu": 1500, "streams": 12, "stream_len": 100}'),
+        ("request-v6", '{"peer": "[fd00::2]:9", "cap_bps": 1000000000, "budget_ms": 10000}'),
+        ("request-over", '{"peer": "10.0.0.2", "cap_bps": 5e9, "budget_ms": 5000}'),
+        ("result", '{"peer": "10.0.0.2:55001", "r_min_bps": 49000000.0, "r_max_bps": '
+                   '51000000.0, "grey_min_bps": 49500000.0, "grey_max_bps": 50000000.0, '
+                   '"adr_bps": 60000000.0, "flags": ["converged", "sender_limited"], '
+                   '"fleets": 7, "streams": 70, "bytes_sent": 1500000, "max_stream_bps": '
+                   '60000000.0, "timestamp_ns": 1795591961026128689, "duration_ns": 482453383}'),
+    ]
+
+
 def main():
     d = os.path.join(HERE, "corpus", "probe")
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
         if f.startswith("seed-"):
             os.remove(os.path.join(d, f))
-    seeds = [("dgram-" + n, b"\x00" + b) for n, b in datagrams()] + sessions()
+    seeds = ([("dgram-" + n, b"\x00" + b) for n, b in datagrams()] + sessions() +
+             [("json-" + n, b"\x02" + t.encode()) for n, t in messages()])
     for i, (label, data) in enumerate(seeds):
         with open(os.path.join(d, "seed-%02d-%s" % (i, label)), "wb") as f:
             f.write(data)

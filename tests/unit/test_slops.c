@@ -356,21 +356,28 @@ static void test_search_grey_region(void **state)
 		.avail_bps = 100e6, .bucket = 3028, .limit = 125000, .jitter_ns = 5000, .fluct = 0.1
 	};
 	struct pbox_slops_range r;
-	int grey = 0, k;
+	unsigned fleets[2] = { 0, 0 };
+	int grey = 0, k, h;
 
 	(void)state;
-	for (k = 0; k < 5; k++) {
-		run_search(&m, PBOX_SLOPS_RESOLUTION, 0, &r);
-		print_message("A 100 +-10%%: [%.2f, %.2f] grey [%.2f, %.2f] in %u fleets\n",
-			      r.r_min / 1e6, r.r_max / 1e6, r.grey_min / 1e6, r.grey_max / 1e6,
-			      r.fleets);
-		assert_true(r.flags & PBOX_SLOPS_F_CONVERGED);
-		/* The range covers the band A moves in, at worst within it. */
-		assert_true(r.r_min <= 110e6 && r.r_max >= 90e6);
-		assert_true(r.r_min >= 80e6 && r.r_max <= 120e6);
-		grey += r.grey_min <= r.grey_max;
+	/* Without a hint, and from a hint right at A (where fleets come out grey). */
+	for (h = 0; h < 2; h++) {
+		for (k = 0; k < 5; k++) {
+			run_search(&m, PBOX_SLOPS_RESOLUTION, h ? 100e6 : 0, &r);
+			print_message("A 100 +-10%%, hint %s: [%.2f, %.2f] grey [%.2f, %.2f] in %u "
+				      "fleets\n",
+				      h ? "100" : "none", r.r_min / 1e6, r.r_max / 1e6,
+				      r.grey_min / 1e6, r.grey_max / 1e6, r.fleets);
+			assert_true(r.flags & PBOX_SLOPS_F_CONVERGED);
+			/* The range covers the band A moves in, at worst within it. */
+			assert_true(r.r_min <= 110e6 && r.r_max >= 90e6);
+			assert_true(r.r_min >= 80e6 && r.r_max <= 120e6);
+			grey += r.grey_min <= r.grey_max;
+			fleets[h] += r.fleets;
+		}
 	}
 	assert_true(grey >= 1);
+	assert_true(fleets[1] < fleets[0]);
 }
 
 static void test_search_edges(void **state)

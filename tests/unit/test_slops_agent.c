@@ -5,6 +5,8 @@
  *    HELLO of full length, answer only the token's own address, hold one stream whose
  *    report carries what arrived; the table, the per-address share, the HELLO rate and
  *    idle expiry bound its state; no reply is longer than its request;
+ *  - the controller's messages (probe_msg.h): a request is decoded strictly and refused
+ *    above the agent's limits; a result survives encode/decode, and bad ones are refused;
  *  - the prober against a responder thread on loopback: it completes, and it never sent
  *    faster than its cap (bytes sent over the time taken, and the fastest stream).
  *    Loopback is not rate-limited: the estimate itself is not checked here (the netns
@@ -24,6 +26,7 @@
 #include <cmocka.h>
 
 #include "agent.h"
+#include "probe_msg.h"
 #include "probe_wire.h"
 
 #define S 1000000000LL
@@ -271,6 +274,99 @@ static void test_parse_addr(void **state)
 	assert_int_equal(pbox_probe_parse_addr("[::1", 55001, &ss, &len), -EINVAL);
 }
 
+static json_t *parse(const char *text)
+{
+	json_t *j = json_loads(text, 0, NULL);
+
+	assert_non_null(j);
+	return j;
+}
+
+static void test_messages(void **state)
+{
+	static const char *const bad_requests[] = {
+		"[]",
+		"{\"cap_bps\": 1e8, \"budget_ms\": 5000}",
+		"{\"peer\": \"probe.example\", \"cap_bps\": 1e8, \"budget_ms\": 5000}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": \"1e8\", \"budget_ms\": 5000}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": 1e8, \"budget_ms\": 5000.5}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": 1e8, \"budget_ms\": 0}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": 1e8, \"budget_ms\": 5000, \"x\": 1}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": 1e8, \"budget_ms\": 5000, "
+		"\"stream_len\": 401}",
+		"{\"peer\": \"10.0.0.2\", \"cap_bps\": 5e5, \"budget_ms\": 5000}",
+	};
+	static const char *const bad_results[] = {
+		"{\"r_min_bps\": 2e8, \"r_max_bps\": 1e8, \"flags\": [], \"timestamp_ns\": 1, "
+		"\"duration_ns\": 1}",
+		"{\"r_min_bps\": 1e8, \"r_max_bps\": 2e8, \"flags\": [\"x\"], "
+		"\"timestamp_ns\": 1, \"duration_ns\": 1}",
+		"{\"r_min_bps\": -1, \"r_max_bps\": 2e8, \"flags\": [], \"timestamp_ns\": 1, "
+		"\"duration_ns\": 1}",
+		"{\"r_min_bps\": 1e8, \"r_max_bps\": 2e8, \"flags\": [], \"timestamp_ns\": 1}",
+		"{\"r_min_bps\": 1e8, \"r_max_bps\": 2e8, \"grey_min_bps\": 3, "
+		"\"grey_max_bps\": 2, \"flags\": [], \"timestamp_ns\": 1, \"duration_ns\": 1}",
+	};
+	struct pbox_probe_limits lim = { .max_cap_bps = 1e9, .max_budget_ns = 10 * S };
+	struct pbox_probe_request req, req2;
+	struct pbox_probe_result res = { 0 }, res2;
+	char err[128];
+	json_t *j;
+	size_t i;
+
+	(void)state;
+	j = parse("{\"peer\": \"10.0.0.2:7000\", \"cap_bps\": 2e8, \"budget_ms\": 5000, "
+		  "\"streams\": 6}");
+	assert_int_equal(pbox_probe_request_from_json(j, &lim, &req, err, sizeof(err)), 0);
+	json_decref(j);
+	assert_true(req.cap_bps == 2e8 && req.budget_ns == 5 * S && req.streams == 6);
+	assert_int_equal(req.stream_len, PBOX_SLOPS_STREAM_LEN);
+	assert_int_equal(ntohs(((struct sockaddr_in *)&req.peer)->sin_port), 7000);
+	j = pbox_probe_request_to_json(&req);
+	assert_int_equal(pbox_probe_request_from_json(j, &lim, &req2, err, sizeof(err)), 0);
+	json_decref(j);
+	assert_true(req2.cap_bps == req.cap_bps && req2.budget_ns == req.budget_ns &&
+		    req2.peer_len == req.peer_len && !memcmp(&req2.peer, &req.peer, req.peer_len));
+	/* Above the agent's limits: refused, not clipped. */
+	j = parse("{\"peer\": \"10.0.0.2\", \"cap_bps\": 2e9, \"budget_ms\": 5000}");
+	assert_int_equal(pbox_probe_request_from_json(j, &lim, &req, err, sizeof(err)), -EPERM);
+	json_decref(j);
+	j = parse("{\"peer\": \"10.0.0.2\", \"cap_bps\": 2e8, \"budget_ms\": 20000}");
+	assert_int_equal(pbox_probe_request_from_json(j, &lim, &req, err, sizeof(err)), -EPERM);
+	json_decref(j);
+	for (i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++) {
+		j = parse(bad_requests[i]);
+		assert_int_equal(pbox_probe_request_from_json(j, &lim, &req, err, sizeof(err)),
+				 -EINVAL);
+		json_decref(j);
+	}
+
+	res.r_min_bps = 48e6;
+	res.r_max_bps = 51e6;
+	res.grey_min_bps = 0;
+	res.grey_max_bps = -1; /* none */
+	res.adr_bps = 60e6;
+	res.flags = PBOX_SLOPS_F_CONVERGED | PBOX_SLOPS_F_SENDER_LIMITED;
+	res.fleets = 7;
+	res.streams = 70;
+	res.bytes_sent = 123456789;
+	res.timestamp_ns = 1795591961026128689LL;
+	res.duration_ns = 2 * S;
+	j = pbox_probe_result_to_json(&res, "10.0.0.2:55001");
+	assert_int_equal(pbox_probe_result_from_json(j, &res2, err, sizeof(err)), 0);
+	json_decref(j);
+	assert_true(res2.r_min_bps == res.r_min_bps && res2.r_max_bps == res.r_max_bps);
+	assert_true(res2.grey_min_bps > res2.grey_max_bps); /* still none */
+	assert_int_equal(res2.flags, res.flags);
+	assert_true(res2.timestamp_ns == res.timestamp_ns && res2.duration_ns == res.duration_ns);
+	assert_true(res2.bytes_sent == res.bytes_sent && res2.fleets == 7 && res2.streams == 70);
+	for (i = 0; i < sizeof(bad_results) / sizeof(bad_results[0]); i++) {
+		j = parse(bad_results[i]);
+		assert_int_equal(pbox_probe_result_from_json(j, &res2, err, sizeof(err)), -EINVAL);
+		json_decref(j);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +374,7 @@ int main(void)
 		cmocka_unit_test(test_responder_bounds),
 		cmocka_unit_test(test_prober_loopback_cap),
 		cmocka_unit_test(test_parse_addr),
+		cmocka_unit_test(test_messages),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
