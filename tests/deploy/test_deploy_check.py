@@ -66,17 +66,17 @@ def verify_units(tmp, build):
     if shutil.which("systemd-analyze") is None:
         print("  (systemd-analyze is not installed: the units are not verified)")
         return
+    p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                        "tests/deploy/render_unit.yml", "-e", "out=" + tmp, "-e",
+                        "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build), "dataplane",
+                                                         "pboxd"),
+                        "-e", "pbox_src_dir=" + ROOT],
+                       cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout[-3000:] + p.stderr[-2000:])
+        fail("rendering the units failed")
     for transport in ("udp", "dpdk"):
-        unit = os.path.join(tmp, "pboxd.service")
-        p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
-                            "tests/deploy/render_unit.yml", "-e", "out=" + unit, "-e",
-                            "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build),
-                                                             "dataplane", "pboxd"),
-                            "-e", "pboxd_transport=" + transport, "-e", "pbox_src_dir=" + ROOT],
-                           cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
-        if p.returncode != 0:
-            print(p.stdout[-3000:] + p.stderr[-2000:])
-            fail("rendering the %s unit failed" % transport)
+        unit = os.path.join(tmp, transport, "pboxd.service")
         v = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
         if v.returncode != 0 or v.stderr.strip():
             fail("systemd-analyze verify of the %s unit: exit %d: %s" %
