@@ -88,6 +88,25 @@ def verify_units(tmp, build):
               (transport, caps.strip() or "none"))
 
 
+def vfio_refusal(tmp, varsfile):
+    """The nic role in vfio-pci mode, --check, with a PCI address that does not exist:
+    it must stop with the reason (no IOMMU here, or no such device), naming what to do,
+    before any binding."""
+    bogus = "0000:ff:1f.7"
+    cmd = ["ansible-playbook", "-i", "deploy/inventory/local.yml", "-c", "local",
+           "deploy/site.yml", "--check", "--tags", "nic", "-e", "@" + varsfile, "-e",
+           '{"pbox_nic_mode": "vfio-pci", "pbox_nic_pci": ["%s"]}' % bogus]
+    p = subprocess.run(cmd, cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    reasons = ("no IOMMU groups: turn the IOMMU on", "no PCI device %s" % bogus)
+    found = [r for r in reasons if r in out]
+    if p.returncode == 0 or not found or "Bind to vfio-pci" in out.split(found[0])[0]:
+        print(out[-4000:])
+        fail("vfio-pci mode with PCI device %s: exit %d, expected a refusal naming %s" %
+             (bogus, p.returncode, " or ".join(reasons)))
+    print("  nic vfio-pci, --check, bogus device: refused: %s..." % found[0])
+
+
 def check():
     if os.geteuid() != 0:
         skip("needs root (ansible reads /proc/irq and the NIC state as root)")
@@ -132,6 +151,7 @@ def check():
         print("  recap: ok=%s changed=%s; %s and the IRQ affinities unchanged" %
               (rec.group(1), rec.group(2), grub))
         verify_units(tmp, build)
+        vfio_refusal(tmp, varsfile)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
