@@ -36,8 +36,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import pboxtest  # noqa: E402
 
 SKIP_TAGS = "kernel_cmdline,nic,irq_affinity,governor"
-USER = "pbox-citest"
-WORKER_GROUP = "pbox-train-citest"
+# Names of this run only: two test runs on one machine (several CI trees) must not
+# remove each other's service account.
+_RUN = secrets.token_hex(3)
+USER = "pboxci-" + _RUN
+WORKER_GROUP = "pboxtr-" + _RUN
 
 
 def skip(msg):

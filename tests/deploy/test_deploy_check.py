@@ -35,7 +35,7 @@ def lint():
         env = ansible_env(tmp)
         env["HOME"] = tmp  # its caches
         t0 = time.time()
-        p = subprocess.run(["ansible-lint", "--nocolor", "deploy/"], cwd=ROOT, env=env,
+        p = subprocess.run(["ansible-lint", "--offline", "--nocolor", "deploy/"], cwd=ROOT, env=env,
                            capture_output=True, text=True)
         out = p.stdout + p.stderr
         print(out[-4000:])
@@ -66,17 +66,17 @@ def verify_units(tmp, build):
     if shutil.which("systemd-analyze") is None:
         print("  (systemd-analyze is not installed: the units are not verified)")
         return
+    p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                        "tests/deploy/render_unit.yml", "-e", "out=" + tmp, "-e",
+                        "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build), "dataplane",
+                                                         "pboxd"),
+                        "-e", "pbox_src_dir=" + ROOT],
+                       cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout[-3000:] + p.stderr[-2000:])
+        fail("rendering the units failed")
     for transport in ("udp", "dpdk"):
-        unit = os.path.join(tmp, "pboxd.service")
-        p = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
-                            "tests/deploy/render_unit.yml", "-e", "out=" + unit, "-e",
-                            "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build),
-                                                             "dataplane", "pboxd"),
-                            "-e", "pboxd_transport=" + transport, "-e", "pbox_src_dir=" + ROOT],
-                           cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
-        if p.returncode != 0:
-            print(p.stdout[-3000:] + p.stderr[-2000:])
-            fail("rendering the %s unit failed" % transport)
+        unit = os.path.join(tmp, transport, "pboxd.service")
         v = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
         if v.returncode != 0 or v.stderr.strip():
             fail("systemd-analyze verify of the %s unit: exit %d: %s" %
@@ -86,6 +86,25 @@ def verify_units(tmp, build):
             fail("the udp unit grants capabilities: %s" % caps)
         print("  systemd unit (%s transport): systemd-analyze verify clean; capabilities: %s" %
               (transport, caps.strip() or "none"))
+
+
+def vfio_refusal(tmp, varsfile):
+    """The nic role in vfio-pci mode, --check, with a PCI address that does not exist:
+    it must stop with the reason (no IOMMU here, or no such device), naming what to do,
+    before any binding."""
+    bogus = "0000:ff:1f.7"
+    cmd = ["ansible-playbook", "-i", "deploy/inventory/local.yml", "-c", "local",
+           "deploy/site.yml", "--check", "--tags", "nic", "-e", "@" + varsfile, "-e",
+           '{"pbox_nic_mode": "vfio-pci", "pbox_nic_pci": ["%s"]}' % bogus]
+    p = subprocess.run(cmd, cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    reasons = ("no IOMMU groups: turn the IOMMU on", "no PCI device %s" % bogus)
+    found = [r for r in reasons if r in out]
+    if p.returncode == 0 or not found or "Bind to vfio-pci" in out.split(found[0])[0]:
+        print(out[-4000:])
+        fail("vfio-pci mode with PCI device %s: exit %d, expected a refusal naming %s" %
+             (bogus, p.returncode, " or ".join(reasons)))
+    print("  nic vfio-pci, --check, bogus device: refused: %s..." % found[0])
 
 
 def check():
@@ -132,6 +151,7 @@ def check():
         print("  recap: ok=%s changed=%s; %s and the IRQ affinities unchanged" %
               (rec.group(1), rec.group(2), grub))
         verify_units(tmp, build)
+        vfio_refusal(tmp, varsfile)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

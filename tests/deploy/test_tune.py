@@ -87,6 +87,31 @@ def fake_host(root):
     os.symlink("/sys/devices/system/cpu/online", os.path.join(root, "proc/irq/27/smp_affinity_list"))
 
 
+def readonly_sysctls(root):
+    """/proc/sys read-only, as in a container: --apply says so instead of failing."""
+    if os.geteuid() != 0:
+        print("(not root: the read-only /proc/sys case is not exercised)")
+        return
+    core = os.path.join(root, "proc/sys/net/core")
+    write(root, "proc/sys/net/core/rmem_max", "4096")
+    if subprocess.run(["mount", "--bind", core, core]).returncode != 0:
+        print("(bind mounts are not allowed here: the read-only case is not exercised)")
+        return
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", core, core]).returncode != 0:
+            check(False, "cannot remount %s read-only" % core)
+            return
+        p = run("--apply", "--root", root, "--only", "sockbuf", "--dataplane-cpus", "1,3")
+        r = rows(p.stdout)
+        check(p.returncode == 0, "read-only sysctls: exit %d" % p.returncode)
+        check(r["net.core.rmem_max"][2] == "cannot: /proc/sys/net/core/rmem_max is read-only "
+              "here (a container: set it on the host or through the runtime)",
+              "read-only rmem_max: %r" % (r["net.core.rmem_max"],))
+        check(read(root, "proc/sys/net/core/rmem_max") == "4096", "rmem_max changed")
+    finally:
+        subprocess.run(["umount", core])
+
+
 def main():
     # 1. This machine, check mode: nothing changes, every row has a status.
     before = {k: open("/proc/sys/net/core/" + k).read() for k in ("rmem_max", "busy_poll")}
@@ -143,6 +168,7 @@ def main():
         check(p.returncode == 0 and "every setting is as recommended" in p.stdout,
               "the second run still finds something to do")
         check(all(s[2] == "ok" for s in rows(p.stdout).values()), "a second-run row is not ok")
+        readonly_sysctls(root)
         p = run("--dataplane-cpus", "7", "--root", root)
         check(p.returncode == 64 and "not online" in p.stderr, "an offline CPU is accepted")
     finally:
