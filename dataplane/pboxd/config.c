@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/compiler.h"
+#include "common/jobspec.h"
 
 /* Error context: the file, for "file:line: path: message". */
 struct cctx {
@@ -47,8 +48,13 @@ static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	setting_path(s, path, sizeof(path));
-	snprintf(c->err, c->errlen, "%s:%u: %s: %s", c->file, config_setting_source_line(s), path,
-		 msg);
+	/* Settings built from a JSON job description have no line. */
+	if (config_setting_source_line(s) == 0) {
+		snprintf(c->err, c->errlen, "%s: %s: %s", c->file, path, msg);
+	} else {
+		snprintf(c->err, c->errlen, "%s:%u: %s: %s", c->file, config_setting_source_line(s),
+			 path, msg);
+	}
 	return -EINVAL;
 }
 
@@ -636,6 +642,47 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	return finish_job(c, g, j);
 }
 
+int pboxd_config_load_job(const struct pboxd_config *cfg, const config_setting_t *g,
+			  const char *origin, struct pboxd_job_cfg *j, char *err, size_t errlen)
+{
+	struct cctx c = { .file = origin, .err = err, .errlen = errlen };
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	rc = load_job(&c, g, cfg, j);
+	if (rc != 0) {
+		pboxd_job_cfg_free(j);
+	}
+	return rc;
+}
+
+int pboxd_job_cfg_from_json(const struct pboxd_config *cfg, const json_t *desc,
+			    struct pboxd_job_cfg *j, char *err, size_t errlen)
+{
+	char msg[384];
+	config_t lc;
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	config_init(&lc);
+	rc = pbox_jobspec_to_setting(desc, config_root_setting(&lc), "job", msg, sizeof(msg));
+	if (rc != 0) {
+		snprintf(err, errlen, "job description: %s", msg);
+	} else {
+		rc = pboxd_config_load_job(cfg, config_lookup(&lc, "job"), "job description", j,
+					   err, errlen);
+	}
+	config_destroy(&lc);
+	return rc;
+}
+
+void pboxd_job_cfg_free(struct pboxd_job_cfg *j)
+{
+	free(j->keys);
+	j->keys = NULL;
+	j->nkeys = 0;
+}
+
 /* The appliance's control_limits = { ... } group. */
 static int load_limits(struct cctx *c, const config_setting_t *g, struct pboxd_control_limits *l)
 {
@@ -979,6 +1026,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		for (int i = 0; i < n; i++) {
 			const config_setting_t *g = config_setting_get_elem(jobs, (unsigned)i);
 
+			memset(&cfg->jobs[i], 0, sizeof(cfg->jobs[i]));
 			rc = load_job(&c, g, cfg, &cfg->jobs[i]);
 			cfg->njobs = (uint32_t)i + 1;
 			if (rc != 0) {
@@ -1043,7 +1091,7 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 void pboxd_config_free(struct pboxd_config *cfg)
 {
 	for (uint32_t i = 0; i < cfg->njobs; i++) {
-		free(cfg->jobs[i].keys);
+		pboxd_job_cfg_free(&cfg->jobs[i]);
 	}
 	free(cfg->jobs);
 	cfg->jobs = NULL;

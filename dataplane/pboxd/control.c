@@ -21,6 +21,7 @@
 
 #include "common/compiler.h"
 #include "common/ctlproto.h"
+#include "common/jobspec.h"
 #include "common/log.h"
 
 #define MAX_BAD_REQUESTS 8
@@ -77,6 +78,7 @@ struct conn {
 	struct addr_entry *addr; /* NULL: the Unix socket */
 	bool local;              /* over the Unix socket: an operator, admin */
 	bool authed;             /* admitted (valid hello) or local */
+	bool admin;              /* proved the admin token (or local) */
 	bool dead;               /* closed; freed at the end of the pass */
 	bool want_out;           /* EPOLLOUT registered */
 	bool in_backlog;         /* has complete lines left for the next turn */
@@ -106,7 +108,12 @@ struct ctl_counters {
 	uint64_t wrong_admin_token;
 	uint64_t auth_rate_limited;
 	uint64_t stats_refused;
-	uint64_t accept_no_fds; /* EMFILE / ENFILE */
+	uint64_t admin_refused; /* job administration without the admin token */
+	uint64_t jobs_created;
+	uint64_t jobs_removed;
+	uint64_t job_create_refused; /* bad definition, duplicate, over budget */
+	uint64_t job_rm_refused;     /* no such job */
+	uint64_t accept_no_fds;      /* EMFILE / ENFILE */
 	uint64_t accept_errors;
 	uint64_t listener_pauses;
 	uint64_t peak_connections;
@@ -138,7 +145,7 @@ struct pboxd_control {
 	struct addr_entry *addrs[ADDR_HASH_BUCKETS];
 	struct ctl_counters n;
 	/* One log limit per kind of refusal. */
-	struct pboxd_ratelog log_conn, log_auth, log_proto, log_accept;
+	struct pboxd_ratelog log_conn, log_auth, log_proto, log_accept, log_job;
 };
 
 static uint64_t now_ms(void)
@@ -526,8 +533,103 @@ all:
 	return resp;
 }
 
+/* The request may administer jobs: over the Unix socket, on a connection that proved the
+ * admin token, or with the right admin_token in it (counted, logged and rate-limited
+ * otherwise). NULL when allowed, else the refusal. */
+static json_t *admin_check(struct pboxd_control *ctl, struct conn *c, const char *op,
+			   const char *token)
+{
+	char what[128];
+
+	if (c->local || c->admin) {
+		return NULL;
+	}
+	if (token != NULL) {
+		if (!auth_allowed(ctl, c)) {
+			return rate_limited(ctl, c);
+		}
+		if (ctl->cfg->admin_token[0] != '\0' && token_equal(token, ctl->cfg->admin_token)) {
+			c->admin = true;
+			set_authed(ctl, c);
+			return NULL;
+		}
+		auth_failed(c);
+		ctl->n.wrong_admin_token++;
+		c->bad++;
+		snprintf(what, sizeof(what), "%s refused: wrong admin token", op);
+		refuse_log(&ctl->log_auth, c->ref.peer, what);
+		return pbox_ctl_error(EACCES, "%s: wrong admin token", op);
+	}
+	ctl->n.admin_refused++;
+	c->bad++;
+	snprintf(what, sizeof(what), "%s refused: no admin token", op);
+	refuse_log(&ctl->log_auth, c->ref.peer, what);
+	return pbox_ctl_error(EACCES,
+			      "%s needs the appliance's admin token (\"admin_token\") or its local "
+			      "control socket",
+			      op);
+}
+
+/* job_create / job_rm / job_list (common/jobspec.h). */
+static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pbox_jobmsg *m,
+		      const char *op)
+{
+	json_t *resp = admin_check(ctl, c, op, m->admin_token);
+	struct pboxd_job_cfg *jc;
+	char err[512], what[640], why[160];
+	uint32_t id = 0;
+	int rc;
+
+	if (resp != NULL) {
+		return resp;
+	}
+	switch (m->op) {
+	case PBOX_JOBMSG_LIST:
+		return json_pack("{s:b, s:o}", "ok", 1, "jobs",
+				 pboxd_sessions_job_list(ctl->sessions));
+	case PBOX_JOBMSG_RM:
+		snprintf(why, sizeof(why), "job_rm from %s", c->ref.peer);
+		rc = pboxd_sessions_job_remove(ctl->sessions, m->id, why, err, sizeof(err));
+		if (rc != 0) {
+			ctl->n.job_rm_refused++;
+			snprintf(what, sizeof(what), "job_rm refused: %s", err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		ctl->n.jobs_removed++;
+		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m->id);
+	case PBOX_JOBMSG_CREATE:
+		(void)pbox_jobspec_id(m->job, &id);
+		jc = calloc(1, sizeof(*jc));
+		if (jc == NULL) {
+			return pbox_ctl_error(ENOMEM, "out of memory");
+		}
+		rc = pboxd_job_cfg_from_json(ctl->cfg, m->job, jc, err, sizeof(err));
+		if (rc == 0) {
+			id = jc->id;
+			rc = pboxd_sessions_job_add(ctl->sessions, jc, err, sizeof(err));
+			if (rc != 0) {
+				pboxd_job_cfg_free(jc);
+			}
+		}
+		if (rc != 0) {
+			free(jc);
+			ctl->n.job_create_refused++;
+			snprintf(what, sizeof(what), "job_create of job %u refused: %s", id, err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		ctl->n.jobs_created++;
+		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)id);
+	}
+	return pbox_ctl_error(EINVAL, "%s: not a job operation", op);
+}
+
 static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *line)
 {
+	struct pbox_jobmsg jm;
+	char jerrbuf[256];
+	int jrc;
 	json_error_t jerr;
 	json_t *req = json_loads(line, 0, &jerr), *resp;
 	const char *op;
@@ -560,9 +662,25 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = pboxd_sessions_leave(ctl->sessions, &c->ref);
 	} else if (strcmp(op, "stats") == 0) {
 		resp = do_stats(ctl, c, req);
+	} else if (strcmp(op, "auth") == 0) {
+		const json_t *tok = json_object_get(req, "admin_token");
+
+		resp = admin_check(ctl, c, op, json_string_value(tok));
+		if (resp == NULL) {
+			resp = json_pack("{s:b}", "ok", 1);
+		}
+	} else if ((jrc = pbox_jobmsg_decode(req, &jm, jerrbuf, sizeof(jerrbuf))) != -ENOENT) {
+		if (jrc != 0) {
+			resp = pbox_ctl_error(-jrc, "%s", jerrbuf);
+			c->bad++;
+		} else {
+			resp = do_job(ctl, c, &jm, op);
+		}
 	} else {
 		resp = pbox_ctl_error(EINVAL,
-				      "unknown op '%s' (hello, register, leave, ping, stats)", op);
+				      "unknown op '%s' (hello, register, leave, ping, stats, auth, "
+				      "job_create, job_rm, job_list)",
+				      op);
 		c->bad++;
 	}
 out:
@@ -1225,6 +1343,11 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	PUT(wrong_admin_token);
 	PUT(auth_rate_limited);
 	PUT(stats_refused);
+	PUT(admin_refused);
+	PUT(jobs_created);
+	PUT(jobs_removed);
+	PUT(job_create_refused);
+	PUT(job_rm_refused);
 	PUT(accept_no_fds);
 	PUT(accept_errors);
 	PUT(listener_pauses);

@@ -131,6 +131,36 @@ uint32_t pboxd_sessions_active(const struct pboxd_sessions *s);
 /* Abort every session with reason (shutdown); members are told. */
 void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
 
+/* Most jobs an appliance holds (configured and created at run time). */
+#define PBOXD_MAX_JOBS 4096u
+
+/*
+ * Run-time jobs (the narrow ingress of the control plane: `pbox job`, pbox-ctrld).
+ *
+ * pboxd_sessions_job_add: add job cfg, validated already (pboxd_config_load_job or
+ * pboxd_job_cfg_from_json, as for config-file jobs) and taken on success (freed with the
+ * job; on error it stays the caller's). Refused with -EEXIST (the id exists), -ENOSPC
+ * (PBOXD_MAX_JOBS jobs, or a state that can never fit the memory budgets: the same rule as
+ * `pboxd --check-config`), the geometry's -EINVAL / -E2BIG for a configured key set, or
+ * -ENOMEM; err names the job and the cause. A new job table is published.
+ *
+ * pboxd_sessions_job_remove: remove job id (config-file or run-time). Its connected ranks
+ * are told ({"event":"abort","errno":ESHUTDOWN,"reason":"job N was removed ... (why)"}, or
+ * that answer to a pending register) and disconnected; a running session is unpublished
+ * and its chunk state freed after the cores' RCU grace period (never on this thread's
+ * behalf of a core still reading it); a session still being allocated is freed when the
+ * allocation returns. -ENOENT (no such job) with err.
+ */
+int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, char *err,
+			   size_t errlen);
+int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char *why, char *err,
+			      size_t errlen);
+/* Every job with its definition's main settings and its session: a JSON array. */
+json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s);
+/* Jobs created and removed at run time so far. */
+void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created,
+			       uint64_t *removed);
+
 /* The checkpointer (NULL: checkpoints off), for the shutdown hook. */
 struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s);
 
