@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct conv {
@@ -352,4 +353,105 @@ int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size
 	default:
 		return 0;
 	}
+}
+
+/* "0:784000,1:1000" -> [[0,784000],[1,1000]] */
+static json_t *parse_keys_kv(const char *v)
+{
+	json_t *arr = json_array();
+	const char *p = v;
+
+	while (arr != NULL && *p != '\0') {
+		unsigned long long id, n;
+		char *end;
+
+		errno = 0;
+		id = strtoull(p, &end, 10);
+		if (end == p || *end != ':' || errno != 0) {
+			goto bad;
+		}
+		p = end + 1;
+		n = strtoull(p, &end, 10);
+		if (end == p || (*end != ',' && *end != '\0') || errno != 0 || id > INT64_MAX ||
+		    n > INT64_MAX) {
+			goto bad;
+		}
+		json_array_append_new(arr, json_pack("[I, I]", (json_int_t)id, (json_int_t)n));
+		p = *end == ',' ? end + 1 : end;
+	}
+	if (arr != NULL && json_array_size(arr) == 0) {
+		goto bad;
+	}
+	return arr;
+bad:
+	json_decref(arr);
+	return NULL;
+}
+
+/* The JSON value of a command-line word: an integer, a number, true/false, else a string. */
+static json_t *kv_value(const char *v)
+{
+	char *end;
+	long long i;
+	double d;
+
+	if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+		return json_boolean(v[0] == 't');
+	}
+	errno = 0;
+	i = strtoll(v, &end, 10);
+	if (end != v && *end == '\0' && errno == 0) {
+		return json_integer(i);
+	}
+	d = strtod(v, &end);
+	if (end != v && *end == '\0' && isfinite(d)) {
+		return json_real(d);
+	}
+	return json_string(v);
+}
+
+int pbox_jobspec_set_kv(json_t *desc, const char *kv, char *err, size_t errlen)
+{
+	const char *eq = strchr(kv, '=');
+	char path[256], *tok, *save = NULL, *next;
+	json_t *obj = desc, *val;
+
+	if (eq == NULL || eq == kv || (size_t)(eq - kv) >= sizeof(path)) {
+		snprintf(err, errlen,
+			 "'%s': expected SETTING=VALUE (e.g. workers=2, sync.model=ssp)", kv);
+		return -EINVAL;
+	}
+	memcpy(path, kv, (size_t)(eq - kv));
+	path[eq - kv] = '\0';
+	if (strcmp(path, "keys") == 0) {
+		val = parse_keys_kv(eq + 1);
+		if (val == NULL) {
+			snprintf(err, errlen, "'%s': keys=ID:ELEMENTS,ID:ELEMENTS,...", kv);
+			return -EINVAL;
+		}
+	} else {
+		val = kv_value(eq + 1);
+	}
+	if (val == NULL) {
+		return -ENOMEM;
+	}
+	for (tok = strtok_r(path, ".", &save); tok != NULL; tok = next) {
+		next = strtok_r(NULL, ".", &save);
+		if (!valid_name(tok)) {
+			snprintf(err, errlen, "'%s': '%s' is not a setting name", kv, tok);
+			json_decref(val);
+			return -EINVAL;
+		}
+		if (next == NULL) {
+			json_object_set_new(obj, tok, val);
+			return 0;
+		}
+		if (!json_is_object(json_object_get(obj, tok))) {
+			json_object_set_new(obj, tok, json_object());
+		}
+		obj = json_object_get(obj, tok);
+	}
+	json_decref(val);
+	snprintf(err, errlen, "'%s': no setting name", kv);
+	return -EINVAL;
 }

@@ -74,6 +74,14 @@ json_t *pbox_jobspec_from_setting(const config_setting_t *g);
 /* The job id of a description: 0 and *id set, or -EINVAL (no integer id in 0..2^32-1). */
 int pbox_jobspec_id(const json_t *desc, uint32_t *id);
 
+/*
+ * Set one setting of desc from a command-line word SETTING=VALUE: SETTING is a dotted
+ * path (optimizer.lr=0.1 creates the optimizer object), VALUE an integer, a number,
+ * true/false or else a string; keys=ID:ELEMENTS,ID:ELEMENTS gives the key set. Returns 0,
+ * -EINVAL with err, or -ENOMEM.
+ */
+int pbox_jobspec_set_kv(json_t *desc, const char *kv, char *err, size_t errlen);
+
 /* Requests (new references, NULL on out of memory). admin_token NULL or "": none sent.
  * pbox_jobmsg_create does not steal desc. */
 json_t *pbox_jobmsg_create(const json_t *desc, const char *admin_token);

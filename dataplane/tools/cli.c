@@ -126,13 +126,74 @@ fail:
 	return rc;
 }
 
-int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
-			 char *err, size_t errlen)
+/* Send req on fd and read its reply (events skipped) before the deadline. */
+static int exchange(int fd, const char *addr, struct pbox_linebuf *lb, const json_t *req,
+		    json_t **reply, const struct timespec *deadline, int timeout_ms, char *err,
+		    size_t errlen)
+{
+	json_error_t jerr;
+	int rc;
+
+	*reply = NULL;
+	rc = pbox_ctl_send(fd, req, timeout_ms);
+	if (rc < 0) {
+		snprintf(err, errlen, "%s: sending the request: %s", addr, strerror(-rc));
+		return rc;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = ms_left(deadline);
+		char *line;
+		long n;
+
+		while ((line = pbox_linebuf_next(lb)) != NULL) {
+			json_t *o = json_loads(line, 0, &jerr);
+
+			if (o == NULL) {
+				snprintf(err, errlen, "%s: the reply is not JSON: %s", addr,
+					 jerr.text);
+				return -EPROTO;
+			}
+			if (json_object_get(o, "event") != NULL) {
+				json_decref(o); /* unsolicited; not our answer */
+				continue;
+			}
+			*reply = o;
+			return 0;
+		}
+		if (left <= 0) {
+			snprintf(err, errlen, "%s: no reply within %d ms", addr, timeout_ms);
+			return -ETIMEDOUT;
+		}
+		rc = poll(&p, 1, (int)left);
+		if (rc < 0 && errno != EINTR) {
+			rc = -errno;
+			snprintf(err, errlen, "%s: poll: %s", addr, strerror(-rc));
+			return rc;
+		}
+		if (rc <= 0) {
+			continue;
+		}
+		n = pbox_linebuf_fill(lb, fd);
+		if (n == 0) {
+			snprintf(err, errlen, "%s: the connection was closed without a reply",
+				 addr);
+			return -ECONNRESET;
+		}
+		if (n < 0 && n != -EAGAIN) {
+			rc = (int)n;
+			snprintf(err, errlen, "%s: reading the reply: %s", addr, strerror(-rc));
+			return rc;
+		}
+	}
+}
+
+int pbox_cli_admin_request(const char *addr, const char *admin_token, const json_t *req,
+			   json_t **reply, int timeout_ms, char *err, size_t errlen)
 {
 	struct pbox_linebuf lb;
 	struct timespec deadline;
-	json_error_t jerr;
-	int fd, rc;
+	int fd, rc = 0;
 
 	*reply = NULL;
 	clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -146,66 +207,53 @@ int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, in
 	if (fd < 0) {
 		return fd;
 	}
-	rc = pbox_ctl_send(fd, req, timeout_ms);
-	if (rc < 0) {
-		snprintf(err, errlen, "%s: sending the request: %s", addr, strerror(-rc));
-		close(fd);
-		return rc;
-	}
 	pbox_linebuf_init(&lb);
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = ms_left(&deadline);
-		char *line;
-		long n;
+	if (admin_token != NULL && admin_token[0] != '\0' && addr[0] != '/') {
+		/* Authenticate first: the request may be longer than what an unauthenticated
+		 * connection may send in one line. */
+		json_t *auth = json_pack("{s:s, s:s}", "op", "auth", "admin_token", admin_token);
 
-		while ((line = pbox_linebuf_next(&lb)) != NULL) {
-			json_t *o = json_loads(line, 0, &jerr);
-
-			if (o == NULL) {
-				snprintf(err, errlen, "%s: the reply is not JSON: %s", addr,
-					 jerr.text);
-				rc = -EPROTO;
-				goto out;
-			}
-			if (json_object_get(o, "event") != NULL) {
-				json_decref(o); /* unsolicited; not our answer */
-				continue;
-			}
-			*reply = o;
-			rc = 0;
-			goto out;
+		rc = auth ? exchange(fd, addr, &lb, auth, reply, &deadline, timeout_ms, err, errlen)
+			  : -ENOMEM;
+		json_decref(auth);
+		if (rc == 0 && !json_is_true(json_object_get(*reply, "ok"))) {
+			goto out; /* the refusal is the reply */
 		}
-		if (left <= 0) {
-			snprintf(err, errlen, "%s: no reply within %d ms", addr, timeout_ms);
-			rc = -ETIMEDOUT;
-			goto out;
-		}
-		rc = poll(&p, 1, (int)left);
-		if (rc < 0 && errno != EINTR) {
-			rc = -errno;
-			snprintf(err, errlen, "%s: poll: %s", addr, strerror(-rc));
-			goto out;
-		}
-		if (rc <= 0) {
-			continue;
-		}
-		n = pbox_linebuf_fill(&lb, fd);
-		if (n == 0) {
-			snprintf(err, errlen, "%s: pboxd closed the connection without a reply",
-				 addr);
-			rc = -ECONNRESET;
-			goto out;
-		}
-		if (n < 0 && n != -EAGAIN) {
-			rc = (int)n;
-			snprintf(err, errlen, "%s: reading the reply: %s", addr, strerror(-rc));
-			goto out;
-		}
+		json_decref(*reply);
+		*reply = NULL;
+	}
+	if (rc == 0) {
+		rc = exchange(fd, addr, &lb, req, reply, &deadline, timeout_ms, err, errlen);
 	}
 out:
 	pbox_linebuf_free(&lb);
 	close(fd);
+	return rc;
+}
+
+int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
+			 char *err, size_t errlen)
+{
+	return pbox_cli_admin_request(addr, NULL, req, reply, timeout_ms, err, errlen);
+}
+
+int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	int rc = 0;
+
+	if (f == NULL) {
+		rc = -errno;
+		snprintf(err, errlen, "--admin-token-file %s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (fgets(tok, (int)len, f) == NULL) {
+		snprintf(err, errlen, "--admin-token-file %s: empty", path);
+		rc = -EINVAL;
+	} else {
+		tok[strcspn(tok, "\r\n")] = '\0';
+	}
+	fclose(f);
 	return rc;
 }
 

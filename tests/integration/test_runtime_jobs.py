@@ -12,6 +12,8 @@
  - the job table is swapped (create + remove of other jobs) thousands of times while a
    job trains, and its model stays exact."""
 import json
+import os
+import re
 import socket
 import subprocess
 import time
@@ -84,6 +86,63 @@ def job_ids(a):
     if r.get("ok") is not True:
         fail("job_list refused: %s" % r)
     return {j["id"]: j for j in r["jobs"]}
+
+
+def pbox(*args, ok=True):
+    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+    print("$ pbox job %s -> %d\n%s" % (" ".join(args)[:120], p.returncode, p.stdout.strip()))
+    if (p.returncode == 0) != ok:
+        fail("pbox job %s: exit %d" % (args[0], p.returncode))
+    return p.stdout
+
+
+def cli(d):
+    """`pbox job`: key=value words, a JSON file, the token file, the Unix socket."""
+    tf = os.path.join(d.dir, "admin.token")
+    with open(tf, "w") as f:
+        f.write(d.admin_token + "\n")
+    tcp = ["--control", d.control, "--admin-token-file", tf]
+    # 1000 keys: a request line longer than pboxd reads before authentication.
+    keys = ",".join("%d:%d" % (k, 100 + k) for k in range(1000))
+    out = pbox("create", *tcp, "id=23", "token=t23", "workers=2", "keys=" + keys)
+    if "job 23 created" not in out:
+        fail("pbox job create did not say what it did")
+    keys = ",".join("%d:%d" % (100 + k, 100 + k) for k in range(200))
+    pbox("create", *tcp, "id=20", "token=t20", "workers=2", "mode=server-optimizer",
+         "optimizer.name=sgd", "optimizer.lr=0.5", "keys=" + keys)
+    jf = os.path.join(d.dir, "job21.json")
+    with open(jf, "w") as f:
+        json.dump({"id": 21, "token": "t21", "workers": 3, "sync": {"model": "bsp"}}, f)
+    pbox("create", "--socket", d.appliance["control_socket"], "--file", jf, "workers=2")
+    out = pbox("list", *tcp)
+    if not re.search(r"^20 +runtime +server-optimizer", out, re.M) or \
+            not re.search(r"^21 +runtime +aggregate +bsp +2 ", out, re.M):
+        fail("pbox job list does not show jobs 20 and 21 as created")
+    listed = json.loads(pbox("list", *tcp, "--json"))
+    j20 = [j for j in listed["jobs"] if j["id"] == 20][0]
+    j23 = [j for j in listed["jobs"] if j["id"] == 23][0]
+    if j20["keys_configured"] != 200 or j23["keys_configured"] != 1000:
+        fail("the key sets did not arrive: %s %s" % (j20, j23))
+    ranks = [worker(d, 20, "t20", r, 2, "--server-opt", "--lr", "0.5", "--iters", "5",
+                    keys=",".join(str(100 + k) for k in range(200)))
+             for r in range(2)]
+    for r, p in enumerate(ranks):
+        if finish(p, "job 20 rank %d (created by pbox job)" % r)[0] != 0:
+            fail("the job created by pbox job did not train exactly")
+    out = pbox("create", *tcp, "id=22", "token=x", "workers=0", ok=False)
+    if "job.workers: must be between 1 and 1024" not in out:
+        fail("pbox job create did not print pboxd's reason")
+    out = pbox("create", "--control", d.control, "id=22", "token=x", "workers=1", ok=False)
+    if "admin token" not in out:
+        fail("pbox job create without a token did not print the refusal")
+    pbox("create", *tcp, "workers", ok=False)
+    for i in (20, 21, 23):
+        if "job %d removed" % i not in pbox("rm", *tcp, str(i)):
+            fail("pbox job rm %d" % i)
+    out = pbox("rm", *tcp, "21", ok=False)
+    if "job 21 does not exist" not in out:
+        fail("pbox job rm of a removed job did not say so")
 
 
 def main():
@@ -177,6 +236,8 @@ def main():
         if 7 in job_ids(a):
             fail("job 7 is still listed after job_rm")
 
+        cli(d)
+
         # Thousands of table swaps (other jobs created and removed) while job 5 trains.
         ranks = [worker(d, 5, "t5", r, 2, "--server-opt", "--lr", "0.5", "--iters", "1500",
                         keys="5000,300,7")
@@ -203,9 +264,9 @@ def main():
         ctl = st["control"]
         if ctl["jobs_created"] < SWAPS + 2 or ctl["jobs_removed"] < SWAPS + 1:
             fail("the job counters missed operations: %s" % ctl)
-        if ctl["job_create_refused"] != 9 or ctl["job_rm_refused"] != 1:
+        if ctl["job_create_refused"] != 10 or ctl["job_rm_refused"] != 2:
             fail("refusals not counted: %s" % ctl)
-        if ctl["admin_refused"] != 1 or ctl["wrong_admin_token"] != 1:
+        if ctl["admin_refused"] != 2 or ctl["wrong_admin_token"] != 1:
             fail("admin refusals not counted: %s" % ctl)
         a.close()
         local.close()
