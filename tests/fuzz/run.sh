@@ -3,7 +3,7 @@
 #
 # Run the libFuzzer harnesses of a fuzz build for a bounded time each.
 #
-#   tests/fuzz/run.sh BUILD_DIR [NAME...]      (NAME: engine node config control; default all)
+#   tests/fuzz/run.sh BUILD_DIR [NAME...]      (NAME: engine node config control jobspec; default all)
 #
 # BUILD_DIR is configured as README "Fuzzing" says (clang, -Dfuzz=enabled, sanitizers).
 # Each harness starts from its checked-in corpus (tests/fuzz/corpus/NAME, read only: new
@@ -20,7 +20,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [NAME...]}
 shift
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(engine node config control)
+[ ${#names[@]} -gt 0 ] || names=(engine node config control jobspec)
 secs=${PBOX_FUZZ_SECONDS:-60}
 per_input=${PBOX_FUZZ_TIMEOUT:-10}
 artifacts=${PBOX_FUZZ_ARTIFACTS:-$build/fuzz-artifacts}
