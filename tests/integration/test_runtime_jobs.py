@@ -145,6 +145,46 @@ def cli(d):
         fail("pbox job rm of a removed job did not say so")
 
 
+def remove_while_allocating(d, local):
+    """job_rm right after the first register of a large key set: the session is usually
+    still allocating its chunk state (off the control thread); the waiting rank gets the
+    removal as its register's answer, the state is freed when the allocation returns."""
+    r = local.req({"op": "job_create", "job": {"id": 30, "token": "t30", "workers": 2}})
+    if r.get("ok") is not True:
+        fail("job_create of job 30: %s" % r)
+    m = Admin(d.control)
+    r = m.req({"op": "hello", "job": 30, "rank": 0, "token": "t30", "version": 1})
+    if r.get("ok") is not True:
+        fail("hello to job 30: %s" % r)
+    m.s.sendall(b'{"op":"register","keys":[[0,12000000]]}\n')
+    time.sleep(0.01)
+    r = local.req({"op": "job_rm", "id": 30})
+    if r != {"ok": True, "id": 30}:
+        fail("job_rm of a starting job: %s" % r)
+    m.s.settimeout(30)
+    while b"\n" not in m.buf:
+        chunk = m.s.recv(65536)
+        if not chunk:
+            break
+        m.buf += chunk
+    got = json.loads(m.buf.split(b"\n", 1)[0]) if b"\n" in m.buf else {}
+    m.close()
+    print("rank 0 of job 30 got: %s" % got)
+    if "job 30 was removed" not in got.get("error", got.get("reason", "")):
+        fail("the registering rank of a removed job was not told: %s" % got)
+    # The state is freed whichever way the race went; the job is gone either way.
+    deadline = time.time() + 30
+    while "job 30: removed (its chunk state" not in d.log() and \
+            "job 30: session ended" not in d.log():
+        if time.time() > deadline:
+            fail("job 30's chunk state was not freed")
+        time.sleep(0.05)
+    print("removal path taken: %s" % ("while allocating" if "freed once allocated" in d.log()
+                                      else "after the session started"))
+    if 30 in job_ids(local):
+        fail("job 30 is still listed")
+
+
 def main():
     global W
     W = build_path("tests/integration/pbox-check-worker")
@@ -237,6 +277,7 @@ def main():
             fail("job 7 is still listed after job_rm")
 
         cli(d)
+        remove_while_allocating(d, local)
 
         # Thousands of table swaps (other jobs created and removed) while job 5 trains.
         ranks = [worker(d, 5, "t5", r, 2, "--server-opt", "--lr", "0.5", "--iters", "1500",
