@@ -49,6 +49,7 @@
 struct cjob {
 	uint32_t id;
 	json_t *desc;
+	json_t *plan; /* tree / thresholds (common/jobspec.h), passed on; NULL: none */
 	bool from_config;
 	int where; /* index of the pboxd holding it; -1: not placed */
 	char note[512];
@@ -150,7 +151,7 @@ static int pboxd_request(struct ctrld *d, struct ctrld_pboxd *p, const json_t *r
 static int publish_to(struct ctrld *d, struct cjob *j, uint32_t w, char *why, size_t len)
 {
 	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
-	json_t *req = pbox_jobmsg_create(j->desc, NULL), *reply = NULL;
+	json_t *req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL), *reply = NULL;
 	int rc;
 
 	if (req == NULL) {
@@ -222,7 +223,8 @@ static int place(struct ctrld *d, struct cjob *j, char *why, size_t len)
 	return any_reachable ? (last == -EEXIST ? -EEXIST : -ENOSPC) : -EHOSTUNREACH;
 }
 
-static int add_job(struct ctrld *d, json_t *desc, bool from_config, char *why, size_t len)
+static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, bool from_config, char *why,
+		   size_t len)
 {
 	struct cjob *j;
 	uint32_t id;
@@ -247,6 +249,7 @@ static int add_job(struct ctrld *d, json_t *desc, bool from_config, char *why, s
 	memset(j, 0, sizeof(*j));
 	j->id = id;
 	j->desc = json_incref(desc);
+	j->plan = plan != NULL ? json_deep_copy(plan) : NULL;
 	j->from_config = from_config;
 	j->where = -1;
 	rc = place(d, j, why, len);
@@ -262,6 +265,7 @@ static int add_job(struct ctrld *d, json_t *desc, bool from_config, char *why, s
 		return 0;
 	}
 	json_decref(j->desc);
+	json_decref(j->plan);
 	return rc;
 }
 
@@ -293,6 +297,7 @@ static int remove_job(struct ctrld *d, uint32_t id, char *why, size_t len)
 		p->njobs--;
 	}
 	json_decref(j->desc);
+	json_decref(j->plan);
 	*j = d->jobs[--d->njobs];
 	return 0;
 }
@@ -392,6 +397,9 @@ static json_t *job_list(struct ctrld *d)
 		}
 		if (j->note[0] != '\0') {
 			json_object_set_new(o, "note", json_string(j->note));
+		}
+		if (j->plan != NULL) {
+			json_object_set(o, "plan", j->plan);
 		}
 		json_array_append_new(arr, o);
 	}
@@ -518,7 +526,7 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 		d->n.removed++;
 		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m.id);
 	case PBOX_JOBMSG_CREATE:
-		rc = add_job(d, (json_t *)m.job, false, err, sizeof(err));
+		rc = add_job(d, (json_t *)m.job, m.plan, false, err, sizeof(err));
 		if (rc != 0) {
 			uint32_t id = 0;
 
@@ -684,7 +692,7 @@ static int run(struct ctrld *d)
 	json_array_foreach(d->cfg.jobs, k, o)
 	{
 		why[0] = '\0';
-		if (add_job(d, o, true, why, sizeof(why)) != 0) {
+		if (add_job(d, o, NULL, true, why, sizeof(why)) != 0) {
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
@@ -827,6 +835,7 @@ out:
 	reap(&d);
 	for (uint32_t i = 0; i < d.njobs; i++) {
 		json_decref(d.jobs[i].desc);
+		json_decref(d.jobs[i].plan);
 	}
 	if (d.lfd >= 0) {
 		close(d.lfd);

@@ -297,6 +297,17 @@ json_t *pbox_jobmsg_create(const json_t *desc, const char *admin_token)
 	return with_token(json_pack("{s:s, s:O}", "op", "job_create", "job", desc), admin_token);
 }
 
+json_t *pbox_jobmsg_create_plan(const json_t *desc, const json_t *plan, const char *admin_token)
+{
+	json_t *o = pbox_jobmsg_create(desc, admin_token);
+
+	if (o != NULL && plan != NULL && json_object_set(o, "plan", (json_t *)plan) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 json_t *pbox_jobmsg_rm(uint32_t id, const char *admin_token)
 {
 	return with_token(json_pack("{s:s, s:I}", "op", "job_rm", "id", (json_int_t)id),
@@ -339,6 +350,27 @@ int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size
 				 "job_create needs \"job\": a job description object (the settings "
 				 "of a configuration file's job group)");
 			return -EINVAL;
+		}
+		m->plan = json_object_get(req, "plan");
+		if (m->plan != NULL) {
+			const char *key;
+			const json_t *pv;
+
+			if (!json_is_object(m->plan)) {
+				snprintf(err, errlen, "job_create: \"plan\" must be an object");
+				return -EINVAL;
+			}
+			json_object_foreach((json_t *)m->plan, key, pv)
+			{
+				if ((strcmp(key, "tree") != 0 && strcmp(key, "thresholds") != 0) ||
+				    !(json_is_object(pv) || json_is_null(pv))) {
+					snprintf(err, errlen,
+						 "job_create: plan.%.64s: a plan has \"tree\" and "
+						 "\"thresholds\" (objects or null) only",
+						 key);
+					return -EINVAL;
+				}
+			}
 		}
 		return 0;
 	case PBOX_JOBMSG_RM:

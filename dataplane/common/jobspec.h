@@ -13,10 +13,14 @@
  * pbox_jobspec_from_setting, lets pbox-ctrld send the jobs of its own configuration file.
  *
  * Messages (requests; answers are {"ok":true,...} or {"ok":false,"errno":E,"error":...}):
- *   {"op":"job_create","job":{...description...}}      -> {"ok":true,"id":N}
+ *   {"op":"job_create","job":{...description...}[,"plan":{...}]}  -> {"ok":true,"id":N}
  *   {"op":"job_rm","id":N}                              -> {"ok":true,"id":N}
  *   {"op":"job_list"}                                    -> {"ok":true,"jobs":[...]}
- * each optionally with "admin_token":"..." (pboxd requires it unless the request comes
+ * The optional "plan" is the place of what the control plane computes for a job rather than
+ * what its owner configures: {"tree": {...}, "thresholds": {...}} (broadcast tree and DVF
+ * thresholds, issue 11 §4-5). Only those two members are accepted, each an object or null;
+ * pboxd keeps the plan with the job and reports it in job_list, and does not act on it yet.
+ * Each request is optionally with "admin_token":"..." (pboxd requires it unless the request comes
  * over its Unix control socket or the connection already proved the token).
  *
  * The decoders take untrusted input (any JSON a client sends) and bound what they build:
@@ -53,6 +57,7 @@ struct pbox_jobmsg {
 	enum pbox_jobmsg_op op;
 	uint32_t id;             /* job_rm */
 	const json_t *job;       /* job_create: the description (an object) */
+	const json_t *plan;      /* job_create: NULL or {"tree":..., "thresholds":...} */
 	const char *admin_token; /* NULL: none given; borrowed */
 };
 
@@ -85,13 +90,16 @@ int pbox_jobspec_set_kv(json_t *desc, const char *kv, char *err, size_t errlen);
 /* Requests (new references, NULL on out of memory). admin_token NULL or "": none sent.
  * pbox_jobmsg_create does not steal desc. */
 json_t *pbox_jobmsg_create(const json_t *desc, const char *admin_token);
+/* job_create with a plan (NULL: none); does not steal desc or plan. */
+json_t *pbox_jobmsg_create_plan(const json_t *desc, const json_t *plan, const char *admin_token);
 json_t *pbox_jobmsg_rm(uint32_t id, const char *admin_token);
 json_t *pbox_jobmsg_list(const char *admin_token);
 
 /*
  * Decode req (an object whose "op" is job_create, job_rm or job_list) into m. Returns 0,
  * -ENOENT (not a job operation: the caller dispatches it elsewhere) or -EINVAL with err
- * (a job_create without an object "job", a job_rm without an integer "id" in 0..2^32-1,
+ * (a job_create without an object "job" or with a plan other than {"tree": object|null,
+ * "thresholds": object|null}, a job_rm without an integer "id" in 0..2^32-1,
  * an admin_token that is not a string).
  */
 int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size_t errlen);

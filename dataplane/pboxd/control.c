@@ -607,7 +607,7 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 		rc = pboxd_job_cfg_from_json(ctl->cfg, m->job, jc, err, sizeof(err));
 		if (rc == 0) {
 			id = jc->id;
-			rc = pboxd_sessions_job_add(ctl->sessions, jc, err, sizeof(err));
+			rc = pboxd_sessions_job_add(ctl->sessions, jc, m->plan, err, sizeof(err));
 			if (rc != 0) {
 				pboxd_job_cfg_free(jc);
 			}

@@ -44,6 +44,9 @@ struct job {
 	const struct pboxd_job_cfg *cfg;
 	struct pboxd_job_cfg *owned_cfg; /* a runtime job's configuration (NULL: the file's) */
 	bool removed; /* job_rm while its chunk state was being allocated: freed when it is */
+	/* The control plane's plan (tree, thresholds; common/jobspec.h): kept and reported,
+	 * not applied yet. NULL: none. */
+	json_t *plan;
 	uint64_t created_ms;
 	enum sess_state st;
 	char abort_reason[256];
@@ -210,6 +213,7 @@ static void job_free(struct job *j)
 	}
 	free(j->members);
 	free(j->live);
+	json_decref(j->plan);
 	if (j->owned_cfg != NULL) {
 		pboxd_job_cfg_free(j->owned_cfg);
 		free(j->owned_cfg);
@@ -1133,8 +1137,8 @@ struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s)
 	return s->ckpt;
 }
 
-int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, char *err,
-			   size_t errlen)
+int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, const json_t *plan,
+			   char *err, size_t errlen)
 {
 	struct job *j;
 	uint32_t pos;
@@ -1168,6 +1172,14 @@ int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, 
 		s->cap *= 2;
 	}
 	j = job_new(cfg, cfg);
+	if (j != NULL && plan != NULL) {
+		j->plan = json_deep_copy(plan);
+		if (j->plan == NULL) {
+			j->owned_cfg = NULL; /* not taken */
+			job_free(j);
+			j = NULL;
+		}
+	}
 	if (j == NULL) {
 		snprintf(err, errlen, "job %u: out of memory", cfg->id);
 		return -ENOMEM;
@@ -1269,6 +1281,9 @@ json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
 		json_object_set_new(o, "keys_configured", json_integer(j->cfg->nkeys));
 		json_object_set_new(o, "memory_budget",
 				    json_integer((json_int_t)j->cfg->memory_budget));
+		if (j->plan != NULL) {
+			json_object_set(o, "plan", j->plan);
+		}
 	}
 	return arr;
 }

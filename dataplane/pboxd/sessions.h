@@ -137,7 +137,8 @@ void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
 /*
  * Run-time jobs (the narrow ingress of the control plane: `pbox job`, pbox-ctrld).
  *
- * pboxd_sessions_job_add: add job cfg, validated already (pboxd_config_load_job or
+ * pboxd_sessions_job_add: add job cfg (with plan, the control plane's tree/thresholds
+ * object of common/jobspec.h, copied; NULL: none), validated already (pboxd_config_load_job or
  * pboxd_job_cfg_from_json, as for config-file jobs) and taken on success (freed with the
  * job; on error it stays the caller's). Refused with -EEXIST (the id exists), -ENOSPC
  * (PBOXD_MAX_JOBS jobs, or a state that can never fit the memory budgets: the same rule as
@@ -151,8 +152,8 @@ void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
  * behalf of a core still reading it); a session still being allocated is freed when the
  * allocation returns. -ENOENT (no such job) with err.
  */
-int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, char *err,
-			   size_t errlen);
+int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, const json_t *plan,
+			   char *err, size_t errlen);
 int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char *why, char *err,
 			      size_t errlen);
 /* Every job with its definition's main settings and its session: a JSON array. */

@@ -115,6 +115,15 @@ def main():
                  "optimizer.name=sgd", "optimizer.lr=0.5")
             if 2 not in pboxd_jobs(d):
                 fail("job 2 created through pbox-ctrld is not on the pboxd")
+            # A plan (tree / thresholds) given to pbox-ctrld reaches the pboxd.
+            plan = {"tree": {"parent": [None, 0]}, "thresholds": {"delta_low": 0.01}}
+            r = control_request(caddr, {"op": "job_create", "admin_token": token,
+                                        "job": dict(job1, id=4, token="d"), "plan": plan})
+            if r.get("ok") is not True or pboxd_jobs(d)[4].get("plan") != plan:
+                fail("job 4's plan did not reach the pboxd: %s" % r)
+            if control_request(caddr, {"op": "job_rm", "id": 4,
+                                       "admin_token": token}).get("ok") is not True:
+                fail("job_rm 4 through pbox-ctrld")
             out = pbox("list", *via)
             if "published" not in out or " a" not in out:
                 fail("pbox job list through pbox-ctrld does not say where the jobs are")

@@ -220,6 +220,16 @@ def main():
             if finish(p, "job 5 rank %d" % r)[0] != 0:
                 fail("the runtime job did not train exactly")
 
+        # The plan (trees, thresholds: the control plane's part) is kept and reported.
+        plan = {"tree": {"parent": [None, 0]}, "thresholds": None}
+        r = a.req({"op": "job_create", "job": dict(spec, id=8, token="t8"), "plan": plan})
+        if r.get("ok") is not True or job_ids(a)[8].get("plan") != plan:
+            fail("job 8's plan was not kept: %s %s" % (r, job_ids(a).get(8)))
+        expect_refused(a.req({"op": "job_create", "job": dict(spec, id=9),
+                              "plan": {"route": {}}}), EINVAL, ["plan.route"], "bad plan")
+        if a.req({"op": "job_rm", "id": 8}).get("ok") is not True:
+            fail("job_rm 8")
+
         # Refusals: the configuration file's validation, duplicates, budgets.
         expect_refused(a.req({"op": "job_create", "job": dict(spec)}), EEXIST,
                        ["job 5", "exists"], "duplicate runtime id")
