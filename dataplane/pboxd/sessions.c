@@ -213,6 +213,7 @@ static void job_free(struct job *j)
 	}
 	free(j->members);
 	free(j->live);
+	free(j->keys); /* a session's key set (NULL once its session ended) */
 	json_decref(j->plan);
 	if (j->owned_cfg != NULL) {
 		pboxd_job_cfg_free(j->owned_cfg);
