@@ -671,6 +671,16 @@ static void reap(struct ctrld *d)
 			i++;
 			continue;
 		}
+		conn_flush(c);
+		/* Read what is left (bounded) so the close is a FIN, not a reset that could
+		 * discard the last answer (the refusal) before the client read it. */
+		for (int k = 0; k < 64; k++) {
+			char sink[4096];
+
+			if (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0) {
+				break;
+			}
+		}
 		close(c->fd);
 		pbox_linebuf_free(&c->in);
 		free(c->out);

@@ -71,6 +71,35 @@ def write_conf(path, ctrld, pboxds, jobs):
             f.write("jobs = %s;\n" % _lc_value(jobs))
 
 
+def limits(caddr):
+    """Before the admin token: lines over 4 KiB are refused and closed; a connection
+    that keeps sending bad requests is closed."""
+    host, port = caddr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b'{"op":"job_list","pad":"' + b"x" * 8000 + b'"}\n')
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        r = json.loads(data.split(b"\n")[0])
+        if r.get("errno") != 7:  # E2BIG
+            fail("a long unauthenticated line was not refused: %s" % r)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"nonsense\n" * 20)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        if data.count(b"\n") != 8:
+            fail("pbox-ctrld answered %d bad requests before closing (expected 8)"
+                 % data.count(b"\n"))
+    print("pbox-ctrld limits: long line refused, bad client closed after 8 requests")
+
+
 def main():
     global W
     W = build_path("tests/integration/pbox-check-worker")
@@ -138,6 +167,7 @@ def main():
             out = pbox("list", "--control", caddr, ok=False)
             if "admin token" not in out:
                 fail("pbox-ctrld answered without the admin token")
+            limits(caddr)
             # A restarted pboxd gets its jobs back.
             d.halt()
             d.start()
