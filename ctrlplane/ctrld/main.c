@@ -81,6 +81,7 @@ struct ctrld {
 	struct pending_rm *rms;
 	uint32_t nrms;
 	uint64_t next_reconcile_ms;
+	struct pbox_ratelog log_client; /* refusals and closes caused by clients */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures;
@@ -103,16 +104,15 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la; i++) {
-		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	}
-	return d == 0;
-}
+/* A warning caused by a client: rate-limited so that clients cannot flood the log. */
+#define CLIENT_WARN(d, fmt, ...)                                                   \
+	do {                                                                       \
+		uint64_t sup_;                                                     \
+		if (pbox_ratelog_ok(&(d)->log_client, now_ms(), &sup_)) {          \
+			PBOX_LOG_WARN(ADMIN, fmt "%s", __VA_ARGS__,                \
+				      sup_ ? " (similar messages left out)" : ""); \
+		}                                                                  \
+	} while (0)
 
 static struct cjob *find_job(struct ctrld *d, uint32_t id)
 {
@@ -416,7 +416,7 @@ static json_t *job_list(struct ctrld *d)
 
 /* ---- the control API ---- */
 
-static void conn_send(struct conn *c, const json_t *obj)
+static void conn_send(struct ctrld *d, struct conn *c, const json_t *obj)
 {
 	size_t len;
 	char *s = pbox_ctl_encode(obj, &len);
@@ -424,8 +424,7 @@ static void conn_send(struct conn *c, const json_t *obj)
 
 	if (s == NULL || c->out_len - c->out_off + len > MAX_OUT_BYTES) {
 		free(s);
-		PBOX_LOG_WARN(ADMIN, "control connection %d: does not read its answers; closing",
-			      c->fd);
+		CLIENT_WARN(d, "control connection %d: does not read its answers; closing", c->fd);
 		c->dead = true;
 		return;
 	}
@@ -464,7 +463,7 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 		return NULL;
 	}
 	if (token != NULL && d->cfg.admin_token[0] != '\0' &&
-	    token_equal(token, d->cfg.admin_token)) {
+	    pbox_ctl_token_equal(token, d->cfg.admin_token)) {
 		c->admin = true;
 		pbox_linebuf_set_max(&c->in, AUTHED_LINE_BYTES);
 		return NULL;
@@ -472,12 +471,11 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 	c->bad++;
 	if (token != NULL) {
 		d->n.wrong_admin_token++;
-		PBOX_LOG_WARN(ADMIN, "control connection %d: %s refused: wrong admin token", c->fd,
-			      op);
+		CLIENT_WARN(d, "control connection %d: %s refused: wrong admin token", c->fd, op);
 		return pbox_ctl_error(EACCES, "%s: wrong admin token", op);
 	}
 	d->n.admin_refused++;
-	PBOX_LOG_WARN(ADMIN, "control connection %d: %s refused: no admin token", c->fd, op);
+	CLIENT_WARN(d, "control connection %d: %s refused: no admin token", c->fd, op);
 	return pbox_ctl_error(EACCES,
 			      "%s needs pbox-ctrld's admin token (\"admin_token\") or its local "
 			      "control socket",
@@ -520,7 +518,7 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 		rc = remove_job(d, m.id, err, sizeof(err));
 		if (rc != 0) {
 			d->n.rm_refused++;
-			PBOX_LOG_WARN(ADMIN, "job_rm refused: %s", err);
+			CLIENT_WARN(d, "job_rm refused: %s", err);
 			return pbox_ctl_error(-rc, "%s", err);
 		}
 		d->n.removed++;
@@ -532,7 +530,7 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 
 			(void)pbox_jobspec_id(m.job, &id);
 			d->n.create_refused++;
-			PBOX_LOG_WARN(ADMIN, "job_create of job %u refused: %s", id, err);
+			CLIENT_WARN(d, "job_create of job %u refused: %s", id, err);
 			return pbox_ctl_error(-rc, "%s", err);
 		}
 		d->n.created++;
@@ -559,12 +557,12 @@ static void serve(struct ctrld *d, struct conn *c)
 		} else {
 			resp = handle(d, c, req);
 		}
-		conn_send(c, resp);
+		conn_send(d, c, resp);
 		json_decref(resp);
 		json_decref(req);
 		if (c->bad >= MAX_BAD) {
-			PBOX_LOG_WARN(ADMIN, "control connection %d: %u bad requests; closing",
-				      c->fd, c->bad);
+			CLIENT_WARN(d, "control connection %d: %u bad requests; closing", c->fd,
+				    c->bad);
 			c->dead = true;
 		}
 	}
@@ -574,9 +572,8 @@ static void serve(struct ctrld *d, struct conn *c)
 					   "admin token is proved)",
 					   UNAUTH_LINE_BYTES);
 
-		PBOX_LOG_WARN(ADMIN, "control connection %d: request line too long; closing",
-			      c->fd);
-		conn_send(c, e);
+		CLIENT_WARN(d, "control connection %d: request line too long; closing", c->fd);
+		conn_send(d, c, e);
 		json_decref(e);
 		c->dead = true;
 	} else if (n == 0 || (n < 0 && n != -EAGAIN)) {
@@ -635,8 +632,8 @@ static void accept_one(struct ctrld *d, int lfd, bool local)
 		return;
 	}
 	if (d->nconns >= d->cfg.max_connections) {
-		PBOX_LOG_WARN(ADMIN, "control: %u connections, the most allowed; refusing one",
-			      d->nconns);
+		CLIENT_WARN(d, "control: %u connections, the most allowed; refusing one",
+			    d->nconns);
 		close(fd);
 		return;
 	}
@@ -662,9 +659,8 @@ static void reap(struct ctrld *d)
 
 		if (!c->dead && !c->local && !c->admin &&
 		    now - c->accepted_ms > UNAUTH_TIMEOUT_MS) {
-			PBOX_LOG_WARN(ADMIN,
-				      "control connection %d: no admin token within %u s; closing",
-				      c->fd, UNAUTH_TIMEOUT_MS / 1000);
+			CLIENT_WARN(d, "control connection %d: no admin token within %u s; closing",
+				    c->fd, UNAUTH_TIMEOUT_MS / 1000);
 			c->dead = true;
 		}
 		if (!c->dead) {

@@ -145,7 +145,7 @@ struct pboxd_control {
 	struct addr_entry *addrs[ADDR_HASH_BUCKETS];
 	struct ctl_counters n;
 	/* One log limit per kind of refusal. */
-	struct pboxd_ratelog log_conn, log_auth, log_proto, log_accept, log_job;
+	struct pbox_ratelog log_conn, log_auth, log_proto, log_accept, log_job;
 };
 
 static uint64_t now_ms(void)
@@ -381,7 +381,7 @@ static void queue_obj(struct pboxd_control *ctl, struct conn *c, const json_t *o
 	return;
 slow:
 	ctl->n.slow_readers_closed++;
-	if (pboxd_ratelog_ok(&ctl->log_proto, now_ms(), &sup)) {
+	if (pbox_ratelog_ok(&ctl->log_proto, now_ms(), &sup)) {
 		PBOX_LOG_WARN(ADMIN,
 			      "%s: does not read its answers (%zu bytes queued, limit %u); "
 			      "closing%s",
@@ -405,29 +405,18 @@ static void kick(struct pboxd_member_ref *ref)
 	conn_kill(c->ctl, c);
 }
 
-/* Log a refusal: peer and cause, at most PBOXD_RATELOG_BURST lines per window of rl. */
-static void refuse_log(struct pboxd_ratelog *rl, const char *peer, const char *what)
+/* Log a refusal: peer and cause, at most PBOX_RATELOG_BURST lines per window of rl. */
+static void refuse_log(struct pbox_ratelog *rl, const char *peer, const char *what)
 {
 	uint64_t sup;
 
-	if (pboxd_ratelog_ok(rl, now_ms(), &sup)) {
+	if (pbox_ratelog_ok(rl, now_ms(), &sup)) {
 		PBOX_LOG_WARN(ADMIN, "%s: %s%s", peer, what,
 			      sup ? " (similar messages left out)" : "");
 	}
 }
 
 /* ---- requests ---- */
-
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la; i++) {
-		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	}
-	return d == 0;
-}
 
 /* The failed-admission bucket of c's address allows another attempt (the Unix socket's
  * operators are not limited). */
@@ -505,7 +494,7 @@ static json_t *do_stats(struct pboxd_control *ctl, struct conn *c, const json_t 
 			return rate_limited(ctl, c);
 		}
 		if (json_is_string(tok) && ctl->cfg->admin_token[0] != '\0' &&
-		    token_equal(json_string_value(tok), ctl->cfg->admin_token)) {
+		    pbox_ctl_token_equal(json_string_value(tok), ctl->cfg->admin_token)) {
 			/* An operator: may keep the connection (a monitor polling stats). */
 			set_authed(ctl, c);
 			goto all;
@@ -548,7 +537,8 @@ static json_t *admin_check(struct pboxd_control *ctl, struct conn *c, const char
 		if (!auth_allowed(ctl, c)) {
 			return rate_limited(ctl, c);
 		}
-		if (ctl->cfg->admin_token[0] != '\0' && token_equal(token, ctl->cfg->admin_token)) {
+		if (ctl->cfg->admin_token[0] != '\0' &&
+		    pbox_ctl_token_equal(token, ctl->cfg->admin_token)) {
 			c->admin = true;
 			set_authed(ctl, c);
 			return NULL;

@@ -95,7 +95,7 @@ struct pboxd_sessions {
 	uint64_t generation;
 	uint32_t frag_bytes;
 	struct allocator alloc;
-	struct pboxd_ratelog reg_log; /* register refusals */
+	struct pbox_ratelog reg_log; /* register refusals */
 	struct pboxd_budget budget;
 	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
 };
@@ -457,18 +457,6 @@ static void abort_session(struct pboxd_sessions *s, struct job *j, const char *r
 	publish(s);
 }
 
-/* Constant-time comparison, so the token cannot be guessed byte by byte. */
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la; i++) {
-		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	}
-	return d == 0;
-}
-
 json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 			     const json_t *req)
 {
@@ -501,7 +489,7 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		return pbox_ctl_error(ENOENT, "job %lld is not configured on this appliance",
 				      (long long)json_integer_value(jid));
 	}
-	if (!token_equal(token, j->cfg->token)) {
+	if (!pbox_ctl_token_equal(token, j->cfg->token)) {
 		return pbox_ctl_error(EACCES, "job %u: wrong token for rank %lld", j->cfg->id,
 				      (long long)json_integer_value(jrank));
 	}
@@ -718,7 +706,7 @@ static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_me
 {
 	uint64_t suppressed;
 
-	if (pboxd_ratelog_ok(&s->reg_log, pboxd_now_ms(), &suppressed)) {
+	if (pbox_ratelog_ok(&s->reg_log, pboxd_now_ms(), &suppressed)) {
 		PBOX_LOG_WARN(ADMIN, "%s: job %u rank %u: register refused: %s%s", ref->peer,
 			      j->cfg->id, ref->rank,
 			      json_string_value(json_object_get(resp, "error")),

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/ctlproto.h"
 #include "config.h"
 #include "dataplane.h"
 
@@ -44,37 +45,6 @@ static inline uint64_t pboxd_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/*
- * A log rate limit, so that a client cannot flood the log: at most PBOXD_RATELOG_BURST
- * lines per PBOXD_RATELOG_WINDOW_MS; the first line after a quiet window says how many
- * were left out.
- */
-#define PBOXD_RATELOG_BURST     10u
-#define PBOXD_RATELOG_WINDOW_MS 10000u
-struct pboxd_ratelog {
-	uint64_t window_start_ms;
-	uint32_t n;
-	uint64_t suppressed;
-};
-
-/* true: log now (*suppressed: lines left out before this one, then reset). */
-static inline bool pboxd_ratelog_ok(struct pboxd_ratelog *rl, uint64_t now_ms, uint64_t *suppressed)
-{
-	*suppressed = 0;
-	if (now_ms - rl->window_start_ms >= PBOXD_RATELOG_WINDOW_MS) {
-		rl->window_start_ms = now_ms;
-		rl->n = 0;
-	}
-	if (rl->n >= PBOXD_RATELOG_BURST) {
-		rl->suppressed++;
-		return false;
-	}
-	rl->n++;
-	*suppressed = rl->suppressed;
-	rl->suppressed = 0;
-	return true;
 }
 
 /* What the sessions module keeps about a control connection. */
