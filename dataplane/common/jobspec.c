@@ -455,6 +455,10 @@ int pbox_jobspec_set_kv(json_t *desc, const char *kv, char *err, size_t errlen)
 	}
 	memcpy(path, kv, (size_t)(eq - kv));
 	path[eq - kv] = '\0';
+	if (path[0] == '.' || path[strlen(path) - 1] == '.' || strstr(path, "..") != NULL) {
+		snprintf(err, errlen, "'%s': an empty setting name in '%s'", kv, path);
+		return -EINVAL;
+	}
 	if (strcmp(path, "keys") == 0) {
 		val = parse_keys_kv(eq + 1);
 		if (val == NULL) {
