@@ -125,10 +125,13 @@ def main():
             fail("--check-config accepted a job with 0 workers: %d %s" % (p.returncode,
                                                                            p.stderr))
         write_conf(conf, ctrl, managed, [job1])
-        p = subprocess.run([ctrld_bin, "-c", conf, "--check-config"], capture_output=True,
-                           text=True)
-        if p.returncode != 0:
-            fail("--check-config refused a good configuration: %s" % p.stderr)
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "ctrlplane", "ctrld", "pbox-ctrld.conf.example")
+        for c in (conf, example):
+            p = subprocess.run([ctrld_bin, "-c", c, "--check-config"], capture_output=True,
+                               text=True)
+            if p.returncode != 0:
+                fail("--check-config refused a good configuration %s: %s" % (c, p.stderr))
         log = open(os.path.join(tmp, "ctrld.log"), "w")
         ctrld = subprocess.Popen([ctrld_bin, "-c", conf], stdout=log,
                                  stderr=subprocess.STDOUT)
