@@ -65,7 +65,8 @@ static void print_control(const json_t *ctl)
 	{
 		if (strcmp(key, "connections") == 0 || strcmp(key, "unauthenticated") == 0 ||
 		    strcmp(key, "accepted") == 0 || strcmp(key, "max_connections") == 0 ||
-		    strcmp(key, "peak_connections") == 0 || json_integer_value(v) == 0) {
+		    strcmp(key, "peak_connections") == 0 || strcmp(key, "jobs_created") == 0 ||
+		    strcmp(key, "jobs_removed") == 0 || json_integer_value(v) == 0) {
 			continue;
 		}
 		printf("%s %s=%" JSON_INTEGER_FORMAT, any ? "" : "; refused/closed:", key,
@@ -73,6 +74,11 @@ static void print_control(const json_t *ctl)
 		any = true;
 	}
 	printf("\n");
+	if (pbox_cli_json_u64(ctl, "jobs_created") || pbox_cli_json_u64(ctl, "jobs_removed")) {
+		printf("runtime jobs: %" PRIu64 " created, %" PRIu64 " removed\n",
+		       pbox_cli_json_u64(ctl, "jobs_created"),
+		       pbox_cli_json_u64(ctl, "jobs_removed"));
+	}
 }
 
 static void print_stats(const char *addr, const json_t *st)
