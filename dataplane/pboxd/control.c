@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
+#include "common/ctladdr.h"
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
@@ -32,12 +33,11 @@
 #define FD_RESERVE 128u
 /* Events taken per epoll_wait and connections accepted per listener event: bounded turns,
  * so that established connections are served between bursts of new ones. */
-#define MAX_EVENTS        256
-#define ACCEPTS_PER_TURN  64
-#define SWEEP_MS          100u
-#define LISTEN_PAUSE_MS   200u
-#define ADDR_HASH_BUCKETS 1024u
-#define EVICT_READ_TRIES  8
+#define MAX_EVENTS       256
+#define ACCEPTS_PER_TURN 64
+#define SWEEP_MS         100u
+#define LISTEN_PAUSE_MS  200u
+#define EVICT_READ_TRIES 8
 /* Request lines answered per connection per turn; the rest wait for the next turn (a
  * client that pipelines thousands of requests does not hold the loop). */
 #define LINES_PER_TURN 32
@@ -60,28 +60,18 @@ struct src {
 	enum src_kind kind;
 };
 
-/* Per source address (IPv4): connection counts and the failed-admission bucket. */
-struct addr_entry {
-	uint32_t ip; /* network order */
-	uint32_t nconns;
-	uint32_t nunauth;
-	double tokens; /* failed admissions still allowed */
-	uint64_t refill_ms;
-	struct addr_entry *next; /* hash chain */
-};
-
 struct conn {
 	struct pboxd_member_ref ref; /* the sessions module's view (callbacks container_of) */
 	struct src src;
 	struct pboxd_control *ctl;
 	int fd;
-	struct addr_entry *addr; /* NULL: the Unix socket */
-	bool local;              /* over the Unix socket: an operator, admin */
-	bool authed;             /* admitted (valid hello) or local */
-	bool admin;              /* proved the admin token (or local) */
-	bool dead;               /* closed; freed at the end of the pass */
-	bool want_out;           /* EPOLLOUT registered */
-	bool in_backlog;         /* has complete lines left for the next turn */
+	struct pbox_ctladdr *addr; /* NULL: the Unix socket */
+	bool local;                /* over the Unix socket: an operator, admin */
+	bool authed;               /* admitted (valid hello) or local */
+	bool admin;                /* proved the admin token (or local) */
+	bool dead;                 /* closed; freed at the end of the pass */
+	bool want_out;             /* EPOLLOUT registered */
+	bool in_backlog;           /* has complete lines left for the next turn */
 	uint64_t accepted_ms;
 	unsigned bad;
 	struct pbox_linebuf in;
@@ -142,7 +132,7 @@ struct pboxd_control {
 	struct conn *dead;
 	struct conn *backlog; /* connections with lines left, for the next turn */
 	uint32_t nconns, nunauth;
-	struct addr_entry *addrs[ADDR_HASH_BUCKETS];
+	struct pbox_ctladdr_table addrs; /* per source address */
 	struct ctl_counters n;
 	/* One log limit per kind of refusal. */
 	struct pbox_ratelog log_conn, log_auth, log_proto, log_accept, log_job;
@@ -152,63 +142,6 @@ static uint64_t now_ms(void)
 {
 	return pboxd_now_ms();
 }
-
-/* ---- per-address table ---- */
-
-static unsigned addr_bucket(uint32_t ip)
-{
-	return (ip * 2654435761u) >> 22; /* top 10 bits: ADDR_HASH_BUCKETS */
-}
-
-static struct addr_entry *addr_get(struct pboxd_control *ctl, uint32_t ip)
-{
-	unsigned b = addr_bucket(ip);
-	struct addr_entry *a;
-
-	for (a = ctl->addrs[b]; a != NULL; a = a->next) {
-		if (a->ip == ip) {
-			return a;
-		}
-	}
-	a = calloc(1, sizeof(*a));
-	if (a == NULL) {
-		return NULL;
-	}
-	a->ip = ip;
-	a->tokens = ctl->lim->auth_failures_burst;
-	a->refill_ms = now_ms();
-	a->next = ctl->addrs[b];
-	ctl->addrs[b] = a;
-	return a;
-}
-
-static void addr_refill(const struct pboxd_control *ctl, struct addr_entry *a, uint64_t now)
-{
-	double add = (double)(now - a->refill_ms) * ctl->lim->auth_failures_per_minute / 60000.0;
-
-	a->tokens = PBOX_MIN(a->tokens + add, (double)ctl->lim->auth_failures_burst);
-	a->refill_ms = now;
-}
-
-/* Forget addresses without connections whose bucket is full again. */
-static void addr_gc(struct pboxd_control *ctl, uint64_t now)
-{
-	for (unsigned b = 0; b < ADDR_HASH_BUCKETS; b++) {
-		for (struct addr_entry **pp = &ctl->addrs[b]; *pp != NULL;) {
-			struct addr_entry *a = *pp;
-
-			addr_refill(ctl, a, now);
-			if (a->nconns == 0 && a->tokens >= ctl->lim->auth_failures_burst) {
-				*pp = a->next;
-				free(a);
-			} else {
-				pp = &a->next;
-			}
-		}
-	}
-}
-
-/* ---- connections ---- */
 
 static void unauth_unlink(struct pboxd_control *ctl, struct conn *c)
 {
@@ -425,14 +358,13 @@ static bool auth_allowed(struct pboxd_control *ctl, struct conn *c)
 	if (c->addr == NULL) {
 		return true;
 	}
-	addr_refill(ctl, c->addr, now_ms());
-	return c->addr->tokens >= 1.0;
+	return pbox_ctladdr_auth_allowed(&ctl->addrs, c->addr, now_ms());
 }
 
 static void auth_failed(struct conn *c)
 {
 	if (c->addr != NULL) {
-		c->addr->tokens = PBOX_MAX(c->addr->tokens - 1.0, 0.0);
+		pbox_ctladdr_auth_failed(c->addr);
 	}
 }
 
@@ -741,7 +673,7 @@ static void serve(struct pboxd_control *ctl, struct conn *c)
 /* Close the oldest unauthenticated connection (of address a, or any when a is NULL) to
  * make room for a new one. What it has sent is read first: a client whose hello is
  * already waiting is admitted instead of closed. */
-static void evict_oldest(struct pboxd_control *ctl, const struct addr_entry *a)
+static void evict_oldest(struct pboxd_control *ctl, const struct pbox_ctladdr *a)
 {
 	for (int tries = 0; tries < EVICT_READ_TRIES; tries++) {
 		struct conn *c = ctl->unauth_head;
@@ -819,7 +751,7 @@ static void out_of_fds(struct pboxd_control *ctl, int lfd, int err)
 	pause_listeners(ctl);
 }
 
-static struct conn *conn_new(struct pboxd_control *ctl, int fd, struct addr_entry *a)
+static struct conn *conn_new(struct pboxd_control *ctl, int fd, struct pbox_ctladdr *a)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -880,7 +812,7 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 		socklen_t sl = sizeof(sa);
 		int fd = accept4(lfd, unix_socket ? NULL : (struct sockaddr *)&sa,
 				 unix_socket ? NULL : &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct addr_entry *a = NULL;
+		struct pbox_ctladdr *a = NULL;
 		struct conn *c;
 		char peer[64], ip[INET_ADDRSTRLEN];
 		int one = 1;
@@ -916,7 +848,7 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 			continue;
 		}
 		if (!unix_socket) {
-			a = addr_get(ctl, sa.sin_addr.s_addr);
+			a = pbox_ctladdr_get(&ctl->addrs, sa.sin_addr.s_addr, now_ms());
 			if (a == NULL) {
 				close(fd);
 				continue;
@@ -987,7 +919,7 @@ static void sweep(struct pboxd_control *ctl)
 	}
 	if (now - ctl->last_gc_ms >= 10000) {
 		ctl->last_gc_ms = now;
-		addr_gc(ctl, now);
+		pbox_ctladdr_gc(&ctl->addrs, now);
 	}
 }
 
@@ -1102,6 +1034,8 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 	}
 	ctl->cfg = cfg;
 	ctl->lim = &cfg->limits;
+	pbox_ctladdr_init(&ctl->addrs, cfg->limits.auth_failures_burst,
+			  cfg->limits.auth_failures_per_minute);
 	ctl->sessions = sessions;
 	ctl->stats = stats;
 	ctl->stats_arg = stats_arg;
@@ -1202,14 +1136,7 @@ void pboxd_control_close(struct pboxd_control *ctl)
 		conn_kill(ctl, ctl->conns);
 	}
 	reap(ctl);
-	for (unsigned b = 0; b < ADDR_HASH_BUCKETS; b++) {
-		while (ctl->addrs[b] != NULL) {
-			struct addr_entry *a = ctl->addrs[b];
-
-			ctl->addrs[b] = a->next;
-			free(a);
-		}
-	}
+	pbox_ctladdr_free(&ctl->addrs);
 	if (ctl->lfd >= 0) {
 		close(ctl->lfd);
 	}
