@@ -74,10 +74,16 @@ static int load_pboxds(struct pbox_confkit *ck, struct ctrld_config *cfg, const 
 int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, size_t errlen)
 {
 	static const char *const top[] = { "ctrld", "pboxds", "jobs", NULL };
-	static const char *const ckeys[] = {
-		"listen",          "control_socket",  "admin_token", "reconcile_interval",
-		"request_timeout", "max_connections", NULL
-	};
+	static const char *const ckeys[] = { "listen",
+					     "control_socket",
+					     "admin_token",
+					     "reconcile_interval",
+					     "request_timeout",
+					     "max_connections",
+					     "max_per_address",
+					     "auth_failures_burst",
+					     "auth_failures_per_minute",
+					     NULL };
 	struct pbox_confkit ck = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *c, *l, *where = NULL;
 	char listen[128] = "127.0.0.1:7300", msg[512];
@@ -89,6 +95,9 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->reconcile_ms = 1000;
 	cfg->request_timeout_ms = 5000;
 	cfg->max_connections = 256;
+	cfg->max_per_address = 64;
+	cfg->auth_failures_burst = 10;
+	cfg->auth_failures_per_minute = 60;
 	cfg->jobs = json_array();
 	config_init(&lc);
 	if (config_read_file(&lc, path) != CONFIG_TRUE) {
@@ -118,7 +127,13 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 		    (rc = pbox_conf_u32(&ck, c, "request_timeout", 10, 600000,
 					&cfg->request_timeout_ms)) != 0 ||
 		    (rc = pbox_conf_u32(&ck, c, "max_connections", 1, 65536,
-					&cfg->max_connections)) != 0) {
+					&cfg->max_connections)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "max_per_address", 1, 65536,
+					&cfg->max_per_address)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "auth_failures_burst", 1, 1000000,
+					&cfg->auth_failures_burst)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "auth_failures_per_minute", 1, 1000000,
+					&cfg->auth_failures_per_minute)) != 0) {
 			goto out;
 		}
 	}

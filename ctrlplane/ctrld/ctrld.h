@@ -21,6 +21,9 @@
  *     reconcile_interval = 1000;      # ms between publication checks
  *     request_timeout = 5000;         # ms for one request to a pboxd
  *     max_connections = 256;
+ *     max_per_address = 64;           # connections from one source address
+ *     auth_failures_burst = 10;       # wrong admin tokens per address, then
+ *     auth_failures_per_minute = 60;  # this many a minute
  *   };
  *   pboxds = ( { name = "a"; control = "127.0.0.1:7000"; admin_token = "..."; } );
  *              # control may be a pboxd's Unix control socket (then no token)
@@ -59,6 +62,9 @@ struct ctrld_config {
 	uint32_t reconcile_ms;
 	uint32_t request_timeout_ms;
 	uint32_t max_connections;
+	uint32_t max_per_address;
+	uint32_t auth_failures_burst;
+	uint32_t auth_failures_per_minute;
 	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */

@@ -7,7 +7,9 @@
  * pboxd. Every request needs the admin token (proved once per connection with
  * {"op":"auth"} or given in the request) unless it comes over the Unix control socket.
  *
- * Client limits (a subset of pboxd's control channel): at most max_connections; a request
+ * Client limits (a subset of pboxd's control channel): at most max_connections, and
+ * max_per_address from one address; wrong admin tokens limited per address
+ * (common/ctladdr.h, pboxd's bucket); a request
  * line of at most 4 KiB before authentication (32 MiB after); unauthenticated connections
  * closed after 10 s; at most 8 malformed or refused requests per connection; answers
  * queued up to 16 MiB per connection (a client that does not read is closed). Requests to
@@ -29,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/ctladdr.h"
 #include "common/ctlclient.h"
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
@@ -62,6 +65,7 @@ struct pending_rm {
 
 struct conn {
 	int fd;
+	struct pbox_ctladdr *addr; /* NULL: the Unix socket */
 	bool local, admin, dead;
 	unsigned bad;
 	uint64_t accepted_ms;
@@ -81,10 +85,11 @@ struct ctrld {
 	struct pending_rm *rms;
 	uint32_t nrms;
 	uint64_t next_reconcile_ms;
-	struct pbox_ratelog log_client; /* refusals and closes caused by clients */
+	struct pbox_ratelog log_client;  /* refusals and closes caused by clients */
+	struct pbox_ctladdr_table addrs; /* connections and failed tokens per address */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
-			wrong_admin_token, republished, publish_failures;
+			wrong_admin_token, republished, publish_failures, auth_rate_limited;
 	} n;
 };
 
@@ -411,7 +416,16 @@ static json_t *job_list(struct ctrld *d)
 						"control", p->control, "up", p->up, "jobs",
 						(json_int_t)p->njobs, "last_error", p->last_error));
 	}
-	return json_pack("{s:b, s:o, s:o}", "ok", 1, "jobs", arr, "pboxds", ps);
+	return json_pack("{s:b, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
+			 "ok", 1, "jobs", arr, "pboxds", ps, "control", "jobs_created",
+			 (json_int_t)d->n.created, "jobs_removed", (json_int_t)d->n.removed,
+			 "job_create_refused", (json_int_t)d->n.create_refused, "job_rm_refused",
+			 (json_int_t)d->n.rm_refused, "admin_refused",
+			 (json_int_t)d->n.admin_refused, "wrong_admin_token",
+			 (json_int_t)d->n.wrong_admin_token, "auth_rate_limited",
+			 (json_int_t)d->n.auth_rate_limited, "republished",
+			 (json_int_t)d->n.republished, "publish_failures",
+			 (json_int_t)d->n.publish_failures, "connections", (json_int_t)d->nconns);
 }
 
 /* ---- the control API ---- */
@@ -462,6 +476,19 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 	if (c->local || c->admin) {
 		return NULL;
 	}
+	if (token != NULL && c->addr != NULL &&
+	    !pbox_ctladdr_auth_allowed(&d->addrs, c->addr, now_ms())) {
+		c->bad++;
+		d->n.auth_rate_limited++;
+		CLIENT_WARN(d,
+			    "control connection %d: %s refused: too many wrong admin tokens "
+			    "from its address",
+			    c->fd, op);
+		return pbox_ctl_error(EAGAIN,
+				      "%s: too many wrong admin tokens from this address (at most "
+				      "%u a minute); try again later",
+				      op, d->cfg.auth_failures_per_minute);
+	}
 	if (token != NULL && d->cfg.admin_token[0] != '\0' &&
 	    pbox_ctl_token_equal(token, d->cfg.admin_token)) {
 		c->admin = true;
@@ -471,6 +498,9 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 	c->bad++;
 	if (token != NULL) {
 		d->n.wrong_admin_token++;
+		if (c->addr != NULL) {
+			pbox_ctladdr_auth_failed(c->addr);
+		}
 		CLIENT_WARN(d, "control connection %d: %s refused: wrong admin token", c->fd, op);
 		return pbox_ctl_error(EACCES, "%s: wrong admin token", op);
 	}
@@ -625,11 +655,29 @@ static int listen_unix(struct ctrld *d)
 
 static void accept_one(struct ctrld *d, int lfd, bool local)
 {
-	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	int fd = accept4(lfd, local ? NULL : (struct sockaddr *)&sa, local ? NULL : &sl,
+			 SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct pbox_ctladdr *a = NULL;
 	struct conn *c;
 
 	if (fd < 0) {
 		return;
+	}
+	if (!local) {
+		a = pbox_ctladdr_get(&d->addrs, sa.sin_addr.s_addr, now_ms());
+		if (a == NULL || a->nconns >= d->cfg.max_per_address) {
+			char ip[INET_ADDRSTRLEN];
+
+			inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+			CLIENT_WARN(d,
+				    "control: %s holds %u connections, the most per address; "
+				    "refusing one",
+				    ip, a ? a->nconns : 0);
+			close(fd);
+			return;
+		}
 	}
 	if (d->nconns >= d->cfg.max_connections) {
 		CLIENT_WARN(d, "control: %u connections, the most allowed; refusing one",
@@ -643,6 +691,10 @@ static void accept_one(struct ctrld *d, int lfd, bool local)
 		return;
 	}
 	c->fd = fd;
+	c->addr = a;
+	if (a != NULL) {
+		a->nconns++;
+	}
 	c->local = local;
 	c->accepted_ms = now_ms();
 	pbox_linebuf_init(&c->in);
@@ -678,6 +730,9 @@ static void reap(struct ctrld *d)
 			}
 		}
 		close(c->fd);
+		if (c->addr != NULL) {
+			c->addr->nconns--;
+		}
 		pbox_linebuf_free(&c->in);
 		free(c->out);
 		free(c);
@@ -739,6 +794,7 @@ static int run(struct ctrld *d)
 			accept_one(d, d->ufd, true);
 		}
 		if (now_ms() >= d->next_reconcile_ms) {
+			pbox_ctladdr_gc(&d->addrs, now_ms());
 			reconcile(d);
 			d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 		}
@@ -818,6 +874,7 @@ int main(int argc, char **argv)
 		ctrld_config_free(&d.cfg);
 		return 0;
 	}
+	pbox_ctladdr_init(&d.addrs, d.cfg.auth_failures_burst, d.cfg.auth_failures_per_minute);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
@@ -850,6 +907,7 @@ out:
 		close(d.ufd);
 		unlink(d.cfg.control_socket);
 	}
+	pbox_ctladdr_free(&d.addrs);
 	free(d.conns);
 	free(d.jobs);
 	free(d.rms);

@@ -97,7 +97,15 @@ def limits(caddr):
         if data.count(b"\n") != 8:
             fail("pbox-ctrld answered %d bad requests before closing (expected 8)"
                  % data.count(b"\n"))
-    print("pbox-ctrld limits: long line refused, bad client closed after 8 requests")
+    # Wrong admin tokens: 3 (the burst), then refused even with the right one until the
+    # bucket refills (600 a minute: one every 0.1 s).
+    errs = [control_request(caddr, {"op": "job_list", "admin_token": "wrong"}).get("errno")
+            for _ in range(4)]
+    if errs != [13, 13, 13, 11]:
+        fail("wrong admin tokens were not limited per address: %s" % errs)
+    time.sleep(0.5)
+    print("pbox-ctrld limits: long line refused, bad client closed after 8 requests, "
+          "wrong tokens limited")
 
 
 def main():
@@ -115,7 +123,8 @@ def main():
         s.close()
         conf = os.path.join(tmp, "ctrld.conf")
         ctrl = {"listen": "127.0.0.1:%d" % port, "admin_token": token,
-                "reconcile_interval": 200, "request_timeout": 3000}
+                "reconcile_interval": 200, "request_timeout": 3000,
+                "auth_failures_burst": 3, "auth_failures_per_minute": 600}
         managed = [{"name": "a", "control": d.control, "admin_token": d.admin_token}]
         # --check-config: pboxd's validation of static jobs.
         write_conf(conf, ctrl, managed, [dict(job1, workers=0)])
@@ -181,6 +190,10 @@ def main():
             if 2 in pboxd_jobs(d):
                 fail("job 2 is still on the pboxd after its removal through pbox-ctrld")
             listed = json.loads(pbox("list", *via, "--json"))
+            c = listed["control"]
+            if c["wrong_admin_token"] != 3 or c["auth_rate_limited"] != 1 or \
+                    c["republished"] < 2 or c["job_create_refused"] != 2:
+                fail("pbox-ctrld's counters: %s" % c)
             if [j["id"] for j in listed["jobs"]] != [1] or not listed["pboxds"][0]["up"]:
                 fail("pbox-ctrld's job list after removal: %s" % listed)
         finally:
