@@ -124,7 +124,8 @@ def main():
         conf = os.path.join(tmp, "ctrld.conf")
         ctrl = {"listen": "127.0.0.1:%d" % port, "admin_token": token,
                 "reconcile_interval": 200, "request_timeout": 3000,
-                "auth_failures_burst": 3, "auth_failures_per_minute": 600}
+                "auth_failures_burst": 3, "auth_failures_per_minute": 600,
+                "control_socket": os.path.join(tmp, "ctrld.sock")}
         managed = [{"name": "a", "control": d.control, "admin_token": d.admin_token}]
         # --check-config: pboxd's validation of static jobs.
         write_conf(conf, ctrl, managed, [dict(job1, workers=0)])
@@ -165,7 +166,7 @@ def main():
             if control_request(caddr, {"op": "job_rm", "id": 4,
                                        "admin_token": token}).get("ok") is not True:
                 fail("job_rm 4 through pbox-ctrld")
-            out = pbox("list", *via)
+            out = pbox("list", "--socket", ctrl["control_socket"])
             if "published" not in out or " a" not in out:
                 fail("pbox job list through pbox-ctrld does not say where the jobs are")
             out = pbox("create", *via, "id=3", "token=c", "workers=2", "keys=0:200000000",
