@@ -110,8 +110,8 @@ if [ $quick = 0 ]; then
 fi
 
 if [ $quick = 0 ]; then
-	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each (PBOX_FUZZ_SECONDS)"
-	fuzz_names=(engine node config control dvf dvf_codec probe)
+	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each for engine, node, control, half of it for the others (PBOX_FUZZ_SECONDS)"
+	fuzz_names=(engine node config control dvf dvf_codec probe jobspec)
 	fuzz_setup() {
 		CC=clang meson setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined \
 			-Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link "$@"
@@ -130,8 +130,12 @@ if [ $quick = 0 ]; then
 	else
 		for name in "${fuzz_names[@]}"; do
 			secs=${PBOX_FUZZ_SECONDS:-60}
-			# The two DVF harnesses share one budget (small decoders, fast inputs).
-			if [[ $name == dvf* ]]; then secs=$(((secs + 1) / 2)); fi
+			# The decoders of the data path get the whole budget; the others (small
+			# decoders, fast inputs) half of it.
+			case $name in
+			engine | node | control) ;;
+			*) secs=$(((secs + 1) / 2)) ;;
+			esac
 			step "fuzz_$name" env PBOX_FUZZ_SECONDS="$secs" tests/fuzz/run.sh build-fuzz "$name"
 		done
 	fi

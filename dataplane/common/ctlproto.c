@@ -161,3 +161,14 @@ json_t *pbox_ctl_error(int err, const char *fmt, ...)
 	va_end(ap);
 	return json_pack("{s:b, s:i, s:s}", "ok", 0, "errno", err, "error", msg);
 }
+
+bool pbox_ctl_token_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+
+	for (size_t i = 0; i < la; i++) {
+		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+	}
+	return d == 0;
+}

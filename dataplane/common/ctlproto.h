@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -89,6 +90,42 @@ char *pbox_ctl_encode(const json_t *obj, size_t *len);
  * non-blocking ones that have room: waits up to timeout_ms for the rest). Does not steal
  * obj. Returns 0 or -errno. */
 int pbox_ctl_send(int fd, const json_t *obj, int timeout_ms);
+
+/* a equals b, compared in time independent of where they differ (tokens cannot be
+ * guessed byte by byte). */
+bool pbox_ctl_token_equal(const char *a, const char *b);
+
+/*
+ * A log rate limit, so that a client cannot flood a daemon's log: at most
+ * PBOX_RATELOG_BURST lines per PBOX_RATELOG_WINDOW_MS; the first line after a quiet window
+ * says how many were left out. One per kind of message; not thread-safe.
+ */
+#define PBOX_RATELOG_BURST     10u
+#define PBOX_RATELOG_WINDOW_MS 10000u
+struct pbox_ratelog {
+	uint64_t window_start_ms;
+	uint32_t n;
+	uint64_t suppressed;
+};
+
+/* true: log now (*suppressed: lines left out before this one, then reset). now_ms: any
+ * monotonic milliseconds. */
+static inline bool pbox_ratelog_ok(struct pbox_ratelog *rl, uint64_t now_ms, uint64_t *suppressed)
+{
+	*suppressed = 0;
+	if (now_ms - rl->window_start_ms >= PBOX_RATELOG_WINDOW_MS) {
+		rl->window_start_ms = now_ms;
+		rl->n = 0;
+	}
+	if (rl->n >= PBOX_RATELOG_BURST) {
+		rl->suppressed++;
+		return false;
+	}
+	rl->n++;
+	*suppressed = rl->suppressed;
+	rl->suppressed = 0;
+	return true;
+}
 
 /* Build {"ok":false,"errno":err,"error":msg}. err is positive. */
 json_t *pbox_ctl_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -219,11 +219,67 @@ static void layout_params(const struct pboxd_job_cfg *c, const struct pbox_jobde
 	pj->checkpoint = c->checkpoint;
 }
 
-int pboxd_budget_report(const struct pboxd_config *cfg, FILE *out)
+int pboxd_budget_job_need(const struct pboxd_config *cfg, const struct pboxd_job_cfg *c,
+			  uint64_t *need, uint32_t *nchunks, char *err, size_t errlen)
 {
 	uint32_t frag = pbox_frag_bytes_for_mtu(cfg->mtu, cfg->chunk_bytes);
+	struct pbox_jobdesc d;
+	struct pbox_job pj;
+	int rc;
+
+	if (c->keys == NULL) {
+		/* Bytes of one full chunk: the key set comes with the first register. */
+		struct pbox_keyspec one = { 0, cfg->chunk_bytes / 4 };
+
+		layout_params(c, NULL, &pj);
+		*need = pbox_job_state_bytes_min(&pj, &one, 1, c->workers, cfg->chunk_bytes, frag);
+		*nchunks = 0;
+		return 0;
+	}
+	rc = pbox_jobdesc_build(&d, c->keys, c->nkeys, c->workers, cfg->ncores, cfg->chunk_bytes,
+				frag, NULL, err, errlen);
+	if (rc != 0) {
+		return rc;
+	}
+	layout_params(c, &d, &pj);
+	*need = pbox_job_state_bytes(&pj);
+	*nchunks = d.nchunks;
+	pbox_jobdesc_free(&d);
+	return 0;
+}
+
+int pboxd_budget_admit(const struct pboxd_budget *b, const struct pboxd_config *cfg,
+		       const struct pboxd_job_cfg *c, char *err, size_t errlen)
+{
+	struct pboxd_budget empty = { .limit = b->limit };
+	uint32_t nchunks;
+	uint64_t need;
+	char msg[320], n[64], l[64];
+	int rc = pboxd_budget_job_need(cfg, c, &need, &nchunks, msg, sizeof(msg));
+
+	if (rc != 0) {
+		snprintf(err, errlen, "the configured key set is refused: %s", msg);
+		return rc;
+	}
+	/* Against the whole budget, not what is free now: sessions come and go. */
+	rc = check(&empty, c, need, c->keys == NULL, msg, sizeof(msg));
+	if (rc != 0 && (c->memory_budget == 0 || need <= c->memory_budget)) {
+		snprintf(err, errlen,
+			 "can never start: the key set needs %s%s of chunk state, over the "
+			 "appliance's memory_budget of %s",
+			 c->keys == NULL ? "per chunk " : "", pboxd_budget_fmt(need, n, sizeof(n)),
+			 pboxd_budget_fmt(b->limit, l, sizeof(l)));
+	} else if (rc != 0) {
+		snprintf(err, errlen, "can never start: %s%s", msg,
+			 c->keys == NULL ? " (for one chunk)" : "");
+	}
+	return rc;
+}
+
+int pboxd_budget_report(const struct pboxd_config *cfg, FILE *out)
+{
 	struct pboxd_budget b;
-	char n[64], l[64], err[256];
+	char n[64], l[64], err[320];
 	int ret = 0;
 
 	memset(&b, 0, sizeof(b));
@@ -232,18 +288,16 @@ int pboxd_budget_report(const struct pboxd_config *cfg, FILE *out)
 		cfg->memory_budget != 0 ? "" : " (auto)");
 	for (uint32_t i = 0; i < cfg->njobs; i++) {
 		const struct pboxd_job_cfg *c = &cfg->jobs[i];
-		struct pbox_jobdesc d;
-		struct pbox_job pj;
+		uint32_t nchunks;
 		uint64_t need;
-		int rc;
+		int rc = pboxd_budget_job_need(cfg, c, &need, &nchunks, err, sizeof(err));
 
+		if (rc != 0) {
+			fprintf(out, "job %u: the configured key set is refused: %s\n", c->id, err);
+			ret = ret ? ret : rc;
+			continue;
+		}
 		if (c->keys == NULL) {
-			/* Bytes of one full chunk: the key set comes with the first register. */
-			struct pbox_keyspec one = { 0, cfg->chunk_bytes / 4 };
-
-			layout_params(c, NULL, &pj);
-			need = pbox_job_state_bytes_min(&pj, &one, 1, c->workers, cfg->chunk_bytes,
-							frag);
 			fprintf(out,
 				"job %u: key set defined at registration; %s of chunk state per "
 				"%u-byte chunk (%.1fx the parameters)",
@@ -256,18 +310,8 @@ int pboxd_budget_report(const struct pboxd_config *cfg, FILE *out)
 			fprintf(out, "\n");
 			continue;
 		}
-		rc = pbox_jobdesc_build(&d, c->keys, c->nkeys, c->workers, cfg->ncores,
-					cfg->chunk_bytes, frag, NULL, err, sizeof(err));
-		if (rc != 0) {
-			fprintf(out, "job %u: the configured key set is refused: %s\n", c->id, err);
-			ret = ret ? ret : rc;
-			continue;
-		}
-		layout_params(c, &d, &pj);
-		need = pbox_job_state_bytes(&pj);
 		fprintf(out, "job %u: %u keys, %u chunks: worst-case chunk state %s\n", c->id,
-			c->nkeys, d.nchunks, pboxd_budget_fmt(need, n, sizeof(n)));
-		pbox_jobdesc_free(&d);
+			c->nkeys, nchunks, pboxd_budget_fmt(need, n, sizeof(n)));
 		if (check(&b, c, need, false, err, sizeof(err)) != 0) {
 			fprintf(out, "job %u: can never start: %s\n", c->id, err);
 			ret = ret ? ret : -ENOSPC;

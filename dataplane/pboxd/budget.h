@@ -67,6 +67,22 @@ int pboxd_budget_charge(struct pboxd_budget *b, const struct pboxd_job_cfg *cfg,
 			char *err, size_t errlen);
 void pboxd_budget_release(struct pboxd_budget *b, uint64_t bytes);
 
+/*
+ * The chunk state of job c: exact when its key set is configured (*nchunks: its chunks),
+ * else the bytes of one full chunk (*nchunks = 0). Returns 0, or -EINVAL / -E2BIG /
+ * -ENOMEM from the geometry with err.
+ */
+int pboxd_budget_job_need(const struct pboxd_config *cfg, const struct pboxd_job_cfg *c,
+			  uint64_t *need, uint32_t *nchunks, char *err, size_t errlen);
+
+/*
+ * Admission of a job definition (at run time, before it is added): refused when its state
+ * (pboxd_budget_job_need) can never fit its own or the appliance's whole budget, the same
+ * rule as pboxd_budget_report. Returns 0, -ENOSPC or the geometry's error, with err.
+ */
+int pboxd_budget_admit(const struct pboxd_budget *b, const struct pboxd_config *cfg,
+		       const struct pboxd_job_cfg *c, char *err, size_t errlen);
+
 /* "1.50 GiB (1610612736 bytes)"-style rendering into buf; returns buf. */
 const char *pboxd_budget_fmt(uint64_t bytes, char *buf, size_t len);
 

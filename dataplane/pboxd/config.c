@@ -11,183 +11,8 @@
 #include <string.h>
 
 #include "common/compiler.h"
-
-/* Error context: the file, for "file:line: path: message". */
-struct cctx {
-	const char *file;
-	char *err;
-	size_t errlen;
-};
-
-static void setting_path(const config_setting_t *s, char *buf, size_t len)
-{
-	char tmp[256];
-	const config_setting_t *p = config_setting_parent(s);
-
-	if (p == NULL || config_setting_is_root(p)) {
-		snprintf(buf, len, "%s", config_setting_name(s) ? config_setting_name(s) : "");
-		return;
-	}
-	setting_path(p, tmp, sizeof(tmp));
-	if (config_setting_name(s) != NULL) {
-		snprintf(buf, len, "%s.%s", tmp, config_setting_name(s));
-	} else {
-		snprintf(buf, len, "%s[%d]", tmp, config_setting_index(s));
-	}
-}
-
-static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...) PBOX_PRINTF(3, 4);
-
-static int bad(struct cctx *c, const config_setting_t *s, const char *fmt, ...)
-{
-	char path[256], msg[384];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	setting_path(s, path, sizeof(path));
-	snprintf(c->err, c->errlen, "%s:%u: %s: %s", c->file, config_setting_source_line(s), path,
-		 msg);
-	return -EINVAL;
-}
-
-/* Every member of group g must be one of the allowed names. */
-static int only(struct cctx *c, const config_setting_t *g, const char *const *allowed)
-{
-	for (int i = 0; i < config_setting_length(g); i++) {
-		const config_setting_t *s = config_setting_get_elem(g, (unsigned)i);
-		const char *name = config_setting_name(s);
-		bool ok = false;
-
-		for (const char *const *a = allowed; *a != NULL && !ok; a++) {
-			ok = strcmp(*a, name) == 0;
-		}
-		if (!ok) {
-			char list[512] = "";
-
-			for (const char *const *a = allowed; *a != NULL; a++) {
-				strncat(list, *a, sizeof(list) - strlen(list) - 3);
-				if (a[1] != NULL) {
-					strncat(list, ", ", sizeof(list) - strlen(list) - 1);
-				}
-			}
-			return bad(c, s, "unknown setting (expected one of: %s)", list);
-		}
-	}
-	return 0;
-}
-
-static int get_u32(struct cctx *c, const config_setting_t *g, const char *name, uint32_t lo,
-		   uint32_t hi, uint32_t *out)
-{
-	const config_setting_t *s = config_setting_get_member(g, name);
-	long long v;
-
-	if (s == NULL) {
-		return 0;
-	}
-	if (config_setting_type(s) != CONFIG_TYPE_INT &&
-	    config_setting_type(s) != CONFIG_TYPE_INT64) {
-		return bad(c, s, "must be an integer");
-	}
-	v = config_setting_get_int64(s);
-	if (v < (long long)lo || v > (long long)hi) {
-		return bad(c, s, "must be between %u and %u (got %lld)", lo, hi, v);
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
-static int get_float(struct cctx *c, const config_setting_t *g, const char *name, double lo,
-		     double hi, float *out)
-{
-	const config_setting_t *s = config_setting_get_member(g, name);
-	double v;
-
-	if (s == NULL) {
-		return 0;
-	}
-	switch (config_setting_type(s)) {
-	case CONFIG_TYPE_FLOAT:
-		v = config_setting_get_float(s);
-		break;
-	case CONFIG_TYPE_INT:
-	case CONFIG_TYPE_INT64:
-		v = (double)config_setting_get_int64(s);
-		break;
-	default:
-		return bad(c, s, "must be a number");
-	}
-	if (!(v >= lo && v <= hi)) {
-		return bad(c, s, "must be between %g and %g (got %g)", lo, hi, v);
-	}
-	*out = (float)v;
-	return 0;
-}
-
-static int get_bool(struct cctx *c, const config_setting_t *g, const char *name, bool *out)
-{
-	const config_setting_t *s = config_setting_get_member(g, name);
-
-	if (s == NULL) {
-		return 0;
-	}
-	if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
-		return bad(c, s, "must be true or false");
-	}
-	*out = config_setting_get_bool(s) != 0;
-	return 0;
-}
-
-static int get_str(struct cctx *c, const config_setting_t *g, const char *name, char *out,
-		   size_t len, const config_setting_t **where)
-{
-	const config_setting_t *s = config_setting_get_member(g, name);
-	const char *v;
-
-	if (where != NULL) {
-		*where = s;
-	}
-	if (s == NULL) {
-		return 0;
-	}
-	if (config_setting_type(s) != CONFIG_TYPE_STRING) {
-		return bad(c, s, "must be a string");
-	}
-	v = config_setting_get_string(s);
-	if (strlen(v) >= len) {
-		return bad(c, s, "too long (at most %zu characters)", len - 1);
-	}
-	snprintf(out, len, "%s", v);
-	return 0;
-}
-
-/* A string setting that must be one of names[] (NULL-terminated): *out becomes its index,
- * and is left alone when the setting is absent. `what` names it in the error. */
-static int get_choice(struct cctx *c, const config_setting_t *g, const char *name, const char *what,
-		      const char *const *names, int *out)
-{
-	const config_setting_t *where;
-	char buf[64], list[160] = "";
-	size_t len = 0;
-	int rc = get_str(c, g, name, buf, sizeof(buf), &where);
-
-	if (rc != 0 || where == NULL) {
-		return rc;
-	}
-	for (int i = 0; names[i] != NULL; i++) {
-		if (strcmp(buf, names[i]) == 0) {
-			*out = i;
-			return 0;
-		}
-		if (len < sizeof(list)) {
-			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
-						i == 0 ? "" : ", ", names[i]);
-		}
-	}
-	return bad(c, where, "unknown %s '%s' (%s)", what, buf, list);
-}
+#include "common/confkit.h"
+#include "common/jobspec.h"
 
 int pboxd_parse_bytes(const char *s, uint64_t *out)
 {
@@ -225,8 +50,8 @@ int pboxd_parse_bytes(const char *s, uint64_t *out)
 
 /* A byte size setting: an integer or a string for pboxd_parse_bytes; "auto" (allowed when
  * auto_ok) gives 0. Left alone when absent. */
-static int get_bytes(struct cctx *c, const config_setting_t *g, const char *name, bool auto_ok,
-		     uint64_t *out)
+static int get_bytes(struct pbox_confkit *c, const config_setting_t *g, const char *name,
+		     bool auto_ok, uint64_t *out)
 {
 	const config_setting_t *s = config_setting_get_member(g, name);
 	const char *v;
@@ -239,13 +64,15 @@ static int get_bytes(struct cctx *c, const config_setting_t *g, const char *name
 		long long n = config_setting_get_int64(s);
 
 		if (n <= 0) {
-			return bad(c, s, "must be a positive number of bytes (got %lld)", n);
+			return pbox_conf_bad(c, s, "must be a positive number of bytes (got %lld)",
+					     n);
 		}
 		*out = (uint64_t)n;
 		return 0;
 	}
 	if (config_setting_type(s) != CONFIG_TYPE_STRING) {
-		return bad(c, s, "must be a size: bytes, or a string like \"512M\" or \"4G\"");
+		return pbox_conf_bad(c, s,
+				     "must be a size: bytes, or a string like \"512M\" or \"4G\"");
 	}
 	v = config_setting_get_string(s);
 	if (auto_ok && strcmp(v, "auto") == 0) {
@@ -253,10 +80,11 @@ static int get_bytes(struct cctx *c, const config_setting_t *g, const char *name
 		return 0;
 	}
 	if (pboxd_parse_bytes(v, out) != 0) {
-		return bad(c, s,
-			   "'%s' is not a size (a number with K, M, G or T, powers of 1024, "
-			   "e.g. \"4G\"%s)",
-			   v, auto_ok ? ", or \"auto\"" : "");
+		return pbox_conf_bad(
+			c, s,
+			"'%s' is not a size (a number with K, M, G or T, powers of 1024, "
+			"e.g. \"4G\"%s)",
+			v, auto_ok ? ", or \"auto\"" : "");
 	}
 	return 0;
 }
@@ -359,33 +187,34 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->xdp.max_chunks = 1u << 20;
 }
 
-static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
+static int load_keys(struct pbox_confkit *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
 {
 	int n = config_setting_length(ks);
 
 	if (!config_setting_is_list(ks) && !config_setting_is_array(ks)) {
-		return bad(c, ks, "must be a list of [id, elements] pairs");
+		return pbox_conf_bad(c, ks, "must be a list of [id, elements] pairs");
 	}
 	if (n == 0 || (uint32_t)n > PBOX_MAX_KEYS) {
-		return bad(c, ks, "must list 1..%u keys", PBOX_MAX_KEYS);
+		return pbox_conf_bad(c, ks, "must list 1..%u keys", PBOX_MAX_KEYS);
 	}
 	j->keys = calloc((size_t)n, sizeof(*j->keys));
 	if (j->keys == NULL) {
-		return bad(c, ks, "out of memory");
+		return pbox_conf_bad(c, ks, "out of memory");
 	}
 	for (int i = 0; i < n; i++) {
 		const config_setting_t *k = config_setting_get_elem(ks, (unsigned)i);
 		long long id, ne;
 
 		if (config_setting_length(k) != 2 || !config_setting_is_aggregate(k)) {
-			return bad(c, k, "must be [id, elements]");
+			return pbox_conf_bad(c, k, "must be [id, elements]");
 		}
 		id = config_setting_get_int64_elem(k, 0);
 		ne = config_setting_get_int64_elem(k, 1);
 		if (id < 0 || id > UINT32_MAX || ne <= 0 || ne > (1LL << 40)) {
-			return bad(c, k,
-				   "id must be 0..2^32-1 and elements 1..2^40 (got [%lld, %lld])",
-				   id, ne);
+			return pbox_conf_bad(
+				c, k,
+				"id must be 0..2^32-1 and elements 1..2^40 (got [%lld, %lld])", id,
+				ne);
 		}
 		j->keys[i].id = (uint32_t)id;
 		j->keys[i].nelem = (uint64_t)ne;
@@ -394,7 +223,7 @@ static int load_keys(struct cctx *c, const config_setting_t *ks, struct pboxd_jo
 	return 0;
 }
 
-static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+static int load_sync(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
 	static const char *const keys[] = { "model",  "staleness", "probability", "alpha",
 					    "quorum", "release",   "seed",        NULL };
@@ -411,46 +240,47 @@ static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job
 		return 0;
 	}
 	if (!config_setting_is_group(s)) {
-		return bad(c, s, "must be a group { model = \"ssp\"; staleness = 2; ... }");
+		return pbox_conf_bad(c, s,
+				     "must be a group { model = \"ssp\"; staleness = 2; ... }");
 	}
-	if ((rc = only(c, s, keys)) != 0 ||
-	    (rc = get_str(c, s, "model", buf, sizeof(buf), &where)) != 0) {
+	if ((rc = pbox_conf_only(c, s, keys)) != 0 ||
+	    (rc = pbox_conf_str(c, s, "model", buf, sizeof(buf), &where)) != 0) {
 		return rc;
 	}
 	if (where != NULL) {
 		m = pbox_sync_parse(buf);
 		if (m < 0) {
-			return bad(c, where,
-				   "unknown model '%s' (bsp, ssp, asp, pssp, pssp-dyn, "
-				   "drop-stragglers)",
-				   buf);
+			return pbox_conf_bad(c, where,
+					     "unknown model '%s' (bsp, ssp, asp, pssp, pssp-dyn, "
+					     "drop-stragglers)",
+					     buf);
 		}
 		sc->model = (enum pbox_sync_model)m;
 	}
-	if ((rc = get_u32(c, s, "staleness", 0, PBOX_MAX_WINDOW - 2, &sc->staleness)) != 0 ||
-	    (rc = get_u32(c, s, "quorum", 1, j->workers, &sc->quorum)) != 0) {
+	if ((rc = pbox_conf_u32(c, s, "staleness", 0, PBOX_MAX_WINDOW - 2, &sc->staleness)) != 0 ||
+	    (rc = pbox_conf_u32(c, s, "quorum", 1, j->workers, &sc->quorum)) != 0) {
 		return rc;
 	}
 	f = (float)sc->probability;
-	if ((rc = get_float(c, s, "probability", 0, 1, &f)) != 0) {
+	if ((rc = pbox_conf_float(c, s, "probability", 0, 1, &f)) != 0) {
 		return rc;
 	}
 	sc->probability = f;
 	f = (float)sc->alpha;
-	if ((rc = get_float(c, s, "alpha", 0, 2, &f)) != 0) {
+	if ((rc = pbox_conf_float(c, s, "alpha", 0, 2, &f)) != 0) {
 		return rc;
 	}
 	sc->alpha = f;
 	{
 		uint32_t seed = 1;
 
-		if ((rc = get_u32(c, s, "seed", 0, UINT32_MAX, &seed)) != 0) {
+		if ((rc = pbox_conf_u32(c, s, "seed", 0, UINT32_MAX, &seed)) != 0) {
 			return rc;
 		}
 		sc->seed = seed;
 	}
 	eager = sc->eager;
-	if ((rc = get_choice(c, s, "release", "release", releases, &eager)) != 0) {
+	if ((rc = pbox_conf_choice(c, s, "release", "release", releases, &eager)) != 0) {
 		return rc;
 	}
 	sc->eager = eager == 1;
@@ -458,7 +288,7 @@ static int load_sync(struct cctx *c, const config_setting_t *g, struct pboxd_job
 	return 0;
 }
 
-static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+static int load_flow(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
 	static const char *const keys[] = { "mode", "credits", "verify", NULL };
 	static const char *const modes[] = { "notify-ack", "plain", NULL };
@@ -472,22 +302,23 @@ static int load_flow(struct cctx *c, const config_setting_t *g, struct pboxd_job
 		return 0;
 	}
 	if (!config_setting_is_group(s)) {
-		return bad(c, s, "must be a group { mode = \"notify-ack\"; credits = 1; }");
+		return pbox_conf_bad(c, s,
+				     "must be a group { mode = \"notify-ack\"; credits = 1; }");
 	}
-	if ((rc = only(c, s, keys)) != 0 ||
-	    (rc = get_choice(c, s, "mode", "flow mode", modes, &plain)) != 0) {
+	if ((rc = pbox_conf_only(c, s, keys)) != 0 ||
+	    (rc = pbox_conf_choice(c, s, "mode", "flow mode", modes, &plain)) != 0) {
 		return rc;
 	}
 	j->plain_flow = plain == 1;
-	if ((rc = get_u32(c, s, "credits", 1, PBOX_MAX_CREDITS, &j->credits)) != 0 ||
-	    (rc = get_bool(c, s, "verify", &j->verify_crc)) != 0) {
+	if ((rc = pbox_conf_u32(c, s, "credits", 1, PBOX_MAX_CREDITS, &j->credits)) != 0 ||
+	    (rc = pbox_conf_bool(c, s, "verify", &j->verify_crc)) != 0) {
 		return rc;
 	}
 	return 0;
 }
 
 /* Checks across a job's settings, and the values derived from them. */
-static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
 	static const char *const losses[] = { "abort", "continue", NULL };
 	uint32_t min_window;
@@ -495,28 +326,30 @@ static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_jo
 
 	if (j->sync_cfg.model != PBOX_SYNC_BSP && j->sync_cfg.model != PBOX_SYNC_DROP_STRAGGLERS &&
 	    j->mode != PBOX_MODE_SERVER_OPT) {
-		return bad(c, g,
-			   "sync model '%s' needs mode = \"server-optimizer\" (an aggregate job "
-			   "answers each iteration with its complete aggregate)",
-			   j->sync->name);
+		return pbox_conf_bad(
+			c, g,
+			"sync model '%s' needs mode = \"server-optimizer\" (an aggregate job "
+			"answers each iteration with its complete aggregate)",
+			j->sync->name);
 	}
 	if (j->sync_cfg.eager && j->mode != PBOX_MODE_SERVER_OPT) {
-		return bad(c, g, "release = \"eager\" needs mode = \"server-optimizer\"");
+		return pbox_conf_bad(c, g, "release = \"eager\" needs mode = \"server-optimizer\"");
 	}
 	if (j->sync->folds_late && j->deterministic) {
-		return bad(c, g,
-			   "sync model '%s' adds late contributions in arrival order; it cannot be "
-			   "deterministic (set deterministic = false)",
-			   j->sync->name);
+		return pbox_conf_bad(
+			c, g,
+			"sync model '%s' adds late contributions in arrival order; it cannot be "
+			"deterministic (set deterministic = false)",
+			j->sync->name);
 	}
 	if (j->sync->folds_late && j->credits != 1) {
-		return bad(c, g, "sync model '%s' needs flow credits = 1", j->sync->name);
+		return pbox_conf_bad(c, g, "sync model '%s' needs flow credits = 1", j->sync->name);
 	}
 	min_window = PBOX_MAX(j->sync->min_window(&j->sync_cfg), j->credits + 1);
 	if (config_setting_get_member(g, "window") != NULL && j->window < min_window) {
-		return bad(c, config_setting_get_member(g, "window"),
-			   "must be at least %u for sync model '%s' with %u credit(s)", min_window,
-			   j->sync->name, j->credits);
+		return pbox_conf_bad(c, config_setting_get_member(g, "window"),
+				     "must be at least %u for sync model '%s' with %u credit(s)",
+				     min_window, j->sync->name, j->credits);
 	}
 	j->window = PBOX_MAX(j->window, min_window);
 	if (j->plain_flow) {
@@ -524,15 +357,15 @@ static int finish_job(struct cctx *c, const config_setting_t *g, struct pboxd_jo
 	}
 	/* BSP cannot go on without a rank; the relaxed models can. */
 	loss = j->sync_cfg.model == PBOX_SYNC_BSP ? 0 : 1;
-	if ((rc = get_choice(c, g, "on_worker_loss", "on_worker_loss", losses, &loss)) != 0) {
+	if ((rc = pbox_conf_choice(c, g, "on_worker_loss", "on_worker_loss", losses, &loss)) != 0) {
 		return rc;
 	}
 	j->abort_on_loss = loss == 0;
 	return 0;
 }
 
-static int load_job(struct cctx *c, const config_setting_t *g, const struct pboxd_config *cfg,
-		    struct pboxd_job_cfg *j)
+static int load_job(struct pbox_confkit *c, const config_setting_t *g,
+		    const struct pboxd_config *cfg, struct pboxd_job_cfg *j)
 {
 	static const char *const job_keys[] = {
 		"id",        "token",          "workers",       "mode",          "reduce",
@@ -549,9 +382,10 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	int rc, mode, reduce, non_finite = PBOX_NON_FINITE_REJECT;
 
 	if (!config_setting_is_group(g)) {
-		return bad(c, g, "each job must be a group { id = ...; token = ...; ... }");
+		return pbox_conf_bad(c, g,
+				     "each job must be a group { id = ...; token = ...; ... }");
 	}
-	if ((rc = only(c, g, job_keys)) != 0) {
+	if ((rc = pbox_conf_only(c, g, job_keys)) != 0) {
 		return rc;
 	}
 	j->deterministic = cfg->deterministic;
@@ -561,70 +395,74 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	j->opt = pbox_optimizer_find("sgd");
 	pbox_opt_params_default(&j->opt_params);
 	if (config_setting_get_member(g, "id") == NULL) {
-		return bad(c, g, "job needs an id");
+		return pbox_conf_bad(c, g, "job needs an id");
 	}
 	if (config_setting_get_member(g, "workers") == NULL) {
-		return bad(c, g, "job needs workers (the number of ranks)");
+		return pbox_conf_bad(c, g, "job needs workers (the number of ranks)");
 	}
-	if ((rc = get_u32(c, g, "id", 0, UINT32_MAX, &j->id)) != 0 ||
-	    (rc = get_u32(c, g, "workers", 1, PBOX_MAX_WORKERS, &j->workers)) != 0 ||
-	    (rc = get_u32(c, g, "window", 2, PBOX_MAX_WINDOW, &j->window)) != 0 ||
-	    (rc = get_bool(c, g, "deterministic", &j->deterministic)) != 0) {
+	if ((rc = pbox_conf_u32(c, g, "id", 0, UINT32_MAX, &j->id)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "workers", 1, PBOX_MAX_WORKERS, &j->workers)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "window", 2, PBOX_MAX_WINDOW, &j->window)) != 0 ||
+	    (rc = pbox_conf_bool(c, g, "deterministic", &j->deterministic)) != 0) {
 		return rc;
 	}
-	if ((rc = get_str(c, g, "token", j->token, sizeof(j->token), &where)) != 0) {
+	if ((rc = pbox_conf_str(c, g, "token", j->token, sizeof(j->token), &where)) != 0) {
 		return rc;
 	}
 	if (where == NULL || strlen(j->token) < 1) {
-		return bad(c, where ? where : g, "job needs a non-empty token (the job's secret)");
+		return pbox_conf_bad(c, where ? where : g,
+				     "job needs a non-empty token (the job's secret)");
 	}
 	/* Indexed by enum pbox_job_mode and enum pbox_reduce_op. */
 	_Static_assert(PBOX_MODE_AGGREGATE == 0 && PBOX_MODE_SERVER_OPT == 1, "modes[] order");
 	_Static_assert(PBOX_REDUCE_SUM == 0 && PBOX_REDUCE_MEAN == 1, "reduces[] order");
 	mode = (int)j->mode;
 	reduce = (int)j->reduce;
-	if ((rc = get_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
-	    (rc = get_choice(c, g, "reduce", "reduce", reduces, &reduce)) != 0) {
+	if ((rc = pbox_conf_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
+	    (rc = pbox_conf_choice(c, g, "reduce", "reduce", reduces, &reduce)) != 0) {
 		return rc;
 	}
 	j->mode = (enum pbox_job_mode)mode;
 	j->reduce = (enum pbox_reduce_op)reduce;
 	_Static_assert(PBOX_NON_FINITE_REJECT == 0 && PBOX_NON_FINITE_PROPAGATE == 1,
 		       "non_finites[] order");
-	if ((rc = get_choice(c, g, "non_finite", "non_finite", non_finites, &non_finite)) != 0) {
+	if ((rc = pbox_conf_choice(c, g, "non_finite", "non_finite", non_finites, &non_finite)) !=
+	    0) {
 		return rc;
 	}
 	j->non_finite = (enum pbox_non_finite)non_finite;
 	s = config_setting_get_member(g, "optimizer");
 	if (s != NULL) {
 		if (!config_setting_is_group(s)) {
-			return bad(c, s, "must be a group { name = \"nag\"; lr = ...; }");
+			return pbox_conf_bad(c, s, "must be a group { name = \"nag\"; lr = ...; }");
 		}
-		if ((rc = only(c, s, opt_keys)) != 0 ||
-		    (rc = get_str(c, s, "name", buf, sizeof(buf), &where)) != 0) {
+		if ((rc = pbox_conf_only(c, s, opt_keys)) != 0 ||
+		    (rc = pbox_conf_str(c, s, "name", buf, sizeof(buf), &where)) != 0) {
 			return rc;
 		}
 		if (where != NULL) {
 			j->opt = pbox_optimizer_find(buf);
 			if (j->opt == NULL) {
-				return bad(c, where, "unknown optimizer '%s' (%s)", buf,
-					   pbox_optimizer_names());
+				return pbox_conf_bad(c, where, "unknown optimizer '%s' (%s)", buf,
+						     pbox_optimizer_names());
 			}
 		}
-		if ((rc = get_float(c, s, "lr", 0, 1e6, &j->opt_params.lr)) != 0 ||
-		    (rc = get_float(c, s, "momentum", 0, 1, &j->opt_params.momentum)) != 0 ||
-		    (rc = get_float(c, s, "wd", 0, 1e3, &j->opt_params.wd)) != 0 ||
-		    (rc = get_float(c, s, "rescale", -1e9, 1e9, &j->opt_params.rescale)) != 0 ||
-		    (rc = get_float(c, s, "clip", 0, 1e30, &j->opt_params.clip)) != 0 ||
-		    (rc = get_float(c, s, "beta1", 0, 0.999999, &j->opt_params.beta1)) != 0 ||
-		    (rc = get_float(c, s, "beta2", 0, 0.99999999, &j->opt_params.beta2)) != 0 ||
-		    (rc = get_float(c, s, "eps", 0, 1, &j->opt_params.eps)) != 0) {
+		if ((rc = pbox_conf_float(c, s, "lr", 0, 1e6, &j->opt_params.lr)) != 0 ||
+		    (rc = pbox_conf_float(c, s, "momentum", 0, 1, &j->opt_params.momentum)) != 0 ||
+		    (rc = pbox_conf_float(c, s, "wd", 0, 1e3, &j->opt_params.wd)) != 0 ||
+		    (rc = pbox_conf_float(c, s, "rescale", -1e9, 1e9, &j->opt_params.rescale)) !=
+			    0 ||
+		    (rc = pbox_conf_float(c, s, "clip", 0, 1e30, &j->opt_params.clip)) != 0 ||
+		    (rc = pbox_conf_float(c, s, "beta1", 0, 0.999999, &j->opt_params.beta1)) != 0 ||
+		    (rc = pbox_conf_float(c, s, "beta2", 0, 0.99999999, &j->opt_params.beta2)) !=
+			    0 ||
+		    (rc = pbox_conf_float(c, s, "eps", 0, 1, &j->opt_params.eps)) != 0) {
 			return rc;
 		}
 		if (j->mode != PBOX_MODE_SERVER_OPT) {
-			return bad(c, s,
-				   "an optimizer runs on the appliance only with mode = "
-				   "\"server-optimizer\"");
+			return pbox_conf_bad(c, s,
+					     "an optimizer runs on the appliance only with mode = "
+					     "\"server-optimizer\"");
 		}
 	}
 	s = config_setting_get_member(g, "keys");
@@ -639,8 +477,50 @@ static int load_job(struct cctx *c, const config_setting_t *g, const struct pbox
 	return finish_job(c, g, j);
 }
 
+int pboxd_config_load_job(const struct pboxd_config *cfg, const config_setting_t *g,
+			  const char *origin, struct pboxd_job_cfg *j, char *err, size_t errlen)
+{
+	struct pbox_confkit c = { .file = origin, .err = err, .errlen = errlen };
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	rc = load_job(&c, g, cfg, j);
+	if (rc != 0) {
+		pboxd_job_cfg_free(j);
+	}
+	return rc;
+}
+
+int pboxd_job_cfg_from_json(const struct pboxd_config *cfg, const json_t *desc,
+			    struct pboxd_job_cfg *j, char *err, size_t errlen)
+{
+	char msg[384];
+	config_t lc;
+	int rc;
+
+	memset(j, 0, sizeof(*j));
+	config_init(&lc);
+	rc = pbox_jobspec_to_setting(desc, config_root_setting(&lc), "job", msg, sizeof(msg));
+	if (rc != 0) {
+		snprintf(err, errlen, "job description: %s", msg);
+	} else {
+		rc = pboxd_config_load_job(cfg, config_lookup(&lc, "job"), "job description", j,
+					   err, errlen);
+	}
+	config_destroy(&lc);
+	return rc;
+}
+
+void pboxd_job_cfg_free(struct pboxd_job_cfg *j)
+{
+	free(j->keys);
+	j->keys = NULL;
+	j->nkeys = 0;
+}
+
 /* The appliance's control_limits = { ... } group. */
-static int load_limits(struct cctx *c, const config_setting_t *g, struct pboxd_control_limits *l)
+static int load_limits(struct pbox_confkit *c, const config_setting_t *g,
+		       struct pboxd_control_limits *l)
 {
 	static const char *const keys[] = { "max_connections",
 					    "max_per_address",
@@ -655,29 +535,30 @@ static int load_limits(struct cctx *c, const config_setting_t *g, struct pboxd_c
 	int rc;
 
 	if (!config_setting_is_group(g)) {
-		return bad(c, g, "must be a group { max_connections = 4096; ... }");
+		return pbox_conf_bad(c, g, "must be a group { max_connections = 4096; ... }");
 	}
-	if ((rc = only(c, g, keys)) != 0 ||
-	    (rc = get_u32(c, g, "max_connections", 1, 1u << 20, &l->max_connections)) != 0 ||
-	    (rc = get_u32(c, g, "max_per_address", 1, 1u << 20, &l->max_per_address)) != 0 ||
-	    (rc = get_u32(c, g, "max_unauth", 1, 1u << 20, &l->max_unauth)) != 0 ||
-	    (rc = get_u32(c, g, "max_unauth_per_address", 1, 1u << 20,
-			  &l->max_unauth_per_address)) != 0 ||
-	    (rc = get_u32(c, g, "unauth_timeout", 1, 3600, &l->unauth_timeout)) != 0 ||
-	    (rc = get_u32(c, g, "max_register_keys", 1, PBOX_MAX_KEYS, &l->max_register_keys)) !=
+	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_connections", 1, 1u << 20, &l->max_connections)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_per_address", 1, 1u << 20, &l->max_per_address)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_unauth", 1, 1u << 20, &l->max_unauth)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_unauth_per_address", 1, 1u << 20,
+				&l->max_unauth_per_address)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "unauth_timeout", 1, 3600, &l->unauth_timeout)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_register_keys", 1, PBOX_MAX_KEYS,
+				&l->max_register_keys)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_output_bytes", 4096, 1u << 30, &l->max_output_bytes)) !=
 		    0 ||
-	    (rc = get_u32(c, g, "max_output_bytes", 4096, 1u << 30, &l->max_output_bytes)) != 0 ||
-	    (rc = get_u32(c, g, "auth_failures_burst", 1, 1u << 20, &l->auth_failures_burst)) !=
-		    0 ||
-	    (rc = get_u32(c, g, "auth_failures_per_minute", 1, 1u << 20,
-			  &l->auth_failures_per_minute)) != 0) {
+	    (rc = pbox_conf_u32(c, g, "auth_failures_burst", 1, 1u << 20,
+				&l->auth_failures_burst)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "auth_failures_per_minute", 1, 1u << 20,
+				&l->auth_failures_per_minute)) != 0) {
 		return rc;
 	}
 	return 0;
 }
 
 /* The appliance's dpdk = { ... } group. */
-static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpdk_cfg *dc)
+static int load_dpdk(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_dpdk_cfg *dc)
 {
 	static const char *const keys[] = {
 		"eal",         "addresses",     "rx_desc",  "tx_desc",   "mbuf_bytes",
@@ -688,16 +569,16 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 	int rc, steering = -1;
 
 	if (!config_setting_is_group(g)) {
-		return bad(c, g, "must be a group { eal = [ ... ]; ... }");
+		return pbox_conf_bad(c, g, "must be a group { eal = [ ... ]; ... }");
 	}
-	if ((rc = only(c, g, keys)) != 0 ||
-	    (rc = get_u32(c, g, "rx_desc", 32, 32768, &dc->rx_desc)) != 0 ||
-	    (rc = get_u32(c, g, "tx_desc", 32, 32768, &dc->tx_desc)) != 0 ||
-	    (rc = get_u32(c, g, "mbuf_bytes", 512, 65000, &dc->mbuf_bytes)) != 0 ||
-	    (rc = get_u32(c, g, "tx_drain_us", 0, 100000, &dc->tx_drain_us)) != 0 ||
-	    (rc = get_u32(c, g, "idle_sleep_us", 1, 100000, &dc->idle_sleep_us)) != 0 ||
-	    (rc = get_bool(c, g, "zero_copy", &dc->zero_copy)) != 0 ||
-	    (rc = get_choice(c, g, "steering", "steering", steerings, &steering)) != 0) {
+	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "rx_desc", 32, 32768, &dc->rx_desc)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "tx_desc", 32, 32768, &dc->tx_desc)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "mbuf_bytes", 512, 65000, &dc->mbuf_bytes)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "tx_drain_us", 0, 100000, &dc->tx_drain_us)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "idle_sleep_us", 1, 100000, &dc->idle_sleep_us)) != 0 ||
+	    (rc = pbox_conf_bool(c, g, "zero_copy", &dc->zero_copy)) != 0 ||
+	    (rc = pbox_conf_choice(c, g, "steering", "steering", steerings, &steering)) != 0) {
 		return rc;
 	}
 	if (steering >= 0) {
@@ -708,20 +589,21 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 		int n = config_setting_length(s);
 
 		if (!config_setting_is_aggregate(s) || n > PBOXD_DPDK_MAX_EAL_ARGS) {
-			return bad(c, s,
-				   "must be a list of at most %d strings, e.g. [ \"--vdev\", "
-				   "\"net_af_xdp0,iface=eth1\" ]",
-				   PBOXD_DPDK_MAX_EAL_ARGS);
+			return pbox_conf_bad(
+				c, s,
+				"must be a list of at most %d strings, e.g. [ \"--vdev\", "
+				"\"net_af_xdp0,iface=eth1\" ]",
+				PBOXD_DPDK_MAX_EAL_ARGS);
 		}
 		for (int i = 0; i < n; i++) {
 			const char *v = config_setting_get_string_elem(s, i);
 
 			if (v == NULL) {
-				return bad(c, s, "element %d is not a string", i);
+				return pbox_conf_bad(c, s, "element %d is not a string", i);
 			}
 			dc->eal[dc->neal] = strdup(v);
 			if (dc->eal[dc->neal] == NULL) {
-				return bad(c, s, "out of memory");
+				return pbox_conf_bad(c, s, "out of memory");
 			}
 			dc->neal++;
 			dc->neal_owned++;
@@ -732,17 +614,18 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 		int n = config_setting_length(s);
 
 		if (!config_setting_is_aggregate(s) || n < 1 || n > PBOXD_DPDK_MAX_ADDRS) {
-			return bad(c, s, "must be a list of 1..%d IPv4 addresses, one per port",
-				   PBOXD_DPDK_MAX_ADDRS);
+			return pbox_conf_bad(c, s,
+					     "must be a list of 1..%d IPv4 addresses, one per port",
+					     PBOXD_DPDK_MAX_ADDRS);
 		}
 		for (int i = 0; i < n; i++) {
 			const char *v = config_setting_get_string_elem(s, i);
 			struct in_addr a;
 
 			if (v == NULL || inet_pton(AF_INET, v, &a) != 1) {
-				return bad(c, s,
-					   "element %d is not an IPv4 address like \"10.0.0.1\"",
-					   i);
+				return pbox_conf_bad(
+					c, s, "element %d is not an IPv4 address like \"10.0.0.1\"",
+					i);
 			}
 			dc->addrs[i] = a.s_addr;
 		}
@@ -752,7 +635,7 @@ static int load_dpdk(struct cctx *c, const config_setting_t *g, struct pboxd_dpd
 }
 
 /* The appliance's xdp = { ... } group. */
-static int load_xdp(struct cctx *c, const config_setting_t *g, struct pboxd_xdp_cfg *xc)
+static int load_xdp(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_xdp_cfg *xc)
 {
 	static const char *const keys[] = { "interface", "mode", "pin_root", "max_chunks", NULL };
 	static const char *const modes[] = { "auto", "native", "generic", NULL };
@@ -760,20 +643,23 @@ static int load_xdp(struct cctx *c, const config_setting_t *g, struct pboxd_xdp_
 	int rc, mode = -1;
 
 	if (!config_setting_is_group(g)) {
-		return bad(c, g, "must be a group { interface = \"eth1\"; ... }");
+		return pbox_conf_bad(c, g, "must be a group { interface = \"eth1\"; ... }");
 	}
-	if ((rc = only(c, g, keys)) != 0 ||
-	    (rc = get_str(c, g, "interface", xc->interface, sizeof(xc->interface), NULL)) != 0 ||
-	    (rc = get_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
-	    (rc = get_str(c, g, "pin_root", xc->pin_root, sizeof(xc->pin_root), &where)) != 0 ||
-	    (rc = get_u32(c, g, "max_chunks", 1, PBOX_MAX_CHUNKS, &xc->max_chunks)) != 0) {
+	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
+	    (rc = pbox_conf_str(c, g, "interface", xc->interface, sizeof(xc->interface), NULL)) !=
+		    0 ||
+	    (rc = pbox_conf_choice(c, g, "mode", "mode", modes, &mode)) != 0 ||
+	    (rc = pbox_conf_str(c, g, "pin_root", xc->pin_root, sizeof(xc->pin_root), &where)) !=
+		    0 ||
+	    (rc = pbox_conf_u32(c, g, "max_chunks", 1, PBOX_MAX_CHUNKS, &xc->max_chunks)) != 0) {
 		return rc;
 	}
 	if (mode >= 0) {
 		snprintf(xc->mode, sizeof(xc->mode), "%s", modes[mode]);
 	}
 	if (where != NULL && xc->pin_root[0] != '\0' && xc->pin_root[0] != '/') {
-		return bad(c, where, "must be an absolute path on a bpffs, or \"\" (no pins)");
+		return pbox_conf_bad(c, where,
+				     "must be an absolute path on a bpffs, or \"\" (no pins)");
 	}
 	return 0;
 }
@@ -855,7 +741,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"checkpoint_interval",
 		NULL,
 	};
-	struct cctx c = { .file = path, .err = err, .errlen = errlen };
+	struct pbox_confkit c = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *a, *jobs, *s;
 	config_t lc;
 	char buf[128];
@@ -876,7 +762,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		goto out;
 	}
 	root = config_root_setting(&lc);
-	if ((rc = only(&c, root, top_keys)) != 0) {
+	if ((rc = pbox_conf_only(&c, root, top_keys)) != 0) {
 		goto out;
 	}
 	a = config_setting_get_member(root, "appliance");
@@ -884,35 +770,35 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		const config_setting_t *where;
 
 		if (!config_setting_is_group(a)) {
-			rc = bad(&c, a, "must be a group { ... }");
+			rc = pbox_conf_bad(&c, a, "must be a group { ... }");
 			goto out;
 		}
-		if ((rc = only(&c, a, app_keys)) != 0 ||
-		    (rc = get_str(&c, a, "transport", cfg->transport, sizeof(cfg->transport),
-				  NULL)) != 0 ||
-		    (rc = get_str(&c, a, "data_address", cfg->data_addr, sizeof(cfg->data_addr),
-				  NULL)) != 0) {
+		if ((rc = pbox_conf_only(&c, a, app_keys)) != 0 ||
+		    (rc = pbox_conf_str(&c, a, "transport", cfg->transport, sizeof(cfg->transport),
+					NULL)) != 0 ||
+		    (rc = pbox_conf_str(&c, a, "data_address", cfg->data_addr,
+					sizeof(cfg->data_addr), NULL)) != 0) {
 			goto out;
 		}
 		{
 			uint32_t v = cfg->base_port;
 
-			if ((rc = get_u32(&c, a, "base_port", 1, 65535 - PBOX_MAX_CORES, &v)) !=
-			    0) {
+			if ((rc = pbox_conf_u32(&c, a, "base_port", 1, 65535 - PBOX_MAX_CORES,
+						&v)) != 0) {
 				goto out;
 			}
 			cfg->base_port = (uint16_t)v;
 		}
-		if ((rc = get_str(&c, a, "control", buf, sizeof(buf), &where)) != 0) {
+		if ((rc = pbox_conf_str(&c, a, "control", buf, sizeof(buf), &where)) != 0) {
 			goto out;
 		}
 		if (where != NULL &&
 		    pboxd_parse_hostport(buf, cfg->control_host, sizeof(cfg->control_host),
 					 &cfg->control_port) != 0) {
-			rc = bad(&c, where, "'%s': expected \"host:port\"", buf);
+			rc = pbox_conf_bad(&c, where, "'%s': expected \"host:port\"", buf);
 			goto out;
 		}
-		if ((rc = get_u32(&c, a, "cores", 1, PBOX_MAX_CORES, &cfg->ncores)) != 0) {
+		if ((rc = pbox_conf_u32(&c, a, "cores", 1, PBOX_MAX_CORES, &cfg->ncores)) != 0) {
 			goto out;
 		}
 		s = config_setting_get_member(a, "cpus");
@@ -920,56 +806,61 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 			int n = config_setting_length(s);
 
 			if (!config_setting_is_array(s) || n < 1 || n > (int)PBOX_MAX_CORES) {
-				rc = bad(&c, s, "must be a list of 1..%u CPU numbers, e.g. [0, 1]",
-					 PBOX_MAX_CORES);
+				rc = pbox_conf_bad(
+					&c, s, "must be a list of 1..%u CPU numbers, e.g. [0, 1]",
+					PBOX_MAX_CORES);
 				goto out;
 			}
 			for (int i = 0; i < n; i++) {
 				int v = config_setting_get_int_elem(s, i);
 
 				if (v < 0 || v > 4095) {
-					rc = bad(&c, s, "CPU %d out of range", v);
+					rc = pbox_conf_bad(&c, s, "CPU %d out of range", v);
 					goto out;
 				}
 				cfg->cpus[i] = v;
 			}
 			if (config_setting_get_member(a, "cores") != NULL &&
 			    cfg->ncores != (uint32_t)n) {
-				rc = bad(&c, s, "lists %d CPUs but cores = %u", n, cfg->ncores);
+				rc = pbox_conf_bad(&c, s, "lists %d CPUs but cores = %u", n,
+						   cfg->ncores);
 				goto out;
 			}
 			cfg->ncores = (uint32_t)n;
 		}
-		if ((rc = get_u32(&c, a, "chunk_bytes", PBOX_MIN_CHUNK_BYTES, PBOX_MAX_CHUNK_BYTES,
-				  &cfg->chunk_bytes)) != 0 ||
-		    (rc = get_u32(&c, a, "mtu", 576, 65535, &cfg->mtu)) != 0 ||
-		    (rc = get_bool(&c, a, "busy_poll", &cfg->busy_poll)) != 0 ||
-		    (rc = get_u32(&c, a, "idle_us", 0, 10000000, &cfg->idle_us)) != 0 ||
-		    (rc = get_u32(&c, a, "burst", 1, 256, &cfg->burst)) != 0 ||
-		    (rc = get_bool(&c, a, "deterministic", &cfg->deterministic)) != 0 ||
-		    (rc = get_u32(&c, a, "stats_interval", 0, 86400, &cfg->stats_interval)) != 0 ||
-		    (rc = get_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) != 0 ||
-		    (rc = get_u32(&c, a, "worker_timeout", 0, 86400, &cfg->worker_timeout)) != 0 ||
+		if ((rc = pbox_conf_u32(&c, a, "chunk_bytes", PBOX_MIN_CHUNK_BYTES,
+					PBOX_MAX_CHUNK_BYTES, &cfg->chunk_bytes)) != 0 ||
+		    (rc = pbox_conf_u32(&c, a, "mtu", 576, 65535, &cfg->mtu)) != 0 ||
+		    (rc = pbox_conf_bool(&c, a, "busy_poll", &cfg->busy_poll)) != 0 ||
+		    (rc = pbox_conf_u32(&c, a, "idle_us", 0, 10000000, &cfg->idle_us)) != 0 ||
+		    (rc = pbox_conf_u32(&c, a, "burst", 1, 256, &cfg->burst)) != 0 ||
+		    (rc = pbox_conf_bool(&c, a, "deterministic", &cfg->deterministic)) != 0 ||
+		    (rc = pbox_conf_u32(&c, a, "stats_interval", 0, 86400, &cfg->stats_interval)) !=
+			    0 ||
+		    (rc = pbox_conf_u32(&c, a, "drain_timeout", 0, 3600, &cfg->drain_timeout)) !=
+			    0 ||
+		    (rc = pbox_conf_u32(&c, a, "worker_timeout", 0, 86400, &cfg->worker_timeout)) !=
+			    0 ||
 		    (rc = get_bytes(&c, a, "memory_budget", true, &cfg->memory_budget)) != 0 ||
-		    (rc = get_str(&c, a, "checkpoint_dir", cfg->checkpoint_dir,
-				  sizeof(cfg->checkpoint_dir), NULL)) != 0 ||
-		    (rc = get_u32(&c, a, "checkpoint_interval", 0, 86400 * 7,
-				  &cfg->checkpoint_interval)) != 0) {
+		    (rc = pbox_conf_str(&c, a, "checkpoint_dir", cfg->checkpoint_dir,
+					sizeof(cfg->checkpoint_dir), NULL)) != 0 ||
+		    (rc = pbox_conf_u32(&c, a, "checkpoint_interval", 0, 86400 * 7,
+					&cfg->checkpoint_interval)) != 0) {
 			goto out;
 		}
 		if (cfg->chunk_bytes % PBOX_FRAG_ALIGN != 0) {
-			rc = bad(&c, config_setting_get_member(a, "chunk_bytes"),
-				 "must be a multiple of %u", PBOX_FRAG_ALIGN);
+			rc = pbox_conf_bad(&c, config_setting_get_member(a, "chunk_bytes"),
+					   "must be a multiple of %u", PBOX_FRAG_ALIGN);
 			goto out;
 		}
-		if ((rc = get_str(&c, a, "fault", buf, sizeof(buf), &where)) != 0) {
+		if ((rc = pbox_conf_str(&c, a, "fault", buf, sizeof(buf), &where)) != 0) {
 			goto out;
 		}
 		if (where != NULL) {
 			char ferr[192];
 
 			if (pbox_fault_parse(buf, &cfg->fault, ferr, sizeof(ferr)) != 0) {
-				rc = bad(&c, where, "%s", ferr);
+				rc = pbox_conf_bad(&c, where, "%s", ferr);
 				goto out;
 			}
 		}
@@ -981,16 +872,17 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		if (s != NULL && (rc = load_xdp(&c, s, &cfg->xdp)) != 0) {
 			goto out;
 		}
-		if ((rc = get_str(&c, a, "admin_token", cfg->admin_token, sizeof(cfg->admin_token),
-				  NULL)) != 0 ||
-		    (rc = get_str(&c, a, "control_socket", cfg->control_socket,
-				  sizeof(cfg->control_socket), &where)) != 0) {
+		if ((rc = pbox_conf_str(&c, a, "admin_token", cfg->admin_token,
+					sizeof(cfg->admin_token), NULL)) != 0 ||
+		    (rc = pbox_conf_str(&c, a, "control_socket", cfg->control_socket,
+					sizeof(cfg->control_socket), &where)) != 0) {
 			goto out;
 		}
 		if (where != NULL && cfg->control_socket[0] != '\0' &&
 		    cfg->control_socket[0] != '/') {
-			rc = bad(&c, where,
-				 "must be an absolute path like \"/run/pbox/pboxd.sock\"");
+			rc = pbox_conf_bad(
+				&c, where,
+				"must be an absolute path like \"/run/pbox/pboxd.sock\"");
 			goto out;
 		}
 		s = config_setting_get_member(a, "control_limits");
@@ -1003,7 +895,8 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		int n = config_setting_length(jobs);
 
 		if (!config_setting_is_list(jobs)) {
-			rc = bad(&c, jobs, "must be a list of job groups: ( { ... }, { ... } )");
+			rc = pbox_conf_bad(&c, jobs,
+					   "must be a list of job groups: ( { ... }, { ... } )");
 			goto out;
 		}
 		cfg->jobs = calloc(n ? (size_t)n : 1, sizeof(*cfg->jobs));
@@ -1014,6 +907,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		for (int i = 0; i < n; i++) {
 			const config_setting_t *g = config_setting_get_elem(jobs, (unsigned)i);
 
+			memset(&cfg->jobs[i], 0, sizeof(cfg->jobs[i]));
 			rc = load_job(&c, g, cfg, &cfg->jobs[i]);
 			cfg->njobs = (uint32_t)i + 1;
 			if (rc != 0) {
@@ -1021,8 +915,8 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 			}
 			for (int k = 0; k < i; k++) {
 				if (cfg->jobs[k].id == cfg->jobs[i].id) {
-					rc = bad(&c, g, "job id %u is defined twice",
-						 cfg->jobs[i].id);
+					rc = pbox_conf_bad(&c, g, "job id %u is defined twice",
+							   cfg->jobs[i].id);
 					goto out;
 				}
 			}
@@ -1084,7 +978,7 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 void pboxd_config_free(struct pboxd_config *cfg)
 {
 	for (uint32_t i = 0; i < cfg->njobs; i++) {
-		free(cfg->jobs[i].keys);
+		pboxd_job_cfg_free(&cfg->jobs[i]);
 	}
 	free(cfg->jobs);
 	cfg->jobs = NULL;

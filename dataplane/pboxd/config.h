@@ -91,6 +91,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+#include <libconfig.h>
+
 #include "common/jobdesc.h"
 #include "engine/job.h"
 #include "kernels/kernels.h"
@@ -190,6 +193,28 @@ struct pboxd_config {
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };
+
+/*
+ * Load and validate one job group g (the settings of a configuration file's job, see
+ * above) into j, exactly as pboxd_config_load does for each entry of jobs (cfg gives the
+ * appliance's defaults: deterministic, checkpoint_dir). origin names where g came from in
+ * errors ("pboxd.conf", "job description"). Returns 0, or -EINVAL with err; on error j
+ * owns nothing. Release with pboxd_job_cfg_free.
+ */
+int pboxd_config_load_job(const struct pboxd_config *cfg, const config_setting_t *g,
+			  const char *origin, struct pboxd_job_cfg *j, char *err, size_t errlen);
+
+/*
+ * A job from a JSON job description (common/jobspec.h): converted to the libconfig group
+ * a configuration file would hold and loaded by pboxd_config_load_job, so runtime jobs
+ * and config-file jobs are validated by the same code. Returns 0, or -EINVAL / -ENOMEM
+ * with err ("job description: job.workers: must be between 1 and 1024 (got 0)").
+ */
+int pboxd_job_cfg_from_json(const struct pboxd_config *cfg, const json_t *desc,
+			    struct pboxd_job_cfg *j, char *err, size_t errlen);
+
+/* Free what j owns (its key set); j may be reused. */
+void pboxd_job_cfg_free(struct pboxd_job_cfg *j);
 
 /* Defaults for everything (no jobs). */
 void pboxd_config_defaults(struct pboxd_config *cfg);

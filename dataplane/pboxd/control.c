@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
+#include "common/ctladdr.h"
 #include "common/ctlproto.h"
+#include "common/jobspec.h"
 #include "common/log.h"
 
 #define MAX_BAD_REQUESTS 8
@@ -31,12 +33,11 @@
 #define FD_RESERVE 128u
 /* Events taken per epoll_wait and connections accepted per listener event: bounded turns,
  * so that established connections are served between bursts of new ones. */
-#define MAX_EVENTS        256
-#define ACCEPTS_PER_TURN  64
-#define SWEEP_MS          100u
-#define LISTEN_PAUSE_MS   200u
-#define ADDR_HASH_BUCKETS 1024u
-#define EVICT_READ_TRIES  8
+#define MAX_EVENTS       256
+#define ACCEPTS_PER_TURN 64
+#define SWEEP_MS         100u
+#define LISTEN_PAUSE_MS  200u
+#define EVICT_READ_TRIES 8
 /* Request lines answered per connection per turn; the rest wait for the next turn (a
  * client that pipelines thousands of requests does not hold the loop). */
 #define LINES_PER_TURN 32
@@ -59,27 +60,18 @@ struct src {
 	enum src_kind kind;
 };
 
-/* Per source address (IPv4): connection counts and the failed-admission bucket. */
-struct addr_entry {
-	uint32_t ip; /* network order */
-	uint32_t nconns;
-	uint32_t nunauth;
-	double tokens; /* failed admissions still allowed */
-	uint64_t refill_ms;
-	struct addr_entry *next; /* hash chain */
-};
-
 struct conn {
 	struct pboxd_member_ref ref; /* the sessions module's view (callbacks container_of) */
 	struct src src;
 	struct pboxd_control *ctl;
 	int fd;
-	struct addr_entry *addr; /* NULL: the Unix socket */
-	bool local;              /* over the Unix socket: an operator, admin */
-	bool authed;             /* admitted (valid hello) or local */
-	bool dead;               /* closed; freed at the end of the pass */
-	bool want_out;           /* EPOLLOUT registered */
-	bool in_backlog;         /* has complete lines left for the next turn */
+	struct pbox_ctladdr *addr; /* NULL: the Unix socket */
+	bool local;                /* over the Unix socket: an operator, admin */
+	bool authed;               /* admitted (valid hello) or local */
+	bool admin;                /* proved the admin token (or local) */
+	bool dead;                 /* closed; freed at the end of the pass */
+	bool want_out;             /* EPOLLOUT registered */
+	bool in_backlog;           /* has complete lines left for the next turn */
 	uint64_t accepted_ms;
 	unsigned bad;
 	struct pbox_linebuf in;
@@ -106,7 +98,12 @@ struct ctl_counters {
 	uint64_t wrong_admin_token;
 	uint64_t auth_rate_limited;
 	uint64_t stats_refused;
-	uint64_t accept_no_fds; /* EMFILE / ENFILE */
+	uint64_t admin_refused; /* job administration without the admin token */
+	uint64_t jobs_created;
+	uint64_t jobs_removed;
+	uint64_t job_create_refused; /* bad definition, duplicate, over budget */
+	uint64_t job_rm_refused;     /* no such job */
+	uint64_t accept_no_fds;      /* EMFILE / ENFILE */
 	uint64_t accept_errors;
 	uint64_t listener_pauses;
 	uint64_t peak_connections;
@@ -135,73 +132,16 @@ struct pboxd_control {
 	struct conn *dead;
 	struct conn *backlog; /* connections with lines left, for the next turn */
 	uint32_t nconns, nunauth;
-	struct addr_entry *addrs[ADDR_HASH_BUCKETS];
+	struct pbox_ctladdr_table addrs; /* per source address */
 	struct ctl_counters n;
 	/* One log limit per kind of refusal. */
-	struct pboxd_ratelog log_conn, log_auth, log_proto, log_accept;
+	struct pbox_ratelog log_conn, log_auth, log_proto, log_accept, log_job;
 };
 
 static uint64_t now_ms(void)
 {
 	return pboxd_now_ms();
 }
-
-/* ---- per-address table ---- */
-
-static unsigned addr_bucket(uint32_t ip)
-{
-	return (ip * 2654435761u) >> 22; /* top 10 bits: ADDR_HASH_BUCKETS */
-}
-
-static struct addr_entry *addr_get(struct pboxd_control *ctl, uint32_t ip)
-{
-	unsigned b = addr_bucket(ip);
-	struct addr_entry *a;
-
-	for (a = ctl->addrs[b]; a != NULL; a = a->next) {
-		if (a->ip == ip) {
-			return a;
-		}
-	}
-	a = calloc(1, sizeof(*a));
-	if (a == NULL) {
-		return NULL;
-	}
-	a->ip = ip;
-	a->tokens = ctl->lim->auth_failures_burst;
-	a->refill_ms = now_ms();
-	a->next = ctl->addrs[b];
-	ctl->addrs[b] = a;
-	return a;
-}
-
-static void addr_refill(const struct pboxd_control *ctl, struct addr_entry *a, uint64_t now)
-{
-	double add = (double)(now - a->refill_ms) * ctl->lim->auth_failures_per_minute / 60000.0;
-
-	a->tokens = PBOX_MIN(a->tokens + add, (double)ctl->lim->auth_failures_burst);
-	a->refill_ms = now;
-}
-
-/* Forget addresses without connections whose bucket is full again. */
-static void addr_gc(struct pboxd_control *ctl, uint64_t now)
-{
-	for (unsigned b = 0; b < ADDR_HASH_BUCKETS; b++) {
-		for (struct addr_entry **pp = &ctl->addrs[b]; *pp != NULL;) {
-			struct addr_entry *a = *pp;
-
-			addr_refill(ctl, a, now);
-			if (a->nconns == 0 && a->tokens >= ctl->lim->auth_failures_burst) {
-				*pp = a->next;
-				free(a);
-			} else {
-				pp = &a->next;
-			}
-		}
-	}
-}
-
-/* ---- connections ---- */
 
 static void unauth_unlink(struct pboxd_control *ctl, struct conn *c)
 {
@@ -374,7 +314,7 @@ static void queue_obj(struct pboxd_control *ctl, struct conn *c, const json_t *o
 	return;
 slow:
 	ctl->n.slow_readers_closed++;
-	if (pboxd_ratelog_ok(&ctl->log_proto, now_ms(), &sup)) {
+	if (pbox_ratelog_ok(&ctl->log_proto, now_ms(), &sup)) {
 		PBOX_LOG_WARN(ADMIN,
 			      "%s: does not read its answers (%zu bytes queued, limit %u); "
 			      "closing%s",
@@ -398,29 +338,18 @@ static void kick(struct pboxd_member_ref *ref)
 	conn_kill(c->ctl, c);
 }
 
-/* Log a refusal: peer and cause, at most PBOXD_RATELOG_BURST lines per window of rl. */
-static void refuse_log(struct pboxd_ratelog *rl, const char *peer, const char *what)
+/* Log a refusal: peer and cause, at most PBOX_RATELOG_BURST lines per window of rl. */
+static void refuse_log(struct pbox_ratelog *rl, const char *peer, const char *what)
 {
 	uint64_t sup;
 
-	if (pboxd_ratelog_ok(rl, now_ms(), &sup)) {
+	if (pbox_ratelog_ok(rl, now_ms(), &sup)) {
 		PBOX_LOG_WARN(ADMIN, "%s: %s%s", peer, what,
 			      sup ? " (similar messages left out)" : "");
 	}
 }
 
 /* ---- requests ---- */
-
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la; i++) {
-		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	}
-	return d == 0;
-}
 
 /* The failed-admission bucket of c's address allows another attempt (the Unix socket's
  * operators are not limited). */
@@ -429,14 +358,13 @@ static bool auth_allowed(struct pboxd_control *ctl, struct conn *c)
 	if (c->addr == NULL) {
 		return true;
 	}
-	addr_refill(ctl, c->addr, now_ms());
-	return c->addr->tokens >= 1.0;
+	return pbox_ctladdr_auth_allowed(&ctl->addrs, c->addr, now_ms());
 }
 
 static void auth_failed(struct conn *c)
 {
 	if (c->addr != NULL) {
-		c->addr->tokens = PBOX_MAX(c->addr->tokens - 1.0, 0.0);
+		pbox_ctladdr_auth_failed(c->addr);
 	}
 }
 
@@ -498,7 +426,7 @@ static json_t *do_stats(struct pboxd_control *ctl, struct conn *c, const json_t 
 			return rate_limited(ctl, c);
 		}
 		if (json_is_string(tok) && ctl->cfg->admin_token[0] != '\0' &&
-		    token_equal(json_string_value(tok), ctl->cfg->admin_token)) {
+		    pbox_ctl_token_equal(json_string_value(tok), ctl->cfg->admin_token)) {
 			/* An operator: may keep the connection (a monitor polling stats). */
 			set_authed(ctl, c);
 			goto all;
@@ -526,8 +454,104 @@ all:
 	return resp;
 }
 
+/* The request may administer jobs: over the Unix socket, on a connection that proved the
+ * admin token, or with the right admin_token in it (counted, logged and rate-limited
+ * otherwise). NULL when allowed, else the refusal. */
+static json_t *admin_check(struct pboxd_control *ctl, struct conn *c, const char *op,
+			   const char *token)
+{
+	char what[128];
+
+	if (c->local || c->admin) {
+		return NULL;
+	}
+	if (token != NULL) {
+		if (!auth_allowed(ctl, c)) {
+			return rate_limited(ctl, c);
+		}
+		if (ctl->cfg->admin_token[0] != '\0' &&
+		    pbox_ctl_token_equal(token, ctl->cfg->admin_token)) {
+			c->admin = true;
+			set_authed(ctl, c);
+			return NULL;
+		}
+		auth_failed(c);
+		ctl->n.wrong_admin_token++;
+		c->bad++;
+		snprintf(what, sizeof(what), "%s refused: wrong admin token", op);
+		refuse_log(&ctl->log_auth, c->ref.peer, what);
+		return pbox_ctl_error(EACCES, "%s: wrong admin token", op);
+	}
+	ctl->n.admin_refused++;
+	c->bad++;
+	snprintf(what, sizeof(what), "%s refused: no admin token", op);
+	refuse_log(&ctl->log_auth, c->ref.peer, what);
+	return pbox_ctl_error(EACCES,
+			      "%s needs the appliance's admin token (\"admin_token\") or its local "
+			      "control socket",
+			      op);
+}
+
+/* job_create / job_rm / job_list (common/jobspec.h). */
+static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pbox_jobmsg *m,
+		      const char *op)
+{
+	json_t *resp = admin_check(ctl, c, op, m->admin_token);
+	struct pboxd_job_cfg *jc;
+	char err[512], what[640], why[160];
+	uint32_t id = 0;
+	int rc;
+
+	if (resp != NULL) {
+		return resp;
+	}
+	switch (m->op) {
+	case PBOX_JOBMSG_LIST:
+		return json_pack("{s:b, s:o}", "ok", 1, "jobs",
+				 pboxd_sessions_job_list(ctl->sessions));
+	case PBOX_JOBMSG_RM:
+		snprintf(why, sizeof(why), "job_rm from %s", c->ref.peer);
+		rc = pboxd_sessions_job_remove(ctl->sessions, m->id, why, err, sizeof(err));
+		if (rc != 0) {
+			ctl->n.job_rm_refused++;
+			snprintf(what, sizeof(what), "job_rm refused: %s", err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		ctl->n.jobs_removed++;
+		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m->id);
+	case PBOX_JOBMSG_CREATE:
+		(void)pbox_jobspec_id(m->job, &id);
+		jc = calloc(1, sizeof(*jc));
+		if (jc == NULL) {
+			return pbox_ctl_error(ENOMEM, "out of memory");
+		}
+		rc = pboxd_job_cfg_from_json(ctl->cfg, m->job, jc, err, sizeof(err));
+		if (rc == 0) {
+			id = jc->id;
+			rc = pboxd_sessions_job_add(ctl->sessions, jc, m->plan, err, sizeof(err));
+			if (rc != 0) {
+				pboxd_job_cfg_free(jc);
+			}
+		}
+		if (rc != 0) {
+			free(jc);
+			ctl->n.job_create_refused++;
+			snprintf(what, sizeof(what), "job_create of job %u refused: %s", id, err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		ctl->n.jobs_created++;
+		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)id);
+	}
+	return pbox_ctl_error(EINVAL, "%s: not a job operation", op);
+}
+
 static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *line)
 {
+	struct pbox_jobmsg jm;
+	char jerrbuf[256];
+	int jrc;
 	json_error_t jerr;
 	json_t *req = json_loads(line, 0, &jerr), *resp;
 	const char *op;
@@ -560,9 +584,25 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = pboxd_sessions_leave(ctl->sessions, &c->ref);
 	} else if (strcmp(op, "stats") == 0) {
 		resp = do_stats(ctl, c, req);
+	} else if (strcmp(op, "auth") == 0) {
+		const json_t *tok = json_object_get(req, "admin_token");
+
+		resp = admin_check(ctl, c, op, json_string_value(tok));
+		if (resp == NULL) {
+			resp = json_pack("{s:b}", "ok", 1);
+		}
+	} else if ((jrc = pbox_jobmsg_decode(req, &jm, jerrbuf, sizeof(jerrbuf))) != -ENOENT) {
+		if (jrc != 0) {
+			resp = pbox_ctl_error(-jrc, "%s", jerrbuf);
+			c->bad++;
+		} else {
+			resp = do_job(ctl, c, &jm, op);
+		}
 	} else {
 		resp = pbox_ctl_error(EINVAL,
-				      "unknown op '%s' (hello, register, leave, ping, stats)", op);
+				      "unknown op '%s' (hello, register, leave, ping, stats, auth, "
+				      "job_create, job_rm, job_list)",
+				      op);
 		c->bad++;
 	}
 out:
@@ -633,7 +673,7 @@ static void serve(struct pboxd_control *ctl, struct conn *c)
 /* Close the oldest unauthenticated connection (of address a, or any when a is NULL) to
  * make room for a new one. What it has sent is read first: a client whose hello is
  * already waiting is admitted instead of closed. */
-static void evict_oldest(struct pboxd_control *ctl, const struct addr_entry *a)
+static void evict_oldest(struct pboxd_control *ctl, const struct pbox_ctladdr *a)
 {
 	for (int tries = 0; tries < EVICT_READ_TRIES; tries++) {
 		struct conn *c = ctl->unauth_head;
@@ -711,7 +751,7 @@ static void out_of_fds(struct pboxd_control *ctl, int lfd, int err)
 	pause_listeners(ctl);
 }
 
-static struct conn *conn_new(struct pboxd_control *ctl, int fd, struct addr_entry *a)
+static struct conn *conn_new(struct pboxd_control *ctl, int fd, struct pbox_ctladdr *a)
 {
 	struct conn *c = calloc(1, sizeof(*c));
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -772,7 +812,7 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 		socklen_t sl = sizeof(sa);
 		int fd = accept4(lfd, unix_socket ? NULL : (struct sockaddr *)&sa,
 				 unix_socket ? NULL : &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		struct addr_entry *a = NULL;
+		struct pbox_ctladdr *a = NULL;
 		struct conn *c;
 		char peer[64], ip[INET_ADDRSTRLEN];
 		int one = 1;
@@ -808,7 +848,7 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 			continue;
 		}
 		if (!unix_socket) {
-			a = addr_get(ctl, sa.sin_addr.s_addr);
+			a = pbox_ctladdr_get(&ctl->addrs, sa.sin_addr.s_addr, now_ms());
 			if (a == NULL) {
 				close(fd);
 				continue;
@@ -879,7 +919,7 @@ static void sweep(struct pboxd_control *ctl)
 	}
 	if (now - ctl->last_gc_ms >= 10000) {
 		ctl->last_gc_ms = now;
-		addr_gc(ctl, now);
+		pbox_ctladdr_gc(&ctl->addrs, now);
 	}
 }
 
@@ -994,6 +1034,8 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 	}
 	ctl->cfg = cfg;
 	ctl->lim = &cfg->limits;
+	pbox_ctladdr_init(&ctl->addrs, cfg->limits.auth_failures_burst,
+			  cfg->limits.auth_failures_per_minute);
 	ctl->sessions = sessions;
 	ctl->stats = stats;
 	ctl->stats_arg = stats_arg;
@@ -1094,14 +1136,7 @@ void pboxd_control_close(struct pboxd_control *ctl)
 		conn_kill(ctl, ctl->conns);
 	}
 	reap(ctl);
-	for (unsigned b = 0; b < ADDR_HASH_BUCKETS; b++) {
-		while (ctl->addrs[b] != NULL) {
-			struct addr_entry *a = ctl->addrs[b];
-
-			ctl->addrs[b] = a->next;
-			free(a);
-		}
-	}
+	pbox_ctladdr_free(&ctl->addrs);
 	if (ctl->lfd >= 0) {
 		close(ctl->lfd);
 	}
@@ -1225,6 +1260,11 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	PUT(wrong_admin_token);
 	PUT(auth_rate_limited);
 	PUT(stats_refused);
+	PUT(admin_refused);
+	PUT(jobs_created);
+	PUT(jobs_removed);
+	PUT(job_create_refused);
+	PUT(job_rm_refused);
 	PUT(accept_no_fds);
 	PUT(accept_errors);
 	PUT(listener_pauses);

@@ -42,6 +42,12 @@ struct alloc_req {
 
 struct job {
 	const struct pboxd_job_cfg *cfg;
+	struct pboxd_job_cfg *owned_cfg; /* a runtime job's configuration (NULL: the file's) */
+	bool removed; /* job_rm while its chunk state was being allocated: freed when it is */
+	/* The control plane's plan (tree, thresholds; common/jobspec.h): kept and reported,
+	 * not applied yet. NULL: none. */
+	json_t *plan;
+	uint64_t created_ms;
 	enum sess_state st;
 	char abort_reason[256];
 	uint32_t nconnected;
@@ -57,7 +63,7 @@ struct job {
 	uint64_t *live;    /* ranks counted as members of the running session */
 	uint32_t nlive;
 	uint64_t generation;     /* bumped when live changes */
-	uint64_t removed;        /* ranks removed from sessions, all time */
+	uint64_t ranks_removed;  /* ranks removed from sessions, all time */
 	uint64_t charged;        /* bytes of the session's state charged to the budget */
 	uint32_t resume_version; /* restored from a checkpoint (0: fresh) */
 };
@@ -83,11 +89,13 @@ struct pboxd_sessions {
 	const struct pboxd_config *cfg;
 	struct pboxd_dp *dp;
 	uint32_t njobs;
-	struct job *jobs; /* sorted by id */
+	uint32_t cap;
+	struct job **jobs; /* sorted by id (removed ones, still allocating, included) */
+	uint64_t jobs_created, jobs_removed; /* at run time */
 	uint64_t generation;
 	uint32_t frag_bytes;
 	struct allocator alloc;
-	struct pboxd_ratelog reg_log; /* register refusals */
+	struct pbox_ratelog reg_log; /* register refusals */
 	struct pboxd_budget budget;
 	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
 	pboxd_publish_hook_fn publish_hook;
@@ -195,9 +203,46 @@ static struct alloc_req *allocator_stop(struct allocator *a)
 
 static int job_cmp(const void *a, const void *b)
 {
-	const struct job *x = a, *y = b;
+	const struct job *x = *(struct job *const *)a, *y = *(struct job *const *)b;
 
 	return x->cfg->id < y->cfg->id ? -1 : (x->cfg->id > y->cfg->id);
+}
+
+static void job_free(struct job *j)
+{
+	if (j == NULL) {
+		return;
+	}
+	free(j->members);
+	free(j->live);
+	free(j->keys); /* a session's key set (NULL once its session ended) */
+	json_decref(j->plan);
+	if (j->owned_cfg != NULL) {
+		pboxd_job_cfg_free(j->owned_cfg);
+		free(j->owned_cfg);
+	}
+	free(j);
+}
+
+/* A job with no session for configuration cfg (owned: taken, freed with the job). */
+static struct job *job_new(const struct pboxd_job_cfg *cfg, struct pboxd_job_cfg *owned)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL) {
+		return NULL;
+	}
+	j->cfg = cfg;
+	j->owned_cfg = owned;
+	j->created_ms = pboxd_now_ms();
+	j->members = calloc(cfg->workers, sizeof(struct member));
+	j->live = calloc(pbox_bitmap_words(cfg->workers), sizeof(uint64_t));
+	if (j->members == NULL || j->live == NULL) {
+		j->owned_cfg = NULL; /* not taken: the caller still owns it */
+		job_free(j);
+		return NULL;
+	}
+	return j;
 }
 
 struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, struct pboxd_dp *dp)
@@ -216,21 +261,20 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 		free(s);
 		return NULL;
 	}
-	s->njobs = cfg->njobs;
-	s->jobs = calloc(cfg->njobs ? cfg->njobs : 1, sizeof(*s->jobs));
+	s->cap = cfg->njobs > 16 ? cfg->njobs : 16;
+	s->jobs = calloc(s->cap, sizeof(*s->jobs));
 	if (s->jobs == NULL) {
 		pboxd_ckpt_destroy(s->ckpt);
 		free(s);
 		return NULL;
 	}
 	for (uint32_t i = 0; i < cfg->njobs; i++) {
-		s->jobs[i].cfg = &cfg->jobs[i];
-		s->jobs[i].members = calloc(cfg->jobs[i].workers, sizeof(struct member));
-		s->jobs[i].live = calloc(pbox_bitmap_words(cfg->jobs[i].workers), sizeof(uint64_t));
-		if (s->jobs[i].members == NULL || s->jobs[i].live == NULL) {
+		s->jobs[i] = job_new(&cfg->jobs[i], NULL);
+		if (s->jobs[i] == NULL) {
 			pboxd_sessions_destroy(s);
 			return NULL;
 		}
+		s->njobs = i + 1;
 	}
 	qsort(s->jobs, s->njobs, sizeof(*s->jobs), job_cmp);
 	if (allocator_start(&s->alloc) != 0) {
@@ -242,12 +286,37 @@ struct pboxd_sessions *pboxd_sessions_create(const struct pboxd_config *cfg, str
 
 static struct job *find_job(const struct pboxd_sessions *s, uint32_t id)
 {
-	for (uint32_t i = 0; i < s->njobs; i++) {
-		if (s->jobs[i].cfg->id == id) {
-			return &s->jobs[i];
+	uint32_t lo = 0, hi = s->njobs;
+
+	/* Sorted by id; a removed job still allocating may share its id with a new one. */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (s->jobs[mid]->cfg->id < id) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	for (; lo < s->njobs && s->jobs[lo]->cfg->id == id; lo++) {
+		if (!s->jobs[lo]->removed) {
+			return s->jobs[lo];
 		}
 	}
 	return NULL;
+}
+
+/* Take j out of the job list (not freed). */
+static void unlink_job(struct pboxd_sessions *s, struct job *j)
+{
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		if (s->jobs[i] == j) {
+			memmove(&s->jobs[i], &s->jobs[i + 1],
+				(s->njobs - i - 1) * sizeof(s->jobs[0]));
+			s->njobs--;
+			return;
+		}
+	}
 }
 
 static const char *mode_name(enum pbox_job_mode m)
@@ -286,7 +355,7 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 /* In the cores' job table: a session whose chunk state exists. */
 static bool is_published(const struct job *j)
 {
-	return j->st == SESS_ACTIVE || j->st == SESS_ABORTED;
+	return !j->removed && (j->st == SESS_ACTIVE || j->st == SESS_ABORTED);
 }
 
 /* Build and publish the table of every job with a session; free the old one. */
@@ -296,7 +365,7 @@ static int publish(struct pboxd_sessions *s)
 	uint32_t n = 0, i;
 
 	for (i = 0; i < s->njobs; i++) {
-		n += is_published(&s->jobs[i]);
+		n += is_published(s->jobs[i]);
 	}
 	tab = calloc(1, sizeof(*tab) + n * sizeof(tab->jobs[0]));
 	if (tab == NULL) {
@@ -305,7 +374,7 @@ static int publish(struct pboxd_sessions *s)
 	}
 	tab->generation = ++s->generation;
 	for (i = 0; i < s->njobs; i++) {
-		const struct job *j = &s->jobs[i];
+		const struct job *j = s->jobs[i];
 		struct pbox_job *pj;
 		uint64_t *cookies;
 
@@ -399,18 +468,6 @@ static void abort_session(struct pboxd_sessions *s, struct job *j, const char *r
 	publish(s);
 }
 
-/* Constant-time comparison, so the token cannot be guessed byte by byte. */
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	for (size_t i = 0; i < la; i++) {
-		d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-	}
-	return d == 0;
-}
-
 json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
 			     const json_t *req)
 {
@@ -443,7 +500,7 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 		return pbox_ctl_error(ENOENT, "job %lld is not configured on this appliance",
 				      (long long)json_integer_value(jid));
 	}
-	if (!token_equal(token, j->cfg->token)) {
+	if (!pbox_ctl_token_equal(token, j->cfg->token)) {
 		return pbox_ctl_error(EACCES, "job %u: wrong token for rank %lld", j->cfg->id,
 				      (long long)json_integer_value(jrank));
 	}
@@ -660,7 +717,7 @@ static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_me
 {
 	uint64_t suppressed;
 
-	if (pboxd_ratelog_ok(&s->reg_log, pboxd_now_ms(), &suppressed)) {
+	if (pbox_ratelog_ok(&s->reg_log, pboxd_now_ms(), &suppressed)) {
 		PBOX_LOG_WARN(ADMIN, "%s: job %u rank %u: register refused: %s%s", ref->peer,
 			      j->cfg->id, ref->rank,
 			      json_string_value(json_object_get(resp, "error")),
@@ -733,6 +790,23 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 	struct job *j = r->job;
 	json_t *resp;
 
+	if (j->removed) {
+		/* Removed while allocating: its ranks were told; the state never reached the
+		 * cores, so it goes now. */
+		if (r->state != NULL) {
+			pbox_job_state_adopt_desc(r->state, &j->desc);
+			pbox_job_state_put(r->state);
+		} else {
+			pbox_jobdesc_free(&j->desc);
+		}
+		pboxd_budget_release(&s->budget, j->charged);
+		unlink_job(s, j);
+		PBOX_LOG_INFO(ADMIN,
+			      "job %u: removed (its chunk state, allocated meanwhile, freed)",
+			      j->cfg->id);
+		job_free(j);
+		return;
+	}
 	if (r->state == NULL) {
 		resp = pbox_ctl_error(ENOMEM,
 				      "job %u: not enough memory for the chunk state (see "
@@ -835,7 +909,7 @@ static void drop_from_counts(struct job *j, uint32_t rank, const char *why)
 	pbox_bit_clear(j->live, rank);
 	j->nlive--;
 	j->generation++;
-	j->removed++;
+	j->ranks_removed++;
 	PBOX_LOG_WARN(ADMIN, "job %u: rank %u %s; the session continues with %u of %u workers",
 		      j->cfg->id, rank, why, j->nlive, j->cfg->workers);
 }
@@ -917,8 +991,11 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 	json_t *arr = json_array();
 
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		const struct job *j = &s->jobs[i];
+		const struct job *j = s->jobs[i];
 
+		if (j->removed) {
+			continue;
+		}
 		json_t *o =
 			json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "id",
 				  (json_int_t)j->cfg->id, "state", names[j->st], "mode",
@@ -958,7 +1035,8 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 			json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
 		}
 		json_object_set_new(o, "live", json_integer(j->st == SESS_IDLE ? 0 : j->nlive));
-		json_object_set_new(o, "removed", json_integer((json_int_t)j->removed));
+		json_object_set_new(o, "removed", json_integer((json_int_t)j->ranks_removed));
+		json_object_set_new(o, "origin", json_string(j->owned_cfg ? "runtime" : "config"));
 		json_array_append_new(arr, o);
 	}
 	return arr;
@@ -977,9 +1055,9 @@ void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms)
 		return;
 	}
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		struct job *j = &s->jobs[i];
+		struct job *j = s->jobs[i];
 
-		if (j->st != SESS_ACTIVE) {
+		if (j->st != SESS_ACTIVE || j->removed) {
 			continue;
 		}
 		for (uint32_t r = 0; r < j->cfg->workers; r++) {
@@ -1006,7 +1084,7 @@ uint32_t pboxd_sessions_active(const struct pboxd_sessions *s)
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		n += s->jobs[i].st != SESS_IDLE;
+		n += s->jobs[i]->st != SESS_IDLE;
 	}
 	return n;
 }
@@ -1014,7 +1092,7 @@ uint32_t pboxd_sessions_active(const struct pboxd_sessions *s)
 void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason)
 {
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		abort_session(s, &s->jobs[i], reason);
+		abort_session(s, s->jobs[i], reason);
 	}
 }
 
@@ -1042,13 +1120,12 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		free(r);
 	}
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		struct job *j = &s->jobs[i];
+		struct job *j = s->jobs[i];
 
 		if (j->st != SESS_IDLE) {
 			end_session(s, j);
 		}
-		free(j->members);
-		free(j->live);
+		job_free(j);
 	}
 	pboxd_ckpt_destroy(s->ckpt);
 	free(s->jobs);
@@ -1058,4 +1135,161 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s)
 {
 	return s->ckpt;
+}
+
+int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, const json_t *plan,
+			   char *err, size_t errlen)
+{
+	struct job *j;
+	uint32_t pos;
+	int rc;
+
+	if (find_job(s, cfg->id) != NULL) {
+		snprintf(err, errlen, "job %u exists already (remove it first)", cfg->id);
+		return -EEXIST;
+	}
+	if (s->njobs >= PBOXD_MAX_JOBS) {
+		snprintf(err, errlen, "job %u: the appliance has %u jobs, the most it holds",
+			 cfg->id, PBOXD_MAX_JOBS);
+		return -ENOSPC;
+	}
+	rc = pboxd_budget_admit(&s->budget, s->cfg, cfg, err, errlen);
+	if (rc != 0) {
+		char msg[400];
+
+		snprintf(msg, sizeof(msg), "job %u: %s", cfg->id, err);
+		snprintf(err, errlen, "%s", msg);
+		return rc;
+	}
+	if (s->njobs == s->cap) {
+		struct job **n = realloc(s->jobs, 2 * s->cap * sizeof(*n));
+
+		if (n == NULL) {
+			snprintf(err, errlen, "job %u: out of memory", cfg->id);
+			return -ENOMEM;
+		}
+		s->jobs = n;
+		s->cap *= 2;
+	}
+	j = job_new(cfg, cfg);
+	if (j != NULL && plan != NULL) {
+		j->plan = json_deep_copy(plan);
+		if (j->plan == NULL) {
+			j->owned_cfg = NULL; /* not taken */
+			job_free(j);
+			j = NULL;
+		}
+	}
+	if (j == NULL) {
+		snprintf(err, errlen, "job %u: out of memory", cfg->id);
+		return -ENOMEM;
+	}
+	for (pos = s->njobs; pos > 0 && s->jobs[pos - 1]->cfg->id > cfg->id; pos--) {
+		s->jobs[pos] = s->jobs[pos - 1];
+	}
+	s->jobs[pos] = j;
+	s->njobs++;
+	s->jobs_created++;
+	/* The cores see no idle job; publishing anyway makes every change of the job set one
+	 * table swap, so the swap path runs as often as jobs change (and is tested so). */
+	publish(s);
+	PBOX_LOG_INFO(ADMIN, "job %u: created at run time (%u workers, %s, sync %s)", cfg->id,
+		      cfg->workers, mode_name(cfg->mode), cfg->sync->name);
+	return 0;
+}
+
+/* Tell every connected rank of j that the job is gone and close its connection; the
+ * connections no longer count as members (their close is not a loss). */
+static void evict_members(struct job *j, const char *reason)
+{
+	json_t *ev = json_pack("{s:s, s:i, s:s}", "event", "abort", "errno", ESHUTDOWN, "reason",
+			       reason);
+	json_t *err = pbox_ctl_error(ESHUTDOWN, "%s", reason);
+
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		struct pboxd_member_ref *ref = j->members[r].ref;
+
+		if (ref == NULL) {
+			continue;
+		}
+		if (ref->pending) {
+			/* Its register waits for an answer: this is the answer. */
+			ref->pending = false;
+			ref->send_event(ref, err);
+		} else {
+			ref->send_event(ref, ev);
+		}
+		ref->joined = false;
+		ref->left = true;
+		ref->kick(ref);
+		j->members[r].ref = NULL;
+		j->members[r].waiting = false;
+	}
+	j->nconnected = 0;
+	j->nregistered = 0;
+	json_decref(ev);
+	json_decref(err);
+}
+
+int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char *why, char *err,
+			      size_t errlen)
+{
+	struct job *j = find_job(s, id);
+	char reason[256];
+
+	if (j == NULL) {
+		snprintf(err, errlen, "job %u does not exist", id);
+		return -ENOENT;
+	}
+	snprintf(reason, sizeof(reason), "job %u was removed from the appliance (%s)", id, why);
+	evict_members(j, reason);
+	s->jobs_removed++;
+	if (j->st == SESS_STARTING) {
+		/* The allocator thread holds j: freed when its allocation comes back. */
+		j->removed = true;
+		PBOX_LOG_INFO(ADMIN, "%s; its chunk state is freed once allocated", reason);
+		return 0;
+	}
+	j->removed = true;
+	if (j->st != SESS_IDLE) {
+		/* Unpublished first; the state goes after the cores' grace period. */
+		end_session(s, j);
+	} else {
+		publish(s);
+	}
+	unlink_job(s, j);
+	PBOX_LOG_INFO(ADMIN, "%s", reason);
+	job_free(j);
+	return 0;
+}
+
+json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
+{
+	json_t *arr = pboxd_sessions_status(s);
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(arr, i, o)
+	{
+		const struct job *j =
+			find_job(s, (uint32_t)json_integer_value(json_object_get(o, "id")));
+
+		json_object_set_new(o, "window", json_integer(j->cfg->window));
+		json_object_set_new(
+			o, "reduce",
+			json_string(j->cfg->reduce == PBOX_REDUCE_MEAN ? "mean" : "sum"));
+		json_object_set_new(o, "keys_configured", json_integer(j->cfg->nkeys));
+		json_object_set_new(o, "memory_budget",
+				    json_integer((json_int_t)j->cfg->memory_budget));
+		if (j->plan != NULL) {
+			json_object_set(o, "plan", j->plan);
+		}
+	}
+	return arr;
+}
+
+void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created, uint64_t *removed)
+{
+	*created = s->jobs_created;
+	*removed = s->jobs_removed;
 }

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/ctlproto.h"
 #include "config.h"
 #include "dataplane.h"
 
@@ -44,37 +45,6 @@ static inline uint64_t pboxd_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/*
- * A log rate limit, so that a client cannot flood the log: at most PBOXD_RATELOG_BURST
- * lines per PBOXD_RATELOG_WINDOW_MS; the first line after a quiet window says how many
- * were left out.
- */
-#define PBOXD_RATELOG_BURST     10u
-#define PBOXD_RATELOG_WINDOW_MS 10000u
-struct pboxd_ratelog {
-	uint64_t window_start_ms;
-	uint32_t n;
-	uint64_t suppressed;
-};
-
-/* true: log now (*suppressed: lines left out before this one, then reset). */
-static inline bool pboxd_ratelog_ok(struct pboxd_ratelog *rl, uint64_t now_ms, uint64_t *suppressed)
-{
-	*suppressed = 0;
-	if (now_ms - rl->window_start_ms >= PBOXD_RATELOG_WINDOW_MS) {
-		rl->window_start_ms = now_ms;
-		rl->n = 0;
-	}
-	if (rl->n >= PBOXD_RATELOG_BURST) {
-		rl->suppressed++;
-		return false;
-	}
-	rl->n++;
-	*suppressed = rl->suppressed;
-	rl->suppressed = 0;
-	return true;
 }
 
 /* What the sessions module keeps about a control connection. */
@@ -136,6 +106,36 @@ void pboxd_sessions_abort_all(struct pboxd_sessions *s, const char *reason);
  * (pboxd_xdp_sync). Set before any admission; NULL fn: none. */
 typedef void (*pboxd_publish_hook_fn)(void *arg, const struct pbox_jobtab *tab);
 void pboxd_sessions_set_publish_hook(struct pboxd_sessions *s, pboxd_publish_hook_fn fn, void *arg);
+/* Most jobs an appliance holds (configured and created at run time). */
+#define PBOXD_MAX_JOBS 4096u
+
+/*
+ * Run-time jobs (the narrow ingress of the control plane: `pbox job`, pbox-ctrld).
+ *
+ * pboxd_sessions_job_add: add job cfg (with plan, the control plane's tree/thresholds
+ * object of common/jobspec.h, copied; NULL: none), validated already (pboxd_config_load_job or
+ * pboxd_job_cfg_from_json, as for config-file jobs) and taken on success (freed with the
+ * job; on error it stays the caller's). Refused with -EEXIST (the id exists), -ENOSPC
+ * (PBOXD_MAX_JOBS jobs, or a state that can never fit the memory budgets: the same rule as
+ * `pboxd --check-config`), the geometry's -EINVAL / -E2BIG for a configured key set, or
+ * -ENOMEM; err names the job and the cause. A new job table is published.
+ *
+ * pboxd_sessions_job_remove: remove job id (config-file or run-time). Its connected ranks
+ * are told ({"event":"abort","errno":ESHUTDOWN,"reason":"job N was removed ... (why)"}, or
+ * that answer to a pending register) and disconnected; a running session is unpublished
+ * and its chunk state freed after the cores' RCU grace period (never on this thread's
+ * behalf of a core still reading it); a session still being allocated is freed when the
+ * allocation returns. -ENOENT (no such job) with err.
+ */
+int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, const json_t *plan,
+			   char *err, size_t errlen);
+int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char *why, char *err,
+			      size_t errlen);
+/* Every job with its definition's main settings and its session: a JSON array. */
+json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s);
+/* Jobs created and removed at run time so far. */
+void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created,
+			       uint64_t *removed);
 
 /* The checkpointer (NULL: checkpoints off), for the shutdown hook. */
 struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s);

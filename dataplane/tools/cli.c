@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
+#include "common/ctlclient.h"
 #include "common/ctlproto.h"
 
 uint64_t pbox_cli_json_u64(const json_t *o, const char *key)
@@ -25,187 +26,35 @@ uint64_t pbox_cli_json_u64(const json_t *o, const char *key)
 							       : 0;
 }
 
-static long long ms_left(const struct timespec *deadline)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
-	       (deadline->tv_nsec - now.tv_nsec) / 1000000;
-}
-
-/* Connect to pboxd's Unix control socket at path. */
-static int connect_unix(const char *path, char *err, size_t errlen)
-{
-	struct sockaddr_un su = { .sun_family = AF_UNIX };
-	int fd, rc;
-
-	if (strlen(path) >= sizeof(su.sun_path)) {
-		snprintf(err, errlen, "%s: path too long for a Unix socket", path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(su.sun_path, path, strlen(path) + 1);
-	/* Non-blocking like the TCP path: the reply is read until EAGAIN. A Unix connect
-	 * completes at once (or fails with EAGAIN when the backlog is full). */
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: socket: %s", path, strerror(errno));
-		return rc;
-	}
-	if (connect(fd, (struct sockaddr *)&su, sizeof(su)) != 0) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: cannot connect: %s%s", path, strerror(errno),
-			 errno == ENOENT || errno == ECONNREFUSED
-				 ? " (is pboxd running, with this control_socket?)"
-				 : "");
-		close(fd);
-		return rc;
-	}
-	return fd;
-}
-
-/* Connect to host:port (or a Unix socket path starting with '/') without blocking longer
- * than the deadline. */
-static int connect_to(const char *addr, const struct timespec *deadline, char *err, size_t errlen)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	char host[256];
-	const char *colon = strrchr(addr, ':');
-	int fd, rc, soerr = 0;
-	socklen_t sl = sizeof(soerr);
-	struct pollfd p;
-
-	if (addr[0] == '/') {
-		return connect_unix(addr, err, errlen);
-	}
-	if (colon == NULL || colon == addr || colon[1] == '\0' ||
-	    (size_t)(colon - addr) >= sizeof(host)) {
-		snprintf(err, errlen, "%s: expected HOST:PORT", addr);
-		return -EINVAL;
-	}
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	rc = getaddrinfo(host, colon + 1, &hints, &ai);
-	if (rc != 0) {
-		snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
-		return -EINVAL;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: socket: %s", addr, strerror(errno));
-		freeaddrinfo(ai);
-		return rc;
-	}
-	rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	if (rc != 0 && errno != EINPROGRESS) {
-		rc = -errno;
-		goto fail;
-	}
-	p = (struct pollfd){ .fd = fd, .events = POLLOUT };
-	rc = poll(&p, 1, (int)PBOX_MAX(ms_left(deadline), 0));
-	if (rc == 0) {
-		rc = -ETIMEDOUT;
-		goto fail;
-	}
-	if (rc < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0) {
-		rc = -errno;
-		goto fail;
-	}
-	if (soerr != 0) {
-		rc = -soerr;
-		goto fail;
-	}
-	return fd;
-fail:
-	snprintf(err, errlen, "%s: cannot connect: %s%s", addr, strerror(-rc),
-		 rc == -ECONNREFUSED ? " (is pboxd running, with this control address?)" : "");
-	close(fd);
-	return rc;
-}
-
 int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
 			 char *err, size_t errlen)
 {
-	struct pbox_linebuf lb;
-	struct timespec deadline;
-	json_error_t jerr;
-	int fd, rc;
+	return pbox_ctl_request(addr, NULL, req, reply, timeout_ms, err, errlen);
+}
 
-	*reply = NULL;
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += timeout_ms / 1000;
-	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (deadline.tv_nsec >= 1000000000) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000;
-	}
-	fd = connect_to(addr, &deadline, err, errlen);
-	if (fd < 0) {
-		return fd;
-	}
-	rc = pbox_ctl_send(fd, req, timeout_ms);
-	if (rc < 0) {
-		snprintf(err, errlen, "%s: sending the request: %s", addr, strerror(-rc));
-		close(fd);
+int pbox_cli_admin_request(const char *addr, const char *admin_token, const json_t *req,
+			   json_t **reply, int timeout_ms, char *err, size_t errlen)
+{
+	return pbox_ctl_request(addr, admin_token, req, reply, timeout_ms, err, errlen);
+}
+
+int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	int rc = 0;
+
+	if (f == NULL) {
+		rc = -errno;
+		snprintf(err, errlen, "--admin-token-file %s: %s", path, strerror(errno));
 		return rc;
 	}
-	pbox_linebuf_init(&lb);
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = ms_left(&deadline);
-		char *line;
-		long n;
-
-		while ((line = pbox_linebuf_next(&lb)) != NULL) {
-			json_t *o = json_loads(line, 0, &jerr);
-
-			if (o == NULL) {
-				snprintf(err, errlen, "%s: the reply is not JSON: %s", addr,
-					 jerr.text);
-				rc = -EPROTO;
-				goto out;
-			}
-			if (json_object_get(o, "event") != NULL) {
-				json_decref(o); /* unsolicited; not our answer */
-				continue;
-			}
-			*reply = o;
-			rc = 0;
-			goto out;
-		}
-		if (left <= 0) {
-			snprintf(err, errlen, "%s: no reply within %d ms", addr, timeout_ms);
-			rc = -ETIMEDOUT;
-			goto out;
-		}
-		rc = poll(&p, 1, (int)left);
-		if (rc < 0 && errno != EINTR) {
-			rc = -errno;
-			snprintf(err, errlen, "%s: poll: %s", addr, strerror(-rc));
-			goto out;
-		}
-		if (rc <= 0) {
-			continue;
-		}
-		n = pbox_linebuf_fill(&lb, fd);
-		if (n == 0) {
-			snprintf(err, errlen, "%s: pboxd closed the connection without a reply",
-				 addr);
-			rc = -ECONNRESET;
-			goto out;
-		}
-		if (n < 0 && n != -EAGAIN) {
-			rc = (int)n;
-			snprintf(err, errlen, "%s: reading the reply: %s", addr, strerror(-rc));
-			goto out;
-		}
+	if (fgets(tok, (int)len, f) == NULL) {
+		snprintf(err, errlen, "--admin-token-file %s: empty", path);
+		rc = -EINVAL;
+	} else {
+		tok[strcspn(tok, "\r\n")] = '\0';
 	}
-out:
-	pbox_linebuf_free(&lb);
-	close(fd);
+	fclose(f);
 	return rc;
 }
 

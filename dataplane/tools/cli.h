@@ -18,6 +18,7 @@
 int pbox_cmd_train(int argc, char **argv);
 int pbox_cmd_demo(int argc, char **argv);
 int pbox_cmd_stats(int argc, char **argv);
+int pbox_cmd_job(int argc, char **argv);
 
 /* The member key of o as an unsigned counter: 0 if o is not an object, key is absent, or
  * its value is not a positive integer (pboxd's and the workers' JSON counters). */
@@ -32,6 +33,16 @@ uint64_t pbox_cli_json_u64(const json_t *o, const char *key);
  */
 int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
 			 char *err, size_t errlen);
+
+/* Like pbox_cli_ctl_request, on a connection that first proves admin_token ({"op":"auth"};
+ * skipped when admin_token is NULL or "" or addr is a Unix socket): an administration
+ * request may be longer than what pboxd reads before authentication. A refused auth is
+ * returned as the reply. */
+int pbox_cli_admin_request(const char *addr, const char *admin_token, const json_t *req,
+			   json_t **reply, int timeout_ms, char *err, size_t errlen);
+
+/* The first line of path (without the newline) into tok. 0 or -errno with err. */
+int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen);
 
 /* "1.41 GB", "940.6 KB", "512 B" (decimal units). Returns buf. */
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len);

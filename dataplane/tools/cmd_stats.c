@@ -48,27 +48,6 @@ static void print_core(const char *name, const json_t *c)
 	       json_is_number(busy) ? json_number_value(busy) : 0.0);
 }
 
-/* The first line of path (without the newline) into tok. 0 or -errno with err. */
-static int read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen)
-{
-	FILE *f = fopen(path, "r");
-	int rc = 0;
-
-	if (f == NULL) {
-		rc = -errno;
-		snprintf(err, errlen, "--admin-token-file %s: %s", path, strerror(errno));
-		return rc;
-	}
-	if (fgets(tok, (int)len, f) == NULL) {
-		snprintf(err, errlen, "--admin-token-file %s: empty", path);
-		rc = -EINVAL;
-	} else {
-		tok[strcspn(tok, "\r\n")] = '\0';
-	}
-	fclose(f);
-	return rc;
-}
-
 static void print_control(const json_t *ctl)
 {
 	const char *key;
@@ -86,7 +65,8 @@ static void print_control(const json_t *ctl)
 	{
 		if (strcmp(key, "connections") == 0 || strcmp(key, "unauthenticated") == 0 ||
 		    strcmp(key, "accepted") == 0 || strcmp(key, "max_connections") == 0 ||
-		    strcmp(key, "peak_connections") == 0 || json_integer_value(v) == 0) {
+		    strcmp(key, "peak_connections") == 0 || strcmp(key, "jobs_created") == 0 ||
+		    strcmp(key, "jobs_removed") == 0 || json_integer_value(v) == 0) {
 			continue;
 		}
 		printf("%s %s=%" JSON_INTEGER_FORMAT, any ? "" : "; refused/closed:", key,
@@ -94,6 +74,11 @@ static void print_control(const json_t *ctl)
 		any = true;
 	}
 	printf("\n");
+	if (pbox_cli_json_u64(ctl, "jobs_created") || pbox_cli_json_u64(ctl, "jobs_removed")) {
+		printf("runtime jobs: %" PRIu64 " created, %" PRIu64 " removed\n",
+		       pbox_cli_json_u64(ctl, "jobs_created"),
+		       pbox_cli_json_u64(ctl, "jobs_removed"));
+	}
 }
 
 /* pboxd's XDP filter (nicfw/), when it has one: what it passed, redirected, dropped. */
@@ -242,7 +227,8 @@ int pbox_cmd_stats(int argc, char **argv)
 		addr = sock;
 	}
 	if (token_file != NULL) {
-		if (read_token_file(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
+		if (pbox_cli_read_token_file(token_file, token, sizeof(token), err, sizeof(err)) !=
+		    0) {
 			fprintf(stderr, "pbox stats: %s\n", err);
 			return 64;
 		}

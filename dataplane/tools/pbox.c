@@ -27,6 +27,7 @@ static const struct subcommand g_cmds[] = {
 	{ "train", pbox_cmd_train,
 	  "train the Fashion-MNIST MLP as one rank of a pbox job, or alone (--local)" },
 	{ "stats", pbox_cmd_stats, "print the counters of a running pboxd" },
+	{ "job", pbox_cmd_job, "create, list or remove jobs of a running pboxd or pbox-ctrld" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pbox-ctrld: the control plane's daemon. It owns the jobs (its configuration file's and
+ * those created at run time), admits each onto one of the pboxds it manages and publishes
+ * it there over that pboxd's admin control channel (common/jobspec.h messages), and keeps
+ * publishing: every reconcile interval it lists each pboxd's jobs and re-creates what is
+ * missing (a restarted pboxd gets its jobs back) and retries removals that could not reach
+ * their pboxd.
+ *
+ * Admission: a job definition is validated here with pboxd's own job validation (so
+ * --check-config catches bad static jobs), then offered to the managed pboxds, fewest
+ * assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
+ * the geometry and budgets of its own hardware) and the first to accept holds the job. A
+ * job that no reachable pboxd accepts is refused, with every pboxd's reason.
+ *
+ * Configuration (libconfig):
+ *   ctrld = {
+ *     listen = "127.0.0.1:7300";      # JSON control API (TCP)
+ *     control_socket = "";            # Unix socket for operators (admin without token)
+ *     admin_token = "";               # job administration over TCP needs it
+ *     reconcile_interval = 1000;      # ms between publication checks
+ *     request_timeout = 5000;         # ms for one request to a pboxd
+ *     max_connections = 256;
+ *     max_per_address = 64;           # connections from one source address
+ *     auth_failures_burst = 10;       # wrong admin tokens per address, then
+ *     auth_failures_per_minute = 60;  # this many a minute
+ *   };
+ *   pboxds = ( { name = "a"; control = "127.0.0.1:7000"; admin_token = "..."; } );
+ *              # control may be a pboxd's Unix control socket (then no token)
+ *   jobs = ( { id = 1; token = "s3cret"; workers = 2; ... } );  # pboxd's job syntax
+ *
+ * Threading: one thread, a poll loop (main.c).
+ */
+#ifndef PBOX_CTRLD_H
+#define PBOX_CTRLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define CTRLD_DEFAULT_CONFIG "/etc/pbox/pbox-ctrld.conf"
+#define CTRLD_MAX_PBOXDS     64u
+
+struct ctrld_pboxd {
+	char name[64];
+	char control[256]; /* host:port or a Unix socket path */
+	char admin_token[256];
+	/* state */
+	bool up;
+	uint32_t njobs; /* jobs assigned here */
+	char last_error[256];
+};
+
+struct ctrld_config {
+	char path[512];
+	char listen_host[64];
+	uint16_t listen_port;
+	char control_socket[108];
+	char admin_token[256];
+	uint32_t reconcile_ms;
+	uint32_t request_timeout_ms;
+	uint32_t max_connections;
+	uint32_t max_per_address;
+	uint32_t auth_failures_burst;
+	uint32_t auth_failures_per_minute;
+	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
+	uint32_t npboxds;
+	json_t *jobs; /* array of job descriptions from the file (owned) */
+};
+
+/* Read and validate path (every static job through pboxd's job validation). Returns 0,
+ * or -EINVAL / -ENOENT with "file:line: setting: what" in err. Free with
+ * ctrld_config_free. */
+int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, size_t errlen);
+void ctrld_config_free(struct ctrld_config *cfg);
+
+/* Validate a job description as pboxd would (with pboxd's defaults). 0 or -EINVAL with
+ * err. */
+int ctrld_job_validate(const json_t *desc, char *err, size_t errlen);
+
+#endif /* PBOX_CTRLD_H */

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * `pbox job create|list|rm`: jobs of a running pboxd (or pbox-ctrld, which speaks the same
+ * messages) at run time, over its control channel as an operator (Unix control socket, or
+ * the admin token). The job definition has the settings of a configuration file's job
+ * group, as a JSON object (--file) and/or SETTING=VALUE words (common/jobspec.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/args.h"
+#include "common/jobspec.h"
+
+#define JOB_TIMEOUT_MS 10000
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: pbox job create [options] [--file FILE.json] [SETTING=VALUE ...]\n"
+		"       pbox job list   [options] [--json]\n"
+		"       pbox job rm     [options] ID\n"
+		"\n"
+		"Create, list or remove jobs of a running pboxd (or pbox-ctrld) at run time. A\n"
+		"job definition has the settings of a job group of pboxd's configuration file\n"
+		"(id, token, workers, mode, reduce, optimizer, keys, window, deterministic, sync,\n"
+		"flow, on_worker_loss, memory_budget, non_finite), given as a JSON object in\n"
+		"FILE (\"-\": standard input) and/or as SETTING=VALUE words, which override it:\n"
+		"  pbox job create id=5 token=s3cret workers=2 mode=server-optimizer \\\n"
+		"      optimizer.name=nag optimizer.lr=0.1 sync.model=ssp sync.staleness=2\n"
+		"  keys=ID:ELEMENTS,ID:ELEMENTS,...   a fixed key set\n"
+		"The appliance validates it exactly as a configuration file's job. Removing a\n"
+		"job ends its session: its workers get an error naming the removal.\n"
+		"\n"
+		"      --control HOST:PORT  control address (default 127.0.0.1:7000)\n"
+		"      --socket PATH        the local control socket instead (no token needed)\n"
+		"      --admin-token-file FILE  the admin token (first line of FILE; default: the\n"
+		"                           environment variable PBOX_ADMIN_TOKEN)\n"
+		"  -f, --file FILE          the job definition as JSON (create)\n"
+		"      --json               print the reply as JSON (list)\n"
+		"  -h, --help               this text\n");
+}
+
+static json_t *read_json_file(const char *path, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *o;
+
+	if (strcmp(path, "-") == 0) {
+		o = json_loadf(stdin, 0, &jerr);
+	} else {
+		o = json_load_file(path, 0, &jerr);
+	}
+	if (o == NULL) {
+		snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
+	} else if (!json_is_object(o)) {
+		snprintf(err, errlen, "%s: a job definition must be a JSON object", path);
+		json_decref(o);
+		o = NULL;
+	}
+	return o;
+}
+
+static void print_list(const json_t *jobs)
+{
+	const json_t *j;
+	size_t i;
+
+	if (json_array_size(jobs) == 0) {
+		printf("no jobs\n");
+		return;
+	}
+	printf("%-10s %-8s %-17s %-8s %-8s %-9s %-10s %s\n", "id", "origin", "mode", "sync",
+	       "workers", "state", "connected", "where");
+	json_array_foreach(jobs, i, j)
+	{
+		const char *where = json_string_value(json_object_get(j, "pboxd"));
+
+		printf("%-10" PRIu64 " %-8s %-17s %-8s %-8" PRIu64 " %-9s %-10" PRIu64 " %s\n",
+		       pbox_cli_json_u64(j, "id"),
+		       json_string_value(json_object_get(j, "origin")) ?: "-",
+		       json_string_value(json_object_get(j, "mode")) ?: "-",
+		       json_string_value(json_object_get(j, "sync")) ?: "-",
+		       pbox_cli_json_u64(j, "workers"),
+		       json_string_value(json_object_get(j, "state")) ?: "-",
+		       pbox_cli_json_u64(j, "connected"), where ? where : "");
+	}
+}
+
+int pbox_cmd_job(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "control", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "admin-token-file", required_argument, NULL, 't' },
+		{ "file", required_argument, NULL, 'f' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *addr = "127.0.0.1:7000", *token_file = NULL, *file = NULL, *verb;
+	char token[512] = "", err[768];
+	json_t *req = NULL, *reply = NULL, *desc = NULL;
+	bool as_json = false;
+	int opt, rc, status = 1;
+
+	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 64 : 0;
+	}
+	verb = argv[1];
+	if (strcmp(verb, "create") != 0 && strcmp(verb, "list") != 0 && strcmp(verb, "rm") != 0) {
+		fprintf(stderr, "pbox job: unknown action '%s' (create, list, rm)\n", verb);
+		return 64;
+	}
+	argc--;
+	argv++;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "f:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			addr = optarg;
+			break;
+		case 's':
+			if (optarg[0] != '/') {
+				fprintf(stderr,
+					"pbox job: --socket %s: expected an absolute path\n",
+					optarg);
+				return 64;
+			}
+			addr = optarg;
+			break;
+		case 't':
+			token_file = optarg;
+			break;
+		case 'f':
+			file = optarg;
+			break;
+		case 'j':
+			as_json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 64;
+		}
+	}
+	if (token_file != NULL) {
+		if (pbox_cli_read_token_file(token_file, token, sizeof(token), err, sizeof(err)) !=
+		    0) {
+			fprintf(stderr, "pbox job: %s\n", err);
+			return 64;
+		}
+	} else if (getenv("PBOX_ADMIN_TOKEN") != NULL) {
+		snprintf(token, sizeof(token), "%s", getenv("PBOX_ADMIN_TOKEN"));
+	}
+	if (strcmp(verb, "create") == 0) {
+		desc = file != NULL ? read_json_file(file, err, sizeof(err)) : json_object();
+		if (desc == NULL) {
+			fprintf(stderr, "pbox job create: %s\n", err);
+			return 64;
+		}
+		for (int i = optind; i < argc; i++) {
+			if (pbox_jobspec_set_kv(desc, argv[i], err, sizeof(err)) != 0) {
+				fprintf(stderr, "pbox job create: %s\n", err);
+				json_decref(desc);
+				return 64;
+			}
+		}
+		if (json_object_size(desc) == 0) {
+			fprintf(stderr, "pbox job create: no job definition (--file or "
+					"SETTING=VALUE words)\n");
+			json_decref(desc);
+			return 64;
+		}
+		req = pbox_jobmsg_create(desc, NULL);
+		json_decref(desc);
+	} else if (strcmp(verb, "rm") == 0) {
+		uint32_t id;
+
+		if (optind != argc - 1 ||
+		    pbox_arg_u32("pbox job rm", "ID", argv[optind], 0, UINT32_MAX, &id) != 0) {
+			fprintf(stderr, "pbox job rm: expected one job ID\n");
+			return 64;
+		}
+		req = pbox_jobmsg_rm(id, NULL);
+	} else {
+		if (optind != argc) {
+			fprintf(stderr, "pbox job list: unexpected argument '%s'\n", argv[optind]);
+			return 64;
+		}
+		req = pbox_jobmsg_list(NULL);
+	}
+	if (req == NULL) {
+		fprintf(stderr, "pbox job: out of memory\n");
+		return 1;
+	}
+	rc = pbox_cli_admin_request(addr, token, req, &reply, JOB_TIMEOUT_MS, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "pbox job %s: %s\n", verb, err);
+		goto out;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		fprintf(stderr, "pbox job %s: %s refused: %s\n", verb, addr,
+			json_string_value(json_object_get(reply, "error")) ?: "(no reason given)");
+		goto out;
+	}
+	if (strcmp(verb, "list") == 0) {
+		if (as_json) {
+			json_dumpf(reply, stdout, JSON_INDENT(2));
+			printf("\n");
+		} else {
+			print_list(json_object_get(reply, "jobs"));
+		}
+	} else {
+		printf("job %" PRIu64 " %s\n", pbox_cli_json_u64(reply, "id"),
+		       strcmp(verb, "rm") == 0 ? "removed" : "created");
+	}
+	status = 0;
+out:
+	json_decref(req);
+	json_decref(reply);
+	return status;
+}
