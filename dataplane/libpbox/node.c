@@ -468,11 +468,10 @@ static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
 
 /* ---- congestion control and RTO (node.h explains the choice) -------------------------- */
 
-#define MS_NS                1000000ull
-#define MIN_RTT_EPOCH_NS     (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
-#define RTO_CLOCK_NS         (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
-#define PACE_SLACK_NS        (2ull * MS_NS)     /* a late wake-up may catch up this much */
-#define QUEUE_CEILING_CHUNKS 4u                 /* congestion avoidance stops growing here */
+#define MS_NS            1000000ull
+#define MIN_RTT_EPOCH_NS (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
+#define RTO_CLOCK_NS     (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
+#define PACE_SLACK_NS    (2ull * MS_NS)     /* a late wake-up may catch up this much */
 
 static void cc_init(struct pbox_node *n)
 {
@@ -557,13 +556,9 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
 	}
 	if (n->cwnd < n->ssthresh) {
 		n->cwnd += bytes;
-	} else if (backlog(n) < QUEUE_CEILING_CHUNKS * n->unit) {
+	} else {
 		n->cwnd += PBOX_MAX(bytes * n->mss / n->cwnd, 1u);
 	}
-	/* else: a queue of QUEUE_CEILING_CHUNKS chunks already stands on the path (Vegas'
-	 * estimate, window x (1 - min RTT / RTT)); more window would only lengthen it, and
-	 * with it the RTT, the RTO and the time a lost fragment costs, until a deep host
-	 * queue (1000 packets) overflows. */
 	n->cwnd = PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes + n->unit);
 	n->stats.cwnd = n->cwnd;
 }

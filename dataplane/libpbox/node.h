@@ -56,14 +56,14 @@
  *    are a quarter (at least 1 ms) above the minimum (HyStart), not only at a loss after
  *    a queue overflowed; TCP Veno's rule takes a loss with less than one chunk queued on
  *    the path as random (window x 0.8) and one with a queue as congestion (x 0.5), which
- *    keeps goodput under random loss; and congestion avoidance stops growing while 4
- *    chunks stand queued (Vegas' estimate, window x (1 - min RTT / RTT)), so a
- *    1000-packet host queue is not filled (RTT, RTO and the cost of a loss stay short).
- *    Both read the queue from the standing RTT (the least sample of the last half round
- *    trip, Copa's filter), not the smoothed one, so a descheduled progress thread does
- *    not read as a queue. A result that arrives in part counts as a loss too: results
- *    leave the appliance at the pace of the workers' pushes, so that is the lever for the
- *    appliance's link and the worker's downlink.
+ *    keeps goodput under random loss. The queue is read from the standing RTT (the least
+ *    sample of the last half round trip, Copa's filter), not the smoothed one, so a
+ *    descheduled progress thread does not read as a queue. A Vegas-style ceiling (stop
+ *    growing while 4 chunks stand queued) was tried and dropped: on the shared 2-CPU test
+ *    machine (load 20) every RTT sample carries scheduling delay, the ceiling read it as
+ *    a queue and held the window at a third of the link (netlab: 33 s instead of 11 s). A result
+ * that arrives in part counts as a loss too: results leave the appliance at the pace of the
+ * workers' pushes, so that is the lever for the appliance's link and the worker's downlink.
  *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
  *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
  *    2 ms worth.
