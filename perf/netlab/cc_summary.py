@@ -37,8 +37,8 @@ def main(argv):
             bound = r["bounds"]["link_bound_s"]
             for name, p in r["systems"].items():
                 if p.get("status") != "ok":
-                    print("| %s | %g | %s | %s | | | | |" % (label, sc["loss"], name,
-                                                           p.get("status")))
+                    print("| %s | %g | %s | %s: %s | | | | |" % (
+                        label, sc["loss"], name, p.get("status"), p.get("error", "")))
                     continue
                 ex = len(p["iter_seconds"]) + sc["warmup"]
                 links = [v for k, v in p["links"].items() if k.startswith("w")]
