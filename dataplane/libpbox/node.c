@@ -484,6 +484,8 @@ static void cc_init(struct pbox_node *n)
 	n->rto = (uint64_t)n->cfg.rto_ms * MS_NS;
 	n->rto_min = (uint64_t)n->cfg.rto_min_ms * MS_NS;
 	n->rto_max = (uint64_t)n->cfg.rto_max_ms * MS_NS;
+	n->stats.cwnd = n->cwnd;
+	n->stats.rto_us = n->rto / 1000;
 	n->min_rtt = n->min_prev = n->min_cur = UINT64_MAX;
 	n->standing_cur = UINT64_MAX;
 }
