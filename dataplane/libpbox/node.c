@@ -87,6 +87,8 @@ struct pbox_node {
 	uint64_t rto_min, rto_max;
 	uint64_t min_rtt; /* windowed minimum: min(min_prev, min_cur) */
 	uint64_t min_prev, min_cur, min_epoch;
+	uint64_t standing; /* least RTT sample of the last srtt / 2 (0: none yet) */
+	uint64_t standing_cur, standing_start;
 	uint64_t recover_until; /* no second window reduction before this (one per RTT) */
 	uint64_t last_delivery; /* last time a contribution was acknowledged */
 	uint64_t send_order;    /* counts contribution sends (first sends and resends) */
@@ -466,11 +468,10 @@ static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
 
 /* ---- congestion control and RTO (node.h explains the choice) -------------------------- */
 
-#define MS_NS                1000000ull
-#define MIN_RTT_EPOCH_NS     (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
-#define RTO_CLOCK_NS         (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
-#define PACE_SLACK_NS        (2ull * MS_NS)     /* a late wake-up may catch up this much */
-#define QUEUE_CEILING_CHUNKS 4u                 /* congestion avoidance stops growing here */
+#define MS_NS            1000000ull
+#define MIN_RTT_EPOCH_NS (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
+#define RTO_CLOCK_NS     (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
+#define PACE_SLACK_NS    (2ull * MS_NS)     /* a late wake-up may catch up this much */
 
 static void cc_init(struct pbox_node *n)
 {
@@ -483,7 +484,10 @@ static void cc_init(struct pbox_node *n)
 	n->rto = (uint64_t)n->cfg.rto_ms * MS_NS;
 	n->rto_min = (uint64_t)n->cfg.rto_min_ms * MS_NS;
 	n->rto_max = (uint64_t)n->cfg.rto_max_ms * MS_NS;
+	n->stats.cwnd = n->cwnd;
+	n->stats.rto_us = n->rto / 1000;
 	n->min_rtt = n->min_prev = n->min_cur = UINT64_MAX;
+	n->standing_cur = UINT64_MAX;
 }
 
 /* A round-trip time sample r (RFC 6298 section 2; Karn: callers only pass samples of
@@ -508,6 +512,12 @@ static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
 	}
 	n->min_cur = PBOX_MIN(n->min_cur, r);
 	n->min_rtt = PBOX_MIN(n->min_prev, n->min_cur);
+	if (t >= n->standing_start + n->srtt / 2) {
+		n->standing = n->standing_cur != UINT64_MAX ? PBOX_MIN(n->standing_cur, r) : r;
+		n->standing_cur = UINT64_MAX;
+		n->standing_start = t;
+	}
+	n->standing_cur = PBOX_MIN(n->standing_cur, r);
 	/* Slow start ends when a queue starts to build (HyStart's delay test: three samples
 	 * in a row a quarter above the minimum, so one late wake-up of a busy CPU does not
 	 * end it), not only at the first loss, which would come after a queue overflowed. */
@@ -523,6 +533,20 @@ static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
 	n->stats.rto_us = n->rto / 1000;
 }
 
+/* Bytes of ours queued on the path (Vegas: window x (1 - min RTT / RTT)), with the
+ * standing RTT, the least sample of the last half round trip, not the smoothed one:
+ * a progress thread or pboxd descheduled for a few ms on a busy machine delays some
+ * acknowledgements, not all of them, and must not read as a queue (Copa's filter). */
+static uint64_t backlog(const struct pbox_node *n)
+{
+	uint64_t r = n->standing;
+
+	if (r == 0 || n->min_rtt == UINT64_MAX || r <= n->min_rtt) {
+		return 0;
+	}
+	return n->cwnd * (r - n->min_rtt) / r;
+}
+
 /* bytes of contributions were acknowledged; inflight_before: bytes in flight before. */
 static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_before, uint64_t t)
 {
@@ -534,14 +558,9 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
 	}
 	if (n->cwnd < n->ssthresh) {
 		n->cwnd += bytes;
-	} else if (n->srtt == 0 || n->min_rtt == UINT64_MAX || n->srtt <= n->min_rtt ||
-		   n->cwnd * (n->srtt - n->min_rtt) / n->srtt < QUEUE_CEILING_CHUNKS * n->unit) {
+	} else {
 		n->cwnd += PBOX_MAX(bytes * n->mss / n->cwnd, 1u);
 	}
-	/* else: a queue of QUEUE_CEILING_CHUNKS chunks already stands on the path (Vegas'
-	 * estimate, window x (1 - min RTT / RTT)); more window would only lengthen it, and
-	 * with it the RTT, the RTO and the time a lost fragment costs, until a deep host
-	 * queue (1000 packets) overflows. */
 	n->cwnd = PBOX_MIN(n->cwnd, (uint64_t)n->cfg.window_bytes + n->unit);
 	n->stats.cwnd = n->cwnd;
 }
@@ -557,16 +576,11 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
  */
 static void cc_loss(struct pbox_node *n, uint64_t t, bool timeout)
 {
-	uint64_t backlog = 0;
-
 	(void)timeout;
 	if (t < n->recover_until) {
 		return;
 	}
-	if (n->srtt != 0 && n->min_rtt != UINT64_MAX && n->srtt > n->min_rtt) {
-		backlog = n->cwnd * (n->srtt - n->min_rtt) / n->srtt;
-	}
-	n->cwnd = backlog < n->unit ? n->cwnd * 4 / 5 : n->cwnd / 2;
+	n->cwnd = backlog(n) < n->unit ? n->cwnd * 4 / 5 : n->cwnd / 2;
 	n->cwnd = PBOX_MAX(n->cwnd, n->unit);
 	n->ssthresh = n->cwnd;
 	n->recover_until = t + PBOX_MAX(n->srtt, n->rto_min);

@@ -52,13 +52,18 @@
  *    delay-based BBR/Vegas: pbox shares hosts and links with TCP (Gloo, NCCL, storage),
  *    and its RTT samples include the progress threads' scheduling on busy CPUs, so a
  *    delay signal alone is noisy; loss is what a tbf or a switch port reports exactly.
- *    Delay is used where it is robust: slow start ends when the smoothed RTT rises above
- *    1.5x the minimum (HyStart), so a deep host queue (1000 packets) is not filled and
- *    overflowed; and TCP Veno's rule takes a loss with less than 3 chunks queued on the
- *    path as random (window x 0.8) and one with a queue as congestion (x 0.5), which keeps
- *    goodput under random loss. A result that arrives in part counts as a loss too: results
- *    leave the appliance at the pace of the workers' pushes, so that is the lever for the
- *    appliance's link and the worker's downlink.
+ *    Delay is used where it is robust: slow start ends when three RTT samples in a row
+ *    are a quarter (at least 1 ms) above the minimum (HyStart), not only at a loss after
+ *    a queue overflowed; TCP Veno's rule takes a loss with less than one chunk queued on
+ *    the path as random (window x 0.8) and one with a queue as congestion (x 0.5), which
+ *    keeps goodput under random loss. The queue is read from the standing RTT (the least
+ *    sample of the last half round trip, Copa's filter), not the smoothed one, so a
+ *    descheduled progress thread does not read as a queue. A Vegas-style ceiling (stop
+ *    growing while 4 chunks stand queued) was tried and dropped: on the shared 2-CPU test
+ *    machine (load 20) every RTT sample carries scheduling delay, the ceiling read it as
+ *    a queue and held the window at a third of the link (netlab: 33 s instead of 11 s). A result
+ * that arrives in part counts as a loss too: results leave the appliance at the pace of the
+ * workers' pushes, so that is the lever for the appliance's link and the worker's downlink.
  *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
  *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
  *    2 ms worth.

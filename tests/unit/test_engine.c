@@ -741,6 +741,64 @@ static void test_non_finite(void **state)
 	}
 }
 
+/*
+ * NACKs: a push round that ends (PBOX_F_LAST) with fragments missing is answered with an
+ * ACK carrying PBOX_F_SACK: the first missing fragment as the base, the ones held after it
+ * as bits; the seq of the round's last datagram echoed. A round's end without LAST (a
+ * network duplicate) or a complete contribution gets none. Chunk 0 has 8 fragments.
+ */
+static void test_nack_bitmap(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	static float g[NELEM];
+	struct pbox_msg m;
+	struct sim s;
+
+	(void)state;
+	fill_grad(g, 0, 0);
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	/* fragments 0, 1, 3, 6 of 8; the round ends at 6 */
+	push_frag(&s, 0, 0, 0, 0, g, PBOX_F_WANT_REPLY);
+	push_frag(&s, 0, 0, 0, 1, g, PBOX_F_WANT_REPLY);
+	push_frag(&s, 0, 0, 0, 3, g, PBOX_F_WANT_REPLY);
+	assert_false(sim_take_reply(&s, 0, &m, NULL));
+	push_frag(&s, 0, 0, 0, 6, g, PBOX_F_WANT_REPLY | PBOX_F_LAST);
+	assert_true(sim_take_reply(&s, 0, &m, NULL));
+	assert_int_equal(m.type, PBOX_MSG_ACK);
+	assert_int_equal(m.flags, PBOX_F_SACK);
+	assert_int_equal(m.frag_off, 2 * FRAG);
+	assert_int_equal(m.sack, (1u << 1) | (1u << 4)); /* 3 and 6 held after the base 2 */
+	assert_int_equal(m.arg0, 1);                     /* push_frag's seq */
+	assert_int_equal(SIM_STAT(&s, nacks), 1);
+	/* A duplicate of the round's end with LAST: the same NACK again (the first was lost). */
+	push_frag(&s, 0, 0, 0, 6, g, PBOX_F_WANT_REPLY | PBOX_F_LAST | PBOX_F_RETRANSMIT);
+	assert_true(sim_take_reply(&s, 0, &m, NULL));
+	assert_true(m.flags & PBOX_F_SACK);
+	assert_int_equal(m.sack, (1u << 1) | (1u << 4));
+	/* The rest: the contribution completes, an ACK (rank 1 has not pushed), no NACK. */
+	for (uint32_t f = 2; f < 8; f++) {
+		if (f != 3 && f != 6) {
+			push_frag(&s, 0, 0, 0, f, g,
+				  PBOX_F_WANT_REPLY | (f == 7 ? PBOX_F_LAST : 0));
+		}
+	}
+	assert_true(sim_take_reply(&s, 0, &m, NULL));
+	assert_int_equal(m.type, PBOX_MSG_ACK);
+	assert_int_equal(m.flags, 0);
+	assert_false(sim_take_reply(&s, 0, &m, NULL));
+	assert_int_equal(SIM_STAT(&s, nacks), 2);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -754,6 +812,7 @@ int main(void)
 		cmocka_unit_test(test_source_pinned),
 		cmocka_unit_test(test_source_pinned_cores),
 		cmocka_unit_test(test_non_finite),
+		cmocka_unit_test(test_nack_bitmap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
