@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/compiler.h"
 #include "common/confkit.h"
@@ -185,6 +186,9 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	snprintf(cfg->xdp.mode, sizeof(cfg->xdp.mode), "auto");
 	snprintf(cfg->xdp.pin_root, sizeof(cfg->xdp.pin_root), "/sys/fs/bpf/pbox");
 	cfg->xdp.max_chunks = 1u << 20;
+	cfg->probe.port = 55001;
+	cfg->probe.max_rate_bps = 1e9;
+	cfg->probe.max_budget_s = 10;
 }
 
 static int load_keys(struct pbox_confkit *c, const config_setting_t *ks, struct pboxd_job_cfg *j)
@@ -664,6 +668,66 @@ static int load_xdp(struct pbox_confkit *c, const config_setting_t *g, struct pb
 	return 0;
 }
 
+/* "100mbit", "1.5gbit", "500m", "800k", "800000" (bit/s) into *out; false if not a rate. */
+static bool parse_rate(const char *s, double *out)
+{
+	static const struct {
+		const char *sfx;
+		double mul;
+	} units[] = { { "", 1 },       { "k", 1e3 }, { "kbit", 1e3 }, { "m", 1e6 },
+		      { "mbit", 1e6 }, { "g", 1e9 }, { "gbit", 1e9 } };
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || !(v > 0)) {
+		return false;
+	}
+	for (size_t i = 0; i < PBOX_ARRAY_SIZE(units); i++) {
+		if (strcasecmp(end, units[i].sfx) == 0) {
+			*out = v * units[i].mul;
+			return *out >= 2e6 && *out <= 1e12;
+		}
+	}
+	return false;
+}
+
+/* The appliance's probe = { ... } group. */
+static int load_probe(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_probe_cfg *pc)
+{
+	static const char *const keys[] = { "port", "address", "max_rate", "max_budget_s", NULL };
+	const config_setting_t *where;
+	char rate[32] = "";
+	uint32_t port = pc->port;
+	struct in6_addr a6;
+	struct in_addr a4;
+	int rc;
+
+	if (!config_setting_is_group(g)) {
+		return pbox_conf_bad(c, g, "must be a group { port = 55001; ... }");
+	}
+	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "port", 1, 65535, &port)) != 0 ||
+	    (rc = pbox_conf_str(c, g, "address", pc->address, sizeof(pc->address), &where)) != 0 ||
+	    (rc = pbox_conf_u32(c, g, "max_budget_s", 1, 3600, &pc->max_budget_s)) != 0) {
+		return rc;
+	}
+	if (where != NULL && pc->address[0] != '\0' && inet_pton(AF_INET, pc->address, &a4) != 1 &&
+	    inet_pton(AF_INET6, pc->address, &a6) != 1) {
+		return pbox_conf_bad(c, where, "must be a numeric IPv4 or IPv6 address, or \"\"");
+	}
+	if ((rc = pbox_conf_str(c, g, "max_rate", rate, sizeof(rate), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL && !parse_rate(rate, &pc->max_rate_bps)) {
+		return pbox_conf_bad(c, where,
+				     "expected a rate from 2mbit to 1000gbit (e.g. \"1gbit\", "
+				     "\"500mbit\")");
+	}
+	pc->port = (uint16_t)port;
+	pc->enabled = true;
+	return 0;
+}
+
 int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, char *err,
 			      size_t errlen)
 {
@@ -732,6 +796,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"fault",
 		"dpdk",
 		"xdp",
+		"probe",
 		"worker_timeout",
 		"admin_token",
 		"control_socket",
@@ -870,6 +935,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		}
 		s = config_setting_get_member(a, "xdp");
 		if (s != NULL && (rc = load_xdp(&c, s, &cfg->xdp)) != 0) {
+			goto out;
+		}
+		s = config_setting_get_member(a, "probe");
+		if (s != NULL && (rc = load_probe(&c, s, &cfg->probe)) != 0) {
 			goto out;
 		}
 		if ((rc = pbox_conf_str(&c, a, "admin_token", cfg->admin_token,

@@ -60,6 +60,12 @@
  *                                     # ("": not pinned)
  *       max_chunks = 1048576;         # chunk-owner entries over all jobs
  *     };
+ *     probe = {                       # SLoPS probe agent for pbox-ctrld (absent: off)
+ *       port = 55001;                 # UDP port of the responder
+ *       address = "";                 # numeric address it binds ("": any)
+ *       max_rate = "1gbit";           # highest rate cap a controller may ask for
+ *       max_budget_s = 10;            # longest probe a controller may ask for
+ *     };
  *   };
  *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
  *              mode = "server-optimizer";          # or "aggregate"
@@ -150,6 +156,15 @@ struct pboxd_xdp_cfg {
 	uint32_t max_chunks;
 };
 
+/* The appliance's probe = { ... } group (see the example above). */
+struct pboxd_probe_cfg {
+	bool enabled; /* the group is present */
+	char address[64];
+	uint16_t port;
+	double max_rate_bps;
+	uint32_t max_budget_s;
+};
+
 /* The appliance's control_limits = { ... } group (see the example above). */
 struct pboxd_control_limits {
 	uint32_t max_connections;
@@ -190,6 +205,7 @@ struct pboxd_config {
 	struct pboxd_control_limits limits;
 	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_xdp_cfg xdp;
+	struct pboxd_probe_cfg probe;
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd's control listener: JSON lines over TCP and a Unix socket, on epoll (see control.h). */
 #include "control.h"
+#include "probe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,6 +52,7 @@ enum src_kind {
 	SRC_UNIX_LISTEN,
 	SRC_TIMER,
 	SRC_SESSIONS,
+	SRC_PROBE,
 	SRC_BACKLOG,
 	SRC_CONN,
 };
@@ -72,6 +74,7 @@ struct conn {
 	bool dead;                 /* closed; freed at the end of the pass */
 	bool want_out;             /* EPOLLOUT registered */
 	bool in_backlog;           /* has complete lines left for the next turn */
+	bool probe_pending;        /* waits for the answer of the probe it started */
 	uint64_t accepted_ms;
 	unsigned bad;
 	struct pbox_linebuf in;
@@ -103,6 +106,7 @@ struct ctl_counters {
 	uint64_t jobs_removed;
 	uint64_t job_create_refused; /* bad definition, duplicate, over budget */
 	uint64_t job_rm_refused;     /* no such job */
+	uint64_t probe_refused;      /* probe requests refused (any cause, admin included) */
 	uint64_t accept_no_fds;      /* EMFILE / ENFILE */
 	uint64_t accept_errors;
 	uint64_t listener_pauses;
@@ -119,7 +123,8 @@ struct pboxd_control {
 	int lfd, ufd, tfd; /* TCP listener, Unix listener (-1: none), sweep timer */
 	int reserve_fd;    /* /dev/null, given up to shed a connection on EMFILE */
 	int kfd;           /* eventfd: readable while the backlog is not empty */
-	struct src lsrc, usrc, tsrc, ssrc, ksrc;
+	struct src lsrc, usrc, tsrc, ssrc, ksrc, psrc;
+	struct pboxd_probe *probe; /* NULL: not a probe agent */
 	uint16_t port;
 	bool accepting;
 	bool paused; /* listeners out of the epoll set until pause_until_ms */
@@ -217,6 +222,9 @@ static void conn_kill(struct pboxd_control *ctl, struct conn *c)
 	}
 	flush_out(c);
 	unauth_unlink(ctl, c);
+	if (c->probe_pending) {
+		pboxd_probe_forget(ctl->probe, c);
+	}
 	epoll_ctl(ctl->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	c->dead = true;
 	if (c->addr != NULL) {
@@ -547,6 +555,47 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 	return pbox_ctl_error(EINVAL, "%s: not a job operation", op);
 }
 
+/* {"op":"probe","request":{...}}: admin only; answered when the probe ends (NULL). */
+static json_t *do_probe(struct pboxd_control *ctl, struct conn *c, const json_t *req)
+{
+	char err[256];
+	json_t *resp = admin_check(ctl, c, "probe",
+				   json_string_value(json_object_get(req, "admin_token")));
+	int rc;
+
+	if (resp != NULL) {
+		ctl->n.probe_refused++;
+		return resp;
+	}
+	rc = pboxd_probe_start(ctl->probe, json_object_get(req, "request"), c, err, sizeof(err));
+	if (rc != 0) {
+		ctl->n.probe_refused++;
+		refuse_log(&ctl->log_job, c->ref.peer, err);
+		return pbox_ctl_error(-rc, "%s", err);
+	}
+	c->probe_pending = true;
+	return NULL;
+}
+
+/* A probe ended: answer the connection that asked, if it is still there. */
+static void probe_done(struct pboxd_control *ctl)
+{
+	void *owner;
+	json_t *ans = pboxd_probe_poll(ctl->probe, &owner);
+	struct conn *c = owner;
+
+	if (c != NULL) {
+		c->probe_pending = false;
+		if (ans == NULL) {
+			ans = pbox_ctl_error(ENOMEM, "probe: out of memory encoding its result");
+		}
+		if (ans != NULL) {
+			queue_obj(ctl, c, ans);
+		}
+	}
+	json_decref(ans);
+}
+
 static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *line)
 {
 	struct pbox_jobmsg jm;
@@ -573,6 +622,9 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = pbox_ctl_error(EBUSY, "a register is in progress on this connection; "
 					     "wait for its answer");
 		c->bad++;
+	} else if (c->probe_pending) {
+		resp = pbox_ctl_error(EBUSY, "a probe is in progress on this connection; wait for "
+					     "its answer");
 	} else if (op == NULL) {
 		resp = pbox_ctl_error(EINVAL, "request without an \"op\"");
 		c->bad++;
@@ -584,6 +636,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = pboxd_sessions_leave(ctl->sessions, &c->ref);
 	} else if (strcmp(op, "stats") == 0) {
 		resp = do_stats(ctl, c, req);
+	} else if (strcmp(op, "probe") == 0) {
+		resp = do_probe(ctl, c, req);
 	} else if (strcmp(op, "auth") == 0) {
 		const json_t *tok = json_object_get(req, "admin_token");
 
@@ -601,7 +655,7 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	} else {
 		resp = pbox_ctl_error(EINVAL,
 				      "unknown op '%s' (hello, register, leave, ping, stats, auth, "
-				      "job_create, job_rm, job_list)",
+				      "job_create, job_rm, job_list, probe)",
 				      op);
 		c->bad++;
 	}
@@ -1098,6 +1152,26 @@ fail:
 	return NULL;
 }
 
+int pboxd_control_set_probe(struct pboxd_control *ctl, struct pboxd_probe *probe)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	ctl->probe = probe;
+	if (probe == NULL) {
+		return 0;
+	}
+	ctl->psrc.kind = SRC_PROBE;
+	ev.data.ptr = &ctl->psrc;
+	if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, pboxd_probe_fd(probe), &ev) != 0) {
+		int rc = -errno;
+
+		PBOX_LOG_ERR(ADMIN, "control: cannot watch the probe agent: %s", strerror(-rc));
+		ctl->probe = NULL;
+		return rc;
+	}
+	return 0;
+}
+
 uint16_t pboxd_control_port(const struct pboxd_control *c)
 {
 	return c->port;
@@ -1201,6 +1275,9 @@ void pboxd_control_handle(struct pboxd_control *ctl)
 		case SRC_SESSIONS:
 			pboxd_sessions_poll(ctl->sessions);
 			break;
+		case SRC_PROBE:
+			probe_done(ctl);
+			break;
 		case SRC_BACKLOG:
 			serve_backlog(ctl);
 			break;
@@ -1261,6 +1338,7 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	PUT(auth_rate_limited);
 	PUT(stats_refused);
 	PUT(admin_refused);
+	PUT(probe_refused);
 	PUT(jobs_created);
 	PUT(jobs_removed);
 	PUT(job_create_refused);

@@ -2,7 +2,8 @@
 /*
  * pboxd's control listener: TCP connections (and an optional Unix socket for operators)
  * speaking the newline-delimited JSON protocol of common/ctlproto.h. Requests are
- * dispatched to the sessions module (hello, register, leave) or answered here (stats).
+ * dispatched to the sessions module (hello, register, leave), to the probe agent (probe,
+ * admin only) or answered here (stats).
  *
  * Built to stay responsive under hostile clients, so that no client can stop another
  * job's workers from being heard:
@@ -72,6 +73,12 @@ void pboxd_control_tick(struct pboxd_control *c);
 
 /* The control channel's counters as a JSON object (new reference). */
 json_t *pboxd_control_stats(const struct pboxd_control *c);
+
+/* Serve {"op":"probe"} with probe (probe.h; NULL: refused with ENOTSUP): admin only,
+ * answered when the probe ends, one at a time. probe must outlive the listener.
+ * Returns 0 or -errno (its eventfd could not be watched). */
+struct pboxd_probe;
+int pboxd_control_set_probe(struct pboxd_control *c, struct pboxd_probe *probe);
 
 /* Bound port (host order). */
 uint16_t pboxd_control_port(const struct pboxd_control *c);

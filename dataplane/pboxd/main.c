@@ -26,6 +26,7 @@
 #include "dataplane.h"
 #include "sessions.h"
 #include "stats.h"
+#include "probe.h"
 #include "xdp.h"
 
 #ifndef PBOX_VERSION_STRING
@@ -135,7 +136,8 @@ struct app {
 	struct pboxd_dp dp;
 	struct pboxd_sessions *sessions;
 	struct pboxd_control *control;
-	struct pboxd_xdp *xdp; /* NULL: no XDP filter */
+	struct pboxd_xdp *xdp;     /* NULL: no XDP filter */
+	struct pboxd_probe *probe; /* NULL: not a probe agent */
 };
 
 static json_t *stats_cb(void *arg, bool all, uint32_t job)
@@ -167,6 +169,12 @@ static json_t *stats_cb(void *arg, bool all, uint32_t job)
 	t = pboxd_xdp_stats_json(a->xdp);
 	if (o != NULL && t != NULL) {
 		json_object_set_new(o, "xdp", t);
+	} else {
+		json_decref(t);
+	}
+	t = pboxd_probe_stats(a->probe);
+	if (o != NULL && t != NULL) {
+		json_object_set_new(o, "probe", t);
 	} else {
 		json_decref(t);
 	}
@@ -582,8 +590,15 @@ int main(int argc, char **argv)
 	if (a.sessions != NULL && a.xdp != NULL) {
 		pboxd_sessions_set_publish_hook(a.sessions, pboxd_xdp_sync, a.xdp);
 	}
+	a.probe = NULL;
 	a.control = a.sessions ? pboxd_control_open(&a.cfg, a.sessions, stats_cb, &a) : NULL;
+	if (a.control != NULL && (pboxd_probe_create(&a.cfg, &a.probe) != 0 ||
+				  pboxd_control_set_probe(a.control, a.probe) != 0)) {
+		pboxd_control_close(a.control);
+		a.control = NULL;
+	}
 	if (a.control == NULL) {
+		pboxd_probe_destroy(a.probe);
 		pboxd_sessions_destroy(a.sessions);
 		pboxd_xdp_stop(a.xdp);
 		pboxd_dp_stop(&a.dp);
@@ -592,6 +607,7 @@ int main(int argc, char **argv)
 	}
 	rc = run(&a);
 	pboxd_control_close(a.control);
+	pboxd_probe_destroy(a.probe);
 	pboxd_sessions_destroy(a.sessions);
 	fprintf(stderr, "pboxd: final counters\n");
 	pboxd_stats_print(stderr, &a.dp);

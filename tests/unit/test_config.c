@@ -403,6 +403,51 @@ static void test_xdp(void **state)
 		     "xdp.interface needs transport \"udp\"");
 }
 
+/* The appliance's probe group (the SLoPS probe agent): off by default, values, mistakes. */
+static void test_probe(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("appliance = { cores = 2; };\n", &cfg, err, sizeof(err)), 0);
+	assert_false(cfg.probe.enabled);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { probe = { }; };\n", &cfg, err, sizeof(err)), 0);
+	assert_true(cfg.probe.enabled);
+	assert_int_equal(cfg.probe.port, 55001);
+	assert_true(cfg.probe.max_rate_bps == 1e9);
+	assert_int_equal(cfg.probe.max_budget_s, 10);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { probe = { port = 6000; address = \"10.0.0.1\"; "
+			      "max_rate = \"2.5gbit\"; max_budget_s = 3; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.probe.port, 6000);
+	assert_string_equal(cfg.probe.address, "10.0.0.1");
+	assert_true(cfg.probe.max_rate_bps == 2.5e9);
+	assert_int_equal(cfg.probe.max_budget_s, 3);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { probe = { max_rate = \"500M\"; }; };\n", &cfg, err,
+			      sizeof(err)),
+			 0);
+	assert_true(cfg.probe.max_rate_bps == 5e8);
+	pboxd_config_free(&cfg);
+
+	expect_error("appliance = { probe = { max_rate = \"fast\"; }; };\n",
+		     "probe.max_rate: expected a rate");
+	expect_error("appliance = { probe = { max_rate = \"1mbit\"; }; };\n",
+		     "probe.max_rate: expected a rate");
+	expect_error("appliance = { probe = { max_rate = \"10tbit\"; }; };\n",
+		     "probe.max_rate: expected a rate");
+	expect_error("appliance = { probe = { address = \"probe.example.com\"; }; };\n",
+		     "probe.address: must be a numeric");
+	expect_error("appliance = { probe = { port = 0; }; };\n", "probe.port");
+	expect_error("appliance = { probe = { max_budget_s = 0; }; };\n", "probe.max_budget_s");
+	expect_error("appliance = { probe = { rate = \"1gbit\"; }; };\n", "unknown setting");
+	expect_error("appliance = { probe = true; };\n", "probe: must be a group");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -410,7 +455,7 @@ int main(void)
 		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
 		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
-		cmocka_unit_test(test_xdp),
+		cmocka_unit_test(test_xdp),           cmocka_unit_test(test_probe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
