@@ -8,6 +8,8 @@
 
 #include "common/confkit.h"
 #include "common/jobspec.h"
+#include "agent.h"
+#include "probe_wire.h"
 #include "ctrld.h"
 #include "pboxd/config.h"
 
@@ -71,9 +73,115 @@ static int load_pboxds(struct pbox_confkit *ck, struct ctrld_config *cfg, const 
 	return 0;
 }
 
+static int add_pair(struct pbox_confkit *ck, struct ctrld_config *cfg, const config_setting_t *s,
+		    uint32_t from, const char *to)
+{
+	struct ctrld_bw_cfg *bc = &cfg->bw;
+	struct sockaddr_storage ss;
+	socklen_t len;
+
+	if (pbox_probe_parse_numeric_addr(to, PBOX_PROBE_PORT, &ss, &len) != 0 ||
+	    strlen(to) >= sizeof(bc->pairs[0].to)) {
+		return pbox_conf_bad(ck, s,
+				     "'%s': expected a numeric ADDRESS[:PORT] of a responder", to);
+	}
+	for (uint32_t i = 0; i < bc->npairs; i++) {
+		if (bc->pairs[i].from_idx == from && strcmp(bc->pairs[i].to, to) == 0) {
+			return pbox_conf_bad(ck, s, "pair %s -> %s given twice",
+					     cfg->pboxds[from].name, to);
+		}
+	}
+	if (bc->npairs == CTRLD_BW_MAX_PAIRS) {
+		return pbox_conf_bad(ck, s, "more than %u probe pairs", CTRLD_BW_MAX_PAIRS);
+	}
+	bc->pairs[bc->npairs].from_idx = from;
+	snprintf(bc->pairs[bc->npairs].from, sizeof(bc->pairs[0].from), "%s",
+		 cfg->pboxds[from].name);
+	snprintf(bc->pairs[bc->npairs].to, sizeof(bc->pairs[0].to), "%s", to);
+	bc->npairs++;
+	return 0;
+}
+
+/* The bandwidth = { ... } group (after the pboxds: pairs name them). */
+static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const config_setting_t *g)
+{
+	static const char *const keys[] = { "interval", "cap", "budget", "pairs", "all_to", NULL };
+	static const char *const pkeys[] = { "from", "to", NULL };
+	struct ctrld_bw_cfg *bc = &cfg->bw;
+	const config_setting_t *where, *l;
+	char rate[32];
+	int rc;
+
+	if (!config_setting_is_group(g)) {
+		return pbox_conf_bad(ck, g, "must be a group { pairs = ( ... ); ... }");
+	}
+	if ((rc = pbox_conf_only(ck, g, keys)) != 0 ||
+	    (rc = pbox_conf_u32(ck, g, "interval", 0, 86400 * 7, &bc->interval_s)) != 0 ||
+	    (rc = pbox_conf_u32(ck, g, "budget", 1, 3600, &bc->budget_s)) != 0 ||
+	    (rc = pbox_conf_str(ck, g, "cap", rate, sizeof(rate), &where)) != 0) {
+		return rc;
+	}
+	if (where != NULL && !pboxd_parse_rate(rate, &bc->cap_bps)) {
+		return pbox_conf_bad(ck, where,
+				     "expected a rate from 2mbit to 1000gbit (e.g. \"1gbit\")");
+	}
+	bc->pairs = calloc(CTRLD_BW_MAX_PAIRS, sizeof(*bc->pairs));
+	if (bc->pairs == NULL) {
+		return pbox_conf_bad(ck, g, "out of memory");
+	}
+	l = config_setting_get_member(g, "pairs");
+	if (l != NULL && !config_setting_is_list(l)) {
+		return pbox_conf_bad(ck, l, "must be a list ( { from = \"a\"; to = \"ADDR\"; } )");
+	}
+	for (int i = 0; l != NULL && i < config_setting_length(l); i++) {
+		const config_setting_t *p = config_setting_get_elem(l, (unsigned)i);
+		char from[64] = "", to[128] = "";
+		uint32_t w;
+
+		if (!config_setting_is_group(p)) {
+			return pbox_conf_bad(ck, p, "each pair must be a group { from; to; }");
+		}
+		if ((rc = pbox_conf_only(ck, p, pkeys)) != 0 ||
+		    (rc = pbox_conf_str(ck, p, "from", from, sizeof(from), NULL)) != 0 ||
+		    (rc = pbox_conf_str(ck, p, "to", to, sizeof(to), NULL)) != 0) {
+			return rc;
+		}
+		for (w = 0; w < cfg->npboxds && strcmp(cfg->pboxds[w].name, from) != 0; w++) {
+		}
+		if (w == cfg->npboxds) {
+			return pbox_conf_bad(ck, p, "from '%s': not the name of a managed pboxd",
+					     from);
+		}
+		if ((rc = add_pair(ck, cfg, p, w, to)) != 0) {
+			return rc;
+		}
+	}
+	l = config_setting_get_member(g, "all_to");
+	if (l != NULL && !config_setting_is_array(l)) {
+		return pbox_conf_bad(ck, l, "must be an array of addresses [ \"ADDR:PORT\", ... ]");
+	}
+	for (int i = 0; l != NULL && i < config_setting_length(l); i++) {
+		const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+		const char *to = config_setting_get_string(e);
+
+		if (to == NULL) {
+			return pbox_conf_bad(ck, e, "each entry must be a string \"ADDR:PORT\"");
+		}
+		for (uint32_t w = 0; w < cfg->npboxds; w++) {
+			if ((rc = add_pair(ck, cfg, e, w, to)) != 0) {
+				return rc;
+			}
+		}
+	}
+	if (bc->npairs == 0) {
+		return pbox_conf_bad(ck, g, "no probe pairs (pairs or all_to)");
+	}
+	return 0;
+}
+
 int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, size_t errlen)
 {
-	static const char *const top[] = { "ctrld", "pboxds", "jobs", NULL };
+	static const char *const top[] = { "ctrld", "pboxds", "jobs", "bandwidth", NULL };
 	static const char *const ckeys[] = { "listen",
 					     "control_socket",
 					     "admin_token",
@@ -99,6 +207,9 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->auth_failures_burst = 10;
 	cfg->auth_failures_per_minute = 60;
 	cfg->jobs = json_array();
+	cfg->bw.interval_s = 300;
+	cfg->bw.cap_bps = 1e9;
+	cfg->bw.budget_s = 10;
 	config_init(&lc);
 	if (config_read_file(&lc, path) != CONFIG_TRUE) {
 		rc = config_error_type(&lc) == CONFIG_ERR_FILE_IO ? -ENOENT : -EINVAL;
@@ -155,6 +266,10 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	if ((rc = load_pboxds(&ck, cfg, l)) != 0) {
 		goto out;
 	}
+	l = config_setting_get_member(root, "bandwidth");
+	if (l != NULL && (rc = load_bw(&ck, cfg, l)) != 0) {
+		goto out;
+	}
 	l = config_setting_get_member(root, "jobs");
 	if (l != NULL) {
 		if (!config_setting_is_list(l)) {
@@ -206,4 +321,7 @@ void ctrld_config_free(struct ctrld_config *cfg)
 {
 	json_decref(cfg->jobs);
 	cfg->jobs = NULL;
+	free(cfg->bw.pairs);
+	cfg->bw.pairs = NULL;
+	cfg->bw.npairs = 0;
 }

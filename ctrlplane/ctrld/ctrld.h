@@ -28,8 +28,17 @@
  *   pboxds = ( { name = "a"; control = "127.0.0.1:7000"; admin_token = "..."; } );
  *              # control may be a pboxd's Unix control socket (then no token)
  *   jobs = ( { id = 1; token = "s3cret"; workers = 2; ... } );  # pboxd's job syntax
+ *   bandwidth = {                     # the bandwidth matrix (bw.h); absent: none
+ *     interval = 300;                 # s between probes of a pair (0: on demand only)
+ *     cap = "1gbit";                  # rate cap of each probe (<= the agents' max_rate)
+ *     budget = 10;                    # s per probe (<= the agents' max_budget_s)
+ *     pairs = ( { from = "a"; to = "10.0.0.2:55001"; } );  # pboxd `from` probes the
+ *                                     # responder at `to` (numeric address[:port])
+ *     all_to = [ "10.0.0.3:55001" ];  # every managed pboxd probes each of these
+ *   };
  *
- * Threading: one thread, a poll loop (main.c).
+ * Threading: one thread, a poll loop (main.c), and the bandwidth matrix's prober thread
+ * (bw.h), which only reads the configuration.
  */
 #ifndef PBOX_CTRLD_H
 #define PBOX_CTRLD_H
@@ -53,6 +62,23 @@ struct ctrld_pboxd {
 	char last_error[256];
 };
 
+#define CTRLD_BW_MAX_PAIRS 1024u
+
+/* One probe pair of the bandwidth matrix: pboxds[from_idx] probes the responder at to. */
+struct ctrld_bw_pair {
+	char from[64]; /* the pboxd's name */
+	uint32_t from_idx;
+	char to[80]; /* numeric address[:port], as configured */
+};
+
+struct ctrld_bw_cfg {
+	uint32_t interval_s; /* 0: on demand only */
+	double cap_bps;
+	uint32_t budget_s;
+	struct ctrld_bw_pair *pairs; /* owned */
+	uint32_t npairs;
+};
+
 struct ctrld_config {
 	char path[512];
 	char listen_host[64];
@@ -68,6 +94,7 @@ struct ctrld_config {
 	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */
+	struct ctrld_bw_cfg bw;
 };
 
 /* Read and validate path (every static job through pboxd's job validation). Returns 0,

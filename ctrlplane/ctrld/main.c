@@ -13,9 +13,11 @@
  * line of at most 4 KiB before authentication (32 MiB after); unauthenticated connections
  * closed after 10 s; at most 8 malformed or refused requests per connection; answers
  * queued up to 16 MiB per connection (a client that does not read is closed). Requests to
- * a pboxd are made from the one loop and block it for at most request_timeout each.
+ * a pboxd are made from the one loop and block it for at most request_timeout each, except
+ * probes: the bandwidth matrix (bw.h, ops bw_list and bw_probe) asks for them from its own
+ * thread.
  *
- * Threading: one thread.
+ * Threading: the main loop; the bandwidth matrix's thread (bw.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +38,7 @@
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "bw.h"
 #include "ctrld.h"
 
 #ifndef PBOX_VERSION_STRING
@@ -87,6 +90,7 @@ struct ctrld {
 	uint64_t next_reconcile_ms;
 	struct pbox_ratelog log_client;  /* refusals and closes caused by clients */
 	struct pbox_ctladdr_table addrs; /* connections and failed tokens per address */
+	struct ctrld_bw *bw;             /* the bandwidth matrix (NULL: no pairs) */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited;
@@ -512,6 +516,36 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 			      op);
 }
 
+/* bw_list, and bw_probe {"from": PBOXD, "to": "ADDR:PORT"}: queue a probe (answered at
+ * once; the matrix shows the result when it is in). */
+static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, const char *op)
+{
+	const char *from = json_string_value(json_object_get(req, "from"));
+	const char *to = json_string_value(json_object_get(req, "to"));
+	char err[512];
+	json_t *resp =
+		admin_check(d, c, op, json_string_value(json_object_get(req, "admin_token")));
+	int rc;
+
+	if (resp != NULL) {
+		return resp;
+	}
+	if (strcmp(op, "bw_list") == 0) {
+		return ctrld_bw_list(d->bw);
+	}
+	if (from == NULL || to == NULL) {
+		c->bad++;
+		return pbox_ctl_error(EINVAL, "bw_probe needs \"from\" (a pboxd) and \"to\" (an "
+					      "address) strings");
+	}
+	rc = ctrld_bw_probe(d->bw, from, to, err, sizeof(err));
+	if (rc != 0) {
+		CLIENT_WARN(d, "bw_probe refused: %s", err);
+		return pbox_ctl_error(-rc, "%s", err);
+	}
+	return json_pack("{s:b, s:b}", "ok", 1, "queued", 1);
+}
+
 static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
@@ -525,11 +559,15 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 				   json_string_value(json_object_get(req, "admin_token")));
 		return resp ? resp : json_pack("{s:b}", "ok", 1);
 	}
+	if (op != NULL && (strcmp(op, "bw_list") == 0 || strcmp(op, "bw_probe") == 0)) {
+		return handle_bw(d, c, req, op);
+	}
 	rc = pbox_jobmsg_decode(req, &m, err, sizeof(err));
 	if (rc == -ENOENT) {
 		c->bad++;
 		return pbox_ctl_error(EINVAL,
-				      "unknown op '%s' (auth, job_create, job_rm, job_list)",
+				      "unknown op '%s' (auth, job_create, job_rm, job_list, "
+				      "bw_list, bw_probe)",
 				      op ? op : "");
 	}
 	if (rc != 0) {
@@ -886,12 +924,17 @@ int main(int argc, char **argv)
 		rc = 69; /* EX_UNAVAILABLE */
 		goto out;
 	}
+	if (ctrld_bw_start(&d.cfg, &d.bw) != 0) {
+		rc = 69; /* EX_UNAVAILABLE */
+		goto out;
+	}
 	PBOX_LOG_INFO(MAIN, "pbox-ctrld %s: control API on %s:%u%s%s, managing %u pboxd(s)",
 		      PBOX_VERSION_STRING, d.cfg.listen_host, d.port,
 		      d.cfg.control_socket[0] ? " and " : "", d.cfg.control_socket, d.cfg.npboxds);
 	rc = run(&d) == 0 ? 0 : 1;
 	PBOX_LOG_INFO(MAIN, "stopping (the published jobs stay on their pboxds)");
 out:
+	ctrld_bw_stop(d.bw);
 	for (uint32_t i = 0; i < d.nconns; i++) {
 		d.conns[i]->dead = true;
 	}

@@ -668,8 +668,7 @@ static int load_xdp(struct pbox_confkit *c, const config_setting_t *g, struct pb
 	return 0;
 }
 
-/* "100mbit", "1.5gbit", "500m", "800k", "800000" (bit/s) into *out; false if not a rate. */
-static bool parse_rate(const char *s, double *out)
+bool pboxd_parse_rate(const char *s, double *out)
 {
 	static const struct {
 		const char *sfx;
@@ -694,7 +693,8 @@ static bool parse_rate(const char *s, double *out)
 /* The appliance's probe = { ... } group. */
 static int load_probe(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_probe_cfg *pc)
 {
-	static const char *const keys[] = { "port", "address", "max_rate", "max_budget_s", NULL };
+	static const char *const keys[] = { "port",         "address",  "max_rate",
+					    "max_budget_s", "realtime", NULL };
 	const config_setting_t *where;
 	char rate[32] = "";
 	uint32_t port = pc->port;
@@ -708,7 +708,8 @@ static int load_probe(struct pbox_confkit *c, const config_setting_t *g, struct 
 	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
 	    (rc = pbox_conf_u32(c, g, "port", 1, 65535, &port)) != 0 ||
 	    (rc = pbox_conf_str(c, g, "address", pc->address, sizeof(pc->address), &where)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "max_budget_s", 1, 3600, &pc->max_budget_s)) != 0) {
+	    (rc = pbox_conf_u32(c, g, "max_budget_s", 1, 3600, &pc->max_budget_s)) != 0 ||
+	    (rc = pbox_conf_bool(c, g, "realtime", &pc->realtime)) != 0) {
 		return rc;
 	}
 	if (where != NULL && pc->address[0] != '\0' && inet_pton(AF_INET, pc->address, &a4) != 1 &&
@@ -718,7 +719,7 @@ static int load_probe(struct pbox_confkit *c, const config_setting_t *g, struct 
 	if ((rc = pbox_conf_str(c, g, "max_rate", rate, sizeof(rate), &where)) != 0) {
 		return rc;
 	}
-	if (where != NULL && !parse_rate(rate, &pc->max_rate_bps)) {
+	if (where != NULL && !pboxd_parse_rate(rate, &pc->max_rate_bps)) {
 		return pbox_conf_bad(c, where,
 				     "expected a rate from 2mbit to 1000gbit (e.g. \"1gbit\", "
 				     "\"500mbit\")");

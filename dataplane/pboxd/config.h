@@ -65,6 +65,8 @@
  *       address = "";                 # numeric address it binds ("": any)
  *       max_rate = "1gbit";           # highest rate cap a controller may ask for
  *       max_budget_s = 10;            # longest probe a controller may ask for
+ *       realtime = false;             # pace streams from a SCHED_FIFO thread (needs
+ *                                     # CAP_SYS_NICE; steadier on a busy host)
  *     };
  *   };
  *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
@@ -163,6 +165,7 @@ struct pboxd_probe_cfg {
 	uint16_t port;
 	double max_rate_bps;
 	uint32_t max_budget_s;
+	bool realtime;
 };
 
 /* The appliance's control_limits = { ... } group (see the example above). */
@@ -250,6 +253,10 @@ int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, c
 int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen);
 
 void pboxd_config_free(struct pboxd_config *cfg);
+
+/* A rate: "100mbit", "1.5gbit", "500m", "800k" (bit/s; k/m/g with or without "bit", any
+ * case) into *out; false unless it is one from 2 Mbit/s to 1000 Gbit/s. */
+bool pboxd_parse_rate(const char *s, double *out);
 
 /* Parse "host:port"; 0 or -EINVAL. */
 int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port);

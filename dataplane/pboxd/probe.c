@@ -17,6 +17,7 @@
 
 struct pboxd_probe {
 	struct pbox_probe_limits lim;
+	bool realtime;
 	/* responder */
 	struct pbox_probe_responder *resp;
 	int rfd;
@@ -67,6 +68,7 @@ int pboxd_probe_create(const struct pboxd_config *cfg, struct pboxd_probe **out)
 	}
 	p->rfd = p->efd = -1;
 	p->lim.max_cap_bps = pc->max_rate_bps;
+	p->realtime = pc->realtime;
 	p->lim.max_budget_ns = (int64_t)pc->max_budget_s * 1000000000LL;
 	snprintf(where, sizeof(where), "%s:%u", pc->address[0] ? pc->address : "",
 		 (unsigned)pc->port);
@@ -182,6 +184,7 @@ int pboxd_probe_start(struct pboxd_probe *p, const json_t *j, void *owner, char 
 	peer = json_string_value(json_object_get(j, "peer"));
 	snprintf(p->peer, sizeof(p->peer), "%s", peer ? peer : "?");
 	p->req = req;
+	p->req.realtime = p->realtime;
 	memset(&p->res, 0, sizeof(p->res));
 	p->owner = owner;
 	rc = pthread_create(&p->pthread, NULL, probe_main, p);

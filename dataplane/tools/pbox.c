@@ -28,6 +28,7 @@ static const struct subcommand g_cmds[] = {
 	  "train the Fashion-MNIST MLP as one rank of a pbox job, or alone (--local)" },
 	{ "stats", pbox_cmd_stats, "print the counters of a running pboxd" },
 	{ "job", pbox_cmd_job, "create, list or remove jobs of a running pboxd or pbox-ctrld" },
+	{ "bw", pbox_cmd_bw, "print pbox-ctrld's bandwidth matrix, or probe a pair now" },
 };
 
 static void usage(FILE *f)

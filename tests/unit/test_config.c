@@ -420,13 +420,14 @@ static void test_probe(void **state)
 	assert_int_equal(cfg.probe.max_budget_s, 10);
 	pboxd_config_free(&cfg);
 	assert_int_equal(load("appliance = { probe = { port = 6000; address = \"10.0.0.1\"; "
-			      "max_rate = \"2.5gbit\"; max_budget_s = 3; }; };\n",
+			      "max_rate = \"2.5gbit\"; max_budget_s = 3; realtime = true; }; };\n",
 			      &cfg, err, sizeof(err)),
 			 0);
 	assert_int_equal(cfg.probe.port, 6000);
 	assert_string_equal(cfg.probe.address, "10.0.0.1");
 	assert_true(cfg.probe.max_rate_bps == 2.5e9);
 	assert_int_equal(cfg.probe.max_budget_s, 3);
+	assert_true(cfg.probe.realtime);
 	pboxd_config_free(&cfg);
 	assert_int_equal(load("appliance = { probe = { max_rate = \"500M\"; }; };\n", &cfg, err,
 			      sizeof(err)),

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pbox-ctrld's bandwidth matrix: the available bandwidth of the configured probe pairs
+ * (ctrld.h, bandwidth = { ... }), measured by SLoPS (ctrlplane/probe/). For a pair
+ * (from, to) pbox-ctrld asks the managed pboxd `from` (a probe agent: its probe = { ... }
+ * group) to probe the responder at `to` (another pboxd's probe port, or `pbox-probe
+ * --listen` on a worker host) with {"op":"probe"} over its admin control channel, and
+ * keeps the answer: [r_min, r_max], the grey region, the flags, when it was measured and
+ * how long it took, or why the last probe failed (the last good estimate is kept).
+ *
+ * Probes run on the matrix's own thread, one at a time over all pairs (probes of paths
+ * that share a link would load it for each other), so the control API and the job
+ * publication never wait for one: a pair is probed when it is due (every interval
+ * seconds; 0: only on demand) or when asked (ctrld_bw_probe), on-demand requests first.
+ *
+ * Threading: ctrld_bw_list and ctrld_bw_probe may be called from any thread (a mutex
+ * guards the matrix); start and stop from the main thread. Errors: -errno with err.
+ */
+#ifndef PBOX_CTRLD_BW_H
+#define PBOX_CTRLD_BW_H
+
+#include <jansson.h>
+
+#include "ctrld.h"
+
+struct ctrld_bw;
+
+/* The matrix of cfg's pairs and its thread (cfg must outlive it). *out is NULL when no
+ * pairs are configured (not an error). Returns 0 or -errno (logged). */
+int ctrld_bw_start(const struct ctrld_config *cfg, struct ctrld_bw **out);
+/* Stops the thread (after the probe it runs, if any: at most its budget plus the request
+ * timeout). NULL: nothing. */
+void ctrld_bw_stop(struct ctrld_bw *b);
+
+/* {"ok":true, "interval_s":..., "cap_bps":..., "budget_ms":..., "pairs":[{"from","to",
+ * "state": "pending"|"probing"|"ok"|"failed", "probes", "failures", "estimate": {the
+ * result message of probe_msg.h} (absent before the first success), "age_s",
+ * "last_error", "queued"}]} (new reference; with b NULL: no pairs). */
+json_t *ctrld_bw_list(struct ctrld_bw *b);
+
+/* Probe pair (from, to) as soon as the probe running now (if any) ends. Returns 0,
+ * -ENOENT (no such pair; err lists how to configure one). */
+int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, char *err, size_t errlen);
+
+#endif /* PBOX_CTRLD_BW_H */
