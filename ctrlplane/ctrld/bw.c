@@ -14,6 +14,9 @@
 #include "common/log.h"
 #include "probe_msg.h"
 
+/* How long stopping waits for a running probe. */
+#define CTRLD_BW_STOP_WAIT_S 3
+
 enum pair_state { PAIR_PENDING, PAIR_PROBING, PAIR_OK, PAIR_FAILED };
 
 static const char *const g_state_names[] = { "pending", "probing", "ok", "failed" };
@@ -232,6 +235,8 @@ int ctrld_bw_start(const struct ctrld_config *cfg, struct ctrld_bw **out)
 
 void ctrld_bw_stop(struct ctrld_bw *b)
 {
+	struct timespec ts;
+
 	if (b == NULL) {
 		return;
 	}
@@ -239,7 +244,17 @@ void ctrld_bw_stop(struct ctrld_bw *b)
 	b->stop = true;
 	pthread_cond_signal(&b->cv);
 	pthread_mutex_unlock(&b->mu);
-	pthread_join(b->thread, NULL);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += CTRLD_BW_STOP_WAIT_S;
+	if (pthread_timedjoin_np(b->thread, NULL, &ts) != 0) {
+		/* A probe still runs (up to its budget): the process is exiting, and the
+		 * thread still uses b, so it is left to the exit. */
+		PBOX_LOG_WARN(ADMIN,
+			      "bandwidth matrix: a probe still runs after %d s; not waiting "
+			      "for it",
+			      CTRLD_BW_STOP_WAIT_S);
+		return;
+	}
 	pthread_cond_destroy(&b->cv);
 	pthread_mutex_destroy(&b->mu);
 	free(b->pairs);

@@ -28,8 +28,8 @@ struct ctrld_bw;
 /* The matrix of cfg's pairs and its thread (cfg must outlive it). *out is NULL when no
  * pairs are configured (not an error). Returns 0 or -errno (logged). */
 int ctrld_bw_start(const struct ctrld_config *cfg, struct ctrld_bw **out);
-/* Stops the thread (after the probe it runs, if any: at most its budget plus the request
- * timeout). NULL: nothing. */
+/* Stops the thread and frees b; a probe that runs on is waited for 3 s at most, then b
+ * is left to the thread (for a process that exits next). NULL: nothing. */
 void ctrld_bw_stop(struct ctrld_bw *b);
 
 /* {"ok":true, "interval_s":..., "cap_bps":..., "budget_ms":..., "pairs":[{"from","to",

@@ -167,6 +167,38 @@ def main():
             ctrld.wait(timeout=30)
         if d.stats()["probe"]["refused_limits"] != 1:
             fail("the pboxd did not count the over-cap refusal")
+    # A pboxd that never answers: pbox-ctrld stops within seconds all the same (it does
+    # not wait out the probe's budget + request timeout, 10 + 3 + 2 s here).
+    mute_tcp = socket.socket()
+    mute_tcp.bind(("127.0.0.1", 0))
+    mute_tcp.listen(8)
+    write_conf(conf, dict(ctrl, request_timeout=3000),
+               [{"name": "m", "control": "127.0.0.1:%d" % mute_tcp.getsockname()[1],
+                 "admin_token": "x"}],
+               {"interval": 60, "cap": "100mbit", "budget": 10,
+                "pairs": [{"from": "m", "to": good}]})
+    ctrld = subprocess.Popen([ctrld_bin, "-c", conf], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 20
+    while True:
+        try:
+            e = control_request(caddr, {"op": "bw_list", "admin_token": token})["pairs"][0]
+            if e["state"] == "probing":
+                break
+        except OSError:
+            pass
+        if time.time() > deadline:
+            fail("pbox-ctrld did not start probing the mute pboxd")
+        time.sleep(0.1)
+    t0 = time.time()
+    ctrld.terminate()
+    out, _ = ctrld.communicate(timeout=30)
+    dt = time.time() - t0
+    print("pbox-ctrld stopped in %.1f s during a probe (exit %d)" % (dt, ctrld.returncode))
+    if ctrld.returncode != 0 or dt > 6:
+        print(out[-2000:])
+        fail("pbox-ctrld did not stop promptly during a probe")
+    mute_tcp.close()
     silent.close()
     shutil.rmtree(tmp, ignore_errors=True)
     print("pbox-ctrld bandwidth matrix: ops, refusals, periodic and on-demand probes OK")
