@@ -298,7 +298,8 @@ json_t *ctrld_bw_list(struct ctrld_bw *b)
 	return o;
 }
 
-int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, char *err, size_t errlen)
+int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, uint64_t *done_at,
+		   char *err, size_t errlen)
 {
 	if (b != NULL) {
 		pthread_mutex_lock(&b->mu);
@@ -307,6 +308,8 @@ int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, char *e
 
 			if (strcmp(p->cfg->from, from) == 0 && strcmp(p->cfg->to, to) == 0) {
 				p->queued = true;
+				/* The probe running now (if any) counts first. */
+				*done_at = p->probes + (p->state == PAIR_PROBING ? 2 : 1);
 				pthread_cond_signal(&b->cv);
 				pthread_mutex_unlock(&b->mu);
 				return 0;

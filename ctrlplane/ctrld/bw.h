@@ -20,6 +20,7 @@
 #define PBOX_CTRLD_BW_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "ctrld.h"
 
@@ -38,8 +39,10 @@ void ctrld_bw_stop(struct ctrld_bw *b);
  * "last_error", "queued"}]} (new reference; with b NULL: no pairs). */
 json_t *ctrld_bw_list(struct ctrld_bw *b);
 
-/* Probe pair (from, to) as soon as the probe running now (if any) ends. Returns 0,
+/* Probe pair (from, to) as soon as the probe running now (if any) ends. *done_at: the
+ * pair's "probes" count once that probe has ended (a client waits for it). Returns 0,
  * -ENOENT (no such pair; err lists how to configure one). */
-int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, char *err, size_t errlen);
+int ctrld_bw_probe(struct ctrld_bw *b, const char *from, const char *to, uint64_t *done_at,
+		   char *err, size_t errlen);
 
 #endif /* PBOX_CTRLD_BW_H */

@@ -517,12 +517,14 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 }
 
 /* bw_list, and bw_probe {"from": PBOXD, "to": "ADDR:PORT"}: queue a probe (answered at
- * once; the matrix shows the result when it is in). */
+ * once with "done_at": the pair's "probes" count once it has run; the matrix shows its
+ * result then). */
 static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, const char *op)
 {
 	const char *from = json_string_value(json_object_get(req, "from"));
 	const char *to = json_string_value(json_object_get(req, "to"));
 	char err[512];
+	uint64_t done_at = 0;
 	json_t *resp =
 		admin_check(d, c, op, json_string_value(json_object_get(req, "admin_token")));
 	int rc;
@@ -538,12 +540,12 @@ static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, con
 		return pbox_ctl_error(EINVAL, "bw_probe needs \"from\" (a pboxd) and \"to\" (an "
 					      "address) strings");
 	}
-	rc = ctrld_bw_probe(d->bw, from, to, err, sizeof(err));
+	rc = ctrld_bw_probe(d->bw, from, to, &done_at, err, sizeof(err));
 	if (rc != 0) {
 		CLIENT_WARN(d, "bw_probe refused: %s", err);
 		return pbox_ctl_error(-rc, "%s", err);
 	}
-	return json_pack("{s:b, s:b}", "ok", 1, "queued", 1);
+	return json_pack("{s:b, s:b, s:I}", "ok", 1, "queued", 1, "done_at", (json_int_t)done_at);
 }
 
 static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)

@@ -30,7 +30,8 @@ static void usage(FILE *f)
 		"during the probe, the flags (converged, at_cap, at_min, sender_limited, budget),\n"
 		"the age of the estimate and how long the probe took, and the last error.\n"
 		"`probe` asks for a probe of the pair FROM TO now (after the one running, if any)\n"
-		"and, with --wait, waits for its result and prints it.\n"
+		"and, with --wait, waits for its result and prints the entry (exit status 1 if\n"
+		"that probe failed: the entry's last error says why).\n"
 		"\n"
 		"      --control HOST:PORT  pbox-ctrld's control address (default 127.0.0.1:7300)\n"
 		"      --socket PATH        its local control socket instead (no token needed)\n"
@@ -220,7 +221,7 @@ int pbox_cmd_bw(int argc, char **argv)
 		}
 	} else {
 		const char *from, *to;
-		json_int_t before = -1;
+		json_int_t done_at;
 		const json_t *p;
 		struct timespec t0, now;
 
@@ -231,16 +232,6 @@ int pbox_cmd_bw(int argc, char **argv)
 		}
 		from = argv[optind];
 		to = argv[optind + 1];
-		if (wait_s > 0) {
-			if (request(addr, token, json_pack("{s:s}", "op", "bw_list"), &reply,
-				    "probe") != 0) {
-				return 1;
-			}
-			p = find_pair(reply, from, to);
-			before = p ? json_integer_value(json_object_get(p, "probes")) : -1;
-			json_decref(reply);
-			reply = NULL;
-		}
 		if (request(addr, token,
 			    json_pack("{s:s, s:s, s:s}", "op", "bw_probe", "from", from, "to", to),
 			    &reply, "probe") != 0) {
@@ -251,6 +242,7 @@ int pbox_cmd_bw(int argc, char **argv)
 			json_decref(reply);
 			return 0;
 		}
+		done_at = json_integer_value(json_object_get(reply, "done_at"));
 		json_decref(reply);
 		reply = NULL;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -261,8 +253,7 @@ int pbox_cmd_bw(int argc, char **argv)
 			}
 			p = find_pair(reply, from, to);
 			if (p != NULL &&
-			    json_integer_value(json_object_get(p, "probes")) > before &&
-			    !json_is_true(json_object_get(p, "queued"))) {
+			    json_integer_value(json_object_get(p, "probes")) >= done_at) {
 				break;
 			}
 			json_decref(reply);
@@ -284,9 +275,8 @@ int pbox_cmd_bw(int argc, char **argv)
 			       "Mbit/s", "grey", "age_s", "took_s", "flags");
 			print_pair(p);
 		}
-		status = strcmp(json_string_value(json_object_get(p, "state")) ?: "", "ok") == 0
-				 ? 0
-				 : 1;
+		/* The last probe that ended is the one asked for (or a later one). */
+		status = json_object_get(p, "last_error") == NULL ? 0 : 1;
 		json_decref(reply);
 		return status;
 	}

@@ -116,7 +116,7 @@ def main():
                                 "a", good], env=env, capture_output=True, text=True,
                                timeout=60)
             print("pbox bw probe -> %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
-            if p.returncode != 0 or " ok " not in p.stdout:
+            if p.returncode != 0 or "Mbit/s" not in p.stdout:
                 fail("pbox bw probe a %s" % good)
             p = subprocess.run([pbox_bin, "bw", "--control", caddr], env=env,
                                capture_output=True, text=True, timeout=60)
