@@ -32,7 +32,8 @@ gradient pushed plus the aggregate received, 2 x model bytes per exchange, per w
 in total. retx and probes are libpbox's retransmitted datagrams and result re-requests
 (timed iterations, summed over workers); rcvbuf is the kernel's UDP RcvbufErrors counter
 over the run (system-wide: datagrams dropped because a socket buffer was full); busy% is
-pboxd's data-plane busy share.
+pboxd's data-plane busy share; cpu s/exch is the CPU seconds of pboxd and the workers per
+exchange round (warm-up rounds included).
 
     /usr/bin/python3 perf/bench_comm.py --build-dir build
     /usr/bin/python3 perf/bench_comm.py --build-dir build --parts compare --workers 2,3
@@ -97,6 +98,7 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
            "max_inflight": max_inflight}
     worker = build_path("perf/pbox-bench-comm")
     rcv0 = udp_rcvbuf_errors()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     try:
         extra = {"idle_us": args.idle_us} if args.idle_us is not None else {}
@@ -106,6 +108,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
                    "--model", table, "--seconds", str(seconds), "--json"]
             if max_inflight:
                 cmd += ["--max-inflight", str(max_inflight)]
+            if args.rto_ms:
+                cmd += ["--rto-ms", str(args.rto_ms)]
             procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
                      for r in range(workers)]
@@ -138,6 +142,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
         res["error"] = "pboxd control channel: %s" % e
         return res
     rcv1 = udp_rcvbuf_errors()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res["cpu_s"] = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     res["wall_s"] = time.time() - t0
     tot = st["totals"]
     res["pboxd"] = {k: tot[k] for k in ("busy_pct", "dups", "rx_retransmits", "replies_resent",
@@ -163,6 +169,9 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
         "probes": sum(o["probes"] for o in outs),
         "client_dropped": sum(o["dropped"] for o in outs),
         "iter_seconds": per_iteration_max([o.get("iter_seconds", []) for o in outs]),
+        # CPU seconds of pboxd and the workers per exchange round (2 warm-up rounds
+        # included): less sensitive to other load on the machine than the wall time.
+        "cpu_per_round": res["cpu_s"] / (r0["iters"] + 2),
     })
     return res
 
@@ -220,6 +229,15 @@ def free_tcp_port():
 
 
 def run_gloo(args, model, workers, iters):
+    """run_gloo_once, again (up to 3 times) if the rendezvous port was taken meanwhile."""
+    for _ in range(3):
+        r = run_gloo_once(args, model, workers, iters)
+        if "Address already in use" not in r.get("error", ""):
+            break
+    return r
+
+
+def run_gloo_once(args, model, workers, iters):
     """Gloo allreduce of the model's gradient in DDP's buckets (25 MB, the first 1 MB),
     every bucket in flight, over loopback. Returns {"median_s", ...} or {"error"}."""
     sys.path.insert(0, os.path.join(HERE, "netlab"))
@@ -351,11 +369,11 @@ def compare_table(rows, args, load, secs):
     sys.stdout.flush()
 
 
-FMT = "%-9s %6s %2s %6s %7s %5s %6s %5s %7s %7s %7s %7s %7s %7s %7s %5s"
+FMT = "%-9s %6s %2s %6s %7s %5s %6s %5s %7s %7s %7s %7s %7s %7s %7s %5s %6s"
 HEADER = FMT % ("model", "MB", "N", "chunk", "frag", "mtu", "window", "iters", "exch/s",
-                "exch/s", "GB/s", "GB/s", "retx", "probes", "rcvbuf", "busy%")
+                "exch/s", "GB/s", "GB/s", "retx", "probes", "rcvbuf", "busy%", "cpu s")
 HEADER2 = FMT % ("", "", "", "", "", "", "", "", "/worker", "total", "/worker", "total", "",
-                 "", "", "pboxd")
+                 "", "", "pboxd", "/exch")
 
 
 def window_label(mi):
@@ -380,7 +398,7 @@ def row(r):
                   window_label(r["max_inflight"]), r["iters"], "%.3f" % r["xps_worker"],
                   "%.3f" % r["xps_total"], "%.3f" % r["gbps_worker"],
                   "%.3f" % r["gbps_total"], r["retransmits"], r["probes"], rcv,
-                  "%.1f" % r["pboxd"]["busy_pct"])
+                  "%.1f" % r["pboxd"]["busy_pct"], "%.3f" % r["cpu_per_round"])
 
 
 def table(title, results, load):
@@ -426,6 +444,9 @@ def main():
                     help="send windows of the mtu and sweep parts: 'default' and/or byte "
                          "budgets (default: default,4M)")
     ap.add_argument("--busy-poll", action="store_true", help="pboxd busy_poll = true")
+    ap.add_argument("--rto-ms", type=int, metavar="MS",
+                    help="libpbox's first retransmission timeout in the workers (default: "
+                         "libpbox's)")
     ap.add_argument("--idle-us", type=int, metavar="US",
                     help="pboxd idle_us: how long a core polls before it blocks (default: "
                          "pboxd's)")

@@ -57,6 +57,7 @@ struct opts {
 	uint32_t warmup;
 	uint32_t timeout_ms;
 	uint32_t max_inflight;
+	uint32_t rto_ms;
 	bool busy_poll;
 	bool json;
 };
@@ -91,6 +92,8 @@ static void usage(FILE *f)
 		"  --warmup N          untimed iterations first (default 2, at least 1)\n"
 		"  --timeout-ms MS     libpbox operation deadline (default: libpbox's, 30 s)\n"
 		"  --max-inflight N    chunks sent before their ACK (default: libpbox's, 256)\n"
+		"  --rto-ms MS         libpbox's first retransmission timeout (default: "
+		"libpbox's)\n"
 		"  --busy-poll         libpbox progress thread spins instead of sleeping\n"
 		"  --json              print the result as one JSON object (iter_seconds: each\n"
 		"                      timed exchange's duration)\n"
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "timeout-ms", required_argument, NULL, 'T' },
 		{ "max-inflight", required_argument, NULL, 'I' },
+		{ "rto-ms", required_argument, NULL, 'R' },
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "json", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
@@ -158,6 +162,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'I':
 			rc = pbox_arg_u32(PROG, "--max-inflight", optarg, 1, 1u << 20,
 					  &o->max_inflight);
+			break;
+		case 'R':
+			rc = pbox_arg_u32(PROG, "--rto-ms", optarg, 1, 600000, &o->rto_ms);
 			break;
 		case 'B':
 			o->busy_poll = true;
@@ -518,6 +525,7 @@ int main(int argc, char **argv)
 	co.rank = o.rank;
 	co.timeout_ms = o.timeout_ms;
 	co.max_inflight = o.max_inflight;
+	co.rto_ms = o.rto_ms;
 	co.busy_poll = o.busy_poll;
 	rc = pbox_connect(&co, &c);
 	if (rc < 0) {

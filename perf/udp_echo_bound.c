@@ -500,6 +500,8 @@ int main(int argc, char **argv)
 	waitpid(echo_pid, NULL, 0);
 	if (rc != 0) {
 		fprintf(stderr, PROG ": a worker failed\n");
+		free(src);
+		free(all);
 		return 1;
 	}
 	{
@@ -507,6 +509,8 @@ int main(int argc, char **argv)
 		unsigned n = o.workers * o.iters;
 
 		if (s == NULL) {
+			free(src);
+			free(all);
 			return 1;
 		}
 		memcpy(s, all, sizeof(double) * n);
@@ -535,5 +539,7 @@ int main(int argc, char **argv)
 		}
 		free(s);
 	}
+	free(src);
+	free(all);
 	return 0;
 }

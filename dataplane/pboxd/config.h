@@ -13,7 +13,7 @@
  *     chunk_bytes = 32768;            # key chunk size
  *     mtu = 1500;                     # path MTU: sets the fragment size
  *     busy_poll = false;              # spin when idle instead of sleeping
- *     idle_us = 200;                  # spin this long before sleeping
+ *     idle_us = 200;                  # DPDK: spin this long before sleeping (UDP blocks)
  *     burst = 32;                     # datagrams per receive / send call
  *     deterministic = false;          # default of jobs: sum in rank order
  *     stats_interval = 0;             # seconds between counter dumps (0: off)

@@ -34,16 +34,11 @@ static uint64_t measure_tsc_hz(void)
 	return ns > 0 ? (uint64_t)((double)(t1 - t0) * 1e9 / ns) : 1000000000ull;
 }
 
-/* Pause instructions between two receive attempts of a core that polls before sleeping:
- * about 1-3 us (a pause is 10-150 cycles depending on the CPU), a fraction of one wake-up. */
-#define UDP_IDLE_PAUSES 64u
-
 static void *core_main(void *arg)
 {
 	struct pboxd_core *c = arg;
 	struct pboxd_dp *dp = c->dp;
 	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
-	uint64_t last_work = __rdtsc();
 
 	rcu_register_thread();
 	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
@@ -52,20 +47,14 @@ static void *core_main(void *arg)
 		const struct pbox_jobtab *tab;
 
 		if (n == 0 && !dp->busy_poll) {
-			if (t0 - last_work > dp->idle_cycles_before_sleep) {
-				/* Idle long enough: block in the receive itself for the first
-				 * datagram (offline: a publish need not wait for this core),
-				 * then drain. */
-				rcu_thread_offline();
-				n = pbox_udp_rx_wait(c->udp, pkts, PBOX_UDP_MAX_BURST, 100);
-				rcu_thread_online();
-			} else {
-				/* Polling before sleeping: an empty recvmmsg costs a system
-				 * call, so look again only after a microsecond or two. */
-				for (unsigned i = 0; i < UDP_IDLE_PAUSES; i++) {
-					_mm_pause();
-				}
-			}
+			/* Nothing queued: block in the receive itself for the first datagram
+			 * (RCU-offline: a publish need not wait for this core), then drain.
+			 * With kernel UDP a wake-up costs less than polling: every empty
+			 * recvmmsg is a system call, and on shared CPUs the spinning takes
+			 * the time the senders need (measured in perf/README.md section 4). */
+			rcu_thread_offline();
+			n = pbox_udp_rx_wait(c->udp, pkts, PBOX_UDP_MAX_BURST, 100);
+			rcu_thread_online();
 			t1 = __rdtsc();
 			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
 			t0 = t1;
@@ -87,7 +76,6 @@ static void *core_main(void *arg)
 			pbox_engine_flush(&c->engine);
 			t1 = __rdtsc();
 			PBOX_STAT_ADD(&c->stats, busy_cycles, t1 - t0);
-			last_work = t1;
 		} else {
 			t1 = __rdtsc();
 			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
@@ -342,7 +330,6 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	dp->ncores = cfg->ncores;
 	dp->busy_poll = cfg->busy_poll;
 	dp->tsc_hz = measure_tsc_hz();
-	dp->idle_cycles_before_sleep = dp->tsc_hz / 1000000 * cfg->idle_us;
 	dp->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	dp->cores = aligned_alloc(PBOX_CACHE_LINE, sizeof(*dp->cores) * cfg->ncores);
 	if (dp->cores == NULL || dp->stop_fd < 0) {
@@ -434,7 +421,7 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
 		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
 		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
-		      cfg->busy_poll ? "busy polling" : "polling, sleeping when idle");
+		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle");
 	return 0;
 }
 

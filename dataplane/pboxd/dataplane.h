@@ -8,9 +8,9 @@
  *
  * Every core runs the same loop: receive a burst -> read the job table (RCU) -> run the
  * engine on each datagram -> flush replies -> quiescent state -> account busy / idle
- * cycles. When idle for idle_us (and busy_poll is off) a core goes RCU-offline and blocks
- * in its receive (recvmmsg, MSG_WAITFORONE) until a datagram or the stop signal arrives;
- * before that it polls with a pause of a microsecond or two between system calls.
+ * cycles. When its socket is empty (and busy_poll is off) a core goes RCU-offline and
+ * blocks in its receive (recvmmsg, MSG_WAITFORONE) until a datagram arrives or stop shuts
+ * the socket's receive side; idle_us is the DPDK lcores' (kernel UDP does not poll).
  *
  * Threading: pboxd_dp_start/stop/publish are called by the control thread only, which
  * pboxd_dp_start registers with liburcu-qsbr and leaves RCU-offline (it goes online only
@@ -102,7 +102,6 @@ struct pboxd_dp {
 	uint32_t ncores;
 	struct pboxd_core *cores;
 	bool busy_poll;
-	uint64_t idle_cycles_before_sleep;
 	int stop_fd;
 	bool stop;
 	uint64_t tsc_hz;

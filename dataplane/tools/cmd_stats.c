@@ -103,6 +103,24 @@ static void print_xdp(const json_t *x)
 	printf("\n");
 }
 
+/* The kernel-UDP transport's line: datagrams per receive call and the offloads. */
+static void print_udp(const json_t *t)
+{
+	const json_t *tot = json_object_get(t, "totals");
+	const char *name = json_string_value(json_object_get(t, "name"));
+
+	if (!json_is_object(tot) || name == NULL || strcmp(name, "udp") != 0) {
+		return;
+	}
+	printf("udp: %.2f datagrams per recvmmsg call (%" PRIu64 " in %" PRIu64 " calls), %" PRIu64
+	       " GRO / %" PRIu64 " GSO messages, gso %s, gro %s\n",
+	       json_real_value(json_object_get(tot, "rx_pkts_per_call")),
+	       pbox_cli_json_u64(tot, "rx_pkts"), pbox_cli_json_u64(tot, "rx_calls"),
+	       pbox_cli_json_u64(tot, "rx_gro_msgs"), pbox_cli_json_u64(tot, "tx_gso_msgs"),
+	       json_is_true(json_object_get(t, "gso")) ? "on" : "off",
+	       json_is_true(json_object_get(t, "gro")) ? "on" : "off");
+}
+
 static void print_stats(const char *addr, const json_t *st)
 {
 	const json_t *cores = json_object_get(st, "cores"), *tot = json_object_get(st, "totals");
@@ -136,6 +154,7 @@ static void print_stats(const char *addr, const json_t *st)
 			printf("\n");
 		}
 	}
+	print_udp(json_object_get(st, "transport"));
 	print_control(json_object_get(st, "control"));
 	print_xdp(json_object_get(st, "xdp"));
 	if (json_array_size(jobs) == 0) {

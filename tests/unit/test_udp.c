@@ -91,8 +91,9 @@ static void expect_all(struct pbox_udp *rx, unsigned r, const struct dgram *d, u
 
 		assert_true(k <= room);
 		if (k == 0) {
-			/* loopback delivers within the sender's call: nothing more comes */
-			assert_true(++idle < 100);
+			/* loopback usually delivers within the sender's call; on a loaded
+			 * machine ksoftirqd may take a while: up to 10 s */
+			assert_true(++idle < 1000);
 			pbox_udp_wait(rx, 10, -1);
 			continue;
 		}
