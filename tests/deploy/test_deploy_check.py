@@ -70,6 +70,9 @@ def verify_units(tmp, build):
                         "tests/deploy/render_unit.yml", "-e", "out=" + tmp, "-e",
                         "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build), "dataplane",
                                                          "pboxd"),
+                        "-e", "pbox_ctrld_bin_path=" + os.path.join(os.path.abspath(build),
+                                                                   "ctrlplane", "ctrld",
+                                                                   "pbox-ctrld"),
                         "-e", "pbox_src_dir=" + ROOT],
                        cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
     if p.returncode != 0:
@@ -86,6 +89,16 @@ def verify_units(tmp, build):
             fail("the udp unit grants capabilities: %s" % caps)
         print("  systemd unit (%s transport): systemd-analyze verify clean; capabilities: %s" %
               (transport, caps.strip() or "none"))
+    unit = os.path.join(tmp, "pbox-ctrld.service")
+    v = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
+    if v.returncode != 0 or v.stderr.strip():
+        fail("systemd-analyze verify of the pbox-ctrld unit: exit %d: %s" %
+             (v.returncode, v.stderr.strip()))
+    text = open(unit).read()
+    for line in ("CapabilityBoundingSet=", "AmbientCapabilities=", "NoNewPrivileges=yes"):
+        if not re.search("^%s$" % line, text, re.M):
+            fail("the pbox-ctrld unit lacks '%s' (it needs no capability)" % line)
+    print("  systemd unit pbox-ctrld: systemd-analyze verify clean; capabilities: none")
 
 
 def vfio_refusal(tmp, varsfile):
