@@ -9,6 +9,7 @@ file nor the IRQ affinities changed.
 Usage: test_deploy_check.py lint|check
 """
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -120,6 +121,40 @@ def vfio_refusal(tmp, varsfile):
     print("  nic vfio-pci, --check, bogus device: refused: %s..." % found[0])
 
 
+def ctrld_check(tmp, varsfile, build):
+    """The pbox_ctrld role in --check --diff: the diff shows the configuration it would
+    install (the appliance's pboxd with its admin token, the static job) and nothing is
+    written; an appliance without pboxd_admin_token is refused before anything is done."""
+    bindir = os.path.join(os.path.abspath(build), "ctrlplane", "ctrld")
+    base = ["ansible-playbook", "-i", "deploy/inventory/local.yml", "-c", "local",
+            "tests/deploy/ctrld_role.yml", "--check", "--diff", "-e", "@" + varsfile,
+            "-e", "pbox_bin_dir=" + bindir]
+    with open(varsfile) as f:
+        v = json.load(f)
+    conf = os.path.join(v["pbox_conf_dir"], "pbox-ctrld.conf")
+    p = subprocess.run(base, cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    want = ('+pboxds = ( { name = "localhost"; control = "%s"; admin_token = "%s"; } );' %
+            (v["pboxd_control"], v["pbox_local_admin_token"]))
+    if p.returncode != 0 or want not in out or "+jobs = ( { id = 3;" not in out or \
+            '+ctrld = { listen = "%s";' % v["pbox_ctrld_listen"] not in out:
+        print(out[-5000:])
+        fail("pbox_ctrld --check --diff: exit %d; the diff lacks %s" % (p.returncode, want))
+    if os.path.exists(conf):
+        fail("--check wrote %s" % conf)
+    print("  pbox_ctrld --check --diff: the configuration's diff names the pboxd and job 3; "
+          "nothing written")
+    p = subprocess.run(base + ["-e", '{"pboxd_admin_token": ""}'], cwd=ROOT,
+                       env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "admin token (pboxd_admin_token)" not in out or \
+            "Configuration (checked" in out:
+        print(out[-4000:])
+        fail("pbox_ctrld with an appliance without pboxd_admin_token: exit %d, expected a "
+             "refusal before the configuration task" % p.returncode)
+    print("  pbox_ctrld, appliance without pboxd_admin_token: refused")
+
+
 def check():
     if os.geteuid() != 0:
         skip("needs root (ansible reads /proc/irq and the NIC state as root)")
@@ -165,6 +200,7 @@ def check():
               (rec.group(1), rec.group(2), grub))
         verify_units(tmp, build)
         vfio_refusal(tmp, varsfile)
+        ctrld_check(tmp, varsfile, build)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
