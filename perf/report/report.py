@@ -23,7 +23,7 @@ the image and in the PNG's text chunks Machine / Date / Command):
            available bandwidth, and the time per estimate (perf/slops/bench_slops.py
            --json; root and namespaces, so read from perf/slops/results like netlab)
 
-  /usr/bin/python3 perf/report/report.py --build-dir build --out report       # run, ~5 min
+  /usr/bin/python3 perf/report/report.py --build-dir build --out report       # run, ~6 min
   /usr/bin/python3 perf/report/report.py --build-dir build --quick --out report  # ~1 min
   /usr/bin/python3 perf/report/report.py --from report/data --out report2   # re-plot
 --from DIR reads DIR/manifest.json if there is one; otherwise every *.json, *.txt and
