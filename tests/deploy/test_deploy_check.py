@@ -153,6 +153,15 @@ def ctrld_check(tmp, varsfile, build):
         fail("pbox_ctrld with an appliance without pboxd_admin_token: exit %d, expected a "
              "refusal before the configuration task" % p.returncode)
     print("  pbox_ctrld, appliance without pboxd_admin_token: refused")
+    p = subprocess.run(base + ["-e", '{"pbox_ctrld_jobs": [{"id": 2, "token": "x", '
+                                      '"workers": 1, "mode": "aggregate"}]}'], cwd=ROOT,
+                       env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "(both: [2])" not in out:
+        print(out[-4000:])
+        fail("pbox_ctrld with a static job whose id is one of pboxd's own jobs: exit %d, "
+             "expected a refusal naming job 2" % p.returncode)
+    print("  pbox_ctrld, static job 2 that pboxd's configuration also has: refused")
 
 
 def check():
