@@ -15,12 +15,14 @@
  * Usage: pbox-bench-dvf [--input FILE.f32 [--name NAME]] [--block N] [--seconds S]
  *                       [--sparsity 0.5,0.8,...] [--codecs none,lz4,...] [--no-mlp]
  *                       [--repeat R]   (R <= 16: each cell is the median of R runs)
+ *                       [--json FILE]  (also one JSON object per row, for perf/report)
  * A codec SPEC/plain (e.g. lz4/plain) sends PF's plain dense array for the blocks that are
  * not sparse, instead of the bitmap form. Times are the thread's CPU time (the machine is
  * shared: wall time would count other processes).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -45,6 +47,7 @@ struct opts {
 	unsigned mlp_steps;
 	unsigned repeat;
 	bool mlp;
+	FILE *json; /* --json FILE: one JSON object per table row (perf/report reads it) */
 };
 
 static double now(void)
@@ -383,6 +386,25 @@ static void bench(const struct input *in, const struct opts *o)
 			       o->codecs[c], r.enc_gbs, r.enc_gbs / snap.enc_gbs, r.ratio,
 			       r.dec_gbs);
 			fflush(stdout);
+			if (o->json != NULL) {
+				json_t *row = json_pack(
+					"{s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:s, s:f, s:f, s:f, "
+					"s:f, s:f}",
+					"input", in->name, "floats", (json_int_t)in->n, "block",
+					(int)in->block, "delta", (double)thr, "sparsity",
+					r.sparsity, "sparse_blocks", r.sparse_blocks,
+					"bitmap_blocks", r.bitmap_blocks, "codec", o->codecs[c],
+					"enc_gbs", r.enc_gbs, "dec_gbs", r.dec_gbs, "ratio",
+					r.ratio, "snappy_enc_gbs", snap.enc_gbs, "snappy_ratio",
+					snap.ratio);
+
+				if (row == NULL || json_dumpf(row, o->json, JSON_COMPACT) != 0 ||
+				    fputc('\n', o->json) == EOF || fflush(o->json) != 0) {
+					fprintf(stderr, "bench_dvf: --json: cannot write a row\n");
+					exit(1);
+				}
+				json_decref(row);
+			}
 		}
 	}
 	printf("\nfilter + compaction alone (GB/s), delta at sparsity %.2f:", o->sparsity[0]);
@@ -425,6 +447,7 @@ int main(int argc, char **argv)
 		{ "mlp-steps", required_argument, NULL, 'm' },
 		{ "no-mlp", no_argument, NULL, 'N' },
 		{ "repeat", required_argument, NULL, 'r' },
+		{ "json", required_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char def_codecs[] = "none/plain,lz4/plain,snappy/plain,none,lz4,zstd:1,zstd:2,"
@@ -475,11 +498,19 @@ int main(int argc, char **argv)
 		case 'r':
 			o.repeat = (unsigned)strtoul(optarg, NULL, 10);
 			break;
+		case 'j':
+			o.json = fopen(optarg, "w");
+			if (o.json == NULL) {
+				fprintf(stderr, "bench_dvf: --json %s: %s\n", optarg,
+					strerror(errno));
+				return 2;
+			}
+			break;
 		default:
 			fprintf(stderr,
 				"usage: %s [--input FILE.f32 [--name NAME]] [--block N] "
 				"[--seconds S] [--sparsity LIST] [--codecs LIST] "
-				"[--mlp-steps N] [--no-mlp] [--repeat R]\n",
+				"[--mlp-steps N] [--no-mlp] [--repeat R] [--json FILE]\n",
 				argv[0]);
 			return 2;
 		}
@@ -507,6 +538,10 @@ int main(int argc, char **argv)
 		in.nblocks = (uint32_t)((in.n + o.block - 1) / o.block);
 		bench(&in, &o);
 		free(u);
+	}
+	if (o.json != NULL && fclose(o.json) != 0) {
+		fprintf(stderr, "bench_dvf: --json: %s\n", strerror(errno));
+		return 1;
 	}
 	return 0;
 }

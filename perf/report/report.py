@@ -17,9 +17,13 @@ the image and in the PNG's text chunks Machine / Date / Command):
            scenario against the link-rate bound (perf/netlab/results/*.json)
   sync     synchronisation models with a slowed worker: steps/s and accuracy
            (perf/sync/bench_sync.py --only sync)
-DVF traffic and SLoPS probing accuracy are not plotted: no benchmark produces them yet.
+  dvf      DVF traffic: wire bytes per dense byte and filter+encode+compress GB/s vs
+           sparsity, per codec (build/perf/dvf/pbox-bench-dvf --json FILE.jsonl)
+  slops    SLoPS probing accuracy: the estimated range [r_min, r_max] against the true
+           available bandwidth, and the time per estimate (perf/slops/bench_slops.py
+           --json; root and namespaces, so read from perf/slops/results like netlab)
 
-  /usr/bin/python3 perf/report/report.py --build-dir build --out report       # run, ~5 min
+  /usr/bin/python3 perf/report/report.py --build-dir build --out report       # run, ~6 min
   /usr/bin/python3 perf/report/report.py --build-dir build --quick --out report  # ~1 min
   /usr/bin/python3 perf/report/report.py --from report/data --out report2   # re-plot
 --from DIR reads DIR/manifest.json if there is one; otherwise every *.json, *.txt and
@@ -51,7 +55,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-KINDS = ("sweep", "kernels", "comm", "netlab", "sync")
+KINDS = ("sweep", "kernels", "comm", "netlab", "sync", "dvf", "slops")
 FIG_SIZE = (9.0, 5.4)  # inches; at DPI 120: 1080 x 648 pixels
 DPI = 120
 
@@ -119,6 +123,15 @@ def classify(path):
             text = f.read()
     except (OSError, UnicodeDecodeError):
         return None
+    if path.endswith(".jsonl"):
+        try:
+            recs = [json.loads(l) for l in text.splitlines() if l.strip()]
+        except ValueError:
+            return None
+        if recs and all(isinstance(r, dict) and "codec" in r and "enc_gbs" in r
+                        and "ratio" in r for r in recs):
+            return "dvf"
+        return None
     if path.endswith(".json"):
         try:
             d = json.loads(text)
@@ -133,6 +146,10 @@ def classify(path):
             return "comm"
         if isinstance(d, dict) and "comm" in d and "world_size" in d:
             return "torch"
+        if isinstance(d, dict) and isinstance(d.get("runs"), list) and d["runs"] and \
+                all(isinstance(r, dict) and "r_min_bps" in r and "r_max_bps" in r
+                    for r in d["runs"]):
+            return "slops"
         return None
     if "buffers of" in text and "calls/rep" in text:
         return "kernels"
@@ -389,6 +406,112 @@ def plot_sync(rows, source):
     return stamp(fig, source)
 
 
+def read_dvf(path):
+    """pbox-bench-dvf --json rows (one JSON object per line)."""
+    with open(path) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    if not rows:
+        raise ReportError("%s: no pbox-bench-dvf rows" % path)
+    return rows
+
+
+def dvf_input_label(name):
+    return name.split(" (")[0].split(",")[0] if name else "?"
+
+
+def plot_dvf(rows, source):
+    fig, (ax_t, ax_g) = plt.subplots(1, 2, figsize=(FIG_SIZE[0] * 1.3, FIG_SIZE[1]))
+    inputs = sorted({r["input"] for r in rows})
+    styles = ["-", "--", ":", "-."]
+    colours = {}
+    for i, inp in enumerate(inputs):
+        for codec in sorted({r["codec"] for r in rows if r["input"] == inp}):
+            rs = sorted((r for r in rows if r["input"] == inp and r["codec"] == codec),
+                        key=lambda r: r["sparsity"])
+            c = colours.setdefault(codec, "C%d" % (len(colours) % 10))
+            label = codec if len(inputs) == 1 else "%s, %s" % (codec, dvf_input_label(inp))
+            x = [100 * r["sparsity"] for r in rs]
+            ax_t.plot(x, [100.0 / r["ratio"] for r in rs], marker="o", color=c,
+                      linestyle=styles[i % len(styles)], label=label)
+            ax_g.plot(x, [r["enc_gbs"] for r in rs], marker="o", color=c,
+                      linestyle=styles[i % len(styles)], label=label)
+    snap = sorted({(r["input"], r["snappy_enc_gbs"]) for r in rows})
+    for i, (inp, gbs) in enumerate(snap):
+        ax_g.axhline(gbs, color="k", linestyle=styles[i % len(styles)], linewidth=0.8,
+                     label="snappy alone, unfiltered" +
+                     ("" if len(inputs) == 1 else " (%s)" % dvf_input_label(inp)))
+    ax_t.set_yscale("log")
+    labelled(ax_t, "DVF traffic: bytes on the wire per dense byte",
+             "sparsity (share of |U| below delta, %)", "wire / dense bytes (%, log scale)")
+    labelled(ax_g, "DVF filter+encode+compress, one core",
+             "sparsity (share of |U| below delta, %)", "GB/s of dense input")
+    ax_t.legend(fontsize=7, ncol=2)
+    ax_g.legend(fontsize=7, ncol=2)
+    fig.suptitle("inputs: " + "; ".join(inputs), fontsize=8)
+    return stamp(fig, source)
+
+
+def slops_runs(sources):
+    """(cross, true Mbit/s, r_min, r_max, seconds, in_range, sender_limited) of runs whose
+    true available bandwidth is known (rate 'max' runs have none), from every SLoPS file."""
+    out = []
+    for s in sources:
+        with open(s.path) as f:
+            d = json.load(f)
+        for r in d["runs"]:
+            if r.get("true_bps") and r.get("r_min_bps") is not None:
+                out.append((r["cross"], r["true_bps"] / 1e6, r["r_min_bps"] / 1e6,
+                            r["r_max_bps"] / 1e6, r.get("duration_s") or r.get("wall_s"),
+                            r["r_min_bps"] <= r["true_bps"] <= r["r_max_bps"],
+                            "sender_limited" in (r.get("flags") or "")))
+    if not out:
+        raise ReportError("no SLoPS run with a known available bandwidth")
+    return out
+
+
+def plot_slops(sources):
+    runs = slops_runs(sources)
+    fig, (ax_a, ax_t) = plt.subplots(1, 2, figsize=(FIG_SIZE[0] * 1.3, FIG_SIZE[1]))
+    markers = {"none": "o", "udp": "s", "tcp": "^"}
+    for i, cross in enumerate(sorted({r[0] for r in runs})):
+        rs = [r for r in runs if r[0] == cross]
+        c = "C%d" % i
+        # Hollow: the prober reported sender_limited (it could not send faster; the
+        # range is then a lower bound of what the path carries).
+        for limited in (False, True):
+            sub = [r for r in rs if r[6] == limited]
+            if not sub:
+                continue
+            mid = [(r[2] + r[3]) / 2 for r in sub]
+            ax_a.errorbar([r[1] for r in sub], mid,
+                          yerr=[[m - r[2] for m, r in zip(mid, sub)],
+                                [r[3] - m for m, r in zip(mid, sub)]],
+                          fmt=markers.get(cross, "D"), color=c, capsize=3, markersize=5,
+                          mfc="none" if limited else c, linestyle="none",
+                          label=("cross traffic: %s (%d of %d ranges hold the true value)" %
+                                 (cross, sum(r[5] for r in rs), len(rs))) if not limited
+                          else "%s, sender_limited (hollow)" % cross)
+        ax_t.scatter([r[1] for r in rs], [r[4] for r in rs], marker=markers.get(cross, "D"),
+                     color=c, label="cross traffic: %s" % cross)
+    lo = min(min(r[1], r[2]) for r in runs) / 1.5
+    hi = max(max(r[1], r[3]) for r in runs) * 1.5
+    ax_a.plot([lo, hi], [lo, hi], color="k", linewidth=0.8, label="estimate = true")
+    for ax in (ax_a, ax_t):
+        ax.set_xscale("log")
+    ax_a.set_yscale("log")
+    ax_a.set_xlim(lo, hi)
+    ax_a.set_ylim(lo, hi)
+    ax_t.set_ylim(0, max(r[4] for r in runs) * 1.15)
+    labelled(ax_a, "SLoPS estimate range vs true available bandwidth",
+             "true available bandwidth (Mbit/s, log scale)",
+             "estimated range [r_min, r_max] (Mbit/s, log scale)")
+    labelled(ax_t, "SLoPS time per estimate", "true available bandwidth (Mbit/s, log scale)",
+             "seconds per estimate")
+    ax_a.legend(fontsize=7, loc="upper left")
+    ax_t.legend(fontsize=7)
+    return stamp(fig, sources)
+
+
 def save(fig, path):
     meta = dict(getattr(fig, "pbox_metadata", {}))
     meta["Title"] = fig.axes[0].get_title() if fig.axes else ""
@@ -424,6 +547,13 @@ def run_benchmarks(args, data):
         cmd = [py, os.path.join(PERF, "sync", "bench_sync.py"), "--build-dir", build,
                "--only", "sync", "--epochs", "1" if args.quick else "3"]
         out.append(run_one("sync", cmd, os.path.join(data, "sync.md"), machine))
+    if "dvf" in args.only:
+        jpath = os.path.join(data, "dvf.jsonl")
+        cmd = [os.path.join(build, "perf", "dvf", "pbox-bench-dvf"), "--json", jpath]
+        cmd += ["--seconds", "0.05"] if args.quick else ["--repeat", "3", "--seconds", "0.2"]
+        s = run_one("dvf", cmd, os.path.join(data, "dvf.md"), machine)
+        s.path = jpath
+        out.append(s)
     return out
 
 
@@ -460,6 +590,22 @@ def describe(path, kind, origin=None):
     kind, the file's time, and what the file says of the machine (netlab: CPUs, load)."""
     origin = origin or path
     machine = "unknown (not recorded in %s)" % os.path.basename(origin)
+    if kind == "slops":
+        with open(path) as f:
+            d = json.load(f)
+        if d.get("nproc"):
+            machine = "%s CPUs, load %s (from the file)" % (
+                d["nproc"], "/".join("%.1f" % x for x in d.get("loadavg") or []) or "?")
+        date = file_date(origin)
+        ts = [r["timestamp_ns"] for r in d["runs"] if r.get("timestamp_ns")]
+        if ts:
+            t = datetime.datetime.fromtimestamp(min(ts) / 1e9, datetime.timezone.utc)
+            date = t.strftime("%Y-%m-%d %H:%M UTC") + " (from the file)"
+        if d.get("command"):
+            shown = os.path.relpath(origin, ROOT) if origin.startswith(ROOT + os.sep) \
+                else origin
+            return Source(kind, path, "/usr/bin/python3 %s  [read from %s]" %
+                          (d["command"], shown), date, machine)
     if kind == "netlab":
         hosts = [r.get("host") or {} for r in load_json(path)]
         if hosts and hosts[0]:
@@ -477,6 +623,8 @@ KNOWN_COMMANDS = {
     "netlab": "/usr/bin/python3 perf/netlab/netlab.py run --scenario ... --json FILE",
     "torch": "PBOX_BUILD_DIR=build /usr/bin/python3 perf/torch/bench_ddp.py --out FILE",
     "sync": "/usr/bin/python3 perf/sync/bench_sync.py --build-dir build --only sync",
+    "dvf": "build/perf/dvf/pbox-bench-dvf --json FILE.jsonl",
+    "slops": "/usr/bin/python3 perf/slops/bench_slops.py --build-dir build --json FILE",
 }
 
 
@@ -545,8 +693,25 @@ def make_plots(sources, only, outdir):
                  "labels: speed relative to BSP and final test accuracy.", s[:1])
         else:
             missing.append(("sync", "no bench_sync.py output"))
-    missing.append(("dvf, slops", "DVF traffic and SLoPS probing accuracy: no benchmark "
-                                  "produces them yet (pbox-ctrld and DVF do not exist)"))
+    if "dvf" in only:
+        d = by.get("dvf", [])
+        if d:
+            emit("dvf", lambda: plot_dvf(read_dvf(d[0].path), d[0]),
+                 "DVF (perf/dvf/README.md): left, the traffic each codec leaves at a given "
+                 "sparsity (lower is better; 100 % is the dense gradient); right, the cost "
+                 "of producing it on one core against snappy compressing the unfiltered "
+                 "blocks.", d[:1])
+        else:
+            missing.append(("dvf", "no pbox-bench-dvf --json output"))
+    if "slops" in only:
+        sl = by.get("slops", [])
+        if sl:
+            emit("slops", lambda: plot_slops(sl),
+                 "SLoPS (perf/slops): each bar is one estimate's range; a good prober's "
+                 "bars cross the diagonal. Runs with rate 'max' (no known true value) "
+                 "are left out.", sl)
+        else:
+            missing.append(("slops", "no perf/slops/bench_slops.py JSON"))
     return made, missing
 
 
@@ -601,6 +766,9 @@ def main(argv=None):
                          "perf/netlab/results; netlab itself needs root and minutes)")
     ap.add_argument("--torch", default=os.path.join(PERF, "torch", "results.json"),
                     help="bench_ddp.py results to include when running")
+    ap.add_argument("--slops", default=os.path.join(PERF, "slops", "results"),
+                    help="bench_slops.py results to include when running (default: "
+                         "perf/slops/results; it needs root and namespaces)")
     a = ap.parse_args(argv)
     a.only = [k.strip() for k in a.only.split(",") if k.strip()]
     for k in a.only:
@@ -615,13 +783,13 @@ def main(argv=None):
             sources = read_dir(a.src)
             if not sources:
                 raise ReportError("--from %s: no benchmark output found (bench_comm.py / "
-                                  "netlab JSON, pbox-bench-kernels .txt, bench_sync.py .md)"
-                                  % a.src)
+                                  "netlab / bench_slops.py JSON, pbox-bench-kernels .txt, "
+                                  "bench_sync.py .md, pbox-bench-dvf .jsonl)" % a.src)
         else:
             data = os.path.join(a.out, "data")
             os.makedirs(data, exist_ok=True)
             sources = run_benchmarks(a, data)
-            for extra, kind in ((a.netlab, "netlab"), (a.torch, "torch")):
+            for extra, kind in ((a.netlab, "netlab"), (a.torch, "torch"), (a.slops, "slops")):
                 files = sorted(glob.glob(os.path.join(extra, "*.json"))) if os.path.isdir(extra) \
                     else ([extra] if os.path.exists(extra) else [])
                 for f in files:

@@ -5,7 +5,9 @@ of the real benchmarks): every figure has a title and labelled axes and carries 
 machine, date and command in the image and in its PNG text chunks; the PNGs exist and
 have a sane size; `report.py --from` writes report.md/.html that reference each of
 them; unreadable input is refused with a message."""
+import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -94,7 +96,7 @@ def main():
         sources = {s.kind: s for s in report.read_dir(FIX)}
         print("fixtures: %s" % ", ".join("%s=%s" % (k, os.path.basename(s.path))
                                          for k, s in sorted(sources.items())))
-        check(set(sources) == {"comm", "kernels", "netlab", "sync", "torch"},
+        check(set(sources) == {"comm", "kernels", "netlab", "sync", "torch", "dvf", "slops"},
               "fixtures not all classified: %s" % sorted(sources))
         comm = report.load_json(sources["comm"].path)
         figs = {
@@ -108,6 +110,9 @@ def main():
                                           [sources["netlab"]]), sources["netlab"]),
             "sync": (report.plot_sync(report.read_sync(sources["sync"].path),
                                       sources["sync"]), sources["sync"]),
+            "dvf": (report.plot_dvf(report.read_dvf(sources["dvf"].path), sources["dvf"]),
+                    sources["dvf"]),
+            "slops": (report.plot_slops([sources["slops"]]), sources["slops"]),
         }
         for name, (fig, src) in figs.items():
             check_figure(name, fig)
@@ -121,6 +126,53 @@ def main():
         check(sweep_pts == sum(len(v) for v in groups.values()) > 0,
               "sweep: %d points drawn for %d runs" % (sweep_pts,
                                                       sum(len(v) for v in groups.values())))
+        # DVF: one point per row in each panel (traffic, throughput); traffic = 1/ratio.
+        rows = report.read_dvf(sources["dvf"].path)
+        t_ax, g_ax = figs["dvf"][0].axes[:2]
+        pts = [(x, y) for l in t_ax.lines for x, y in zip(l.get_xdata(), l.get_ydata())]
+        check(len(pts) == len(rows), "dvf: %d traffic points for %d rows" % (len(pts), len(rows)))
+        want = sorted((round(100 * r["sparsity"], 6), round(100 / r["ratio"], 6)) for r in rows)
+        check(sorted((round(x, 6), round(y, 6)) for x, y in pts) == want,
+              "dvf: the traffic points are not 100/ratio at each sparsity")
+        check(sum(len(l.get_xdata()) for l in g_ax.lines if len(l.get_xdata()) > 2) == len(rows),
+              "dvf: the throughput panel does not show every row")
+        # SLoPS: one range per run with a known true value (the 'max' row has none).
+        runs = report.slops_runs([sources["slops"]])
+        with open(sources["slops"].path) as f:
+            raw = json.load(f)["runs"]
+        check(len(runs) == sum(1 for r in raw if r.get("true_bps")) and len(runs) < len(raw),
+              "slops: %d runs plotted of %d (the 'max' row must be left out)" %
+              (len(runs), len(raw)))
+        a_ax = figs["slops"][0].axes[0]
+        drawn = sum(len(c[0].get_xdata()) for c in a_ax.containers)
+        check(drawn == len(runs), "slops: %d ranges drawn for %d runs" % (drawn, len(runs)))
+
+        # pbox-bench-dvf --json, for real (tiny): its rows are classified and plotted.
+        build = os.environ.get("PBOX_BUILD_DIR")
+        bench = os.path.join(build or "", "perf", "dvf", "pbox-bench-dvf")
+        if build and os.path.exists(bench):
+            jl = os.path.join(out, "bench-dvf.jsonl")
+            p = subprocess.run([bench, "--sparsity", "0.5,0.9", "--codecs", "none,lz4",
+                                "--seconds", "0.01", "--mlp-steps", "1", "--json", jl],
+                               capture_output=True, text=True, timeout=120)
+            if check(p.returncode == 0, "pbox-bench-dvf --json: exit %d: %s" %
+                     (p.returncode, p.stderr[-500:])):
+                rows = report.read_dvf(jl)
+                table = [l for l in p.stdout.splitlines() if l.startswith("| 0.") or
+                         re.match(r"^\| [\d.e+-]+ \| [\d.]+ \|", l)]
+                check(report.classify(jl) == "dvf" and len(rows) == 4 == len(table),
+                      "pbox-bench-dvf --json: %d rows (%s) for %d table rows" %
+                      (len(rows), report.classify(jl), len(table)))
+                check(all(abs(r["ratio"] - float(t.split("|")[7])) < 0.006
+                          for r, t in zip(rows, table)),
+                      "pbox-bench-dvf --json: ratios differ from the table's")
+                src = report.Source("dvf", jl, "pbox-bench-dvf --json", "now", "here")
+                fig = report.plot_dvf(rows, src)
+                check_figure("dvf (bench)", fig)
+                report.save(fig, os.path.join(out, "bench-dvf.png"))
+                print("  pbox-bench-dvf --json: %d rows, plotted" % len(rows))
+        else:
+            print("  (PBOX_BUILD_DIR has no pbox-bench-dvf: its --json is not run here)")
 
         # The command line, end to end.
         rdir = os.path.join(out, "cli")
@@ -137,7 +189,8 @@ def main():
                       "cli: %s missing or tiny" % png)
                 check("(%s.png)" % kind in md and 'src="%s.png"' % kind in html,
                       "cli: the report does not show %s.png" % kind)
-            check("DVF traffic and SLoPS" in md, "cli: the report does not say what is missing")
+            check("Not plotted" not in md and "not plotted" not in p.stdout,
+                  "cli: a plot is reported missing from the complete fixtures: %s" % p.stdout)
 
         # Without a manifest, files are recognised by their content.
         bare = os.path.join(out, "bare")
@@ -145,7 +198,8 @@ def main():
         os.unlink(os.path.join(bare, "manifest.json"))
         kinds = {s.kind: s for s in report.read_dir(bare)}
         check(set(kinds) == set(sources), "without the manifest: %s" % sorted(kinds))
-        check(all("[read from" in s.command and ("file time" in s.date or "committed" in s.date)
+        check(all("[read from" in s.command and ("file time" in s.date or "committed" in s.date
+                                                 or "from the file" in s.date)
                   for s in kinds.values()),
               "without the manifest the provenance must say it was read from the files")
 

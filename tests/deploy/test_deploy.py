@@ -8,14 +8,18 @@
      /var/lib/pbox, logs, sysctl files) in a temporary directory, the build directory of
      this meson build, free ports, and sysctl values equal to the running kernel's, so
      that nothing outside the directory changes but the service account;
-  2. pboxd runs as the service the play set up (systemd, or the fallback runner
-     pbox-service where systemd is not PID 1), as the unprivileged account with no
-     capability (udp transport); killed with SIGKILL, the runner restarts it;
-  3. a smoke training against it: two `pbox train` ranks (server-optimizer job 1) and
-     two Python ranks (`import pbox` through the environment file the workers role
-     wrote; aggregate job 2), both through the control port the inventory set;
-  4. the same play again: it must report changed=0;
-  5. cleanup: the service is stopped, the account removed, the directory deleted.
+  2. pboxd and pbox-ctrld (managing that pboxd) run as the services the play set up
+     (systemd, or the fallback runner pbox-service where systemd is not PID 1), as the
+     unprivileged account with no capability (udp transport); pboxd killed with SIGKILL
+     is restarted by the runner;
+  3. a job created through pbox-ctrld (`pbox job create --control`, with the admin token
+     file the role wrote) lands on the pboxd, next to pbox-ctrld's static job 3;
+  4. a smoke training against them: two `pbox train` ranks on that runtime job
+     (server-optimizer) and Python ranks (`import pbox` through the environment file
+     the workers role wrote) on pboxd's static aggregate job 2 and pbox-ctrld's static
+     job 3, all through the control port the inventory set;
+  5. the same play again: it must report changed=0 (pbox-ctrld keeps its runtime job);
+  6. cleanup: the services are stopped, the account removed, the directory deleted.
 The lint and the --check run of the tagged tasks are test_deploy_check.py.
 """
 import json
@@ -79,6 +83,9 @@ def ansible_env(tmp):
 def write_vars(tmp, build, ports, token):
     """Extra variables that keep the play inside tmp (JSON is YAML)."""
     tcp, base = ports
+    ctrld_port = tcp
+    while ctrld_port == tcp:
+        ctrld_port = pboxtest.free_ports(1)[0]
     v = {
         "pbox_build_dir": build,
         "pbox_destdir": os.path.join(tmp, "root"),
@@ -101,6 +108,10 @@ def write_vars(tmp, build, ports, token):
         "pboxd_drain_timeout": 2,
         "pboxd_restart_sec": 1,
         "pbox_local_token": token,
+        "pbox_local_admin_token": token + "-pboxd-admin",
+        "pbox_local_ctrld_token": token + "-ctrld-admin",
+        "pbox_ctrld_run_dir": os.path.join(tmp, "run", "pbox-ctrld"),
+        "pbox_ctrld_listen": "127.0.0.1:%d" % ctrld_port,
         # The service manager this host has; the test checks the runner's own behaviour
         # only where it is the one in use.
         "pbox_service_manager": "auto",
@@ -152,7 +163,7 @@ def env_file(path):
     return env
 
 
-def wait_control(addr, timeout=15.0):
+def wait_control(addr, timeout=15.0, what="pboxd"):
     host, port = addr.rsplit(":", 1)
     deadline = time.time() + timeout
     import socket
@@ -162,15 +173,16 @@ def wait_control(addr, timeout=15.0):
             return
         except OSError:
             time.sleep(0.1)
-    fail("pboxd's control port %s does not answer" % addr)
+    fail("%s's control port %s does not answer" % (what, addr))
 
 
 class Service:
-    """The pboxd service as the play set it up: systemd or pbox-service."""
+    """A service (pboxd, pbox-ctrld) as the play set it up: systemd or pbox-service."""
 
-    def __init__(self, v, systemd):
+    def __init__(self, v, systemd, name="pboxd"):
         self.v = v
         self.systemd = systemd
+        self.name = name
 
     @property
     def runner(self):
@@ -184,23 +196,23 @@ class Service:
     def _runner(self, action):
         return subprocess.run([self.runner, "--conf-dir", self.v["pbox_conf_dir"],
                                "--state-dir", self.v["pbox_service_state_dir"], action,
-                               "pboxd"], capture_output=True, text=True)
+                               self.name], capture_output=True, text=True)
 
     def main_pid(self):
         if self.systemd:
-            p = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", "pboxd"],
+            p = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", self.name],
                                capture_output=True, text=True)
             pid = int(p.stdout.strip() or 0)
             return pid or None
         try:
-            with open(os.path.join(self.v["pbox_service_state_dir"], "pboxd.main.pid")) as f:
+            with open(os.path.join(self.v["pbox_service_state_dir"], self.name + ".main.pid")) as f:
                 return int(f.read())
         except (OSError, ValueError):
             return None
 
     def stop(self):
         if self.systemd:
-            subprocess.run(["systemctl", "disable", "--now", "pboxd"], capture_output=True)
+            subprocess.run(["systemctl", "disable", "--now", self.name], capture_output=True)
             return
         if self.runner and os.path.exists(self.runner):
             print("  " + self._runner("stop").stdout.strip(), flush=True)
@@ -215,20 +227,20 @@ def proc_status(pid):
     return st
 
 
-def check_service(svc, v):
+def check_service(svc, addr):
     pid = svc.main_pid()
     if not pid:
-        fail("no pboxd main process after the play")
+        fail("no %s main process after the play" % svc.name)
     st = proc_status(pid)
     uid = int(st["Uid"].split()[1])
     if pwd.getpwuid(uid).pw_name != USER:
-        fail("pboxd runs as uid %d, not the service account %s" % (uid, USER))
+        fail("%s runs as uid %d, not the service account %s" % (svc.name, uid, USER))
     for k in ("CapEff", "CapPrm", "CapAmb", "CapBnd"):
         if int(st[k], 16) != 0:
-            fail("pboxd has %s=%s; the udp transport needs no capability" % (k, st[k]))
-    wait_control(v["pboxd_control"])
-    print("  pboxd pid %d runs as %s with no capabilities; control port %s answers" %
-          (pid, USER, v["pboxd_control"]), flush=True)
+            fail("%s has %s=%s; it needs no capability here" % (svc.name, k, st[k]))
+    wait_control(addr, what=svc.name)
+    print("  %s pid %d runs as %s with no capabilities; control port %s answers" %
+          (svc.name, pid, USER, addr), flush=True)
     return pid
 
 
@@ -246,6 +258,62 @@ def check_restart(svc, v, pid):
     fail("pboxd was not restarted within 15 s after SIGKILL")
 
 
+# The runtime job created through pbox-ctrld: job 1's settings (deploy/inventory/local.yml).
+CTRLD_JOB = 4
+
+
+def pbox_job(v, env, *args, pboxd=False):
+    """`pbox job ...` against pbox-ctrld (its admin token file), or against the pboxd."""
+    cli = os.path.join(env["PBOX_BIN_DIR"], "pbox")
+    tokfile = os.path.join(v["pbox_conf_dir"], "ctrld-admin.token")
+    penv = dict(os.environ, LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"])
+    if pboxd:
+        cmd = [cli, "job", args[0], "--control", v["pboxd_control"]] + list(args[1:])
+        penv["PBOX_ADMIN_TOKEN"] = v["pbox_local_admin_token"]
+    else:
+        cmd = [cli, "job", args[0], "--control", v["pbox_ctrld_listen"], "--admin-token-file",
+               tokfile] + list(args[1:])
+    p = subprocess.run(cmd, env=penv, capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        fail("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+    return p.stdout
+
+
+def ctrld_jobs(v, env):
+    """pbox-ctrld's jobs {id: pboxd name or None} (`pbox job list --control --json`)."""
+    reply = json.loads(pbox_job(v, env, "list", "--json"))
+    return {j["id"]: j.get("pboxd") for j in reply["jobs"]}
+
+
+def pboxd_jobs(v, env):
+    reply = json.loads(pbox_job(v, env, "list", "--json", pboxd=True))
+    return {j["id"]: j.get("origin") for j in reply["jobs"]}
+
+
+def ctrld_create_job(v, token):
+    env = env_file(os.path.join(v["pbox_conf_dir"], "worker.env"))
+    # pboxd may just have been restarted (SIGKILL above): pbox-ctrld publishes its static
+    # job 3 again within its reconcile interval.
+    deadline = time.time() + 15
+    while 3 not in pboxd_jobs(v, env):
+        if time.time() > deadline:
+            fail("pbox-ctrld's static job 3 is not on the pboxd: pboxd has %s, pbox-ctrld "
+                 "%s" % (pboxd_jobs(v, env), ctrld_jobs(v, env)))
+        time.sleep(0.2)
+    out = pbox_job(v, env, "create", "id=%d" % CTRLD_JOB, "token=" + token, "workers=2",
+                   "mode=server-optimizer", "deterministic=true", "optimizer.name=nag",
+                   "optimizer.lr=0.05", "optimizer.momentum=0.9",
+                   "optimizer.rescale=0.004166666666666667")
+    jobs = ctrld_jobs(v, env)
+    if "job %d created" % CTRLD_JOB not in out or jobs.get(CTRLD_JOB) != "localhost" or \
+            CTRLD_JOB not in pboxd_jobs(v, env):
+        fail("job %d through pbox-ctrld: %s; its jobs: %s; pboxd's: %s" %
+             (CTRLD_JOB, out.strip(), jobs, pboxd_jobs(v, env)))
+    print("  pbox job create --control %s (pbox-ctrld): job %d on pboxd localhost; "
+          "pbox-ctrld's jobs %s" % (v["pbox_ctrld_listen"], CTRLD_JOB, sorted(jobs)),
+          flush=True)
+
+
 def smoke_train(v, token):
     env = env_file(os.path.join(v["pbox_conf_dir"], "worker.env"))
     if env["PBOX_SERVER"] != v["pboxd_control"] or env["PBOX_TOKEN"] != token:
@@ -256,7 +324,7 @@ def smoke_train(v, token):
     cli = os.path.join(env["PBOX_BIN_DIR"], "pbox")
     steps = 30
     procs = [subprocess.Popen([cli, "train", "--server", env["PBOX_SERVER"], "--job",
-                               env["PBOX_JOB"], "--token", env["PBOX_TOKEN"], "--rank",
+                               str(CTRLD_JOB), "--token", env["PBOX_TOKEN"], "--rank",
                                str(r), "--workers", "2", "--max-steps", str(steps), "--json"],
                               env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in range(2)]
@@ -274,27 +342,31 @@ def smoke_train(v, token):
         if acc < 0.5:
             fail("rank %d: test accuracy %.1f%% after %d steps: it did not learn" %
                  (r, 100 * acc, steps))
-        print("  pbox train rank %d: %d steps, test accuracy %.1f%%" % (r, steps, 100 * acc),
-              flush=True)
-    # Python ranks, with nothing but the environment file: aggregate job 2, mean of 1, 2.
-    code = ("import os, numpy as np, pbox\n"
-            "r = int(os.environ['RANK'])\n"
-            "c = pbox.Client(os.environ['PBOX_SERVER'], 2, os.environ['PBOX_TOKEN'], r, 2)\n"
+        print("  pbox train rank %d, job %d (pbox-ctrld): %d steps, test accuracy %.1f%%" %
+              (r, CTRLD_JOB, steps, 100 * acc), flush=True)
+    # Python ranks, with nothing but the environment file: pboxd's aggregate job 2 (mean
+    # of 1, 2) and pbox-ctrld's static job 3 (sum), side by side.
+    code = ("import os, sys, numpy as np, pbox\n"
+            "r, job, want = int(os.environ['RANK']), int(sys.argv[1]), float(sys.argv[2])\n"
+            "c = pbox.Client(os.environ['PBOX_SERVER'], job, os.environ['PBOX_TOKEN'], r, 2)\n"
             "c.register({0: 4096})\n"
             "b = np.full(4096, r + 1.0, dtype=np.float32)\n"
             "c.push_pull(0, 0, b)\n"
-            "assert (b == 1.5).all(), b[:4]\n"
+            "assert (b == want).all(), b[:4]\n"
             "c.close() if hasattr(c, 'close') else None\n")
     pyenv = dict(os.environ)
     pyenv.update(env)
-    procs = [subprocess.Popen(["/usr/bin/python3", "-c", code], env=dict(pyenv, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
-    for r, p in enumerate(procs):
+    runs = [(job, want, r) for job, want in ((2, "1.5"), (3, "3.0")) for r in range(2)]
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", code, str(job), want],
+                              env=dict(pyenv, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for job, want, r in runs]
+    for (job, _, r), p in zip(runs, procs):
         out, err = p.communicate(timeout=60)
         if p.returncode != 0:
-            fail("Python rank %d through worker.env failed: %s" % (r, err[-1500:]))
-    print("  Python ranks (worker.env): push_pull mean exact", flush=True)
+            fail("Python rank %d of job %d through worker.env failed: %s" %
+                 (r, job, err[-1500:]))
+    print("  Python ranks (worker.env): push_pull exact on job 2 (pboxd, mean) and "
+          "job 3 (pbox-ctrld, sum)", flush=True)
 
 
 def existed(kind, name):
@@ -325,6 +397,7 @@ def main():
     varsfile, v = write_vars(tmp, os.path.abspath(build), pboxtest.free_ports(1), token)
     systemd = open("/proc/1/comm").read().strip() == "systemd"
     svc = Service(v, systemd)
+    ctrld = Service(v, systemd, "pbox-ctrld")
     print("service manager: %s" % ("systemd" if systemd else
                                    "pbox-service (the fallback runner: PID 1 is not systemd)"),
           flush=True)
@@ -333,9 +406,11 @@ def main():
         changed, _ = play(tmp, varsfile)
         if changed == 0:
             fail("the first run changed nothing: it cannot have set anything up")
-        pid = check_service(svc, v)
+        pid = check_service(svc, v["pboxd_control"])
+        check_service(ctrld, v["pbox_ctrld_listen"])
         if not systemd:
             check_restart(svc, v, pid)
+        ctrld_create_job(v, token)
         smoke_train(v, token)
         changed, out = play(tmp, varsfile)
         if changed != 0:
@@ -343,14 +418,15 @@ def main():
         print("second run: changed=0", flush=True)
         ok = True
     finally:
-        svc.stop()
-        pid = svc.main_pid()
-        if pid and os.path.exists("/proc/%d" % pid):
-            print("pboxd pid %d still running after stop" % pid, flush=True)
-            ok = False
-        if not ok:
-            log = os.path.join(v["pbox_log_dir"], "pboxd.log")
-            if os.path.exists(log):
+        for s in (ctrld, svc):
+            s.stop()
+            pid = s.main_pid()
+            if pid and os.path.exists("/proc/%d" % pid):
+                print("%s pid %d still running after stop" % (s.name, pid), flush=True)
+                ok = False
+        for name in ("pboxd", "pbox-ctrld"):
+            log = os.path.join(v["pbox_log_dir"], name + ".log")
+            if not ok and os.path.exists(log):
                 print("--- %s (end)\n%s" % (log, open(log).read()[-3000:]))
         for kind, name in created:
             if existed(kind, name):

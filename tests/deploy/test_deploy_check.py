@@ -9,6 +9,7 @@ file nor the IRQ affinities changed.
 Usage: test_deploy_check.py lint|check
 """
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -70,6 +71,9 @@ def verify_units(tmp, build):
                         "tests/deploy/render_unit.yml", "-e", "out=" + tmp, "-e",
                         "pbox_pboxd_bin=" + os.path.join(os.path.abspath(build), "dataplane",
                                                          "pboxd"),
+                        "-e", "pbox_ctrld_bin_path=" + os.path.join(os.path.abspath(build),
+                                                                   "ctrlplane", "ctrld",
+                                                                   "pbox-ctrld"),
                         "-e", "pbox_src_dir=" + ROOT],
                        cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
     if p.returncode != 0:
@@ -86,6 +90,16 @@ def verify_units(tmp, build):
             fail("the udp unit grants capabilities: %s" % caps)
         print("  systemd unit (%s transport): systemd-analyze verify clean; capabilities: %s" %
               (transport, caps.strip() or "none"))
+    unit = os.path.join(tmp, "pbox-ctrld.service")
+    v = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True)
+    if v.returncode != 0 or v.stderr.strip():
+        fail("systemd-analyze verify of the pbox-ctrld unit: exit %d: %s" %
+             (v.returncode, v.stderr.strip()))
+    text = open(unit).read()
+    for line in ("CapabilityBoundingSet=", "AmbientCapabilities=", "NoNewPrivileges=yes"):
+        if not re.search("^%s$" % line, text, re.M):
+            fail("the pbox-ctrld unit lacks '%s' (it needs no capability)" % line)
+    print("  systemd unit pbox-ctrld: systemd-analyze verify clean; capabilities: none")
 
 
 def vfio_refusal(tmp, varsfile):
@@ -105,6 +119,49 @@ def vfio_refusal(tmp, varsfile):
         fail("vfio-pci mode with PCI device %s: exit %d, expected a refusal naming %s" %
              (bogus, p.returncode, " or ".join(reasons)))
     print("  nic vfio-pci, --check, bogus device: refused: %s..." % found[0])
+
+
+def ctrld_check(tmp, varsfile, build):
+    """The pbox_ctrld role in --check --diff: the diff shows the configuration it would
+    install (the appliance's pboxd with its admin token, the static job) and nothing is
+    written; an appliance without pboxd_admin_token is refused before anything is done."""
+    bindir = os.path.join(os.path.abspath(build), "ctrlplane", "ctrld")
+    base = ["ansible-playbook", "-i", "deploy/inventory/local.yml", "-c", "local",
+            "tests/deploy/ctrld_role.yml", "--check", "--diff", "-e", "@" + varsfile,
+            "-e", "pbox_bin_dir=" + bindir]
+    with open(varsfile) as f:
+        v = json.load(f)
+    conf = os.path.join(v["pbox_conf_dir"], "pbox-ctrld.conf")
+    p = subprocess.run(base, cwd=ROOT, env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    want = ('+pboxds = ( { name = "localhost"; control = "%s"; admin_token = "%s"; } );' %
+            (v["pboxd_control"], v["pbox_local_admin_token"]))
+    if p.returncode != 0 or want not in out or "+jobs = ( { id = 3;" not in out or \
+            '+ctrld = { listen = "%s";' % v["pbox_ctrld_listen"] not in out:
+        print(out[-5000:])
+        fail("pbox_ctrld --check --diff: exit %d; the diff lacks %s" % (p.returncode, want))
+    if os.path.exists(conf):
+        fail("--check wrote %s" % conf)
+    print("  pbox_ctrld --check --diff: the configuration's diff names the pboxd and job 3; "
+          "nothing written")
+    p = subprocess.run(base + ["-e", '{"pboxd_admin_token": ""}'], cwd=ROOT,
+                       env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "admin token (pboxd_admin_token)" not in out or \
+            "Configuration (checked" in out:
+        print(out[-4000:])
+        fail("pbox_ctrld with an appliance without pboxd_admin_token: exit %d, expected a "
+             "refusal before the configuration task" % p.returncode)
+    print("  pbox_ctrld, appliance without pboxd_admin_token: refused")
+    p = subprocess.run(base + ["-e", '{"pbox_ctrld_jobs": [{"id": 2, "token": "x", '
+                                      '"workers": 1, "mode": "aggregate"}]}'], cwd=ROOT,
+                       env=ansible_env(tmp), capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "(both: [2])" not in out:
+        print(out[-4000:])
+        fail("pbox_ctrld with a static job whose id is one of pboxd's own jobs: exit %d, "
+             "expected a refusal naming job 2" % p.returncode)
+    print("  pbox_ctrld, static job 2 that pboxd's configuration also has: refused")
 
 
 def check():
@@ -152,6 +209,7 @@ def check():
               (rec.group(1), rec.group(2), grub))
         verify_units(tmp, build)
         vfio_refusal(tmp, varsfile)
+        ctrld_check(tmp, varsfile, build)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,0 +1,1 @@
+../../pboxd/filter_plugins/libconfig.py
