@@ -45,8 +45,9 @@ static int64_t median_small(const int64_t *x, size_t n)
 	if (n % 2) {
 		return v[n / 2];
 	}
-	/* The lower of the two middles plus half the gap, without overflow. */
-	return v[n / 2 - 1] + (v[n / 2] - v[n / 2 - 1]) / 2;
+	/* The lower of the two middles plus half the gap, without overflow: the gap is exact
+	 * in the unsigned type (v[n/2] >= v[n/2-1]) and half of it fits an int64_t. */
+	return v[n / 2 - 1] + (int64_t)(((uint64_t)v[n / 2] - (uint64_t)v[n / 2 - 1]) / 2);
 }
 
 void pbox_slops_trend(const int64_t *x, size_t n, double *pct, double *pdt)
@@ -69,14 +70,25 @@ void pbox_slops_trend(const int64_t *x, size_t n, double *pct, double *pdt)
 		med[k] = median_small(x + k * group, group);
 	}
 	for (k = 1; k < groups; k++) {
-		double d = (double)(med[k] - med[k - 1]);
+		double d = (double)med[k] - (double)med[k - 1]; /* delays from a peer: any value */
 
 		up += med[k] > med[k - 1];
 		total += fabs(d);
 	}
-	net = (double)(med[groups - 1] - med[0]);
+	net = (double)med[groups - 1] - (double)med[0];
 	*pct = (double)up / (double)(groups - 1);
 	*pdt = total > 0 ? net / total : 0;
+}
+
+/* a - b, saturated to the int64_t range (timestamps come from a peer: any value). */
+static int64_t sat_sub(int64_t a, int64_t b)
+{
+	int64_t r;
+
+	if (__builtin_sub_overflow(a, b, &r)) {
+		return a < 0 ? INT64_MIN : INT64_MAX;
+	}
+	return r;
 }
 
 int pbox_slops_stream_analyze(const int64_t *send_ns, const int64_t *recv_ns, const uint8_t *got,
@@ -87,7 +99,8 @@ int pbox_slops_stream_analyze(const int64_t *send_ns, const int64_t *recv_ns, co
 	int64_t rx_min = INT64_MAX, rx_max = INT64_MIN, rel;
 	uint32_t i, first = 0, last = 0, n = 0;
 
-	if (count == 0 || count > PBOX_SLOPS_MAX_STREAM_LEN || period_ns <= 0) {
+	if (count == 0 || count > PBOX_SLOPS_MAX_STREAM_LEN || period_ns <= 0 ||
+	    period_ns > INT64_MAX / PBOX_SLOPS_MAX_STREAM_LEN) {
 		return -EINVAL;
 	}
 	memset(out, 0, sizeof(*out));
@@ -112,9 +125,9 @@ int pbox_slops_stream_analyze(const int64_t *send_ns, const int64_t *recv_ns, co
 	out->received = n;
 	if (n >= 2) {
 		out->send_excess_ns =
-			(int64_t)((uint64_t)send_ns[last] - (uint64_t)send_ns[first]) -
-			(int64_t)(last - first) * period_ns;
-		out->rx_span_ns = rx_max - rx_min;
+			sat_sub((int64_t)((uint64_t)send_ns[last] - (uint64_t)send_ns[first]),
+				(int64_t)(last - first) * period_ns);
+		out->rx_span_ns = sat_sub(rx_max, rx_min);
 	}
 	pbox_slops_trend(owd, n, &out->pct, &out->pdt);
 	return 0;

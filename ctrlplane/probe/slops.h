@@ -96,7 +96,8 @@ struct pbox_slops_stream_stats {
  * timestamps (any two clocks), valid where got[i] is nonzero; count <= MAX_STREAM_LEN.
  * period_ns is the nominal spacing. Fills out; pct is -1 when fewer than 10 packets
  * arrived (no trend can be computed).
- * Returns 0, or -EINVAL (count 0 or above PBOX_SLOPS_MAX_STREAM_LEN, period <= 0).
+ * Returns 0, or -EINVAL (count 0 or above PBOX_SLOPS_MAX_STREAM_LEN, period <= 0 or so
+ * large that a stream's duration would not fit 63 bits).
  */
 int pbox_slops_stream_analyze(const int64_t *send_ns, const int64_t *recv_ns, const uint8_t *got,
 			      uint32_t count, int64_t period_ns,
