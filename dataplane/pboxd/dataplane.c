@@ -17,6 +17,7 @@
 #include <x86intrin.h>
 
 #include "common/log.h"
+#include "core/loop.h"
 #include "transport/udp.h"
 
 static uint64_t measure_tsc_hz(void)
@@ -34,56 +35,81 @@ static uint64_t measure_tsc_hz(void)
 	return ns > 0 ? (uint64_t)((double)(t1 - t0) * 1e9 / ns) : 1000000000ull;
 }
 
-static void *core_main(void *arg)
-{
-	struct pboxd_core *c = arg;
-	struct pboxd_dp *dp = c->dp;
+/* ---- the kernel-UDP transport: a module of the core loop (core/loop.h) --------------- */
+
+/* One core's UDP state: its socket, and the burst a wait received for the next rx. */
+struct udp_core {
+	struct pbox_loop loop;
+	struct pbox_udp *udp;
+	struct pboxd_core *core;
+	pthread_t thread;
+	bool started;
+	bool waited; /* pkts[0..nwaited) came from udp_wait: rx hands them on */
+	unsigned nwaited;
 	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
+};
 
-	rcu_register_thread();
-	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
-		uint64_t t0 = __rdtsc(), t1;
-		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
-		const struct pbox_jobtab *tab;
+static enum pbox_poll_rc udp_rx(void *xc, struct pbox_loop *l)
+{
+	struct udp_core *u = xc;
+	struct pbox_engine *e = l->engine;
+	const struct pbox_jobtab *tab;
+	unsigned n;
 
-		if (n == 0 && !dp->busy_poll) {
-			/* Nothing queued: block in the receive itself for the first datagram
-			 * (RCU-offline: a publish need not wait for this core), then drain.
-			 * With kernel UDP a wake-up costs less than polling: every empty
-			 * recvmmsg is a system call, and on shared CPUs the spinning takes
-			 * the time the senders need (measured in perf/README.md section 4). */
-			rcu_thread_offline();
-			n = pbox_udp_rx_wait(c->udp, pkts, PBOX_UDP_MAX_BURST, 100);
-			rcu_thread_online();
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
-			t0 = t1;
-		}
-		/* Read the table after the receive: a worker admitted by a table published
-		 * before its datagram was sent is always seen. */
-		tab = rcu_dereference(dp->tab);
-		pbox_engine_observe_table(&c->engine, tab);
-		if (n > 0) {
-			for (unsigned i = 0; i < n; i++) {
-				if (i + 1 < n) {
-					/* the next header arrives in cache while this one is
-					 * handled */
-					__builtin_prefetch(pkts[i + 1].data);
-				}
-				pbox_engine_rx(&c->engine, tab, pkts[i].data, pkts[i].len,
-					       &pkts[i].from);
-			}
-			pbox_engine_flush(&c->engine);
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, busy_cycles, t1 - t0);
-		} else {
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
-		}
-		PBOX_STAT_ADD(&c->stats, polls, 1);
-		rcu_quiescent_state();
+	if (u->waited) {
+		u->waited = false;
+		n = u->nwaited;
+	} else {
+		n = pbox_udp_rx_burst(u->udp, u->pkts, PBOX_UDP_MAX_BURST);
 	}
-	rcu_unregister_thread();
+	if (n == 0) {
+		return PBOX_POLL_IDLE;
+	}
+	tab = pbox_loop_table(l);
+	for (unsigned i = 0; i < n; i++) {
+		if (i + 1 < n) {
+			/* the next header arrives in cache while this one is handled */
+			__builtin_prefetch(u->pkts[i + 1].data);
+		}
+		pbox_engine_rx(e, tab, u->pkts[i].data, u->pkts[i].len, &u->pkts[i].from);
+	}
+	pbox_engine_flush(e);
+	return PBOX_POLL_BUSY;
+}
+
+/* Nothing queued: block in the receive itself for the first datagram, then drain. With
+ * kernel UDP a wake-up costs less than polling: every empty recvmmsg is a system call, and
+ * on shared CPUs the spinning takes the time the senders need (measured in perf/README.md
+ * section 4). */
+static bool udp_wait(void *xc, int timeout_ms)
+{
+	struct udp_core *u = xc;
+
+	u->nwaited = pbox_udp_rx_wait(u->udp, u->pkts, PBOX_UDP_MAX_BURST, timeout_ms);
+	u->waited = true;
+	return true;
+}
+
+static void udp_wake(void *xc)
+{
+	struct udp_core *u = xc;
+
+	if (u->udp != NULL) {
+		pbox_udp_wake(u->udp); /* a core blocked in its receive */
+	}
+}
+
+static const struct pbox_loop_ops udp_loop_ops = {
+	.rx = udp_rx,
+	.wait = udp_wait,
+	.wake = udp_wake,
+};
+
+static void *udp_core_main(void *arg)
+{
+	struct udp_core *u = arg;
+
+	pbox_loop_run(&u->loop);
 	return NULL;
 }
 
@@ -366,6 +392,7 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		struct pboxd_core *c = &dp->cores[k];
+		struct udp_core *u;
 		struct pbox_udp_cfg ucfg = {
 			.addr = cfg->data_addr,
 			.port = (uint16_t)(cfg->base_port + k),
@@ -373,38 +400,56 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			.fault = cfg->fault,
 		};
 
+		u = aligned_alloc(PBOX_CACHE_LINE, (sizeof(*u) + PBOX_CACHE_LINE - 1) /
+							   PBOX_CACHE_LINE * PBOX_CACHE_LINE);
+		if (u == NULL) {
+			PBOX_LOG_ERR(MAIN, "core %u: out of memory for its UDP state", k);
+			return -ENOMEM;
+		}
+		memset(u, 0, sizeof(*u));
+		u->core = c;
+		u->loop = (struct pbox_loop){
+			.ops = &udp_loop_ops,
+			.xc = u,
+			.engine = &c->engine,
+			.tab = &dp->tab,
+			.busy_poll = cfg->busy_poll,
+			.wait_ms = 100,
+		};
+		c->xport_core = u;
 		/* Each core's fault stream is seeded differently but reproducibly. */
 		ucfg.fault.seed = cfg->fault.seed * 1000003u + k;
-		c->udp = pbox_udp_open(&ucfg);
-		if (c->udp == NULL) {
+		u->udp = pbox_udp_open(&ucfg);
+		if (u->udp == NULL) {
 			PBOX_LOG_ERR(MAIN, "core %u: cannot open its UDP port %s:%u (see above)", k,
 				     cfg->data_addr, cfg->base_port + k);
 			return -EADDRINUSE;
 		}
 		c->engine.tx = &pbox_udp_tx_ops;
-		c->engine.tx_ctx = c->udp;
+		c->engine.tx_ctx = u->udp;
 		{
 			char info[128];
 
-			PBOX_LOG_INFO(MAIN, "core %u: udp port %u: %s", k, pbox_udp_port(c->udp),
-				      pbox_udp_info_str(c->udp, info, sizeof(info)));
+			PBOX_LOG_INFO(MAIN, "core %u: udp port %u: %s", k, pbox_udp_port(u->udp),
+				      pbox_udp_info_str(u->udp, info, sizeof(info)));
 		}
 	}
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		struct pboxd_core *c = &dp->cores[k];
+		struct udp_core *u = c->xport_core;
 
-		rc = pthread_create(&c->thread, NULL, core_main, c);
+		rc = pthread_create(&u->thread, NULL, udp_core_main, u);
 		if (rc != 0) {
 			PBOX_LOG_ERR(MAIN, "core %u: cannot start its thread: %s", k, strerror(rc));
 			return -rc;
 		}
-		c->started = true;
+		u->started = true;
 		if (c->cpu >= 0) {
 			cpu_set_t set;
 
 			CPU_ZERO(&set);
 			CPU_SET(c->cpu, &set);
-			rc = pthread_setaffinity_np(c->thread, sizeof(set), &set);
+			rc = pthread_setaffinity_np(u->thread, sizeof(set), &set);
 			if (rc != 0) {
 				PBOX_LOG_ERR(MAIN, "core %u: cannot pin to CPU %d: %s", k, c->cpu,
 					     strerror(rc));
@@ -415,7 +460,7 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			char name[16];
 
 			snprintf(name, sizeof(name), "pbox-core%u", k);
-			pthread_setname_np(c->thread, name);
+			pthread_setname_np(u->thread, name);
 		}
 	}
 	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
@@ -446,19 +491,26 @@ static void udp_stop(struct pboxd_dp *dp)
 		/* cores also wake on their receive timeout */
 	}
 	for (uint32_t k = 0; k < dp->ncores; k++) {
-		if (dp->cores[k].udp != NULL) {
-			pbox_udp_wake(dp->cores[k].udp); /* a core blocked in its receive */
+		if (dp->cores[k].xport_core != NULL) {
+			pbox_loop_stop(&((struct udp_core *)dp->cores[k].xport_core)->loop);
 		}
 	}
 	for (uint32_t k = 0; k < dp->ncores; k++) {
-		if (dp->cores[k].started) {
-			pthread_join(dp->cores[k].thread, NULL);
-			dp->cores[k].started = false;
+		struct udp_core *u = dp->cores[k].xport_core;
+
+		if (u != NULL && u->started) {
+			pthread_join(u->thread, NULL);
+			u->started = false;
 		}
 	}
 	for (uint32_t k = 0; k < dp->ncores; k++) {
-		pbox_udp_close(dp->cores[k].udp);
-		dp->cores[k].udp = NULL;
+		struct udp_core *u = dp->cores[k].xport_core;
+
+		if (u != NULL) {
+			pbox_udp_close(u->udp);
+			free(u);
+			dp->cores[k].xport_core = NULL;
+		}
 	}
 }
 
@@ -483,8 +535,14 @@ void pboxd_dp_transport_print(FILE *f, const struct pboxd_dp *dp)
 static void udp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
 				uint64_t *rx_truncated)
 {
-	const struct pbox_udp_stats *s = pbox_udp_stats(dp->cores[core].udp);
+	const struct udp_core *u = dp->cores[core].xport_core;
+	const struct pbox_udp_stats *s;
 
+	if (u == NULL || u->udp == NULL) {
+		*tx_dropped = *rx_truncated = 0;
+		return;
+	}
+	s = pbox_udp_stats(u->udp);
 	*tx_dropped = __atomic_load_n(&s->tx_dropped, __ATOMIC_RELAXED);
 	*rx_truncated = __atomic_load_n(&s->rx_truncated, __ATOMIC_RELAXED);
 }
@@ -494,12 +552,13 @@ static void udp_counters(const struct pboxd_dp *dp, uint32_t core, struct pbox_u
 {
 	memset(out, 0, sizeof(*out));
 	for (uint32_t k = 0; k < dp->ncores; k++) {
+		const struct udp_core *u = dp->cores[k].xport_core;
 		const struct pbox_udp_stats *s;
 
-		if ((core != dp->ncores && k != core) || dp->cores[k].udp == NULL) {
+		if ((core != dp->ncores && k != core) || u == NULL || u->udp == NULL) {
 			continue;
 		}
-		s = pbox_udp_stats(dp->cores[k].udp);
+		s = pbox_udp_stats(u->udp);
 		out->rx_pkts += __atomic_load_n(&s->rx_pkts, __ATOMIC_RELAXED);
 		out->rx_calls += __atomic_load_n(&s->rx_calls, __ATOMIC_RELAXED);
 		out->rx_empty += __atomic_load_n(&s->rx_empty, __ATOMIC_RELAXED);
@@ -533,8 +592,12 @@ static json_t *udp_stats_json(const struct pboxd_dp *dp)
 		udp_counters(dp, k, &s);
 		json_array_append_new(cores, udp_counters_json(&s));
 	}
-	if (dp->ncores > 0 && dp->cores[0].udp != NULL) {
-		pbox_udp_info(dp->cores[0].udp, &info);
+	if (dp->ncores > 0 && dp->cores[0].xport_core != NULL) {
+		const struct udp_core *u = dp->cores[0].xport_core;
+
+		if (u->udp != NULL) {
+			pbox_udp_info(u->udp, &info);
+		}
 	}
 	udp_counters(dp, dp->ncores, &s);
 	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o}", "name", "udp", "gso", info.gso,
