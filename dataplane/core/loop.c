@@ -48,7 +48,8 @@ void pbox_loop_run(struct pbox_loop *l)
 		uint64_t t1;
 
 		if (pass(l, es, &t1) == PBOX_POLL_IDLE && !l->busy_poll &&
-		    (l->idle_tsc == 0 || t1 - l->last_work > l->idle_tsc)) {
+		    (l->idle_tsc == 0 || t1 - l->last_work > l->idle_tsc) &&
+		    !pbox_loop_stopping(l)) {
 			bool again = false;
 
 			/* RCU-offline: a publish need not wait for this core. */
