@@ -17,14 +17,16 @@
  *
  * Threading: pbox_loop_run runs on the core's own thread (a pthread, a DPDK lcore) and
  * registers it with liburcu-qsbr for the duration of the call. pbox_loop_stop may be
- * called from any thread: it sets the stop flag and calls the wake hook. Every field is
- * set before pbox_loop_run and read-only afterwards, except stop.
+ * called from any thread: it sets the stop flag and calls the wake hook. The
+ * configuration fields are set before pbox_loop_run and read-only afterwards; stop is
+ * written by pbox_loop_stop, the per-iteration fields by the core only.
  */
 #ifndef PBOX_CORE_LOOP_H
 #define PBOX_CORE_LOOP_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <urcu-qsbr.h>
 
 #include "engine/engine.h"
 
@@ -94,8 +96,6 @@ static inline bool pbox_loop_stopping(const struct pbox_loop *l)
 {
 	return __atomic_load_n(&l->stop, __ATOMIC_ACQUIRE);
 }
-
-#include <urcu-qsbr.h>
 
 static inline const struct pbox_jobtab *pbox_loop_table(struct pbox_loop *l)
 {
