@@ -18,6 +18,7 @@
 #include <rte_mempool.h>
 #include <rte_ring.h>
 
+#include "core/loop.h"
 #include "dpdk.h"
 
 /* Frame layout in front of the pbox header: Ethernet, IPv4 without options, UDP. */
@@ -109,12 +110,15 @@ struct dpdk_txbuf {
 struct dpdk_core {
 	struct pbox_dpdk_stats st; /* first: its own cache lines */
 	struct pbox_engine engine;
+	struct pbox_loop loop; /* the core loop running this core's hooks (lcore.c) */
 	struct pbox_dpdk *d;
 	uint32_t idx;
 	unsigned lcore;
 	struct rte_ring *inbox; /* frames other cores received for this one (MP/SC) */
 	struct dpdk_txbuf txb[PBOX_DPDK_MAX_PORTS];
-	uint64_t last_flush; /* TSC of the last TX flush */
+	uint64_t last_flush;    /* TSC of the last TX flush */
+	uint64_t last_complete; /* TSC of the last TX completion poll */
+	bool full;              /* this iteration's rx filled a whole burst on a port */
 	uint16_t ip_id;
 	/* Zero-copy reply payload references (the engine's pbox_tx_ops numbering): tx_refs
 	 * handed out, every ref <= released known released. rel_bits marks released refs

@@ -2,17 +2,17 @@
 /*
  * The data-plane lcores: per-core state, the poll loop, start / stop / quiesce.
  *
- * Every lcore runs the loop of STYLE.md: drain its inbox (frames other cores received for
- * it) -> RX burst from its queue on every port -> engine -> job-table changes -> flush TX
- * when the input ran dry or on the TSC drain timer -> poll TX completions while replies
- * are outstanding -> RCU quiescent state -> busy / idle cycle accounting. Without
- * busy_poll an lcore idle for idle_us sleeps idle_sleep_us at a time, RCU-offline (shared
- * CPUs, tests).
+ * Every lcore runs the core loop (core/loop.h) with the hooks below: rx drains its inbox
+ * (frames other cores received for it) and an RX burst from its queue on every port into
+ * the engine; the loop observes job-table changes; tx flushes TX when the input ran dry or
+ * on the TSC drain timer, polls TX completions while replies are outstanding and releases
+ * retired job states; the loop then runs the RCU quiescent state and busy / idle cycle
+ * accounting. Without busy_poll an lcore idle for idle_us sleeps idle_sleep_us at a time,
+ * RCU-offline (shared CPUs, tests).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
@@ -22,6 +22,7 @@
 #include <urcu-qsbr.h>
 
 #include "common/log.h"
+#include "core/loop.h"
 #include "dpdk_impl.h"
 #include "kernels/kernels.h"
 
@@ -55,113 +56,128 @@ static uint16_t port_index(const struct pbox_dpdk *d, uint16_t id)
 	return 0;
 }
 
-static int lcore_main(void *arg)
+/* ---- the lcore's hooks in the core loop (core/loop.h) --------------------------------- */
+
+/* Drain the inbox (frames other cores received for this one), then an RX burst from this
+ * core's queue on every port, through the engine. */
+static enum pbox_poll_rc dpdk_rx(void *xc, struct pbox_loop *l)
 {
-	struct dpdk_core *c = arg;
+	struct dpdk_core *c = xc;
 	struct pbox_dpdk *d = c->d;
-	struct pbox_core_stats *es = c->engine.stats;
 	struct rte_mbuf *pkts[PBOX_DPDK_MAX_BURST];
 	uint16_t burst = (uint16_t)d->cfg.burst, q = (uint16_t)c->idx;
-	uint64_t last_work = rte_rdtsc(), last_complete = last_work;
+	const struct pbox_jobtab *tab;
+	unsigned got = 0;
 
-	rcu_register_thread();
-	c->last_flush = last_work;
-	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
-		const struct pbox_jobtab *tab = NULL;
-		uint64_t t0 = rte_rdtsc(), t1;
-		unsigned got = 0;
-		bool full = false;
+	c->full = false;
+	if (c->inbox != NULL) {
+		unsigned n = rte_ring_sc_dequeue_burst(c->inbox, (void **)pkts, burst, NULL);
 
-		/* Messages: frames the other cores received for this one. */
-		if (c->inbox != NULL) {
-			unsigned n =
-				rte_ring_sc_dequeue_burst(c->inbox, (void **)pkts, burst, NULL);
-
-			if (n != 0) {
-				tab = rcu_dereference(*d->tab);
-				c->cur_tab = tab;
-				for (unsigned i = 0; i < n; i++) {
-					pbox_dpdk_rx_frame(c, tab, pkts[i],
-							   port_index(d, pkts[i]->port), true);
-				}
-				got += n;
-			}
-		}
-		/* RX burst from this core's queue on every port. */
-		for (uint16_t pi = 0; pi < d->nports; pi++) {
-			uint16_t n = rte_eth_rx_burst(d->ports[pi].id, q, pkts, burst);
-
-			if (n == 0) {
-				continue;
-			}
-			/* Read the table after the receive: a worker admitted by a table
-			 * published before its datagram was sent is always seen. */
-			tab = rcu_dereference(*d->tab);
+		if (n != 0) {
+			tab = pbox_loop_table(l);
 			c->cur_tab = tab;
-			for (uint16_t i = 0; i < n; i++) {
-				/* The next frame's headers and payload start come in while
-				 * this one is processed, and the mbuf after it. */
-				if (i + 1 < n) {
-					pbox_dpdk_rx_prefetch(pkts[i + 1]);
-				}
-				if (i + 2 < n) {
-					rte_prefetch0(pkts[i + 2]);
-				}
-				pbox_dpdk_rx_frame(c, tab, pkts[i], pi, false);
+			for (unsigned i = 0; i < n; i++) {
+				pbox_dpdk_rx_frame(c, tab, pkts[i], port_index(d, pkts[i]->port),
+						   true);
 			}
 			got += n;
-			full |= n == burst;
 		}
-		/* A new job table (a worker left) is reconciled now, not when the next datagram
-		 * of that job arrives; the table read after the last receive is current. */
-		if (got == 0) {
-			tab = rcu_dereference(*d->tab);
-			c->cur_tab = tab;
-		}
-		pbox_engine_observe_table(&c->engine, tab);
-		/* Payloads shared by this iteration's replies are not shared on: the next
-		 * iteration's sends may follow a rewrite of their memory. */
-		pbox_dpdk_tx_fan_drop(c);
-		t1 = rte_rdtsc();
-		/* TX: at once when the input ran dry (latency), else on the drain timer
-		 * (bursts under load). */
-		if (tx_pending(c) && (!full || t1 - c->last_flush >= d->drain_tsc)) {
-			pbox_dpdk_tx_flush(c);
-		}
-		/* Timer: replies the device has not released yet. */
-		if (c->tx_refs != c->released && t1 - last_complete >= d->drain_tsc) {
-			pbox_dpdk_tx_complete(c);
-			last_complete = t1;
-		}
-		/* Retired job states this core's replies kept: released from here. */
-		if (c->retire_head.st != NULL || !rte_ring_empty(c->retire)) {
-			pbox_dpdk_retire_poll(c, t1);
-		}
-		/* No job table is in use past this point. */
-		pbox_dpdk_unpin(c);
-		c->cur_tab = NULL;
-		rcu_quiescent_state();
-		t1 = rte_rdtsc();
-		if (got != 0) {
-			PBOX_STAT_ADD(es, busy_cycles, t1 - t0);
-			last_work = t1;
-		} else {
-			PBOX_STAT_ADD(es, idle_cycles, t1 - t0);
-			if (!d->cfg.busy_poll && t1 - last_work > d->idle_tsc) {
-				struct timespec ts = { 0, (long)d->cfg.idle_sleep_us * 1000 };
-
-				rcu_thread_offline();
-				nanosleep(&ts, NULL);
-				rcu_thread_online();
-				PBOX_STAT_ADD(es, idle_cycles, rte_rdtsc() - t1);
-			}
-		}
-		PBOX_STAT_ADD(es, polls, 1);
 	}
+	for (uint16_t pi = 0; pi < d->nports; pi++) {
+		uint16_t n = rte_eth_rx_burst(d->ports[pi].id, q, pkts, burst);
+
+		if (n == 0) {
+			continue;
+		}
+		/* Read the table after the receive: a worker admitted by a table published
+		 * before its datagram was sent is always seen. */
+		tab = pbox_loop_table(l);
+		c->cur_tab = tab;
+		for (uint16_t i = 0; i < n; i++) {
+			/* The next frame's headers and payload start come in while this one is
+			 * processed, and the mbuf after it. */
+			if (i + 1 < n) {
+				pbox_dpdk_rx_prefetch(pkts[i + 1]);
+			}
+			if (i + 2 < n) {
+				rte_prefetch0(pkts[i + 2]);
+			}
+			pbox_dpdk_rx_frame(c, tab, pkts[i], pi, false);
+		}
+		got += n;
+		c->full |= n == burst;
+	}
+	if (got == 0) {
+		/* The table the loop observes next: replies it queues may wait for the
+		 * device, which pins the table in use. */
+		c->cur_tab = pbox_loop_table(l);
+		return PBOX_POLL_IDLE;
+	}
+	return PBOX_POLL_BUSY;
+}
+
+/* After the table was observed: transmit, completions, retirements. */
+static void dpdk_tx(void *xc, struct pbox_loop *l, enum pbox_poll_rc rx_rc)
+{
+	struct dpdk_core *c = xc;
+	struct pbox_dpdk *d = c->d;
+	uint64_t t1;
+
+	(void)l;
+	(void)rx_rc;
+	/* Payloads shared by this iteration's replies are not shared on: the next
+	 * iteration's sends may follow a rewrite of their memory. */
+	pbox_dpdk_tx_fan_drop(c);
+	t1 = rte_rdtsc();
+	/* TX: at once when the input ran dry (latency), else on the drain timer (bursts
+	 * under load). */
+	if (tx_pending(c) && (!c->full || t1 - c->last_flush >= d->drain_tsc)) {
+		pbox_dpdk_tx_flush(c);
+	}
+	/* Timer: replies the device has not released yet. */
+	if (c->tx_refs != c->released && t1 - c->last_complete >= d->drain_tsc) {
+		pbox_dpdk_tx_complete(c);
+		c->last_complete = t1;
+	}
+	/* Retired job states this core's replies kept: released from here. */
+	if (c->retire_head.st != NULL || !rte_ring_empty(c->retire)) {
+		pbox_dpdk_retire_poll(c, t1);
+	}
+}
+
+/* No job table is in use past this point. */
+static void dpdk_end(void *xc)
+{
+	struct dpdk_core *c = xc;
+
+	pbox_dpdk_unpin(c);
+	c->cur_tab = NULL;
+}
+
+static void dpdk_fini(void *xc)
+{
+	struct dpdk_core *c = xc;
+
 	pbox_dpdk_tx_flush(c);
 	pbox_dpdk_tx_release(c);
 	pbox_dpdk_unpin(c);
-	rcu_unregister_thread();
+}
+
+/* Idle without busy_poll: the loop sleeps idle_sleep_us at a time (no wait hook). */
+static const struct pbox_loop_ops dpdk_loop_ops = {
+	.rx = dpdk_rx,
+	.tx = dpdk_tx,
+	.end = dpdk_end,
+	.fini = dpdk_fini,
+};
+
+static int lcore_main(void *arg)
+{
+	struct dpdk_core *c = arg;
+
+	c->last_flush = rte_rdtsc();
+	c->last_complete = c->last_flush;
+	pbox_loop_run(&c->loop);
 	return 0;
 }
 
@@ -262,6 +278,15 @@ static int cores_setup(struct pbox_dpdk *d, struct pbox_core_stats *const *stats
 		c->engine.tx_ctx = c;
 		c->engine.stats = stats[k];
 		c->engine.released = 0;
+		c->loop = (struct pbox_loop){
+			.ops = &dpdk_loop_ops,
+			.xc = c,
+			.engine = &c->engine,
+			.tab = d->tab,
+			.busy_poll = d->cfg.busy_poll,
+			.idle_tsc = d->idle_tsc,
+			.idle_sleep_us = d->cfg.idle_sleep_us,
+		};
 		k++;
 	}
 	return 0;
@@ -368,6 +393,9 @@ static void retire_drain(struct pbox_dpdk *d)
 void pbox_dpdk_stop(struct pbox_dpdk *d)
 {
 	__atomic_store_n(&d->stop, true, __ATOMIC_RELEASE);
+	for (uint32_t k = 0; d->cores != NULL && k < d->cfg.ncores; k++) {
+		pbox_loop_stop(&d->cores[k].loop);
+	}
 	rte_eal_mp_wait_lcore();
 	d->launched = false;
 }

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* pboxd data-plane cores: the transport choice, and the kernel-UDP transport (see
- * dataplane.h). */
+/* pboxd data-plane cores: the transport choice, start / stop, and the lifetime of job
+ * tables and job states (see dataplane.h). The transports are modules of the core loop:
+ * kernel UDP in transport/pboxd_udp.c, DPDK in dpdk/pboxd_dpdk.c. */
 #include "dataplane.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +16,6 @@
 #include <x86intrin.h>
 
 #include "common/log.h"
-#include "transport/udp.h"
 
 static uint64_t measure_tsc_hz(void)
 {
@@ -32,59 +30,6 @@ static uint64_t measure_tsc_hz(void)
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
 	return ns > 0 ? (uint64_t)((double)(t1 - t0) * 1e9 / ns) : 1000000000ull;
-}
-
-static void *core_main(void *arg)
-{
-	struct pboxd_core *c = arg;
-	struct pboxd_dp *dp = c->dp;
-	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
-
-	rcu_register_thread();
-	while (!__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE)) {
-		uint64_t t0 = __rdtsc(), t1;
-		unsigned n = pbox_udp_rx_burst(c->udp, pkts, PBOX_UDP_MAX_BURST);
-		const struct pbox_jobtab *tab;
-
-		if (n == 0 && !dp->busy_poll) {
-			/* Nothing queued: block in the receive itself for the first datagram
-			 * (RCU-offline: a publish need not wait for this core), then drain.
-			 * With kernel UDP a wake-up costs less than polling: every empty
-			 * recvmmsg is a system call, and on shared CPUs the spinning takes
-			 * the time the senders need (measured in perf/README.md section 4). */
-			rcu_thread_offline();
-			n = pbox_udp_rx_wait(c->udp, pkts, PBOX_UDP_MAX_BURST, 100);
-			rcu_thread_online();
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
-			t0 = t1;
-		}
-		/* Read the table after the receive: a worker admitted by a table published
-		 * before its datagram was sent is always seen. */
-		tab = rcu_dereference(dp->tab);
-		pbox_engine_observe_table(&c->engine, tab);
-		if (n > 0) {
-			for (unsigned i = 0; i < n; i++) {
-				if (i + 1 < n) {
-					/* the next header arrives in cache while this one is
-					 * handled */
-					__builtin_prefetch(pkts[i + 1].data);
-				}
-				pbox_engine_rx(&c->engine, tab, pkts[i].data, pkts[i].len,
-					       &pkts[i].from);
-			}
-			pbox_engine_flush(&c->engine);
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, busy_cycles, t1 - t0);
-		} else {
-			t1 = __rdtsc();
-			PBOX_STAT_ADD(&c->stats, idle_cycles, t1 - t0);
-		}
-		PBOX_STAT_ADD(&c->stats, polls, 1);
-		rcu_quiescent_state();
-	}
-	rcu_unregister_thread();
-	return NULL;
 }
 
 const struct pboxd_transport_ops *pboxd_transport_find(const char *name)
@@ -360,71 +305,6 @@ int pboxd_dp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 	return rc;
 }
 
-static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
-{
-	int rc = 0;
-
-	for (uint32_t k = 0; k < cfg->ncores; k++) {
-		struct pboxd_core *c = &dp->cores[k];
-		struct pbox_udp_cfg ucfg = {
-			.addr = cfg->data_addr,
-			.port = (uint16_t)(cfg->base_port + k),
-			.burst = cfg->burst,
-			.fault = cfg->fault,
-		};
-
-		/* Each core's fault stream is seeded differently but reproducibly. */
-		ucfg.fault.seed = cfg->fault.seed * 1000003u + k;
-		c->udp = pbox_udp_open(&ucfg);
-		if (c->udp == NULL) {
-			PBOX_LOG_ERR(MAIN, "core %u: cannot open its UDP port %s:%u (see above)", k,
-				     cfg->data_addr, cfg->base_port + k);
-			return -EADDRINUSE;
-		}
-		c->engine.tx = &pbox_udp_tx_ops;
-		c->engine.tx_ctx = c->udp;
-		{
-			char info[128];
-
-			PBOX_LOG_INFO(MAIN, "core %u: udp port %u: %s", k, pbox_udp_port(c->udp),
-				      pbox_udp_info_str(c->udp, info, sizeof(info)));
-		}
-	}
-	for (uint32_t k = 0; k < cfg->ncores; k++) {
-		struct pboxd_core *c = &dp->cores[k];
-
-		rc = pthread_create(&c->thread, NULL, core_main, c);
-		if (rc != 0) {
-			PBOX_LOG_ERR(MAIN, "core %u: cannot start its thread: %s", k, strerror(rc));
-			return -rc;
-		}
-		c->started = true;
-		if (c->cpu >= 0) {
-			cpu_set_t set;
-
-			CPU_ZERO(&set);
-			CPU_SET(c->cpu, &set);
-			rc = pthread_setaffinity_np(c->thread, sizeof(set), &set);
-			if (rc != 0) {
-				PBOX_LOG_ERR(MAIN, "core %u: cannot pin to CPU %d: %s", k, c->cpu,
-					     strerror(rc));
-				return -rc;
-			}
-		}
-		{
-			char name[16];
-
-			snprintf(name, sizeof(name), "pbox-core%u", k);
-			pthread_setname_np(c->thread, name);
-		}
-	}
-	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
-		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
-		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
-		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle");
-	return 0;
-}
-
 void pboxd_dp_stop(struct pboxd_dp *dp)
 {
 	if (dp->cores == NULL) {
@@ -435,31 +315,6 @@ void pboxd_dp_stop(struct pboxd_dp *dp)
 	close(dp->stop_fd);
 	free(dp->cores);
 	dp->cores = NULL;
-}
-
-static void udp_stop(struct pboxd_dp *dp)
-{
-	uint64_t one = 1;
-
-	__atomic_store_n(&dp->stop, true, __ATOMIC_RELEASE);
-	if (write(dp->stop_fd, &one, sizeof(one)) < 0) {
-		/* cores also wake on their receive timeout */
-	}
-	for (uint32_t k = 0; k < dp->ncores; k++) {
-		if (dp->cores[k].udp != NULL) {
-			pbox_udp_wake(dp->cores[k].udp); /* a core blocked in its receive */
-		}
-	}
-	for (uint32_t k = 0; k < dp->ncores; k++) {
-		if (dp->cores[k].started) {
-			pthread_join(dp->cores[k].thread, NULL);
-			dp->cores[k].started = false;
-		}
-	}
-	for (uint32_t k = 0; k < dp->ncores; k++) {
-		pbox_udp_close(dp->cores[k].udp);
-		dp->cores[k].udp = NULL;
-	}
 }
 
 void pboxd_dp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
@@ -479,88 +334,3 @@ void pboxd_dp_transport_print(FILE *f, const struct pboxd_dp *dp)
 		dp->ops->stats_print(f, dp);
 	}
 }
-
-static void udp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
-				uint64_t *rx_truncated)
-{
-	const struct pbox_udp_stats *s = pbox_udp_stats(dp->cores[core].udp);
-
-	*tx_dropped = __atomic_load_n(&s->tx_dropped, __ATOMIC_RELAXED);
-	*rx_truncated = __atomic_load_n(&s->rx_truncated, __ATOMIC_RELAXED);
-}
-
-/* The receive and send counters of one core, or of all (core == ncores), read relaxed. */
-static void udp_counters(const struct pboxd_dp *dp, uint32_t core, struct pbox_udp_stats *out)
-{
-	memset(out, 0, sizeof(*out));
-	for (uint32_t k = 0; k < dp->ncores; k++) {
-		const struct pbox_udp_stats *s;
-
-		if ((core != dp->ncores && k != core) || dp->cores[k].udp == NULL) {
-			continue;
-		}
-		s = pbox_udp_stats(dp->cores[k].udp);
-		out->rx_pkts += __atomic_load_n(&s->rx_pkts, __ATOMIC_RELAXED);
-		out->rx_calls += __atomic_load_n(&s->rx_calls, __ATOMIC_RELAXED);
-		out->rx_empty += __atomic_load_n(&s->rx_empty, __ATOMIC_RELAXED);
-		out->rx_msgs += __atomic_load_n(&s->rx_msgs, __ATOMIC_RELAXED);
-		out->rx_gro_msgs += __atomic_load_n(&s->rx_gro_msgs, __ATOMIC_RELAXED);
-		out->tx_pkts += __atomic_load_n(&s->tx_pkts, __ATOMIC_RELAXED);
-		out->tx_calls += __atomic_load_n(&s->tx_calls, __ATOMIC_RELAXED);
-		out->tx_msgs += __atomic_load_n(&s->tx_msgs, __ATOMIC_RELAXED);
-		out->tx_gso_msgs += __atomic_load_n(&s->tx_gso_msgs, __ATOMIC_RELAXED);
-	}
-}
-
-static json_t *udp_counters_json(const struct pbox_udp_stats *s)
-{
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I}", "rx_pkts",
-			 (json_int_t)s->rx_pkts, "rx_calls", (json_int_t)s->rx_calls, "rx_empty",
-			 (json_int_t)s->rx_empty, "rx_msgs", (json_int_t)s->rx_msgs, "rx_gro_msgs",
-			 (json_int_t)s->rx_gro_msgs, "rx_pkts_per_call",
-			 s->rx_calls ? (double)s->rx_pkts / (double)s->rx_calls : 0.0, "tx_pkts",
-			 (json_int_t)s->tx_pkts, "tx_calls", (json_int_t)s->tx_calls, "tx_msgs",
-			 (json_int_t)s->tx_msgs, "tx_gso_msgs", (json_int_t)s->tx_gso_msgs);
-}
-
-static json_t *udp_stats_json(const struct pboxd_dp *dp)
-{
-	json_t *cores = json_array();
-	struct pbox_udp_stats s;
-	struct pbox_udp_info info = { 0 };
-
-	for (uint32_t k = 0; k < dp->ncores; k++) {
-		udp_counters(dp, k, &s);
-		json_array_append_new(cores, udp_counters_json(&s));
-	}
-	if (dp->ncores > 0 && dp->cores[0].udp != NULL) {
-		pbox_udp_info(dp->cores[0].udp, &info);
-	}
-	udp_counters(dp, dp->ncores, &s);
-	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o}", "name", "udp", "gso", info.gso,
-			 "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf, "cores",
-			 cores, "totals", udp_counters_json(&s));
-}
-
-static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)
-{
-	struct pbox_udp_stats s;
-
-	udp_counters(dp, dp->ncores, &s);
-	fprintf(f,
-		"udp: %" PRIu64 " datagrams in %" PRIu64 " recvmmsg calls (%.2f per call, %" PRIu64
-		" empty), %" PRIu64 " GRO messages; %" PRIu64 " datagrams in %" PRIu64
-		" sendmmsg calls, %" PRIu64 " GSO messages\n",
-		s.rx_pkts, s.rx_calls, s.rx_calls ? (double)s.rx_pkts / (double)s.rx_calls : 0.0,
-		s.rx_empty, s.rx_gro_msgs, s.tx_pkts, s.tx_calls, s.tx_gso_msgs);
-	fflush(f);
-}
-
-const struct pboxd_transport_ops pboxd_udp_transport = {
-	.name = "udp",
-	.start = udp_start,
-	.stop = udp_stop,
-	.transport_stats = udp_transport_stats,
-	.stats_json = udp_stats_json,
-	.stats_print = udp_stats_print,
-};

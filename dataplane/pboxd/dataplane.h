@@ -6,11 +6,14 @@
  * Kernel UDP: one pinned poll-mode thread per core, each with its own socket
  * (base_port + core), its own chunk engine and counters.
  *
- * Every core runs the same loop: receive a burst -> read the job table (RCU) -> run the
- * engine on each datagram -> flush replies -> quiescent state -> account busy / idle
- * cycles. When its socket is empty (and busy_poll is off) a core goes RCU-offline and
- * blocks in its receive (recvmmsg, MSG_WAITFORONE) until a datagram arrives or stop shuts
- * the socket's receive side; idle_us is the DPDK lcores' (kernel UDP does not poll).
+ * Every core of every transport runs the core loop (core/loop.h): the transport is a
+ * module of it (struct pbox_loop_ops) and keeps its per-core state behind
+ * pboxd_core.xport_core. Kernel UDP: rx receives a burst, reads the job table (RCU) and
+ * runs the engine on each datagram, then flushes replies; the loop observes the table,
+ * runs the quiescent state and accounts busy / idle cycles. When its socket is empty (and
+ * busy_poll is off) a core goes RCU-offline and blocks in its receive (the wait hook:
+ * recvmmsg, MSG_WAITFORONE) until a datagram arrives or stop shuts the socket's receive
+ * side (the wake hook); idle_us is the DPDK lcores' (kernel UDP does not poll).
  *
  * Threading: pboxd_dp_start/stop/publish are called by the control thread only, which
  * pboxd_dp_start registers with liburcu-qsbr and leaves RCU-offline (it goes online only
@@ -42,7 +45,6 @@
 #include "config.h"
 #include "engine/engine.h"
 
-struct pbox_udp;
 struct pboxd_dp;
 
 /*
@@ -81,9 +83,7 @@ struct pboxd_core {
 	struct pbox_core_stats stats; /* first: its own cache lines */
 	uint32_t idx;
 	int cpu;
-	pthread_t thread;
-	bool started;
-	struct pbox_udp *udp;
+	void *xport_core; /* the transport's per-core state (its own type) */
 	struct pbox_engine engine;
 	struct pboxd_dp *dp;
 } PBOX_CACHE_ALIGNED;
