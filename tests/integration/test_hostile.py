@@ -339,6 +339,10 @@ def worker_ports(procs):
     for (what, p) in procs:
         job = int(what.split()[1])
         ports = spoof.udp_ports(p.pid)
+        deadline = time.monotonic() + 10
+        while not ports and time.monotonic() < deadline:
+            time.sleep(0.1)  # a loaded (sanitizer) run may list it a little later
+            ports = spoof.udp_ports(p.pid)
         if not ports:
             fail("%s (pid %d) holds no UDP socket" % (what, p.pid))
         for ip, port in ports:
