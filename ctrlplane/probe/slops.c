@@ -70,12 +70,14 @@ void pbox_slops_trend(const int64_t *x, size_t n, double *pct, double *pdt)
 		med[k] = median_small(x + k * group, group);
 	}
 	for (k = 1; k < groups; k++) {
-		double d = (double)med[k] - (double)med[k - 1]; /* delays from a peer: any value */
+		/* Delays from a peer may be any value: differences taken modulo 2^64 (exact
+		 * for real delays, defined for garbage), as the clocks themselves are. */
+		double d = (double)(int64_t)((uint64_t)med[k] - (uint64_t)med[k - 1]);
 
 		up += med[k] > med[k - 1];
 		total += fabs(d);
 	}
-	net = (double)med[groups - 1] - (double)med[0];
+	net = (double)(int64_t)((uint64_t)med[groups - 1] - (uint64_t)med[0]);
 	*pct = (double)up / (double)(groups - 1);
 	*pdt = total > 0 ? net / total : 0;
 }
