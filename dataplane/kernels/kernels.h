@@ -61,7 +61,8 @@ struct pbox_kernels {
 	/* acc[i] += g[i] */
 	void (*add)(float *acc, const float *g, size_t n);
 	/* Number of elements of g that are NaN or +-Inf; n < 2^31. Integer lanes, exact on
-	 * every ISA. The engine runs it on each gradient fragment before it is added. */
+	 * every ISA. The engine runs it on the fragments it does not check in the pass that
+	 * copies or adds them (the fused kernels below). */
 	size_t (*nonfinite)(const float *g, size_t n);
 	/* Fused ingest kernels (n < 2^31), each returning nonfinite(g, n) exactly, taken in
 	 * the pass that moves the data:
