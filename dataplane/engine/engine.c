@@ -563,7 +563,9 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	sl->need[f]--;
 	final_now = sl->need[f] == 0 && sl->iter == x->cs->version;
 	if (x->job->deterministic) {
-		gather_copy(x, sl->stage[m->sender] + off);
+		if (!x->data_done) {
+			gather_copy(x, sl->stage[m->sender] + off);
+		}
 		sl->fcnt[f]++;
 		if (final_now) {
 			const float *stage[PBOX_MAX_WORKERS];
@@ -738,10 +740,11 @@ static bool nonfinite_found(struct ctx *x, size_t n)
 /*
  * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
  * effect before that data pass other than marking it received: a contiguous payload
- * (the fast path of every transport), not deterministic mode, an iteration in the window
- * whose slot is open already, credit available, not a duplicate, and a fragment that
- * neither folds (quorum reached) nor finalises now (the optimizer / final reduce reads the
- * payload while writing the model or the result, so its check must come first). Then
+ * (the fast path of every transport), an iteration in the window whose slot is open
+ * already, credit available, not a duplicate, and a fragment that does not fold (quorum
+ * reached) and, unless in deterministic mode, does not finalise now (the optimizer / final
+ * reduce reads the payload while writing the model or the result, so its check must come
+ * first; deterministic mode copies the payload to the rank's stage before finalising). Then
  * the non-finite check is fused into that pass (push_data) instead of a separate scan of
  * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
  * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
@@ -754,8 +757,8 @@ static bool push_fusable(const struct ctx *x)
 	uint32_t w = m->sender, t = m->iter, f;
 	const struct pbox_slot *sl;
 
-	if (x->npay != 1 || x->job->deterministic || t >= PBOX_ITER_LIMIT || !cs->initialized ||
-	    t < cs->version || t - cs->version >= x->job->window) {
+	if (x->npay != 1 || t >= PBOX_ITER_LIMIT || !cs->initialized || t < cs->version ||
+	    t - cs->version >= x->job->window) {
 		return false;
 	}
 	sl = slot_of(x, t);
@@ -767,7 +770,7 @@ static bool push_fusable(const struct ctx *x)
 		return false;
 	}
 	return sl->need[f] != 0 && sl->need[f] != PBOX_FRAG_FINAL &&
-	       !(sl->need[f] == 1 && t == cs->version);
+	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version));
 }
 
 /*
@@ -780,6 +783,10 @@ static bool push_fusable(const struct ctx *x)
  *   a fragment finalised empty is zeroed first (finalize_ready), the fused final add
  *   with fcnt 1 reads the payload only (aggregate), and results are sent only from
  *   completed iterations (answer: want < version), which this slot is not.
+ *   Deterministic mode: copy and count into the rank's stage (copy_nonfinite), before
+ *   aggregate() finalises. Refused, the staged bytes are never read: staged_sources()
+ *   lists only ranks whose fragment bit is set, which it is not, and the rank's next
+ *   copy of the fragment overwrites them.
  *   Later data under "propagate": add and count in one pass (add_nonfinite).
  *   Later data under "reject": nothing may be added before all of it is checked (an
  *   addition cannot be undone bit-exactly): add_finite checks the fragment, then adds
@@ -794,7 +801,9 @@ static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	const float *g = x->pay[0].base;
 	size_t nf = x->pay[0].len / 4, n; /* frag_len, a multiple of 4 (wire.c) */
 
-	if (sl->fcnt[f] == 0) {
+	if (x->job->deterministic) {
+		n = k->copy_nonfinite(sl->stage[x->m->sender] + x->m->frag_off / 4, g, nf);
+	} else if (sl->fcnt[f] == 0) {
 		n = k->copy_nonfinite(acc, g, nf);
 	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
 		n = k->add_nonfinite(acc, g, nf);

@@ -937,6 +937,51 @@ static void test_non_finite_fused(void **state)
 	}
 	sim_fini(&s);
 
+	/* Deterministic mode: every push of an open slot, the final one too, is copied to
+	 * its rank's stage and counted in one pass; refused, nothing of the slot changes. */
+	cfg.deterministic = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	push_frag(&s, 0, 0, 0, 0, g[0], PBOX_F_WANT_REPLY);
+	push_frag(&s, 0, 0, 0, 1, g[0], PBOX_F_WANT_REPLY);
+	nb = slot_image(&s, 0, UINT32_MAX, before);
+	g[1][fe + 7] = NAN;
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	g[1][fe + 7] = gval(1, 0, fe + 7);
+	assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+	assert_memory_equal(before, after, nb);
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	nb = slot_image(&s, 0, UINT32_MAX, before);
+	g[2][2 * fe - 1] = INFINITY; /* the fragment's final arrival */
+	push_frag(&s, 2, 0, 0, 1, g[2], PBOX_F_WANT_REPLY);
+	g[2][2 * fe - 1] = gval(2, 0, 2 * fe - 1);
+	assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+	assert_memory_equal(before, after, nb);
+	assert_int_equal(g_n_scan, 1);
+	assert_int_equal(g_n_copy, 4);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				if (c != 0 || (r == 0 && f > 1) || (r == 1 && f != 1) || r == 2) {
+					push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+				}
+			}
+		}
+	}
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 2, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		assert_int_equal(memcmp(&got[i], &want, 4), 0);
+	}
+	sim_fini(&s);
+	cfg.deterministic = false;
+
 	/* "propagate": counted while adding (add_nonfinite), nothing refused. */
 	cfg.non_finite = PBOX_NON_FINITE_PROPAGATE;
 	assert_int_equal(sim_init(&s, &cfg), 0);
