@@ -20,6 +20,8 @@ struct ctx {
 	const struct pbox_msg *m;
 	const struct pbox_iov *pay; /* payload pieces: one for contiguous datagrams */
 	unsigned npay;
+	bool fused;     /* PUSH whose non-finite check is fused into its data pass */
+	bool data_done; /* that pass (push_data) has summed the payload into the slot */
 };
 
 static void drop(struct pbox_engine *e, enum pbox_drop_reason r)
@@ -503,7 +505,9 @@ static void accumulate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 {
 	float *acc = sl->acc + x->m->frag_off / 4;
 
-	if (sl->fcnt[f] == 0) {
+	if (x->data_done) {
+		/* push_data already copied / added it, with the non-finite check */
+	} else if (sl->fcnt[f] == 0) {
 		gather_copy(x, acc);
 	} else if (x->npay == 1) {
 		x->e->kern->add(acc, x->pay[0].base, x->m->frag_len / 4);
@@ -559,7 +563,9 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	sl->need[f]--;
 	final_now = sl->need[f] == 0 && sl->iter == x->cs->version;
 	if (x->job->deterministic) {
-		gather_copy(x, sl->stage[m->sender] + off);
+		if (!x->data_done) {
+			gather_copy(x, sl->stage[m->sender] + off);
+		}
 		sl->fcnt[f]++;
 		if (final_now) {
 			const float *stage[PBOX_MAX_WORKERS];
@@ -712,6 +718,106 @@ static void push_late(struct ctx *x, uint32_t f)
 	}
 }
 
+/*
+ * Count n NaN / Inf values found in a PUSH or INIT payload and apply the job's policy:
+ * under non_finite = "reject" the datagram is dropped, counted, and answered with
+ * PBOX_MSG_ERROR(EDOM) so the worker's operation fails with the cause (the iteration
+ * cannot complete without that rank's finite contribution; nothing is silently lost or
+ * poisoned). Returns whether to go on.
+ */
+static bool nonfinite_found(struct ctx *x, size_t n)
+{
+	PBOX_STAT_ADD(x->e->stats, nonfinite, n);
+	PBOX_STAT_ADD(x->cj, nonfinite, n);
+	if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
+		return true;
+	}
+	drop(x->e, PBOX_DROP_NON_FINITE);
+	send_error(x, x->m->sender, x->m->iter, EDOM);
+	return false;
+}
+
+/*
+ * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
+ * effect before that data pass other than marking it received: a contiguous payload
+ * (the fast path of every transport), an iteration in the window whose slot is open
+ * already, credit available, not a duplicate, and a fragment that does not fold (quorum
+ * reached) and, unless in deterministic mode, does not finalise now (the optimizer / final
+ * reduce reads the payload while writing the model or the result, so its check must come
+ * first; deterministic mode copies the payload to the rank's stage before finalising). Then
+ * the non-finite check is fused into that pass (push_data) instead of a separate scan of
+ * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
+ * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
+ * the counters of both routes).
+ */
+static bool push_fusable(const struct ctx *x)
+{
+	const struct pbox_msg *m = x->m;
+	const struct pbox_chunk_state *cs = x->cs;
+	uint32_t w = m->sender, t = m->iter, f;
+	const struct pbox_slot *sl;
+
+	if (x->npay != 1 || t >= PBOX_ITER_LIMIT || !cs->initialized || t < cs->version ||
+	    t - cs->version >= x->job->window) {
+		return false;
+	}
+	sl = slot_of(x, t);
+	if (!slot_holds(sl, t) || (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits)) {
+		return false;
+	}
+	f = m->frag_off / x->d->frag_bytes;
+	if (pbox_bit_test(sl->bits + (size_t)w * pbox_bitmap_words(x->cd->nfrags), f)) {
+		return false;
+	}
+	return sl->need[f] != 0 && sl->need[f] != PBOX_FRAG_FINAL &&
+	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version));
+}
+
+/*
+ * The data pass of a PUSH that push_fusable() admitted, with its non-finite check fused
+ * in, made before on_push marks anything; aggregate() then does the bookkeeping only.
+ *   First data of the fragment (fcnt 0): copy and count in one pass (copy_nonfinite).
+ *   Refused, it leaves the fragment of the accumulator holding the copied bytes, but the
+ *   fragment stays empty (fcnt 0, bits, wcnt, need unchanged), and an empty fragment's
+ *   bytes are never read: the next data there is copied over them (accumulate, here),
+ *   a fragment finalised empty is zeroed first (finalize_ready), the fused final add
+ *   with fcnt 1 reads the payload only (aggregate), and results are sent only from
+ *   completed iterations (answer: want < version), which this slot is not.
+ *   Deterministic mode: copy and count into the rank's stage (copy_nonfinite), before
+ *   aggregate() finalises. Refused, the staged bytes are never read: staged_sources()
+ *   lists only ranks whose fragment bit is set, which it is not, and the rank's next
+ *   copy of the fragment overwrites them.
+ *   Later data under "propagate": add and count in one pass (add_nonfinite).
+ *   Later data under "reject": nothing may be added before all of it is checked (an
+ *   addition cannot be undone bit-exactly): add_finite checks the fragment, then adds
+ *   it from L1 (a datagram, <= 9 KB); the accumulator is untouched if refused.
+ * The counts, drop reasons and answers are those of finite_ok() followed by on_push:
+ * nothing before this point counted or answered anything. Returns whether to go on.
+ */
+static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
+{
+	const struct pbox_kernels *k = x->e->kern;
+	float *acc = sl->acc + x->m->frag_off / 4;
+	const float *g = x->pay[0].base;
+	size_t nf = x->pay[0].len / 4, n; /* frag_len, a multiple of 4 (wire.c) */
+
+	if (x->job->deterministic) {
+		n = k->copy_nonfinite(sl->stage[x->m->sender] + x->m->frag_off / 4, g, nf);
+	} else if (sl->fcnt[f] == 0) {
+		n = k->copy_nonfinite(acc, g, nf);
+	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
+		n = k->add_nonfinite(acc, g, nf);
+	} else {
+		n = k->add_finite(acc, g, nf);
+	}
+	if (pbox_likely(n == 0)) {
+		x->data_done = true;
+		return true;
+	}
+	x->data_done = nonfinite_found(x, n);
+	return x->data_done;
+}
+
 static void on_push(struct ctx *x)
 {
 	const struct pbox_msg *m = x->m;
@@ -772,6 +878,9 @@ static void on_push(struct ctx *x)
 	if (pbox_bit_test(row, f)) {
 		push_duplicate(x, f, sl->wcnt[w] == x->cd->nfrags, sl->ndone, row);
 		return;
+	}
+	if (x->fused && !push_data(x, sl, f)) {
+		return; /* refused: nothing of the slot changed (see push_data) */
 	}
 	pbox_bit_set(row, f);
 	sl->wcnt[w]++;
@@ -1002,11 +1111,10 @@ learn:
 
 /*
  * Count the NaN / Inf values of a PUSH payload, or of an INIT one (rank 0's initial
- * model); a float split between two pieces is reassembled. Under non_finite = "reject" a
- * fragment with any is refused before it touches a sum or the model: dropped, counted,
- * and answered with PBOX_MSG_ERROR(EDOM) so the worker's operation fails with the cause
- * (the iteration cannot complete without that rank's finite contribution; nothing is
- * silently lost or poisoned). Returns whether to go on.
+ * model), in a pass of its own; a float split between two pieces is reassembled. Under
+ * non_finite = "reject" a fragment with any is refused before it touches a sum or the
+ * model (nonfinite_found). PUSHes that push_fusable() admits skip this pass: push_data
+ * counts while it copies or adds. Returns whether to go on.
  */
 static bool finite_ok(struct ctx *x)
 {
@@ -1039,14 +1147,7 @@ static bool finite_ok(struct ctx *x)
 	if (pbox_likely(n == 0)) {
 		return true;
 	}
-	PBOX_STAT_ADD(x->e->stats, nonfinite, n);
-	PBOX_STAT_ADD(x->cj, nonfinite, n);
-	if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
-		return true;
-	}
-	drop(x->e, PBOX_DROP_NON_FINITE);
-	send_error(x, x->m->sender, x->m->iter, EDOM);
-	return false;
+	return nonfinite_found(x, n);
 }
 
 /* Validate and dispatch one datagram whose header is hdr (contiguous, total bytes len)
@@ -1076,6 +1177,8 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	x.m = &m;
 	x.pay = pay;
 	x.npay = npay;
+	x.fused = false;
+	x.data_done = false;
 	x.job = pbox_container_of(wj, struct pbox_job, wire);
 	x.d = wj->desc;
 	x.cd = &x.d->chunks[m.chunk];
@@ -1110,7 +1213,8 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	}
 	switch (m.type) {
 	case PBOX_MSG_PUSH:
-		if (finite_ok(&x)) {
+		x.fused = push_fusable(&x);
+		if (x.fused || finite_ok(&x)) {
 			on_push(&x);
 		}
 		break;

@@ -157,6 +157,91 @@ static size_t KFN(nonfinite)(const float *g, size_t n)
 #endif
 }
 
+/*
+ * Fused kernels of the engine's ingest (engine.c, push_data): the non-finite count of
+ * the payload g taken in the same pass that moves it, so a fragment is read once. The
+ * count is the one nonfinite() returns, in integer lanes (exact on every ISA); the float
+ * results are those of a plain copy and of add(): bit-identical across ISAs.
+ */
+
+/* dst[i] = g[i]; returns the number of NaN / Inf elements of g. */
+static size_t KFN(copy_nonfinite)(float *dst, const float *g, size_t n)
+{
+	size_t i = 0, cnt = 0;
+#if VW > 1
+	vi c = { 0 };
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		memcpy(dst + i, &v, sizeof(v));
+		c -= (v & K_EXP) == K_EXP;
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		cnt += (uint32_t)c[k];
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t b;
+
+		memcpy(&b, g + i, sizeof(b));
+		memcpy(dst + i, &b, sizeof(b));
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+}
+
+/* acc[i] += g[i] (the IEEE additions of add()); returns the number of NaN / Inf elements
+ * of g. Counting while adding: for non_finite = "propagate", where nothing is refused. */
+static size_t KFN(add_nonfinite)(float *acc, const float *g, size_t n)
+{
+	size_t i = 0, cnt = 0;
+#if VW > 1
+	vi c = { 0 };
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+
+		memcpy(&v, g + i, sizeof(v));
+		VST(acc + i, VLD(acc + i) + (vf)v);
+		c -= (v & K_EXP) == K_EXP;
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		cnt += (uint32_t)c[k];
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t b;
+		float x;
+
+		memcpy(&b, g + i, sizeof(b));
+		memcpy(&x, &b, sizeof(x));
+		acc[i] = acc[i] + x;
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+}
+
+/*
+ * For non_finite = "reject": acc[i] += g[i] only if no element of g is NaN / Inf; returns
+ * that count (0: added). An addition already made cannot be undone bit-exactly (acc + g
+ * rounds), so every element of g must be checked before the first one is added: checking
+ * and adding block by block would, on a hit in block k, leave blocks 0..k-1 added. Hence
+ * the whole of g is checked first (the cheap max pass of nonfinite()), then added; for
+ * the engine's fragments (at most a datagram, <= 9 KB) g is then L1-resident, so the
+ * second read costs L1 loads only, never memory traffic.
+ */
+static size_t KFN(add_finite)(float *acc, const float *g, size_t n)
+{
+	size_t cnt = KFN(nonfinite)(g, n);
+
+	if (cnt == 0) {
+		KFN(add)(acc, g, n);
+	}
+	return cnt;
+}
+
 #define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
 	do {                                      \
 		T s_;                             \
@@ -338,6 +423,9 @@ const struct pbox_kernels KFN(table) = {
 	.isa = KERN_ISA_NAME,
 	.add = KFN(add),
 	.nonfinite = KFN(nonfinite),
+	.copy_nonfinite = KFN(copy_nonfinite),
+	.add_nonfinite = KFN(add_nonfinite),
+	.add_finite = KFN(add_finite),
 	.reduce = KFN(reduce),
 	.sgd = KFN(sgd),
 	.momentum = KFN(momentum),

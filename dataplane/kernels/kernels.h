@@ -61,8 +61,18 @@ struct pbox_kernels {
 	/* acc[i] += g[i] */
 	void (*add)(float *acc, const float *g, size_t n);
 	/* Number of elements of g that are NaN or +-Inf; n < 2^31. Integer lanes, exact on
-	 * every ISA. The engine runs it on each gradient fragment before it is added. */
+	 * every ISA. The engine runs it on the fragments it does not check in the pass that
+	 * copies or adds them (the fused kernels below). */
 	size_t (*nonfinite)(const float *g, size_t n);
+	/* Fused ingest kernels (n < 2^31), each returning nonfinite(g, n) exactly, taken in
+	 * the pass that moves the data:
+	 *   copy_nonfinite: dst[i] = g[i] (a bit copy; dst and g must not overlap);
+	 *   add_nonfinite:  acc[i] += g[i], as add();
+	 *   add_finite:     acc[i] += g[i] as add() only if the count is 0, else acc is
+	 *                   left untouched (every element is checked before any is added). */
+	size_t (*copy_nonfinite)(float *dst, const float *g, size_t n);
+	size_t (*add_nonfinite)(float *acc, const float *g, size_t n);
+	size_t (*add_finite)(float *acc, const float *g, size_t n);
 	/* out[i] = (src[0][i] + ... + src[nsrc-1][i]) / div; the division is skipped when
 	 * div == 1 (x / 1 == x exactly). out may alias src[0]. */
 	void (*reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div);

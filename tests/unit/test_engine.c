@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "common/bitmap.h"
+#include "kernels/kernels.h"
 #include "sim.h"
 
 #define FRAG  1024u
@@ -741,6 +743,278 @@ static void test_non_finite(void **state)
 	}
 }
 
+/* The engine's kernels, wrapped to count which route a fragment took: the separate scan
+ * (nonfinite) or the fused data passes. */
+static const struct pbox_kernels *g_real;
+static unsigned g_n_scan, g_n_copy, g_n_addc, g_n_addf;
+
+static size_t w_nonfinite(const float *g, size_t n)
+{
+	g_n_scan++;
+	return g_real->nonfinite(g, n);
+}
+
+static size_t w_copy_nonfinite(float *d, const float *g, size_t n)
+{
+	g_n_copy++;
+	return g_real->copy_nonfinite(d, g, n);
+}
+
+static size_t w_add_nonfinite(float *acc, const float *g, size_t n)
+{
+	g_n_addc++;
+	return g_real->add_nonfinite(acc, g, n);
+}
+
+static size_t w_add_finite(float *acc, const float *g, size_t n)
+{
+	g_n_addf++;
+	return g_real->add_finite(acc, g, n);
+}
+
+static void wrap_kernels(struct sim *s, struct pbox_kernels *k)
+{
+	g_real = s->eng[0].kern;
+	*k = *g_real;
+	k->nonfinite = w_nonfinite;
+	k->copy_nonfinite = w_copy_nonfinite;
+	k->add_nonfinite = w_add_nonfinite;
+	k->add_finite = w_add_finite;
+	for (uint32_t i = 0; i < s->ncores; i++) {
+		s->eng[i].kern = k;
+	}
+	g_n_scan = g_n_copy = g_n_addc = g_n_addf = 0;
+}
+
+/* Everything of chunk c's slot for iteration 0 (its accumulator without fragment skip's
+ * bytes if skip < nfrags) serialised into out; returns the length. */
+static size_t slot_image(struct sim *s, uint32_t c, uint32_t skip, uint8_t *out)
+{
+	const struct pbox_chunk_desc *cd = &s->desc.chunks[c];
+	const struct pbox_slot *sl = &s->job.state->core[cd->core].chunks[cd->local].slot[0];
+	size_t fwords = pbox_bitmap_words(cd->nfrags), n = 0;
+	uint32_t nw = s->desc.nworkers;
+
+#define IMG(p, len)                      \
+	do {                             \
+		memcpy(out + n, p, len); \
+		n += len;                \
+	} while (0)
+	IMG(&sl->iter, 4);
+	IMG(&sl->ndone, 4);
+	IMG(&sl->nfinal, 4);
+	IMG(&sl->quorum, 4);
+	IMG(&sl->open, 1);
+	IMG(sl->bits, nw * fwords * 8);
+	IMG(sl->wcnt, nw * 2);
+	IMG(sl->need, cd->nfrags * 2);
+	IMG(sl->fcnt, cd->nfrags * 2);
+	IMG(sl->done, pbox_bitmap_words(nw) * 8);
+	for (uint32_t f = 0; f < cd->nfrags; f++) {
+		if (f != skip) {
+			IMG((const uint8_t *)sl->acc + f * FRAG,
+			    pbox_frag_len(&s->desc, cd->bytes, f));
+		}
+	}
+#undef IMG
+	return n;
+}
+
+/*
+ * The non-finite check fused into the data pass (push_data): a refused later arrival
+ * (add_finite) leaves the slot and the whole accumulator bit-identical; a refused first
+ * arrival (copy_nonfinite) leaves the slot bit-identical and its fragment empty, whose
+ * bytes then never reach a result (the sums come out bit-exact); counts and drop reasons
+ * are those of the separate scan, which non-fusable pushes (the slot's first, a
+ * duplicate, the final one) still take. "propagate": counted while adding, IEEE sums.
+ */
+static void test_non_finite_fused(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 3,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+	};
+	static uint8_t before[16384], after[16384];
+	const uint32_t fe = FRAG / 4; /* elements per fragment */
+	struct pbox_kernels k;
+	float *g[3], got[NELEM], keep[4];
+	uint32_t label, errs[2] = { 0 };
+	size_t nb;
+	struct sim s;
+
+	(void)state;
+	for (uint32_t r = 0; r < 3; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	/* The slot's first datagram is scanned apart (the slot is opened after the check);
+	 * the next first arrival is copied and counted in one pass. */
+	push_frag(&s, 0, 0, 0, 0, g[0], PBOX_F_WANT_REPLY);
+	push_frag(&s, 0, 0, 0, 1, g[0], PBOX_F_WANT_REPLY);
+	assert_int_equal(g_n_scan, 1);
+	assert_int_equal(g_n_copy, 1);
+
+	/* Later arrival, refused: NaN first, Inf last, then three at once. */
+	nb = slot_image(&s, 0, UINT32_MAX, before);
+	keep[0] = g[1][fe];
+	keep[1] = g[1][2 * fe - 1];
+	g[1][fe] = NAN;
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	g[1][fe] = keep[0];
+	g[1][2 * fe - 1] = -INFINITY;
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	g[1][fe] = NAN;
+	g[1][fe + 8] = INFINITY;
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	g[1][fe] = keep[0];
+	g[1][fe + 8] = gval(1, 0, fe + 8);
+	g[1][2 * fe - 1] = keep[1];
+	assert_int_equal(g_n_addf, 3);
+	assert_int_equal(g_n_scan, 1);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 3);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 1 + 1 + 3);
+	assert_int_equal(s.job.state->core[0].nonfinite, 5);
+	assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+	assert_memory_equal(before, after, nb);
+	assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 0);
+	assert_int_equal(errs[0], 3);
+	assert_int_equal(errs[1], EDOM);
+
+	/* First arrival, refused (Inf in the last element): the slot is as before, fragment
+	 * 2 still empty. */
+	nb = slot_image(&s, 0, 2, before);
+	keep[2] = g[1][3 * fe - 1];
+	g[1][3 * fe - 1] = INFINITY;
+	push_frag(&s, 1, 0, 0, 2, g[1], PBOX_F_WANT_REPLY);
+	g[1][3 * fe - 1] = keep[2];
+	assert_int_equal(g_n_copy, 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 4);
+	assert_int_equal(slot_image(&s, 0, 2, after), nb);
+	assert_memory_equal(before, after, nb);
+
+	/* A duplicate holding NaN is refused as non-finite, as before (the separate scan
+	 * runs first), not counted as a duplicate. */
+	keep[3] = g[0][3];
+	g[0][3] = NAN;
+	push_frag(&s, 0, 0, 0, 0, g[0], PBOX_F_WANT_REPLY);
+	g[0][3] = keep[3];
+	assert_int_equal(g_n_scan, 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 5);
+	assert_int_equal(SIM_STAT(&s, dups), 0);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 7);
+
+	/* Everything finite now, rank by rank: each sum is ((g0 + g1) + g2), bit-exact, the
+	 * refused bytes of fragment 2 nowhere. */
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				if (r != 0 || c != 0 || f > 1) {
+					push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+				}
+			}
+		}
+	}
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 5);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 7);
+	assert_true(g_n_addf > 0);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 2, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		if (memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("element %u: %a, want %a", i, (double)got[i], (double)want);
+		}
+	}
+	sim_fini(&s);
+
+	/* Deterministic mode: every push of an open slot, the final one too, is copied to
+	 * its rank's stage and counted in one pass; refused, nothing of the slot changes. */
+	cfg.deterministic = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	push_frag(&s, 0, 0, 0, 0, g[0], PBOX_F_WANT_REPLY);
+	push_frag(&s, 0, 0, 0, 1, g[0], PBOX_F_WANT_REPLY);
+	nb = slot_image(&s, 0, UINT32_MAX, before);
+	g[1][fe + 7] = NAN;
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	g[1][fe + 7] = gval(1, 0, fe + 7);
+	assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+	assert_memory_equal(before, after, nb);
+	push_frag(&s, 1, 0, 0, 1, g[1], PBOX_F_WANT_REPLY);
+	nb = slot_image(&s, 0, UINT32_MAX, before);
+	g[2][2 * fe - 1] = INFINITY; /* the fragment's final arrival */
+	push_frag(&s, 2, 0, 0, 1, g[2], PBOX_F_WANT_REPLY);
+	g[2][2 * fe - 1] = gval(2, 0, 2 * fe - 1);
+	assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+	assert_memory_equal(before, after, nb);
+	assert_int_equal(g_n_scan, 1);
+	assert_int_equal(g_n_copy, 4);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 2);
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				if (c != 0 || (r == 0 && f > 1) || (r == 1 && f != 1) || r == 2) {
+					push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+				}
+			}
+		}
+	}
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 2, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		assert_int_equal(memcmp(&got[i], &want, 4), 0);
+	}
+	sim_fini(&s);
+	cfg.deterministic = false;
+
+	/* "propagate": counted while adding (add_nonfinite), nothing refused. */
+	cfg.non_finite = PBOX_NON_FINITE_PROPAGATE;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	g[0][fe + 1] = INFINITY; /* first arrival of fragment 1 */
+	g[1][fe + 2] = NAN;      /* later arrivals */
+	g[1][fe + 3] = NAN;
+	g[1][2 * fe - 1] = -INFINITY;
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+			}
+		}
+	}
+	assert_true(g_n_addc > 0);
+	assert_int_equal(g_n_addf, 0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
+	assert_int_equal(SIM_STAT(&s, nonfinite), 4);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		assert_int_equal(memcmp(&got[i], &want, 4), 0);
+	}
+	sim_fini(&s);
+	for (uint32_t r = 0; r < 3; r++) {
+		free(g[r]);
+	}
+}
+
 /*
  * NACKs: a push round that ends (PBOX_F_LAST) with fragments missing is answered with an
  * ACK carrying PBOX_F_SACK: the first missing fragment as the base, the ones held after it
@@ -812,6 +1086,7 @@ int main(void)
 		cmocka_unit_test(test_source_pinned),
 		cmocka_unit_test(test_source_pinned_cores),
 		cmocka_unit_test(test_non_finite),
+		cmocka_unit_test(test_non_finite_fused),
 		cmocka_unit_test(test_nack_bitmap),
 	};
 
