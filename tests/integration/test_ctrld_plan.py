@@ -10,6 +10,7 @@
    link becomes insufficient (its estimate is below min_rate = 1gbit, the probe cap being
    100mbit), its push and the broadcast select delta_up, the unmeasured rank stays unknown
    with delta_low, and the tree's revision counts up;
+ - `pbox job list` shows the plan (tree revision, parents, DVF choices);
  - a plan given by the client is kept as given."""
 import json
 import os
@@ -156,6 +157,14 @@ def main():
             if p1["tree"]["revision"] <= p0["tree"]["revision"] or \
                     p1["tree"]["costs"] != "partly-measured+tiers":
                 fail("tree after the probe: %s" % p1["tree"])
+            env = dict(os.environ, PBOX_ADMIN_TOKEN=token)
+            p = subprocess.run([build_path("dataplane/tools/pbox"), "job", "list", "--control",
+                                caddr], env=env, capture_output=True, text=True, timeout=60)
+            print("pbox job list -> %d\n%s" % (p.returncode, p.stdout))
+            want = "plan: tree rev %d" % p1["tree"]["revision"]
+            if p.returncode != 0 or want not in p.stdout or \
+                    "broadcast delta_up; pushes up low low low" not in p.stdout:
+                fail("pbox job list does not show the plan")
             # A client's plan is kept as given.
             given = {"tree": {"parent": [-1, -1]}, "thresholds": None}
             r = control_request(caddr, {"op": "job_create", "admin_token": token,
