@@ -299,42 +299,154 @@ static bool in_subtree(const struct heur *h, uint32_t v, uint32_t root_of_subtre
 	}
 }
 
-/* Move whole subtrees to other parents while that lowers the objective. */
-static void improve(struct heur *h)
+/* The change of the objective when j's subtree moves under i; false if not allowed. */
+static bool move_delta(const struct heur *h, uint32_t j, uint32_t i, double *delta)
 {
 	const struct pbox_tree_problem *p = h->p;
-	uint32_t n = p->n;
-	bool moved = true;
+	uint32_t old = h->parent[j];
 
-	for (uint32_t pass = 0; moved && pass < 64; pass++) {
-		moved = false;
-		recompute_depths(h);
-		for (uint32_t j = 1; j <= n; j++) {
-			uint32_t old = h->parent[j], bi = old;
-			double base = cost_of(p, old, j) - (h->deg[old] == 1 ? p->alpha : 0),
-			       bd = -1e-12;
+	if (i == old || i == j || h->deg[i] >= p->max_degree ||
+	    h->depth[i] + 1 + h->height[j] > p->max_depth || in_subtree(h, i, j)) {
+		return false;
+	}
+	*delta = cost_of(p, i, j) - cost_of(p, old, j) +
+		 p->alpha * ((h->deg[old] == 1 ? 1.0 : 0.0) - (h->deg[i] == 0 ? 1.0 : 0.0));
+	return true;
+}
 
-			for (uint32_t i = 0; i <= n; i++) {
-				double d;
+static void apply_move(struct heur *h, uint32_t j, uint32_t i)
+{
+	h->deg[h->parent[j]]--;
+	h->deg[i]++;
+	h->parent[j] = i;
+	recompute_depths(h);
+}
 
-				if (i == old || i == j || h->deg[i] >= p->max_degree ||
-				    h->depth[i] + 1 + h->height[j] > p->max_depth ||
-				    in_subtree(h, i, j))
-					continue;
-				d = cost_of(p, i, j) - (h->deg[i] == 0 ? p->alpha : 0) - base;
-				if (d < bd) {
-					bd = d;
-					bi = i;
-				}
-			}
-			if (bi != old) {
-				h->parent[j] = bi;
-				h->deg[old]--;
-				h->deg[bi]++;
-				recompute_depths(h);
-				moved = true;
+/* The best single subtree move (depths fresh): its delta, or 0 with none below -eps. */
+static double best_move(const struct heur *h, uint32_t *bj, uint32_t *bi)
+{
+	double best = -1e-12, d;
+
+	*bj = 0;
+	for (uint32_t j = 1; j <= h->p->n; j++) {
+		for (uint32_t i = 0; i <= h->p->n; i++) {
+			if (move_delta(h, j, i, &d) && d < best) {
+				best = d;
+				*bj = j;
+				*bi = i;
 			}
 		}
+	}
+	return *bj != 0 ? best : 0;
+}
+
+static uint32_t swapped(uint32_t v, uint32_t a, uint32_t b)
+{
+	return v == a ? b : v == b ? a : v;
+}
+
+/* Sum of the edge costs after workers a and b trade places (the tree's shape, hence the
+ * degrees, depths and leaf count, stays). */
+static double swap_edges(const struct heur *h, uint32_t a, uint32_t b)
+{
+	double sum = 0;
+
+	for (uint32_t x = 1; x <= h->p->n; x++) {
+		sum += cost_of(h->p, swapped(h->parent[x], a, b), swapped(x, a, b));
+	}
+	return sum;
+}
+
+static void apply_swap(struct heur *h, uint32_t a, uint32_t b)
+{
+	uint32_t pa = h->parent[a], pb = h->parent[b];
+
+	for (uint32_t x = 1; x <= h->p->n; x++) {
+		if (h->parent[x] == a) {
+			h->parent[x] = b;
+		} else if (h->parent[x] == b) {
+			h->parent[x] = a;
+		}
+	}
+	h->parent[a] = swapped(pb, a, b);
+	h->parent[b] = swapped(pa, a, b);
+	{
+		uint32_t t = h->deg[a];
+
+		h->deg[a] = h->deg[b];
+		h->deg[b] = t;
+	}
+	recompute_depths(h);
+}
+
+/* Pairs of moves are searched for jobs up to this many workers (O(n^4 H) per pass). */
+#define PAIR_MOVES_MAX_N 32u
+
+/* Move whole subtrees to other parents while that lowers the objective: the best single
+ * move, else (small n) the best first move of an improving pair — e.g. lifting a worker
+ * one level so that another can hang under it, which alone costs more. */
+static void improve(struct heur *h)
+{
+	uint32_t n = h->p->n, bj, bi;
+
+	/* Each pass scans n^2 moves of O(H): bound the passes to ~5e7 steps for big jobs. */
+	double work = (double)n * n * h->p->max_depth + 1;
+	uint32_t passes = 4 * n + 16;
+
+	if (passes > 5e7 / work) {
+		passes = 5e7 / work > 4 ? (uint32_t)(5e7 / work) : 4;
+	}
+	recompute_depths(h);
+	for (uint32_t pass = 0; pass < passes; pass++) {
+		double pair_best = -1e-9;
+		uint32_t pj = 0, pi = 0, pj2 = 0, pi2 = 0;
+
+		if (best_move(h, &bj, &bi) < 0) {
+			apply_move(h, bj, bi);
+			continue;
+		}
+		if (n > PAIR_MOVES_MAX_N) {
+			break;
+		}
+		for (uint32_t j = 1; j <= n; j++) {
+			for (uint32_t i = 0; i <= n; i++) {
+				uint32_t old = h->parent[j], j2, i2;
+				double d1, d2;
+
+				if (!move_delta(h, j, i, &d1)) {
+					continue;
+				}
+				apply_move(h, j, i);
+				d2 = best_move(h, &j2, &i2);
+				if (j2 != 0 && d1 + d2 < pair_best) {
+					pair_best = d1 + d2;
+					pj = j, pi = i, pj2 = j2, pi2 = i2;
+				}
+				apply_move(h, j, old);
+			}
+		}
+		if (pj == 0) {
+			/* Last: two workers trade places (full trees allow no move at all). */
+			double base = swap_edges(h, 0, 0), sb = -1e-9;
+
+			for (uint32_t a = 1; a <= n; a++) {
+				for (uint32_t b = a + 1; b <= n; b++) {
+					double d = swap_edges(h, a, b) - base;
+
+					if (d < sb) {
+						sb = d;
+						pj = a, pi = b;
+					}
+				}
+			}
+			if (pj == 0) {
+				break;
+			}
+			apply_swap(h, pj, pi);
+			continue;
+		}
+		apply_move(h, pj, pi);
+		apply_move(h, pj2, pi2);
 	}
 }
 
@@ -395,7 +507,7 @@ out:
 struct exact_cb {
 	const double *start_x; /* column values of the start tree, 1-based; NULL: none */
 	bool given;
-	double gap;
+	double bound; /* best lower bound seen (the LP relaxation's at first) */
 };
 
 static void exact_callback(glp_tree *t, void *info)
@@ -409,14 +521,15 @@ static void exact_callback(glp_tree *t, void *info)
 			(void)glp_ios_heur_sol(t, cb->start_x);
 		}
 		break;
-	case GLP_ISELECT:
-	case GLP_IBINGO:
-	case GLP_IPREPRO:
-	case GLP_IBRANCH:
-		cb->gap = glp_ios_mip_gap(t);
-		break;
 	default:
 		break;
+	}
+	{
+		int best = glp_ios_best_node(t);
+
+		if (best != 0 && glp_ios_node_bound(t, best) > cb->bound) {
+			cb->bound = glp_ios_node_bound(t, best);
+		}
 	}
 }
 
@@ -570,6 +683,7 @@ int pbox_tree_exact(const struct pbox_tree_problem *p, const uint32_t *start,
 		rc = grc == GLP_ETMLIM ? -ETIMEDOUT : -EIO;
 		goto out;
 	}
+	cb.bound = glp_get_obj_val(lp);
 	glp_init_iocp(&io);
 	io.msg_lev = GLP_MSG_OFF;
 	io.presolve = GLP_OFF; /* the callback's start tree is in the original columns */
@@ -609,8 +723,13 @@ int pbox_tree_exact(const struct pbox_tree_problem *p, const uint32_t *start,
 	}
 	memset(res, 0, sizeof(*res));
 	res->method = grc == GLP_ETMLIM ? PBOX_TREE_EXACT_LIMIT : PBOX_TREE_EXACT;
-	res->gap = grc == GLP_ETMLIM ? cb.gap : 0;
 	fill_result(p, parent, res);
+	if (grc == GLP_ETMLIM) {
+		/* relative distance of the tree's objective from the best bound */
+		double o = res->objective;
+
+		res->gap = o > cb.bound ? (o - cb.bound) / (o > 1e-12 ? o : 1e-12) : 0;
+	}
 	res->solve_ms = now_ms() - t0;
 out:
 	if (lp != NULL)

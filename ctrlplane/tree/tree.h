@@ -20,10 +20,12 @@
  *
  * Two solvers behind pbox_tree_solve: the exact one (GLPK branch and cut, given the
  * heuristic's tree as its first incumbent and a time limit; on the limit it returns its best
- * tree with the remaining relative gap), and the heuristic (a greedy Prim-like insertion
- * that keeps the remaining degree/depth capacity sufficient, then subtree moves while they
- * lower the objective; O(n^2) per pass). Every tree either returns has passed
- * pbox_tree_check (rooted, acyclic, every worker reached, degree <= T, depth <= H).
+ * tree with the remaining relative gap), and the heuristic (a greedy Prim-like insertion,
+ * which never runs out of degree/depth capacity, from five weightings of the leaf
+ * penalty; then subtree moves while they lower the objective, O(n^2 H) per pass, a work
+ * budget bounding the passes; up to 32 workers also pairs of moves and place swaps).
+ * Every tree either returns has passed pbox_tree_check (rooted, acyclic, every worker
+ * reached, degree <= T, depth <= H).
  *
  * Costs: any non-negative finite numbers; pbox_tree_tier_cost gives PF's static tier costs
  * (0.1 same edge switch, 0.5 same aggregation switch, 1.0 otherwise).

@@ -9,8 +9,9 @@
  *    whose printed-P3 optimum is the 3-cycle w0->w2->w1->w0 at 0.8, gives the rooted chain
  *    at 1.7: the cycle is rejected by the checker and never produced;
  *  - the heuristic's trees are always valid and within HEUR_FACTOR of the exact optimum
- *    on random instances (n <= 12; the mean ratio is printed);
- *  - the exact solver's time limit: a 40-worker job with a 30 ms limit still gives a valid
+ *    (1.3) on random instances with proven optima (n <= 9; mean and worst printed;
+ *    TREE_DUMP=1 prints both trees of a failing instance);
+ *  - the exact solver's time limit: a 40-worker job with a 30 ms limit gives a valid
  *    tree no worse than the heuristic's (GLPK's best, or the heuristic's when it found
  *    nothing better), and too many workers for T and H is -ENOSPC.
  */
@@ -30,7 +31,7 @@
 #include "tree.h"
 
 /* The heuristic's worst ratio to the optimum allowed on the random instances below. */
-#define HEUR_FACTOR 2.0
+#define HEUR_FACTOR 1.3
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
@@ -276,7 +277,7 @@ static void test_time_limit_falls_back(void **state)
 	assert_int_equal(pbox_tree_solve(&p, &o, par, &r, err, sizeof(err)), 0);
 	assert_int_equal(pbox_tree_check(&p, par, err, sizeof(err)), 0);
 	assert_true(r.objective <= pbox_tree_objective(&p, h) + 1e-9);
-	assert_true(r.gap >= 0);
+	assert_true(r.gap >= 0 && r.gap <= 1);
 	printf("n=40 with a 30 ms limit: %s, objective %.4f (heuristic %.4f), gap %.3f, "
 	       "%.1f ms\n",
 	       pbox_tree_method_name(r.method), r.objective, pbox_tree_objective(&p, h), r.gap,
