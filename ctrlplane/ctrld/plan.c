@@ -21,7 +21,7 @@ void ctrld_plan_defaults(struct ctrld_plan_cfg *pc)
 	pc->degree = 5;
 	pc->depth = 3;
 	pc->exact_max_workers = 16;
-	pc->time_limit_ms = 1000;
+	pc->time_limit_ms = 200;
 	pc->alpha = 0.1;
 	pc->min_rate_bps = 50e6;
 	pc->hysteresis = 0.1;

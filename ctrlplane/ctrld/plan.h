@@ -9,7 +9,9 @@
  *     degree = 5; depth = 3;        # T and H (PF's evaluation: 5 and 3)
  *     alpha = 0.1;                  # leaf penalty (PF gives none)
  *     exact_max_workers = 16;       # GLPK for jobs up to this many workers
- *     time_limit = 1000;            # ms for GLPK (then its best tree, with the gap)
+ *     time_limit = 200;             # ms for GLPK (then its best tree, with the gap);
+ *                                   # plans are computed on pbox-ctrld's main loop, so
+ *                                   # this is also how long one plan may hold it up
  *     min_rate = "50mbit";          # a link is sufficient above this (PF's example)
  *     hysteresis = 0.1;             # sufficient from min_rate*(1+h), insufficient below
  *                                   # min_rate*(1-h); in between a link keeps its state
@@ -39,6 +41,9 @@
  * hysteresis, and the previous tree is kept unless the new one is cheaper by more than
  * PLAN_TREE_MIN_GAIN under the current costs (no flapping on probe noise); "revision"
  * counts the plans that changed something.
+ *
+ * A job with more workers than degree and depth allow (T + T^2 + ... + T^H) gets no plan
+ * (the cause is in its note).
  *
  * Threading: no shared state. Errors: -EINVAL with err (bad configuration or placement),
  * -ENOSPC (the workers do not fit degree and depth), -ENOMEM.
