@@ -120,7 +120,8 @@ def main():
             print("plan at creation: %s" % json.dumps(j.get("plan")))
             p0 = j["plan"]
             check_tree(p0["tree"], 4, 2, 2)
-            if p0["tree"]["method"] != "exact" or p0["tree"]["costs"] != "tiers":
+            if p0["tree"]["method"] not in ("exact", "exact-time-limit") or \
+                    p0["tree"]["costs"] != "tiers":
                 fail("tree at creation: %s" % p0["tree"])
             links = [w["link"] for w in p0["thresholds"]["workers"]]
             if links != ["unknown"] * 4 or p0["thresholds"]["broadcast"]["select"] != \
