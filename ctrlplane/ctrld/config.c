@@ -181,7 +181,7 @@ static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const conf
 
 int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, size_t errlen)
 {
-	static const char *const top[] = { "ctrld", "pboxds", "jobs", "bandwidth", NULL };
+	static const char *const top[] = { "ctrld", "pboxds", "jobs", "bandwidth", "plan", NULL };
 	static const char *const ckeys[] = { "listen",
 					     "control_socket",
 					     "admin_token",
@@ -210,6 +210,7 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->bw.interval_s = 300;
 	cfg->bw.cap_bps = 1e9;
 	cfg->bw.budget_s = 10;
+	ctrld_plan_defaults(&cfg->plan);
 	config_init(&lc);
 	if (config_read_file(&lc, path) != CONFIG_TRUE) {
 		rc = config_error_type(&lc) == CONFIG_ERR_FILE_IO ? -ENOENT : -EINVAL;
@@ -270,6 +271,10 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	if (l != NULL && (rc = load_bw(&ck, cfg, l)) != 0) {
 		goto out;
 	}
+	l = config_setting_get_member(root, "plan");
+	if (l != NULL && (rc = ctrld_plan_load(&ck, &cfg->plan, l)) != 0) {
+		goto out;
+	}
 	l = config_setting_get_member(root, "jobs");
 	if (l != NULL) {
 		if (!config_setting_is_list(l)) {
@@ -324,4 +329,5 @@ void ctrld_config_free(struct ctrld_config *cfg)
 	free(cfg->bw.pairs);
 	cfg->bw.pairs = NULL;
 	cfg->bw.npairs = 0;
+	ctrld_plan_free(&cfg->plan);
 }

@@ -36,6 +36,7 @@
  *                                     # responder at `to` (numeric address[:port])
  *     all_to = [ "10.0.0.3:55001" ];  # every managed pboxd probes each of these
  *   };
+ *   plan = { degree = 5; depth = 3; ... };  # broadcast trees and DVF thresholds (plan.h)
  *
  * Threading: one thread, a poll loop (main.c), and the bandwidth matrix's prober thread
  * (bw.h), which only reads the configuration.
@@ -48,6 +49,8 @@
 #include <stdint.h>
 
 #include <jansson.h>
+
+#include "plan.h"
 
 #define CTRLD_DEFAULT_CONFIG "/etc/pbox/pbox-ctrld.conf"
 #define CTRLD_MAX_PBOXDS     64u
@@ -95,6 +98,7 @@ struct ctrld_config {
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */
 	struct ctrld_bw_cfg bw;
+	struct ctrld_plan_cfg plan; /* trees and thresholds (plan.h) */
 };
 
 /* Read and validate path (every static job through pboxd's job validation). Returns 0,

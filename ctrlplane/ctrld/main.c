@@ -55,7 +55,9 @@
 struct cjob {
 	uint32_t id;
 	json_t *desc;
-	json_t *plan; /* tree / thresholds (common/jobspec.h), passed on; NULL: none */
+	json_t *plan;      /* tree / thresholds (common/jobspec.h), passed on; NULL: none */
+	bool plan_given;   /* the client's plan: kept as given, not computed (plan.h) */
+	json_t *placement; /* host name per rank (plan.h) or NULL */
 	bool from_config;
 	int where; /* index of the pboxd holding it; -1: not placed */
 	char note[512];
@@ -91,6 +93,7 @@ struct ctrld {
 	struct pbox_ratelog log_client;  /* refusals and closes caused by clients */
 	struct pbox_ctladdr_table addrs; /* connections and failed tokens per address */
 	struct ctrld_bw *bw;             /* the bandwidth matrix (NULL: no pairs) */
+	int64_t bw_sig;                  /* probes counted in it when plans were computed */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited;
@@ -156,12 +159,70 @@ static int pboxd_request(struct ctrld *d, struct ctrld_pboxd *p, const json_t *r
 	return 0;
 }
 
+/* Sum of the matrix's probe counts: changes when any pair has a new result. */
+static int64_t bw_signature(const json_t *bw)
+{
+	int64_t sig = 0;
+	size_t i;
+	const json_t *p;
+
+	json_array_foreach(json_object_get(bw, "pairs"), i, p)
+	{
+		sig += json_integer_value(json_object_get(p, "probes")) +
+		       json_integer_value(json_object_get(p, "failures"));
+	}
+	return sig;
+}
+
+/* (Re)compute job j's plan for pboxd w (plan.h); a client-given plan is left alone. On
+ * failure the previous plan stays and the cause is logged and noted. */
+static void compute_plan(struct ctrld *d, struct cjob *j, uint32_t w, const json_t *bw)
+{
+	json_t *np = NULL, *own = NULL;
+	char err[512];
+	int rc;
+
+	if (j->plan_given) {
+		return;
+	}
+	if (bw == NULL) {
+		bw = own = ctrld_bw_list(d->bw);
+	}
+	rc = ctrld_plan_compute(&d->cfg.plan, d->cfg.pboxds[w].name,
+				(uint32_t)json_integer_value(json_object_get(j->desc, "workers")),
+				j->placement, bw, j->plan, &np, err, sizeof(err));
+	json_decref(own);
+	if (rc != 0) {
+		snprintf(j->note, sizeof(j->note), "plan: %s", err);
+		PBOX_LOG_WARN(ADMIN, "job %u: no plan: %s", j->id, err);
+		return;
+	}
+	if (np != j->plan) {
+		json_t *t = json_object_get(np, "tree");
+
+		PBOX_LOG_INFO(
+			ADMIN, "job %u: plan revision %lld (tree %s, objective %.3f; broadcast %s)",
+			j->id, (long long)json_integer_value(json_object_get(t, "revision")),
+			json_string_value(json_object_get(t, "method")) ?: "?",
+			json_number_value(json_object_get(t, "objective")),
+			json_string_value(json_object_get(
+				json_object_get(json_object_get(np, "thresholds"), "broadcast"),
+				"select"))
+				?: "?");
+	}
+	json_decref(j->plan);
+	j->plan = np;
+}
+
 /* Publish job j to pboxd w. 0, or -errno with why (the pboxd's refusal or the failure). */
 static int publish_to(struct ctrld *d, struct cjob *j, uint32_t w, char *why, size_t len)
 {
 	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
-	json_t *req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL), *reply = NULL;
+	json_t *req, *reply = NULL;
 	int rc;
+
+	compute_plan(d, j, w, NULL);
+	req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL);
 
 	if (req == NULL) {
 		snprintf(why, len, "out of memory");
@@ -232,8 +293,8 @@ static int place(struct ctrld *d, struct cjob *j, char *why, size_t len)
 	return any_reachable ? (last == -EEXIST ? -EEXIST : -ENOSPC) : -EHOSTUNREACH;
 }
 
-static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, bool from_config, char *why,
-		   size_t len)
+static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json_t *placement,
+		   bool from_config, char *why, size_t len)
 {
 	struct cjob *j;
 	uint32_t id;
@@ -243,6 +304,12 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, bool from_
 		if (why[0] == '\0') {
 			snprintf(why, len, "job description: job.id: missing or out of range");
 		}
+		return -EINVAL;
+	}
+	if (ctrld_plan_check_placement(
+		    &d->cfg.plan, placement,
+		    (uint32_t)json_integer_value(json_object_get(desc, "workers")), why,
+		    len) != 0) {
 		return -EINVAL;
 	}
 	if (find_job(d, id) != NULL) {
@@ -259,6 +326,8 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, bool from_
 	j->id = id;
 	j->desc = json_incref(desc);
 	j->plan = plan != NULL ? json_deep_copy(plan) : NULL;
+	j->plan_given = plan != NULL;
+	j->placement = placement != NULL ? json_deep_copy(placement) : NULL;
 	j->from_config = from_config;
 	j->where = -1;
 	rc = place(d, j, why, len);
@@ -275,6 +344,7 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, bool from_
 	}
 	json_decref(j->desc);
 	json_decref(j->plan);
+	json_decref(j->placement);
 	return rc;
 }
 
@@ -307,6 +377,7 @@ static int remove_job(struct ctrld *d, uint32_t id, char *why, size_t len)
 	}
 	json_decref(j->desc);
 	json_decref(j->plan);
+	json_decref(j->placement);
 	*j = d->jobs[--d->njobs];
 	return 0;
 }
@@ -381,6 +452,24 @@ static void reconcile(struct ctrld *d)
 		if (d->jobs[i].where < 0 && place(d, &d->jobs[i], why, sizeof(why)) != 0) {
 			snprintf(d->jobs[i].note, sizeof(d->jobs[i].note), "%s", why);
 		}
+	}
+	/* New probe results: recompute the plans (plan.h keeps trees and link states unless
+	 * the change is material). The pboxd got the plan with the job; pbox-ctrld's
+	 * job_list reports the current one. */
+	if (d->bw != NULL) {
+		json_t *bw = ctrld_bw_list(d->bw);
+		int64_t sig = bw_signature(bw);
+
+		if (sig != d->bw_sig) {
+			d->bw_sig = sig;
+			for (uint32_t i = 0; i < d->njobs; i++) {
+				if (d->jobs[i].where >= 0) {
+					compute_plan(d, &d->jobs[i], (uint32_t)d->jobs[i].where,
+						     bw);
+				}
+			}
+		}
+		json_decref(bw);
 	}
 }
 
@@ -594,7 +683,8 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 		d->n.removed++;
 		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m.id);
 	case PBOX_JOBMSG_CREATE:
-		rc = add_job(d, (json_t *)m.job, m.plan, false, err, sizeof(err));
+		rc = add_job(d, (json_t *)m.job, m.plan, json_object_get(req, "placement"), false,
+			     err, sizeof(err));
 		if (rc != 0) {
 			uint32_t id = 0;
 
@@ -793,7 +883,7 @@ static int run(struct ctrld *d)
 	json_array_foreach(d->cfg.jobs, k, o)
 	{
 		why[0] = '\0';
-		if (add_job(d, o, NULL, true, why, sizeof(why)) != 0) {
+		if (add_job(d, o, NULL, NULL, true, why, sizeof(why)) != 0) {
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
@@ -945,6 +1035,7 @@ out:
 	for (uint32_t i = 0; i < d.njobs; i++) {
 		json_decref(d.jobs[i].desc);
 		json_decref(d.jobs[i].plan);
+		json_decref(d.jobs[i].placement);
 	}
 	if (d.lfd >= 0) {
 		close(d.lfd);

@@ -66,6 +66,43 @@ static json_t *read_json_file(const char *path, char *err, size_t errlen)
 	return o;
 }
 
+/* One line per plan (pbox-ctrld's trees and thresholds): the tree's parents (-1: the
+ * appliance) and the DVF choices; nothing without a plan. */
+static void print_plan(const json_t *plan)
+{
+	const json_t *t = json_object_get(plan, "tree"), *th = json_object_get(plan, "thresholds"),
+		     *w;
+	size_t i;
+
+	if (!json_is_object(t) && !json_is_object(th)) {
+		return;
+	}
+	printf("  plan:");
+	if (json_is_object(t)) {
+		printf(" tree rev %" PRIu64 " %s objective %.3f parents [",
+		       pbox_cli_json_u64(t, "revision"),
+		       json_string_value(json_object_get(t, "method")) ?: "-",
+		       json_number_value(json_object_get(t, "objective")));
+		json_array_foreach(json_object_get(t, "parent"), i, w)
+		{
+			printf("%s%lld", i ? " " : "", (long long)json_integer_value(w));
+		}
+		printf("]");
+	}
+	if (json_is_object(th)) {
+		printf(" broadcast %s; pushes", json_string_value(json_object_get(
+							json_object_get(th, "broadcast"), "select"))
+							?: "-");
+		json_array_foreach(json_object_get(th, "workers"), i, w)
+		{
+			const char *p = json_string_value(json_object_get(w, "push"));
+
+			printf(" %s", p != NULL && strcmp(p, "delta_up") == 0 ? "up" : "low");
+		}
+	}
+	printf("\n");
+}
+
 static void print_list(const json_t *jobs)
 {
 	const json_t *j;
@@ -89,6 +126,7 @@ static void print_list(const json_t *jobs)
 		       pbox_cli_json_u64(j, "workers"),
 		       json_string_value(json_object_get(j, "state")) ?: "-",
 		       pbox_cli_json_u64(j, "connected"), where ? where : "");
+		print_plan(json_object_get(j, "plan"));
 	}
 }
 
