@@ -1119,13 +1119,15 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		r->job->st = SESS_ACTIVE;
 		free(r);
 	}
+	/* Every session first: ending one publishes a table built from all the jobs, so
+	 * none may be freed before the last session has ended. */
 	for (uint32_t i = 0; i < s->njobs; i++) {
-		struct job *j = s->jobs[i];
-
-		if (j->st != SESS_IDLE) {
-			end_session(s, j);
+		if (s->jobs[i]->st != SESS_IDLE) {
+			end_session(s, s->jobs[i]);
 		}
-		job_free(j);
+	}
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		job_free(s->jobs[i]);
 	}
 	pboxd_ckpt_destroy(s->ckpt);
 	free(s->jobs);
