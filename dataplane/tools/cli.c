@@ -58,6 +58,17 @@ int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err,
 	return rc;
 }
 
+int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, size_t errlen)
+{
+	const char *env = getenv("PBOX_ADMIN_TOKEN");
+
+	if (path != NULL) {
+		return pbox_cli_read_token_file(path, tok, len, err, errlen);
+	}
+	snprintf(tok, len, "%s", env != NULL ? env : "");
+	return 0;
+}
+
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len)
 {
 	static const char *const units[] = { "B", "KB", "MB", "GB", "TB", "PB" };

@@ -45,6 +45,11 @@ int pbox_cli_admin_request(const char *addr, const char *admin_token, const json
 /* The first line of path (without the newline) into tok. 0 or -errno with err. */
 int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen);
 
+/* The admin token an operator command uses: the first line of path (--admin-token-file)
+ * when path is not NULL, else the environment variable PBOX_ADMIN_TOKEN, else "" (none:
+ * the Unix control socket needs none). 0 or -errno with err. */
+int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, size_t errlen);
+
 /* "1.41 GB", "940.6 KB", "512 B" (decimal units). Returns buf. */
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len);
 

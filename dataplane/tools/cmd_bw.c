@@ -201,14 +201,9 @@ int pbox_cmd_bw(int argc, char **argv)
 			return 64;
 		}
 	}
-	if (token_file != NULL) {
-		if (pbox_cli_read_token_file(token_file, token, sizeof(token), err, sizeof(err)) !=
-		    0) {
-			fprintf(stderr, "pbox bw: %s\n", err);
-			return 64;
-		}
-	} else if (getenv("PBOX_ADMIN_TOKEN") != NULL) {
-		snprintf(token, sizeof(token), "%s", getenv("PBOX_ADMIN_TOKEN"));
+	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
+		fprintf(stderr, "pbox bw: %s\n", err);
+		return 64;
 	}
 	if (strcmp(verb, "list") == 0) {
 		if (optind != argc) {

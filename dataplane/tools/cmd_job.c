@@ -190,14 +190,9 @@ int pbox_cmd_job(int argc, char **argv)
 			return 64;
 		}
 	}
-	if (token_file != NULL) {
-		if (pbox_cli_read_token_file(token_file, token, sizeof(token), err, sizeof(err)) !=
-		    0) {
-			fprintf(stderr, "pbox job: %s\n", err);
-			return 64;
-		}
-	} else if (getenv("PBOX_ADMIN_TOKEN") != NULL) {
-		snprintf(token, sizeof(token), "%s", getenv("PBOX_ADMIN_TOKEN"));
+	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
+		fprintf(stderr, "pbox job: %s\n", err);
+		return 64;
 	}
 	if (strcmp(verb, "create") == 0) {
 		desc = file != NULL ? read_json_file(file, err, sizeof(err)) : json_object();

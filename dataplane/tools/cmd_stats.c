@@ -245,14 +245,9 @@ int pbox_cmd_stats(int argc, char **argv)
 	if (sock != NULL) {
 		addr = sock;
 	}
-	if (token_file != NULL) {
-		if (pbox_cli_read_token_file(token_file, token, sizeof(token), err, sizeof(err)) !=
-		    0) {
-			fprintf(stderr, "pbox stats: %s\n", err);
-			return 64;
-		}
-	} else if (getenv("PBOX_ADMIN_TOKEN") != NULL) {
-		snprintf(token, sizeof(token), "%s", getenv("PBOX_ADMIN_TOKEN"));
+	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
+		fprintf(stderr, "pbox stats: %s\n", err);
+		return 64;
 	}
 	req = json_pack("{s:s}", "op", "stats");
 	if (token[0] != '\0') {
