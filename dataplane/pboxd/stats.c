@@ -50,6 +50,7 @@ static json_t *core_json(const struct pbox_core_stats *s, uint64_t tx_dropped, u
 	json_object_set_new(o, "membership_changes",
 			    json_integer((json_int_t)s->membership_changes));
 	json_object_set_new(o, "nonfinite", json_integer((json_int_t)s->nonfinite));
+	json_object_set_new(o, "nacks", json_integer((json_int_t)s->nacks));
 	json_object_set_new(o, "dropped", json_integer((json_int_t)ndrops));
 	json_object_set_new(o, "rx_truncated", json_integer((json_int_t)rx_trunc));
 	json_object_set_new(o, "drops", drops);

@@ -100,8 +100,8 @@ def main():
         if sum(st.retransmits + st.probes for st in stats) == 0:
             fail("the injected loss had no visible effect")
         tot = d.stats()["totals"]
-        print("pboxd: rx_retransmits %d, replies_resent %d, drops %s" % (
-            tot["rx_retransmits"], tot["replies_resent"],
+        print("pboxd: rx_retransmits %d, replies_resent %d, nacks %d, drops %s" % (
+            tot["rx_retransmits"], tot["replies_resent"], tot["nacks"],
             {k: v for k, v in tot["drops"].items() if v}))
         if tot["drops"]["bad_checksum"] != 0:
             fail("torn data reached the appliance")
