@@ -41,6 +41,25 @@
 #include "bw.h"
 #include "ctrld.h"
 
+#ifdef PBOX_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#else
+/* Built without libsystemd: no readiness notification (Type=notify units need it). */
+static inline int sd_notify(int unset_env, const char *state)
+{
+	(void)unset_env;
+	(void)state;
+	return 0;
+}
+
+static inline int sd_notifyf(int unset_env, const char *format, ...)
+{
+	(void)unset_env;
+	(void)format;
+	return 0;
+}
+#endif
+
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
 #endif
@@ -887,6 +906,17 @@ static int run(struct ctrld *d)
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
+	/* Listening, and the configured jobs published or queued: tell systemd (Type=notify). */
+	{
+		uint32_t published = 0;
+
+		for (uint32_t i = 0; i < d->njobs; i++) {
+			published += d->jobs[i].where >= 0;
+		}
+		sd_notifyf(0, "READY=1\nSTATUS=%u pboxd%s, %u job%s (%u published)", d->cfg.npboxds,
+			   d->cfg.npboxds == 1 ? "" : "s", d->njobs, d->njobs == 1 ? "" : "s",
+			   published);
+	}
 	d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 	while (!g_stop) {
 		uint32_t n = 0, first;
@@ -929,6 +959,7 @@ static int run(struct ctrld *d)
 			d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 		}
 	}
+	sd_notify(0, "STOPPING=1");
 	free(pfd);
 	return 0;
 }
