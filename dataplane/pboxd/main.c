@@ -469,6 +469,7 @@ static int run(struct app *a)
 			}
 			if (signals >= 2) {
 				PBOX_LOG_WARN(MAIN, "second signal: stopping now");
+				sd_notify(0, "STOPPING=1\nSTATUS=stopping now");
 				pboxd_sessions_abort_all(a->sessions,
 							 "the appliance is shutting down");
 				break;
