@@ -32,13 +32,14 @@ def wait_message(s, key, proc, what, timeout=20):
     deadline = time.time() + timeout
     seen = []
     while time.time() < deadline:
-        if proc.poll() is not None:
-            fail("%s exited (status %d) before sending %s (got %s)" % (what, proc.returncode,
-                                                                       key, seen))
         s.settimeout(0.2)
         try:
             data, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(12))
         except socket.timeout:
+            # Only once nothing is left to read: it may have sent it and exited.
+            if proc.poll() is not None:
+                fail("%s exited (status %d) before sending %s (got %s)" %
+                     (what, proc.returncode, key, seen))
             continue
         pid = None
         for level, kind, blob in anc:
