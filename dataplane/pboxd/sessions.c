@@ -1180,6 +1180,8 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		}
 	}
 	for (uint32_t i = 0; i < s->njobs; i++) {
+		/* The cores may still run (pboxd_dp_stop comes later): plans go by call_rcu. */
+		plan_swap(s, s->jobs[i], NULL);
 		job_free(s->jobs[i]);
 	}
 	pboxd_ckpt_destroy(s->ckpt);
