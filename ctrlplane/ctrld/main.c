@@ -76,6 +76,7 @@ struct cjob {
 	json_t *desc;
 	json_t *plan;      /* tree / thresholds (common/jobspec.h), passed on; NULL: none */
 	bool plan_given;   /* the client's plan: kept as given, not computed (plan.h) */
+	int64_t plan_sent; /* plan revision its pboxd acknowledged (-1: none yet) */
 	json_t *placement; /* host name per rank (plan.h) or NULL */
 	bool from_config;
 	int where; /* index of the pboxd holding it; -1: not placed */
@@ -115,7 +116,8 @@ struct ctrld {
 	int64_t bw_sig;                  /* probes counted in it when plans were computed */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
-			wrong_admin_token, republished, publish_failures, auth_rate_limited;
+			wrong_admin_token, republished, publish_failures, auth_rate_limited,
+			plans_sent, plan_failures;
 	} n;
 };
 
@@ -261,7 +263,54 @@ static int publish_to(struct ctrld *d, struct cjob *j, uint32_t w, char *why, si
 		return rc ? rc : -EIO;
 	}
 	json_decref(reply);
+	j->plan_sent = j->plan != NULL ? pbox_jobspec_plan_revision(j->plan) : -1;
 	return 0;
+}
+
+/* Send job j's current plan to its pboxd (job_plan) when the pboxd has not acknowledged
+ * this revision yet; a failure is noted and retried on the next reconcile. */
+static void send_plan(struct ctrld *d, struct cjob *j)
+{
+	struct ctrld_pboxd *p;
+	json_t *req, *reply = NULL;
+	int64_t rev;
+	int rc;
+
+	if (j->where < 0 || j->plan == NULL) {
+		return;
+	}
+	rev = pbox_jobspec_plan_revision(j->plan);
+	if (rev <= j->plan_sent) {
+		return;
+	}
+	p = &d->cfg.pboxds[j->where];
+	req = pbox_jobmsg_plan(j->id, j->plan, NULL);
+	if (req == NULL) {
+		return;
+	}
+	rc = pboxd_request(d, p, req, &reply);
+	json_decref(req);
+	if (rc != 0 || !json_is_true(json_object_get(reply, "ok"))) {
+		d->n.plan_failures++;
+		snprintf(j->note, sizeof(j->note), "plan revision %lld not sent to pboxd %s: %s",
+			 (long long)rev, p->name,
+			 rc != 0 ? p->last_error
+				 : json_string_value(json_object_get(reply, "error")) ?: "refused");
+		PBOX_LOG_WARN(ADMIN, "job %u: %s (retried)", j->id, j->note);
+		json_decref(reply);
+		return;
+	}
+	/* Applied, or the pboxd holds this revision or a newer one already. */
+	j->plan_sent = rev;
+	d->n.plans_sent++;
+	if (!json_is_true(json_object_get(reply, "applied"))) {
+		PBOX_LOG_INFO(ADMIN, "job %u: pboxd %s: %s", j->id, p->name,
+			      json_string_value(json_object_get(reply, "reason")) ?: "not applied");
+	} else {
+		PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld sent to pboxd %s", j->id,
+			      (long long)rev, p->name);
+	}
+	json_decref(reply);
 }
 
 /* Admission: offer j to the pboxds, fewest jobs first, until one holds it. 0, or -errno
@@ -346,6 +395,7 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
 	j->desc = json_incref(desc);
 	j->plan = plan != NULL ? json_deep_copy(plan) : NULL;
 	j->plan_given = plan != NULL;
+	j->plan_sent = -1;
 	j->placement = placement != NULL ? json_deep_copy(placement) : NULL;
 	j->from_config = from_config;
 	j->where = -1;
@@ -490,6 +540,11 @@ static void reconcile(struct ctrld *d)
 		}
 		json_decref(bw);
 	}
+	/* The pboxds get every new plan (job_plan, swapped in with RCU there); a failed send
+	 * is retried here on the next reconcile. */
+	for (uint32_t i = 0; i < d->njobs; i++) {
+		send_plan(d, &d->jobs[i]);
+	}
 }
 
 static json_t *job_list(struct ctrld *d)
@@ -528,16 +583,17 @@ static json_t *job_list(struct ctrld *d)
 						"control", p->control, "up", p->up, "jobs",
 						(json_int_t)p->njobs, "last_error", p->last_error));
 	}
-	return json_pack("{s:b, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
-			 "ok", 1, "jobs", arr, "pboxds", ps, "control", "jobs_created",
-			 (json_int_t)d->n.created, "jobs_removed", (json_int_t)d->n.removed,
-			 "job_create_refused", (json_int_t)d->n.create_refused, "job_rm_refused",
-			 (json_int_t)d->n.rm_refused, "admin_refused",
-			 (json_int_t)d->n.admin_refused, "wrong_admin_token",
-			 (json_int_t)d->n.wrong_admin_token, "auth_rate_limited",
-			 (json_int_t)d->n.auth_rate_limited, "republished",
-			 (json_int_t)d->n.republished, "publish_failures",
-			 (json_int_t)d->n.publish_failures, "connections", (json_int_t)d->nconns);
+	return json_pack(
+		"{s:b, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
+		"ok", 1, "jobs", arr, "pboxds", ps, "control", "jobs_created",
+		(json_int_t)d->n.created, "jobs_removed", (json_int_t)d->n.removed,
+		"job_create_refused", (json_int_t)d->n.create_refused, "job_rm_refused",
+		(json_int_t)d->n.rm_refused, "admin_refused", (json_int_t)d->n.admin_refused,
+		"wrong_admin_token", (json_int_t)d->n.wrong_admin_token, "auth_rate_limited",
+		(json_int_t)d->n.auth_rate_limited, "republished", (json_int_t)d->n.republished,
+		"publish_failures", (json_int_t)d->n.publish_failures, "plans_sent",
+		(json_int_t)d->n.plans_sent, "plan_failures", (json_int_t)d->n.plan_failures,
+		"connections", (json_int_t)d->nconns);
 }
 
 /* ---- the control API ---- */
@@ -692,6 +748,11 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 	switch (m.op) {
 	case PBOX_JOBMSG_LIST:
 		return job_list(d);
+	case PBOX_JOBMSG_PLAN:
+		CLIENT_WARN(d, "job_plan for job %u refused: pbox-ctrld computes the plans", m.id);
+		return pbox_ctl_error(
+			EOPNOTSUPP, "job_plan is pboxd's operation: pbox-ctrld computes the plans "
+				    "(give one with job_create)");
 	case PBOX_JOBMSG_RM:
 		rc = remove_job(d, m.id, err, sizeof(err));
 		if (rc != 0) {

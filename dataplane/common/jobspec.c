@@ -319,6 +319,56 @@ json_t *pbox_jobmsg_list(const char *admin_token)
 	return with_token(json_pack("{s:s}", "op", "job_list"), admin_token);
 }
 
+/* The plan member of job_create / job_plan: {"tree": object|null, "thresholds": object|null}
+ * and, in the tree, an optional "revision" (an integer >= 0). */
+static int check_plan(const json_t *plan, const char *op, char *err, size_t errlen)
+{
+	const char *key;
+	const json_t *pv, *rev;
+
+	if (!json_is_object(plan)) {
+		snprintf(err, errlen, "%s: \"plan\" must be an object", op);
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)plan, key, pv)
+	{
+		if ((strcmp(key, "tree") != 0 && strcmp(key, "thresholds") != 0) ||
+		    !(json_is_object(pv) || json_is_null(pv))) {
+			snprintf(err, errlen,
+				 "%s: plan.%.64s: a plan has \"tree\" and "
+				 "\"thresholds\" (objects or null) only",
+				 op, key);
+			return -EINVAL;
+		}
+	}
+	rev = json_object_get(json_object_get(plan, "tree"), "revision");
+	if (rev != NULL && (!json_is_integer(rev) || json_integer_value(rev) < 0)) {
+		snprintf(err, errlen, "%s: plan.tree.revision must be an integer >= 0", op);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int64_t pbox_jobspec_plan_revision(const json_t *plan)
+{
+	const json_t *rev = json_object_get(json_object_get(plan, "tree"), "revision");
+
+	return json_is_integer(rev) && json_integer_value(rev) >= 0 ? json_integer_value(rev) : 0;
+}
+
+json_t *pbox_jobmsg_plan(uint32_t id, const json_t *plan, const char *admin_token)
+{
+	json_t *o =
+		json_pack("{s:s, s:I, s:O}", "op", "job_plan", "id", (json_int_t)id, "plan", plan);
+
+	if (o != NULL && admin_token != NULL && admin_token[0] != '\0' &&
+	    json_object_set_new(o, "admin_token", json_string(admin_token)) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
 int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size_t errlen)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
@@ -334,6 +384,8 @@ int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size
 		m->op = PBOX_JOBMSG_RM;
 	} else if (strcmp(op, "job_list") == 0) {
 		m->op = PBOX_JOBMSG_LIST;
+	} else if (strcmp(op, "job_plan") == 0) {
+		m->op = PBOX_JOBMSG_PLAN;
 	} else {
 		return -ENOENT;
 	}
@@ -353,26 +405,23 @@ int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size
 		}
 		m->plan = json_object_get(req, "plan");
 		if (m->plan != NULL) {
-			const char *key;
-			const json_t *pv;
-
-			if (!json_is_object(m->plan)) {
-				snprintf(err, errlen, "job_create: \"plan\" must be an object");
-				return -EINVAL;
-			}
-			json_object_foreach((json_t *)m->plan, key, pv)
-			{
-				if ((strcmp(key, "tree") != 0 && strcmp(key, "thresholds") != 0) ||
-				    !(json_is_object(pv) || json_is_null(pv))) {
-					snprintf(err, errlen,
-						 "job_create: plan.%.64s: a plan has \"tree\" and "
-						 "\"thresholds\" (objects or null) only",
-						 key);
-					return -EINVAL;
-				}
-			}
+			return check_plan(m->plan, "job_create", err, errlen);
 		}
 		return 0;
+	case PBOX_JOBMSG_PLAN:
+		v = json_object_get(req, "id");
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) > (json_int_t)UINT32_MAX) {
+			snprintf(err, errlen, "job_plan needs an integer \"id\" in 0..4294967295");
+			return -EINVAL;
+		}
+		m->id = (uint32_t)json_integer_value(v);
+		m->plan = json_object_get(req, "plan");
+		if (m->plan == NULL) {
+			snprintf(err, errlen, "job_plan of job %u needs \"plan\"", m->id);
+			return -EINVAL;
+		}
+		return check_plan(m->plan, "job_plan", err, errlen);
 	case PBOX_JOBMSG_RM:
 		v = json_object_get(req, "id");
 		if (!json_is_integer(v) || json_integer_value(v) < 0 ||

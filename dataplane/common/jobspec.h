@@ -16,10 +16,15 @@
  *   {"op":"job_create","job":{...description...}[,"plan":{...}]}  -> {"ok":true,"id":N}
  *   {"op":"job_rm","id":N}                              -> {"ok":true,"id":N}
  *   {"op":"job_list"}                                    -> {"ok":true,"jobs":[...]}
+ *   {"op":"job_plan","id":N,"plan":{...}}  -> {"ok":true,"id":N,"applied":B,"revision":R}
+ * job_plan replaces the plan a job holds (pbox-ctrld sends it whenever it recomputes one);
+ * the plan's revision is its "tree"."revision" (an integer >= 0; absent: 0), and a plan that
+ * is not newer than the held one is not applied (applied false, revision the held one).
  * The optional "plan" is the place of what the control plane computes for a job rather than
  * what its owner configures: {"tree": {...}, "thresholds": {...}} (broadcast tree and DVF
  * thresholds, issue 11 §4-5). Only those two members are accepted, each an object or null;
- * pboxd keeps the plan with the job and reports it in job_list, and does not act on it yet.
+ * pboxd keeps the plan with the job (swapped in with RCU by job_plan, see pboxd/sessions.h)
+ * and reports it and its revision in job_list.
  * Each request is optionally with "admin_token":"..." (pboxd requires it unless the request comes
  * over its Unix control socket or the connection already proved the token).
  *
@@ -50,14 +55,15 @@ enum pbox_jobmsg_op {
 	PBOX_JOBMSG_CREATE = 1,
 	PBOX_JOBMSG_RM,
 	PBOX_JOBMSG_LIST,
+	PBOX_JOBMSG_PLAN,
 };
 
 /* A decoded request. job is borrowed from the request object (valid while it lives). */
 struct pbox_jobmsg {
 	enum pbox_jobmsg_op op;
-	uint32_t id;             /* job_rm */
-	const json_t *job;       /* job_create: the description (an object) */
-	const json_t *plan;      /* job_create: NULL or {"tree":..., "thresholds":...} */
+	uint32_t id;        /* job_rm, job_plan */
+	const json_t *job;  /* job_create: the description (an object) */
+	const json_t *plan; /* job_create: NULL or {"tree":..., "thresholds":...}; job_plan: set */
 	const char *admin_token; /* NULL: none given; borrowed */
 };
 
@@ -94,12 +100,18 @@ json_t *pbox_jobmsg_create(const json_t *desc, const char *admin_token);
 json_t *pbox_jobmsg_create_plan(const json_t *desc, const json_t *plan, const char *admin_token);
 json_t *pbox_jobmsg_rm(uint32_t id, const char *admin_token);
 json_t *pbox_jobmsg_list(const char *admin_token);
+/* job_plan: plan for job id; does not steal plan. */
+json_t *pbox_jobmsg_plan(uint32_t id, const json_t *plan, const char *admin_token);
+
+/* A plan's revision: "tree"."revision" when an integer >= 0, else 0. */
+int64_t pbox_jobspec_plan_revision(const json_t *plan);
 
 /*
- * Decode req (an object whose "op" is job_create, job_rm or job_list) into m. Returns 0,
+ * Decode req (an object whose "op" is job_create, job_rm, job_list or job_plan) into m. Returns 0,
  * -ENOENT (not a job operation: the caller dispatches it elsewhere) or -EINVAL with err
  * (a job_create without an object "job" or with a plan other than {"tree": object|null,
- * "thresholds": object|null}, a job_rm without an integer "id" in 0..2^32-1,
+ * "thresholds": object|null} with an optional integer tree.revision >= 0, a job_rm or
+ * job_plan without an integer "id" in 0..2^32-1, a job_plan without such a plan,
  * an admin_token that is not a string).
  */
 int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size_t errlen);

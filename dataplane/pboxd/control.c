@@ -105,6 +105,9 @@ struct ctl_counters {
 	uint64_t jobs_created;
 	uint64_t jobs_removed;
 	uint64_t job_create_refused; /* bad definition, duplicate, over budget */
+	uint64_t plans_swapped;      /* job_plan applied */
+	uint64_t job_plan_stale;     /* job_plan not newer than the held plan */
+	uint64_t job_plan_refused;   /* malformed, unknown job, no memory */
 	uint64_t job_rm_refused;     /* no such job */
 	uint64_t probe_refused;      /* probe requests refused (any cause, admin included) */
 	uint64_t accept_no_fds;      /* EMFILE / ENFILE */
@@ -511,9 +514,35 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 	int rc;
 
 	if (resp != NULL) {
+		if (m->op == PBOX_JOBMSG_PLAN) {
+			ctl->n.job_plan_refused++;
+		}
 		return resp;
 	}
 	switch (m->op) {
+	case PBOX_JOBMSG_PLAN: {
+		int64_t held = 0;
+
+		rc = pboxd_sessions_job_plan(ctl->sessions, m->id, m->plan, &held, err,
+					     sizeof(err));
+		if (rc < 0) {
+			ctl->n.job_plan_refused++;
+			snprintf(what, sizeof(what), "job_plan refused: %s", err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		if (rc > 0) {
+			ctl->n.job_plan_stale++;
+			snprintf(what, sizeof(what), "job_plan ignored: %s", err);
+			refuse_log(&ctl->log_job, c->ref.peer, what);
+			return json_pack("{s:b, s:I, s:b, s:I, s:s}", "ok", 1, "id",
+					 (json_int_t)m->id, "applied", 0, "revision",
+					 (json_int_t)held, "reason", err);
+		}
+		ctl->n.plans_swapped++;
+		return json_pack("{s:b, s:I, s:b, s:I}", "ok", 1, "id", (json_int_t)m->id,
+				 "applied", 1, "revision", (json_int_t)held);
+	}
 	case PBOX_JOBMSG_LIST:
 		return json_pack("{s:b, s:o}", "ok", 1, "jobs",
 				 pboxd_sessions_job_list(ctl->sessions));
@@ -649,13 +678,20 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		if (jrc != 0) {
 			resp = pbox_ctl_error(-jrc, "%s", jerrbuf);
 			c->bad++;
+			if (strcmp(op, "job_plan") == 0) {
+				char what[640];
+
+				ctl->n.job_plan_refused++;
+				snprintf(what, sizeof(what), "job_plan refused: %s", jerrbuf);
+				refuse_log(&ctl->log_job, c->ref.peer, what);
+			}
 		} else {
 			resp = do_job(ctl, c, &jm, op);
 		}
 	} else {
 		resp = pbox_ctl_error(EINVAL,
 				      "unknown op '%s' (hello, register, leave, ping, stats, auth, "
-				      "job_create, job_rm, job_list, probe)",
+				      "job_create, job_rm, job_list, job_plan, probe)",
 				      op);
 		c->bad++;
 	}
@@ -1342,6 +1378,9 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	PUT(jobs_created);
 	PUT(jobs_removed);
 	PUT(job_create_refused);
+	PUT(plans_swapped);
+	PUT(job_plan_stale);
+	PUT(job_plan_refused);
 	PUT(job_rm_refused);
 	PUT(accept_no_fds);
 	PUT(accept_errors);

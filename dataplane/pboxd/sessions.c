@@ -14,6 +14,7 @@
 
 #include "common/bitmap.h"
 #include "common/ctlproto.h"
+#include "common/jobspec.h"
 #include "common/log.h"
 #include "budget.h"
 #include "checkpoint.h"
@@ -44,9 +45,9 @@ struct job {
 	const struct pboxd_job_cfg *cfg;
 	struct pboxd_job_cfg *owned_cfg; /* a runtime job's configuration (NULL: the file's) */
 	bool removed; /* job_rm while its chunk state was being allocated: freed when it is */
-	/* The control plane's plan (tree, thresholds; common/jobspec.h): kept and reported,
-	 * not applied yet. NULL: none. */
-	json_t *plan;
+	/* The control plane's plan (tree, thresholds; common/jobspec.h), published with RCU
+	 * (sessions.h: pboxd_job_plan). NULL: none. */
+	struct pboxd_job_plan *plan;
 	uint64_t created_ms;
 	enum sess_state st;
 	char abort_reason[256];
@@ -92,6 +93,7 @@ struct pboxd_sessions {
 	uint32_t cap;
 	struct job **jobs; /* sorted by id (removed ones, still allocating, included) */
 	uint64_t jobs_created, jobs_removed; /* at run time */
+	uint64_t plans_swapped;              /* job_plan applied */
 	uint64_t generation;
 	uint32_t frag_bytes;
 	struct allocator alloc;
@@ -208,6 +210,56 @@ static int job_cmp(const void *a, const void *b)
 	return x->cfg->id < y->cfg->id ? -1 : (x->cfg->id > y->cfg->id);
 }
 
+static void plan_free(struct pboxd_job_plan *p)
+{
+	if (p != NULL) {
+		json_decref(p->json);
+		free(p);
+	}
+}
+
+static void plan_retired(struct rcu_head *head)
+{
+	plan_free(caa_container_of(head, struct pboxd_job_plan, rcu));
+}
+
+static struct pboxd_job_plan *plan_new(const json_t *plan)
+{
+	struct pboxd_job_plan *p = calloc(1, sizeof(*p));
+
+	if (p == NULL) {
+		return NULL;
+	}
+	p->json = json_deep_copy(plan);
+	if (p->json == NULL) {
+		free(p);
+		return NULL;
+	}
+	p->revision = pbox_jobspec_plan_revision(plan);
+	return p;
+}
+
+/* Publish np as j's plan (NULL: none) and retire the old one after a grace period. The
+ * control thread goes RCU-online only for the exchange (QSBR, as pboxd_dp_publish): it
+ * never waits for a grace period. Without running cores nothing can read the old plan. */
+static void plan_swap(struct pboxd_sessions *s, struct job *j, struct pboxd_job_plan *np)
+{
+	struct pboxd_job_plan *old;
+
+	if (s->dp == NULL || !s->dp->rcu_registered) {
+		old = j->plan;
+		rcu_set_pointer(&j->plan, np);
+		plan_free(old);
+		return;
+	}
+	rcu_thread_online();
+	old = rcu_xchg_pointer(&j->plan, np);
+	if (old != NULL) {
+		call_rcu(&old->rcu, plan_retired);
+	}
+	rcu_thread_offline();
+}
+
 static void job_free(struct job *j)
 {
 	if (j == NULL) {
@@ -216,7 +268,7 @@ static void job_free(struct job *j)
 	free(j->members);
 	free(j->live);
 	free(j->keys); /* a session's key set (NULL once its session ended) */
-	json_decref(j->plan);
+	plan_free(j->plan);
 	if (j->owned_cfg != NULL) {
 		pboxd_job_cfg_free(j->owned_cfg);
 		free(j->owned_cfg);
@@ -804,6 +856,7 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 		PBOX_LOG_INFO(ADMIN,
 			      "job %u: removed (its chunk state, allocated meanwhile, freed)",
 			      j->cfg->id);
+		plan_swap(s, j, NULL);
 		job_free(j);
 		return;
 	}
@@ -1127,6 +1180,8 @@ void pboxd_sessions_destroy(struct pboxd_sessions *s)
 		}
 	}
 	for (uint32_t i = 0; i < s->njobs; i++) {
+		/* The cores may still run (pboxd_dp_stop comes later): plans go by call_rcu. */
+		plan_swap(s, s->jobs[i], NULL);
 		job_free(s->jobs[i]);
 	}
 	pboxd_ckpt_destroy(s->ckpt);
@@ -1175,7 +1230,7 @@ int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, 
 	}
 	j = job_new(cfg, cfg);
 	if (j != NULL && plan != NULL) {
-		j->plan = json_deep_copy(plan);
+		j->plan = plan_new(plan);
 		if (j->plan == NULL) {
 			j->owned_cfg = NULL; /* not taken */
 			job_free(j);
@@ -1261,6 +1316,7 @@ int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char 
 	}
 	unlink_job(s, j);
 	PBOX_LOG_INFO(ADMIN, "%s", reason);
+	plan_swap(s, j, NULL);
 	job_free(j);
 	return 0;
 }
@@ -1284,10 +1340,49 @@ json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
 		json_object_set_new(o, "memory_budget",
 				    json_integer((json_int_t)j->cfg->memory_budget));
 		if (j->plan != NULL) {
-			json_object_set(o, "plan", j->plan);
+			json_object_set(o, "plan", j->plan->json);
+			json_object_set_new(o, "plan_revision", json_integer(j->plan->revision));
 		}
 	}
 	return arr;
+}
+
+int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t *plan,
+			    int64_t *held, char *err, size_t errlen)
+{
+	struct job *j = find_job(s, id);
+	struct pboxd_job_plan *np;
+	int64_t rev = pbox_jobspec_plan_revision(plan);
+
+	if (j == NULL) {
+		snprintf(err, errlen, "job %u does not exist", id);
+		return -ENOENT;
+	}
+	if (j->plan != NULL && rev <= j->plan->revision) {
+		*held = j->plan->revision;
+		snprintf(err, errlen,
+			 "job %u: plan revision %lld is not newer than the held revision %lld: "
+			 "not applied",
+			 id, (long long)rev, (long long)j->plan->revision);
+		return 1;
+	}
+	np = plan_new(plan);
+	if (np == NULL) {
+		snprintf(err, errlen, "job %u: out of memory for its plan", id);
+		return -ENOMEM;
+	}
+	plan_swap(s, j, np);
+	s->plans_swapped++;
+	*held = rev;
+	PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld swapped in", id, (long long)rev);
+	return 0;
+}
+
+struct pboxd_job_plan *const *pboxd_sessions_plan_slot(struct pboxd_sessions *s, uint32_t id)
+{
+	struct job *j = find_job(s, id);
+
+	return j != NULL ? &j->plan : NULL;
 }
 
 void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created, uint64_t *removed)

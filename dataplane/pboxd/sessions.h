@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <urcu-qsbr.h>
+
 #include "common/ctlproto.h"
 #include "config.h"
 #include "dataplane.h"
@@ -131,7 +133,36 @@ int pboxd_sessions_job_add(struct pboxd_sessions *s, struct pboxd_job_cfg *cfg, 
 			   char *err, size_t errlen);
 int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char *why, char *err,
 			      size_t errlen);
-/* Every job with its definition's main settings and its session: a JSON array. */
+
+/*
+ * A job's plan as readers see it (the control plane's tree and DVF thresholds; the data
+ * path's TSB, issue 12, is to read it). Published by the control thread with RCU
+ * (liburcu-qsbr, like the job table: rcu_xchg_pointer, old one freed by call_rcu after a
+ * grace period, never a blocking synchronize_rcu); immutable once published. A reader (a
+ * registered data-plane core) does rcu_read_lock(); p = rcu_dereference(*slot); ... uses
+ * p->json / p->revision read-only ...; rcu_read_unlock(); slot comes from
+ * pboxd_sessions_plan_slot and stays valid while the job exists.
+ */
+struct pboxd_job_plan {
+	json_t *json;     /* {"tree":..., "thresholds":...}; read-only */
+	int64_t revision; /* pbox_jobspec_plan_revision of json */
+	struct rcu_head rcu;
+};
+
+/*
+ * pboxd_sessions_job_plan: replace job id's plan with a copy of plan (validated already:
+ * pbox_jobmsg_decode). Returns 0 (swapped in; *held = its revision), 1 (not newer than
+ * the held plan: nothing changed, *held = the held revision, err says so), -ENOENT (no
+ * such job) or -ENOMEM, with err naming the job. Control thread only.
+ *
+ * pboxd_sessions_plan_slot: where job id's plan pointer lives (NULL: no such job).
+ */
+int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t *plan,
+			    int64_t *held, char *err, size_t errlen);
+struct pboxd_job_plan *const *pboxd_sessions_plan_slot(struct pboxd_sessions *s, uint32_t id);
+
+/* Every job with its definition's main settings and its session (and its plan with
+ * "plan_revision" when it holds one): a JSON array. */
 json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s);
 /* Jobs created and removed at run time so far. */
 void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created,

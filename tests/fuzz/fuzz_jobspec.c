@@ -117,6 +117,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rc = pbox_jobmsg_decode(req, &m, err, sizeof(err));
 	FUZZ_CHECK(rc == 0 || rc == -ENOENT || rc == -EINVAL, "decode returned %d", rc);
 	FUZZ_CHECK(rc != -EINVAL || err[0] != '\0', "decode refused without a message");
+	if (rc == 0 && m.op == PBOX_JOBMSG_PLAN) {
+		FUZZ_CHECK(json_is_object(m.plan), "job_plan decoded without a plan object");
+		FUZZ_CHECK(pbox_jobspec_plan_revision(m.plan) >= 0, "a negative plan revision");
+	}
 	if (rc == 0 && m.op == PBOX_JOBMSG_CREATE) {
 		pboxd_config_defaults(&cfg);
 		err[0] = '\0';

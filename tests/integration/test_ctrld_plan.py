@@ -9,7 +9,8 @@
  - when the bandwidth matrix gets a measurement, the plan is recomputed: the measured rank's
    link becomes insufficient (its estimate is below min_rate = 1gbit, the probe cap being
    100mbit), its push and the broadcast select delta_up, the unmeasured rank stays unknown
-   with delta_low, and the tree's revision counts up;
+   with delta_low, and the tree's revision counts up; pbox-ctrld sends the new plan to the
+   pboxd (job_plan), whose job_list then shows it and its revision;
  - `pbox job list` shows the plan (tree revision, parents, DVF choices);
  - a plan given by the client is kept as given."""
 import json
@@ -158,6 +159,27 @@ def main():
             if p1["tree"]["revision"] <= p0["tree"]["revision"] or \
                     p1["tree"]["costs"] != "partly-measured+tiers":
                 fail("tree after the probe: %s" % p1["tree"])
+            # pbox-ctrld sends the new plan to the pboxd (job_plan): it swaps it in.
+            deadline = time.time() + 20
+            while True:
+                pj = control_request(d.control, {"op": "job_list",
+                                                 "admin_token": d.admin_token})
+                on_pboxd = [x for x in pj["jobs"] if x["id"] == 7]
+                if on_pboxd and on_pboxd[0].get("plan") == p1 and \
+                        on_pboxd[0].get("plan_revision") == p1["tree"]["revision"]:
+                    break
+                if time.time() > deadline:
+                    fail("the pboxd did not get plan revision %d: %s"
+                         % (p1["tree"]["revision"], on_pboxd))
+                time.sleep(0.2)
+            print("the pboxd holds plan revision %d" % on_pboxd[0]["plan_revision"])
+            c = control_request(caddr, {"op": "job_list", "admin_token": token})["control"]
+            if c["plans_sent"] < 1 or c["plan_failures"] != 0:
+                fail("pbox-ctrld's plan counters: %s" % c)
+            r = control_request(caddr, {"op": "job_plan", "admin_token": token, "id": 7,
+                                        "plan": p1})
+            if r.get("ok") is not False or r.get("errno") != 95:
+                fail("pbox-ctrld accepted a job_plan: %s" % r)
             env = dict(os.environ, PBOX_ADMIN_TOKEN=token)
             p = subprocess.run([build_path("dataplane/tools/pbox"), "job", "list", "--control",
                                 caddr], env=env, capture_output=True, text=True, timeout=60)

@@ -161,7 +161,31 @@ static void test_messages(void **state)
 	assert_int_equal(pbox_jobmsg_decode(r, &m, err, sizeof(err)), 0);
 	assert_int_equal(m.op, PBOX_JOBMSG_LIST);
 	json_decref(r);
+	{
+		json_t *plan = parse("{\"tree\":{\"revision\":12,\"parent\":[-1]},"
+				     "\"thresholds\":null}");
+
+		r = pbox_jobmsg_plan(6, plan, "tok");
+		assert_int_equal(pbox_jobmsg_decode(r, &m, err, sizeof(err)), 0);
+		assert_int_equal(m.op, PBOX_JOBMSG_PLAN);
+		assert_true(m.id == 6);
+		assert_true(json_equal(m.plan, plan));
+		assert_string_equal(m.admin_token, "tok");
+		assert_true(pbox_jobspec_plan_revision(m.plan) == 12);
+		json_decref(r);
+		json_decref(plan);
+		plan = parse("{\"thresholds\":{}}");
+		assert_true(pbox_jobspec_plan_revision(plan) == 0);
+		json_decref(plan);
+	}
 	static const char *const bad[] = {
+		"{\"op\":\"job_plan\",\"id\":1}",
+		"{\"op\":\"job_plan\",\"plan\":{}}",
+		"{\"op\":\"job_plan\",\"id\":1,\"plan\":[]}",
+		"{\"op\":\"job_plan\",\"id\":1,\"plan\":{\"route\":{}}}",
+		"{\"op\":\"job_plan\",\"id\":1,\"plan\":{\"tree\":{\"revision\":-1}}}",
+		"{\"op\":\"job_plan\",\"id\":1,\"plan\":{\"tree\":{\"revision\":1.5}}}",
+		"{\"op\":\"job_create\",\"job\":{},\"plan\":{\"tree\":{\"revision\":\"1\"}}}",
 		"{\"op\":\"job_create\"}",
 		"{\"op\":\"job_create\",\"job\":[1]}",
 		"{\"op\":\"job_create\",\"job\":{},\"plan\":{\"route\":{}}}",
