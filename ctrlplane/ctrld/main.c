@@ -38,27 +38,9 @@
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/notify.h"
 #include "bw.h"
 #include "ctrld.h"
-
-#ifdef PBOX_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#else
-/* Built without libsystemd: no readiness notification (Type=notify units need it). */
-static inline int sd_notify(int unset_env, const char *state)
-{
-	(void)unset_env;
-	(void)state;
-	return 0;
-}
-
-static inline int sd_notifyf(int unset_env, const char *format, ...)
-{
-	(void)unset_env;
-	(void)format;
-	return 0;
-}
-#endif
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -974,9 +956,9 @@ static int run(struct ctrld *d)
 		for (uint32_t i = 0; i < d->njobs; i++) {
 			published += d->jobs[i].where >= 0;
 		}
-		sd_notifyf(0, "READY=1\nSTATUS=%u pboxd%s, %u job%s (%u published)", d->cfg.npboxds,
-			   d->cfg.npboxds == 1 ? "" : "s", d->njobs, d->njobs == 1 ? "" : "s",
-			   published);
+		pbox_notifyf("READY=1\nSTATUS=%u pboxd%s, %u job%s (%u published)", d->cfg.npboxds,
+			     d->cfg.npboxds == 1 ? "" : "s", d->njobs, d->njobs == 1 ? "" : "s",
+			     published);
 	}
 	d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 	while (!g_stop) {
@@ -1020,7 +1002,7 @@ static int run(struct ctrld *d)
 			d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 		}
 	}
-	sd_notify(0, "STOPPING=1");
+	pbox_notify("STOPPING=1");
 	free(pfd);
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/notify.h"
 #include "budget.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -28,25 +29,6 @@
 #include "stats.h"
 #include "probe.h"
 #include "xdp.h"
-
-#ifdef PBOX_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#else
-/* Built without libsystemd: no readiness notification (Type=notify units need it). */
-static inline int sd_notify(int unset_env, const char *state)
-{
-	(void)unset_env;
-	(void)state;
-	return 0;
-}
-
-static inline int sd_notifyf(int unset_env, const char *format, ...)
-{
-	(void)unset_env;
-	(void)format;
-	return 0;
-}
-#endif
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -422,9 +404,9 @@ static int run(struct app *a)
 	PBOX_LOG_INFO(MAIN, "pboxd %s ready: %u job%s configured", PBOX_VERSION_STRING,
 		      a->cfg.njobs, a->cfg.njobs == 1 ? "" : "s");
 	/* The data plane and the control listener are up: tell systemd (Type=notify). */
-	sd_notifyf(0, "READY=1\nSTATUS=%s transport, %u core%s, %u job%s", a->cfg.transport,
-		   a->cfg.ncores, a->cfg.ncores == 1 ? "" : "s", a->cfg.njobs,
-		   a->cfg.njobs == 1 ? "" : "s");
+	pbox_notifyf("READY=1\nSTATUS=%s transport, %u core%s, %u job%s", a->cfg.transport,
+		     a->cfg.ncores, a->cfg.ncores == 1 ? "" : "s", a->cfg.njobs,
+		     a->cfg.njobs == 1 ? "" : "s");
 	for (;;) {
 		/* The control channel's connections are in its own epoll set (one fd here). */
 		struct pollfd p[4];
@@ -469,14 +451,14 @@ static int run(struct app *a)
 			}
 			if (signals >= 2) {
 				PBOX_LOG_WARN(MAIN, "second signal: stopping now");
-				sd_notify(0, "STOPPING=1\nSTATUS=stopping now");
+				pbox_notify("STOPPING=1\nSTATUS=stopping now");
 				pboxd_sessions_abort_all(a->sessions,
 							 "the appliance is shutting down");
 				break;
 			}
 			if (signals == 1 && !draining) {
 				draining = true;
-				sd_notify(0, "STOPPING=1\nSTATUS=draining");
+				pbox_notify("STOPPING=1\nSTATUS=draining");
 				pboxd_control_stop_accepting(a->control);
 				/* A checkpoint of the running sessions, while they still run. */
 				pboxd_ckpt_request(pboxd_sessions_ckpt(a->sessions));
