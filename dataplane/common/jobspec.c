@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Job descriptions: JSON <-> libconfig groups, and the job-administration messages. */
 #include "jobspec.h"
+#include "jobdesc.h"
 
 #include <errno.h>
 #include <math.h>
@@ -369,6 +370,58 @@ json_t *pbox_jobmsg_plan(uint32_t id, const json_t *plan, const char *admin_toke
 	return o;
 }
 
+/* {"chunk_bytes": C, "map": [core, ...]}: the shape only (pboxd checks it against its
+ * cores, chunk size and the job's key set: pboxd_job_cfg_set_assignment). */
+static int check_assignment(const json_t *a, char *err, size_t errlen)
+{
+	const json_t *cb = json_object_get(a, "chunk_bytes"), *map = json_object_get(a, "map"), *v;
+	const char *k;
+	size_t i;
+
+	if (!json_is_object(a)) {
+		snprintf(err, errlen,
+			 "job_create: assignment must be an object {\"chunk_bytes\": "
+			 "N, \"map\": [core of each chunk, ...]}");
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)a, k, v)
+	{
+		if (strcmp(k, "chunk_bytes") != 0 && strcmp(k, "map") != 0) {
+			snprintf(err, errlen,
+				 "job_create: assignment.%.64s: unknown member (chunk_bytes, map)",
+				 k);
+			return -EINVAL;
+		}
+	}
+	if (!json_is_integer(cb) || json_integer_value(cb) < PBOX_MIN_CHUNK_BYTES ||
+	    json_integer_value(cb) > PBOX_MAX_CHUNK_BYTES) {
+		snprintf(err, errlen,
+			 "job_create: assignment.chunk_bytes must be an integer in %u..%u (the "
+			 "chunk size the map was made for)",
+			 PBOX_MIN_CHUNK_BYTES, PBOX_MAX_CHUNK_BYTES);
+		return -EINVAL;
+	}
+	if (!json_is_array(map) || json_array_size(map) == 0 ||
+	    json_array_size(map) > PBOX_MAX_CHUNKS) {
+		snprintf(err, errlen,
+			 "job_create: assignment.map must be an array of 1..%u core indexes (one "
+			 "per chunk)",
+			 PBOX_MAX_CHUNKS);
+		return -EINVAL;
+	}
+	json_array_foreach(map, i, v)
+	{
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= (json_int_t)PBOX_MAX_CORES) {
+			snprintf(err, errlen,
+				 "job_create: assignment.map[%zu]: not a core index in 0..%u", i,
+				 PBOX_MAX_CORES - 1);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size_t errlen)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
@@ -404,8 +457,12 @@ int pbox_jobmsg_decode(const json_t *req, struct pbox_jobmsg *m, char *err, size
 			return -EINVAL;
 		}
 		m->plan = json_object_get(req, "plan");
-		if (m->plan != NULL) {
-			return check_plan(m->plan, "job_create", err, errlen);
+		if (m->plan != NULL && check_plan(m->plan, "job_create", err, errlen) != 0) {
+			return -EINVAL;
+		}
+		m->assignment = json_object_get(req, "assignment");
+		if (m->assignment != NULL) {
+			return check_assignment(m->assignment, err, errlen);
 		}
 		return 0;
 	case PBOX_JOBMSG_PLAN:

@@ -25,6 +25,11 @@
  * thresholds, issue 11 §4-5). Only those two members are accepted, each an object or null;
  * pboxd keeps the plan with the job (swapped in with RCU by job_plan, see pboxd/sessions.h)
  * and reports it and its revision in job_list.
+ * job_create's optional "assignment" is the control plane's placement of the job's chunks on
+ * the pboxd's data-plane cores: {"chunk_bytes": C, "map": [core of chunk 0, ...]}, for a job
+ * with a fixed key set cut into chunks of C bytes. pboxd uses it instead of its own LPT
+ * after checking it strictly (C is its chunk size, one entry per chunk of the key set, every
+ * core one of its data-plane cores: else the job is refused); pbox-ctrld makes it.
  * Each request is optionally with "admin_token":"..." (pboxd requires it unless the request comes
  * over its Unix control socket or the connection already proved the token).
  *
@@ -65,6 +70,9 @@ struct pbox_jobmsg {
 	const json_t *job;  /* job_create: the description (an object) */
 	const json_t *plan; /* job_create: NULL or {"tree":..., "thresholds":...}; job_plan: set */
 	const char *admin_token; /* NULL: none given; borrowed */
+	/* job_create: NULL or the control plane's chunk -> core assignment
+	 * {"chunk_bytes": C, "map": [core of chunk 0, core of chunk 1, ...]} */
+	const json_t *assignment;
 };
 
 /*
@@ -109,8 +117,9 @@ int64_t pbox_jobspec_plan_revision(const json_t *plan);
 /*
  * Decode req (an object whose "op" is job_create, job_rm, job_list or job_plan) into m. Returns 0,
  * -ENOENT (not a job operation: the caller dispatches it elsewhere) or -EINVAL with err
- * (a job_create without an object "job" or with a plan other than {"tree": object|null,
- * "thresholds": object|null} with an optional integer tree.revision >= 0, a job_rm or
+ * (a job_create without an object "job", with an assignment that is not
+ * {"chunk_bytes": 64..2^26, "map": [1..2^24 integers in 0..63]}, or with a plan other than {"tree":
+ * object|null, "thresholds": object|null} with an optional integer tree.revision >= 0, a job_rm or
  * job_plan without an integer "id" in 0..2^32-1, a job_plan without such a plan,
  * an admin_token that is not a string).
  */

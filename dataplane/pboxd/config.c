@@ -520,6 +520,74 @@ void pboxd_job_cfg_free(struct pboxd_job_cfg *j)
 	free(j->keys);
 	j->keys = NULL;
 	j->nkeys = 0;
+	free(j->core_map);
+	j->core_map = NULL;
+	j->ncore_map = 0;
+}
+
+int pboxd_job_cfg_set_assignment(const struct pboxd_config *cfg, struct pboxd_job_cfg *j,
+				 const json_t *a, char *err, size_t errlen)
+{
+	const json_t *map = json_object_get(a, "map");
+	json_int_t cb = json_integer_value(json_object_get(a, "chunk_bytes"));
+	uint64_t nchunks = 0;
+	char why[256];
+	size_t i;
+	const json_t *v;
+
+	if (j->keys == NULL) {
+		snprintf(err, errlen,
+			 "job %u: a core assignment needs a fixed key set (keys); without one "
+			 "pboxd assigns the chunks when the key set is registered",
+			 j->id);
+		return -EINVAL;
+	}
+	if (cb != (json_int_t)cfg->chunk_bytes) {
+		snprintf(err, errlen,
+			 "job %u: the core assignment was made for chunks of %lld bytes; this "
+			 "pboxd cuts keys into chunks of %u bytes",
+			 j->id, (long long)cb, cfg->chunk_bytes);
+		return -EINVAL;
+	}
+	if (pbox_jobdesc_count_chunks(j->keys, j->nkeys, cfg->chunk_bytes, &nchunks, why,
+				      sizeof(why)) != 0) {
+		snprintf(err, errlen, "job %u: %s", j->id, why);
+		return -EINVAL;
+	}
+	if (json_array_size(map) != nchunks) {
+		snprintf(err, errlen,
+			 "job %u: the core assignment places %zu chunks; the key set has %llu "
+			 "chunks of %u bytes",
+			 j->id, json_array_size(map), (unsigned long long)nchunks,
+			 cfg->chunk_bytes);
+		return -EINVAL;
+	}
+	json_array_foreach(map, i, v)
+	{
+		json_int_t core = json_integer_value(v);
+
+		if (!json_is_integer(v) || core < 0 || core >= (json_int_t)cfg->ncores) {
+			snprintf(err, errlen,
+				 "job %u: the core assignment puts chunk %zu on core %lld; this "
+				 "pboxd has %u data-plane core%s (0..%u)",
+				 j->id, i, (long long)core, cfg->ncores,
+				 cfg->ncores == 1 ? "" : "s", cfg->ncores - 1);
+			return -EINVAL;
+		}
+	}
+	free(j->core_map);
+	j->core_map = malloc(nchunks * sizeof(*j->core_map));
+	if (j->core_map == NULL) {
+		j->ncore_map = 0;
+		snprintf(err, errlen, "job %u: out of memory", j->id);
+		return -ENOMEM;
+	}
+	json_array_foreach(map, i, v)
+	{
+		j->core_map[i] = (uint32_t)json_integer_value(v);
+	}
+	j->ncore_map = (uint32_t)nchunks;
+	return 0;
 }
 
 /* The appliance's control_limits = { ... } group. */

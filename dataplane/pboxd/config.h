@@ -130,6 +130,10 @@ struct pboxd_job_cfg {
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
 	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 	enum pbox_non_finite non_finite;
+	/* The control plane's chunk -> core map for the fixed key set (checked by
+	 * pboxd_job_cfg_set_assignment; owned); NULL: pboxd's own LPT at register. */
+	uint32_t *core_map;
+	uint32_t ncore_map;
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */
@@ -232,7 +236,19 @@ int pboxd_config_load_job(const struct pboxd_config *cfg, const config_setting_t
 int pboxd_job_cfg_from_json(const struct pboxd_config *cfg, const json_t *desc,
 			    struct pboxd_job_cfg *j, char *err, size_t errlen);
 
-/* Free what j owns (its key set); j may be reused. */
+/*
+ * Give job j (loaded already, with a fixed key set) the control plane's assignment of its
+ * chunks to the data-plane cores, a={"chunk_bytes": C, "map": [...]} (shape checked by
+ * pbox_jobmsg_decode). Checked strictly against this appliance: C must be cfg's chunk_bytes,
+ * the map must have one entry per chunk of j's key set and every entry must be one of
+ * cfg's ncores data-plane cores. Returns 0 (j->core_map set, owned by j), or -EINVAL
+ * with err naming the job and the cause (no fixed key set, another chunk size, a chunk
+ * count that differs, a core that does not exist), or -ENOMEM.
+ */
+int pboxd_job_cfg_set_assignment(const struct pboxd_config *cfg, struct pboxd_job_cfg *j,
+				 const json_t *a, char *err, size_t errlen);
+
+/* Free what j owns (its key set, its core map); j may be reused. */
 void pboxd_job_cfg_free(struct pboxd_job_cfg *j);
 
 /* Defaults for everything (no jobs). */

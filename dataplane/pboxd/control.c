@@ -503,6 +503,40 @@ static json_t *admin_check(struct pboxd_control *ctl, struct conn *c, const char
 			      op);
 }
 
+/* NUMA node of a CPU (from sysfs), or -1 (not pinned, or not known). */
+static int cpu_numa_node(int cpu)
+{
+	char path[64];
+
+	if (cpu < 0) {
+		return -1;
+	}
+	for (int n = 0; n < 64; n++) {
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/node%d", cpu, n);
+		if (access(path, F_OK) == 0) {
+			return n;
+		}
+	}
+	return -1;
+}
+
+/* What a control plane needs to assign chunks to this appliance's cores (job_list's
+ * "appliance"): the chunk size and each data-plane core's CPU, NUMA node and UDP port
+ * (-1: not pinned / not known). */
+static json_t *appliance_json(const struct pboxd_config *cfg)
+{
+	json_t *cores = json_array();
+
+	for (uint32_t k = 0; k < cfg->ncores; k++) {
+		json_array_append_new(cores,
+				      json_pack("{s:i, s:i, s:i, s:i}", "core", (int)k, "cpu",
+						cfg->cpus[k], "numa", cpu_numa_node(cfg->cpus[k]),
+						"port", (int)cfg->base_port + (int)k));
+	}
+	return json_pack("{s:i, s:I, s:o}", "ncores", (int)cfg->ncores, "chunk_bytes",
+			 (json_int_t)cfg->chunk_bytes, "cores", cores);
+}
+
 /* job_create / job_rm / job_list (common/jobspec.h). */
 static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pbox_jobmsg *m,
 		      const char *op)
@@ -544,8 +578,9 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 				 "applied", 1, "revision", (json_int_t)held);
 	}
 	case PBOX_JOBMSG_LIST:
-		return json_pack("{s:b, s:o}", "ok", 1, "jobs",
-				 pboxd_sessions_job_list(ctl->sessions));
+		return json_pack("{s:b, s:o, s:o}", "ok", 1, "jobs",
+				 pboxd_sessions_job_list(ctl->sessions), "appliance",
+				 appliance_json(ctl->cfg));
 	case PBOX_JOBMSG_RM:
 		snprintf(why, sizeof(why), "job_rm from %s", c->ref.peer);
 		rc = pboxd_sessions_job_remove(ctl->sessions, m->id, why, err, sizeof(err));
@@ -564,6 +599,13 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 			return pbox_ctl_error(ENOMEM, "out of memory");
 		}
 		rc = pboxd_job_cfg_from_json(ctl->cfg, m->job, jc, err, sizeof(err));
+		if (rc == 0 && m->assignment != NULL) {
+			rc = pboxd_job_cfg_set_assignment(ctl->cfg, jc, m->assignment, err,
+							  sizeof(err));
+			if (rc != 0) {
+				pboxd_job_cfg_free(jc);
+			}
+		}
 		if (rc == 0) {
 			id = jc->id;
 			rc = pboxd_sessions_job_add(ctl->sessions, jc, m->plan, err, sizeof(err));

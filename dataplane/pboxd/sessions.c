@@ -669,8 +669,11 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	rc = pboxd_budget_precheck(&s->budget, j->cfg, &tmp, ks, n, s->cfg->chunk_bytes,
 				   s->frag_bytes, err, sizeof(err));
 	if (rc == 0) {
+		/* A fixed key set may come with the control plane's core map (checked at
+		 * job_create against this key set and these cores). */
 		rc = pbox_jobdesc_build(&j->desc, ks, n, j->cfg->workers, s->cfg->ncores,
-					s->cfg->chunk_bytes, s->frag_bytes, NULL, err, sizeof(err));
+					s->cfg->chunk_bytes, s->frag_bytes, j->cfg->core_map, err,
+					sizeof(err));
 	}
 	if (rc != 0) {
 		free(ks);
@@ -1337,6 +1340,9 @@ json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
 			o, "reduce",
 			json_string(j->cfg->reduce == PBOX_REDUCE_MEAN ? "mean" : "sum"));
 		json_object_set_new(o, "keys_configured", json_integer(j->cfg->nkeys));
+		json_object_set_new(
+			o, "chunks_assigned_by",
+			json_string(j->cfg->core_map != NULL ? "control plane" : "pboxd"));
 		json_object_set_new(o, "memory_budget",
 				    json_integer((json_int_t)j->cfg->memory_budget));
 		if (j->plan != NULL) {

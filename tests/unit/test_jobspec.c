@@ -190,6 +190,20 @@ static void test_messages(void **state)
 		"{\"op\":\"job_create\",\"job\":[1]}",
 		"{\"op\":\"job_create\",\"job\":{},\"plan\":{\"route\":{}}}",
 		"{\"op\":\"job_create\",\"job\":{},\"plan\":{\"tree\":[1]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":[0]}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"map\":[0]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32,"
+		"\"map\":[0]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32768,"
+		"\"map\":[]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32768,"
+		"\"map\":[64]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32768,"
+		"\"map\":[-1]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32768,"
+		"\"map\":[0.5]}}",
+		"{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":32768,"
+		"\"map\":[0],\"cores\":2}}",
 		"{\"op\":\"job_rm\",\"id\":-1}",
 		"{\"op\":\"job_rm\",\"id\":4294967296}",
 		"{\"op\":\"job_rm\",\"id\":\"1\"}",
@@ -202,6 +216,11 @@ static void test_messages(void **state)
 		assert_true(err[0] != '\0');
 		json_decref(r);
 	}
+	r = parse("{\"op\":\"job_create\",\"job\":{},\"assignment\":{\"chunk_bytes\":"
+		  "32768,\"map\":[0,63]}}");
+	assert_int_equal(pbox_jobmsg_decode(r, &m, err, sizeof(err)), 0);
+	assert_int_equal(json_array_size(json_object_get(m.assignment, "map")), 2);
+	json_decref(r);
 	r = parse("{\"op\":\"hello\"}");
 	assert_int_equal(pbox_jobmsg_decode(r, &m, err, sizeof(err)), -ENOENT);
 	json_decref(r);
@@ -244,6 +263,58 @@ static void test_pboxd_validation(void **state)
 	pboxd_config_free(&cfg);
 }
 
+/* pboxd checks a control plane's chunk -> core map against its cores and the key set. */
+static void test_pboxd_assignment(void **state)
+{
+	static const struct {
+		const char *a, *words;
+	} bad[] = {
+		{ "{\"chunk_bytes\":32768,\"map\":[0,2,1]}",
+		  "chunk 1 on core 2; this pboxd has 2" },
+		{ "{\"chunk_bytes\":32768,\"map\":[0,1]}", "places 2 chunks; the key set has 3" },
+		{ "{\"chunk_bytes\":32768,\"map\":[0,1,0,1]}", "places 4 chunks" },
+		{ "{\"chunk_bytes\":16384,\"map\":[0,1,0,1,0,1]}", "chunks of 16384 bytes" },
+	};
+	struct pboxd_config cfg;
+	struct pboxd_job_cfg j;
+	char err[512];
+	json_t *d, *a;
+
+	(void)state;
+	pboxd_config_defaults(&cfg);
+	cfg.ncores = 2;
+	/* One key of 24576 elements: 3 chunks of 32768 bytes. */
+	d = parse("{\"id\":7,\"token\":\"t\",\"workers\":2,\"keys\":[[5,24576]]}");
+	assert_int_equal(pboxd_job_cfg_from_json(&cfg, d, &j, err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		a = parse(bad[i].a);
+		err[0] = '\0';
+		assert_int_equal(pboxd_job_cfg_set_assignment(&cfg, &j, a, err, sizeof(err)),
+				 -EINVAL);
+		assert_non_null(strstr(err, bad[i].words));
+		assert_null(j.core_map);
+		json_decref(a);
+	}
+	a = parse("{\"chunk_bytes\":32768,\"map\":[1,1,0]}");
+	assert_int_equal(pboxd_job_cfg_set_assignment(&cfg, &j, a, err, sizeof(err)), 0);
+	assert_int_equal(j.ncore_map, 3);
+	assert_int_equal(j.core_map[0], 1);
+	assert_int_equal(j.core_map[2], 0);
+	json_decref(a);
+	pboxd_job_cfg_free(&j);
+	json_decref(d);
+	/* Without a fixed key set there is nothing to map yet. */
+	d = parse("{\"id\":8,\"token\":\"t\",\"workers\":2}");
+	assert_int_equal(pboxd_job_cfg_from_json(&cfg, d, &j, err, sizeof(err)), 0);
+	a = parse("{\"chunk_bytes\":32768,\"map\":[0]}");
+	assert_int_equal(pboxd_job_cfg_set_assignment(&cfg, &j, a, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "needs a fixed key set"));
+	json_decref(a);
+	pboxd_job_cfg_free(&j);
+	json_decref(d);
+	pboxd_config_free(&cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -252,6 +323,7 @@ int main(void)
 		cmocka_unit_test(test_kv),
 		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_pboxd_validation),
+		cmocka_unit_test(test_pboxd_assignment),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
