@@ -191,6 +191,7 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					     "max_per_address",
 					     "auth_failures_burst",
 					     "auth_failures_per_minute",
+					     "state_file",
 					     NULL };
 	struct pbox_confkit ck = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *c, *l, *where = NULL;
@@ -245,7 +246,9 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 		    (rc = pbox_conf_u32(&ck, c, "auth_failures_burst", 1, 1000000,
 					&cfg->auth_failures_burst)) != 0 ||
 		    (rc = pbox_conf_u32(&ck, c, "auth_failures_per_minute", 1, 1000000,
-					&cfg->auth_failures_per_minute)) != 0) {
+					&cfg->auth_failures_per_minute)) != 0 ||
+		    (rc = pbox_conf_str(&ck, c, "state_file", cfg->state_file,
+					sizeof(cfg->state_file), NULL)) != 0) {
 			goto out;
 		}
 	}

@@ -24,6 +24,8 @@
  *     max_per_address = 64;           # connections from one source address
  *     auth_failures_burst = 10;       # wrong admin tokens per address, then
  *     auth_failures_per_minute = 60;  # this many a minute
+ *     state_file = "";                # runtime jobs survive a restart (state.h); "": not
+ *                                     # kept (e.g. "/var/lib/pbox/pbox-ctrld.state")
  *   };
  *   pboxds = ( { name = "a"; control = "127.0.0.1:7000"; admin_token = "..."; } );
  *              # control may be a pboxd's Unix control socket (then no token)
@@ -50,6 +52,7 @@
 
 #include <jansson.h>
 
+#include "assign.h"
 #include "plan.h"
 
 #define CTRLD_DEFAULT_CONFIG "/etc/pbox/pbox-ctrld.conf"
@@ -61,7 +64,8 @@ struct ctrld_pboxd {
 	char admin_token[256];
 	/* state */
 	bool up;
-	uint32_t njobs; /* jobs assigned here */
+	uint32_t njobs;           /* jobs assigned here */
+	struct ctrld_cores cores; /* its data-plane cores, from its job_list (assign.h) */
 	char last_error[256];
 };
 
@@ -94,6 +98,7 @@ struct ctrld_config {
 	uint32_t max_per_address;
 	uint32_t auth_failures_burst;
 	uint32_t auth_failures_per_minute;
+	char state_file[512]; /* runtime jobs (state.h); "": kept in memory only */
 	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */

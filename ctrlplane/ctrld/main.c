@@ -39,8 +39,10 @@
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/notify.h"
+#include "assign.h"
 #include "bw.h"
 #include "ctrld.h"
+#include "state.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -63,6 +65,11 @@ struct cjob {
 	bool from_config;
 	int where; /* index of the pboxd holding it; -1: not placed */
 	char note[512];
+	/* Its chunks on the cores of pboxds[assign_for] (assign.h), published with it; NULL:
+	 * pboxd assigns them (no fixed key set, or cores not known). */
+	json_t *assignment;
+	int assign_for;
+	struct ctrld_core_load load; /* per-core totals of assignment */
 };
 
 struct pending_rm {
@@ -96,6 +103,8 @@ struct ctrld {
 	struct pbox_ctladdr_table addrs; /* connections and failed tokens per address */
 	struct ctrld_bw *bw;             /* the bandwidth matrix (NULL: no pairs) */
 	int64_t bw_sig;                  /* probes counted in it when plans were computed */
+	json_t *state_jobs;              /* the state file's jobs at start (state.h) */
+	bool state_dirty;                /* the state file lags behind: retried */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited,
@@ -162,6 +171,159 @@ static int pboxd_request(struct ctrld *d, struct ctrld_pboxd *p, const json_t *r
 	return 0;
 }
 
+/* Learn pboxd w's data-plane cores from its job_list reply (assign.h). */
+static void learn_cores(struct ctrld *d, uint32_t w, const json_t *reply)
+{
+	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+	struct ctrld_cores c;
+	char err[256];
+
+	if (ctrld_cores_from_json(json_object_get(reply, "appliance"), &c, err, sizeof(err)) != 0) {
+		if (p->cores.known) {
+			PBOX_LOG_WARN(ADMIN, "pboxd %s: its cores are not known any more: %s",
+				      p->name, err);
+		}
+		p->cores.known = false;
+		return;
+	}
+	if (!p->cores.known || p->cores.ncores != c.ncores ||
+	    p->cores.chunk_bytes != c.chunk_bytes) {
+		PBOX_LOG_INFO(ADMIN, "pboxd %s: %u data-plane core%s, chunks of %u bytes", p->name,
+			      c.ncores, c.ncores == 1 ? "" : "s", c.chunk_bytes);
+	}
+	p->cores = c;
+}
+
+/* Ask pboxd w for its cores when they are not known yet. */
+static void ensure_cores(struct ctrld *d, uint32_t w)
+{
+	json_t *req, *reply = NULL;
+
+	if (d->cfg.pboxds[w].cores.known) {
+		return;
+	}
+	req = pbox_jobmsg_list(NULL);
+	if (req != NULL && pboxd_request(d, &d->cfg.pboxds[w], req, &reply) == 0) {
+		learn_cores(d, w, reply);
+	}
+	json_decref(req);
+	json_decref(reply);
+}
+
+/* Bytes on each core of pboxd w from the chunks assigned there, but skip's. */
+static void core_loads(const struct ctrld *d, uint32_t w, const struct cjob *skip, uint64_t *bytes)
+{
+	memset(bytes, 0, PBOX_MAX_CORES * sizeof(*bytes));
+	for (uint32_t i = 0; i < d->njobs; i++) {
+		const struct cjob *j = &d->jobs[i];
+
+		if (j == skip || j->assignment == NULL || j->assign_for != (int)w) {
+			continue;
+		}
+		for (uint32_t k = 0; k < PBOX_MAX_CORES; k++) {
+			bytes[k] += j->load.bytes[k];
+		}
+	}
+}
+
+/* Job j's assignment for pboxd w: kept when made for w's current cores, else made again
+ * (balanced against the bytes the other jobs there hold). 0, or -errno with why (a key set
+ * that cannot be cut: the job is refused). Cores not known: none (pboxd assigns). */
+static int assign_for(struct ctrld *d, struct cjob *j, uint32_t w, char *why, size_t len)
+{
+	const struct ctrld_cores *c = &d->cfg.pboxds[w].cores;
+	uint64_t base[PBOX_MAX_CORES];
+	json_t *a = NULL;
+	char err[512];
+	int rc;
+
+	ensure_cores(d, w);
+	if (j->assignment != NULL && j->assign_for == (int)w && c->known &&
+	    json_integer_value(json_object_get(j->assignment, "chunk_bytes")) ==
+		    (json_int_t)c->chunk_bytes &&
+	    ctrld_assign_load(j->assignment, j->desc, c->ncores, &j->load, err, sizeof(err)) == 0) {
+		return 0;
+	}
+	json_decref(j->assignment);
+	j->assignment = NULL;
+	j->assign_for = -1;
+	memset(&j->load, 0, sizeof(j->load));
+	d->state_dirty |= !j->from_config;
+	if (!c->known) {
+		return 0;
+	}
+	core_loads(d, w, j, base);
+	rc = ctrld_assign(c, j->desc, base, &a, &j->load, err, sizeof(err));
+	if (rc < 0) {
+		snprintf(why, len, "job %u: no core assignment on pboxd %s: %s", j->id,
+			 d->cfg.pboxds[w].name, err);
+		return rc;
+	}
+	if (rc == 0) {
+		j->assignment = a;
+		j->assign_for = (int)w;
+	}
+	return 0;
+}
+
+/* Write the runtime jobs to the state file (state.h), if there is one. 0 or -errno
+ * (logged; d->state_dirty stays set and the next reconcile retries). */
+static int save_state(struct ctrld *d)
+{
+	json_t *arr;
+	char err[768];
+	int rc = 0;
+
+	if (d->cfg.state_file[0] == '\0') {
+		d->state_dirty = false;
+		return 0;
+	}
+	arr = json_array();
+	for (uint32_t i = 0; arr != NULL && i < d->njobs; i++) {
+		const struct cjob *j = &d->jobs[i];
+		json_t *e;
+
+		if (j->from_config) {
+			continue;
+		}
+		e = json_pack("{s:O}", "job", j->desc);
+		if (e == NULL) {
+			json_decref(arr);
+			arr = NULL;
+			break;
+		}
+		if (j->plan_given && j->plan != NULL) {
+			json_object_set(e, "plan", j->plan);
+		}
+		if (j->placement != NULL) {
+			json_object_set(e, "placement", j->placement);
+		}
+		if (j->where >= 0) {
+			json_object_set_new(e, "pboxd", json_string(d->cfg.pboxds[j->where].name));
+		}
+		if (j->assignment != NULL) {
+			json_object_set(e, "assignment", j->assignment);
+		}
+		json_array_append_new(arr, e);
+	}
+	if (arr == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, sizeof(err), "state file %s: out of memory", d->cfg.state_file);
+	} else {
+		rc = ctrld_state_save(d->cfg.state_file, arr, err, sizeof(err));
+		json_decref(arr);
+	}
+	if (rc != 0) {
+		if (!d->state_dirty) {
+			PBOX_LOG_ERR(ADMIN, "%s (retried)", err);
+		}
+		d->state_dirty = true;
+		return rc;
+	}
+	d->state_dirty = false;
+	return 0;
+}
+
 /* Sum of the matrix's probe counts: changes when any pair has a new result. */
 static int64_t bw_signature(const json_t *bw)
 {
@@ -225,8 +387,16 @@ static int publish_to(struct ctrld *d, struct cjob *j, uint32_t w, char *why, si
 	int rc;
 
 	compute_plan(d, j, w, NULL);
+	rc = assign_for(d, j, w, why, len);
+	if (rc != 0) {
+		return rc;
+	}
 	req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL);
-
+	if (req != NULL && j->assignment != NULL &&
+	    json_object_set(req, "assignment", j->assignment) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
 	if (req == NULL) {
 		snprintf(why, len, "out of memory");
 		return -ENOMEM;
@@ -343,9 +513,29 @@ static int place(struct ctrld *d, struct cjob *j, char *why, size_t len)
 	return any_reachable ? (last == -EEXIST ? -EEXIST : -ENOSPC) : -EHOSTUNREACH;
 }
 
-static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json_t *placement,
-		   bool from_config, char *why, size_t len)
+/* Where a job goes when it is added: placed by admission (where < 0), or at pboxd where
+ * (adopt: that pboxd holds it already, as after a restart of pbox-ctrld; else published
+ * there by the next reconcile), with the assignment it had (NULL: made anew). */
+struct job_origin {
+	bool from_config;
+	bool restored; /* from the state file: kept unplaced rather than refused */
+	int where;
+	bool adopt;
+	const json_t *assignment;
+};
+
+static void free_job(struct cjob *j)
 {
+	json_decref(j->desc);
+	json_decref(j->plan);
+	json_decref(j->placement);
+	json_decref(j->assignment);
+}
+
+static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json_t *placement,
+		   const struct job_origin *o, char *why, size_t len)
+{
+	bool from_config = o->from_config;
 	struct cjob *j;
 	uint32_t id;
 	int rc;
@@ -381,21 +571,55 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
 	j->placement = placement != NULL ? json_deep_copy(placement) : NULL;
 	j->from_config = from_config;
 	j->where = -1;
+	j->assign_for = -1;
+	if (o->where >= 0) {
+		char err[256];
+
+		j->where = o->where;
+		d->cfg.pboxds[o->where].njobs++;
+		d->njobs++;
+		if (o->assignment != NULL) {
+			j->assignment = json_deep_copy(o->assignment);
+			j->assign_for = o->where;
+			if (ctrld_assign_load(j->assignment, j->desc, PBOX_MAX_CORES, &j->load, err,
+					      sizeof(err)) != 0) {
+				PBOX_LOG_WARN(ADMIN,
+					      "job %u: its stored assignment: %s (made again)", id,
+					      err);
+				json_decref(j->assignment);
+				j->assignment = NULL;
+				j->assign_for = -1;
+			}
+		}
+		if (o->adopt) {
+			/* The pboxd holds it: its map is the one sent then. A config job's is
+			 * made again for the summary, the same as then (config jobs come first,
+			 * in file order, so the loads before it are the same). */
+			if (j->assignment == NULL) {
+				(void)assign_for(d, j, (uint32_t)o->where, why, len);
+			}
+			PBOX_LOG_INFO(ADMIN, "job %u: held by pboxd %s already", id,
+				      d->cfg.pboxds[o->where].name);
+		} else {
+			snprintf(j->note, sizeof(j->note), "to be published again to pboxd %s",
+				 d->cfg.pboxds[o->where].name);
+		}
+		why[0] = '\0';
+		return 0;
+	}
 	rc = place(d, j, why, len);
 	if (rc == 0) {
 		d->njobs++;
 		return 0;
 	}
-	if (from_config && rc != -EINVAL) {
+	if ((from_config || o->restored) && rc != -EINVAL) {
 		/* A static job waits for a pboxd that can hold it (reconcile retries). */
 		snprintf(j->note, sizeof(j->note), "%s", why);
 		PBOX_LOG_WARN(ADMIN, "job %u: not placed yet: %s", id, why);
 		d->njobs++;
 		return 0;
 	}
-	json_decref(j->desc);
-	json_decref(j->plan);
-	json_decref(j->placement);
+	free_job(j);
 	return rc;
 }
 
@@ -426,9 +650,7 @@ static int remove_job(struct ctrld *d, uint32_t id, char *why, size_t len)
 		json_decref(reply);
 		p->njobs--;
 	}
-	json_decref(j->desc);
-	json_decref(j->plan);
-	json_decref(j->placement);
+	free_job(j);
 	*j = d->jobs[--d->njobs];
 	return 0;
 }
@@ -449,6 +671,7 @@ static void reconcile(struct ctrld *d)
 			continue;
 		}
 		json_decref(req);
+		learn_cores(d, w, reply);
 		there = json_object_get(reply, "jobs");
 		for (uint32_t r = 0; r < d->nrms;) {
 			json_t *rm, *rr = NULL;
@@ -500,9 +723,16 @@ static void reconcile(struct ctrld *d)
 		json_decref(reply);
 	}
 	for (uint32_t i = 0; i < d->njobs; i++) {
-		if (d->jobs[i].where < 0 && place(d, &d->jobs[i], why, sizeof(why)) != 0) {
-			snprintf(d->jobs[i].note, sizeof(d->jobs[i].note), "%s", why);
+		if (d->jobs[i].where < 0) {
+			if (place(d, &d->jobs[i], why, sizeof(why)) != 0) {
+				snprintf(d->jobs[i].note, sizeof(d->jobs[i].note), "%s", why);
+			} else {
+				d->state_dirty |= !d->jobs[i].from_config;
+			}
 		}
+	}
+	if (d->state_dirty) {
+		(void)save_state(d);
 	}
 	/* New probe results: recompute the plans (plan.h keeps trees and link states unless
 	 * the change is material). The pboxd got the plan with the job; pbox-ctrld's
@@ -527,6 +757,28 @@ static void reconcile(struct ctrld *d)
 	for (uint32_t i = 0; i < d->njobs; i++) {
 		send_plan(d, &d->jobs[i]);
 	}
+}
+
+/* Placement summary of job j: who assigned its chunks and, when pbox-ctrld did, the
+ * chunks and bytes per core of its pboxd. */
+static json_t *assignment_summary(const struct ctrld *d, const struct cjob *j)
+{
+	json_t *chunks, *bytes;
+	uint32_t n;
+
+	if (j->assignment == NULL || j->assign_for < 0) {
+		return json_pack("{s:s}", "by", "pboxd");
+	}
+	n = d->cfg.pboxds[j->assign_for].cores.known ? d->cfg.pboxds[j->assign_for].cores.ncores
+						     : PBOX_MAX_CORES;
+	chunks = json_array();
+	bytes = json_array();
+	for (uint32_t k = 0; k < n; k++) {
+		json_array_append_new(chunks, json_integer(j->load.chunks[k]));
+		json_array_append_new(bytes, json_integer((json_int_t)j->load.bytes[k]));
+	}
+	return json_pack("{s:s, s:s, s:o, s:o}", "by", "pbox-ctrld", "pboxd",
+			 d->cfg.pboxds[j->assign_for].name, "chunks", chunks, "bytes", bytes);
 }
 
 static json_t *job_list(struct ctrld *d)
@@ -555,15 +807,32 @@ static json_t *job_list(struct ctrld *d)
 		if (j->plan != NULL) {
 			json_object_set(o, "plan", j->plan);
 		}
+		json_object_set_new(o, "assignment", assignment_summary(d, j));
 		json_array_append_new(arr, o);
 	}
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
 		const struct ctrld_pboxd *p = &d->cfg.pboxds[w];
 
-		json_array_append_new(ps,
-				      json_pack("{s:s, s:s, s:b, s:i, s:s}", "name", p->name,
-						"control", p->control, "up", p->up, "jobs",
-						(json_int_t)p->njobs, "last_error", p->last_error));
+		json_t *po = json_pack("{s:s, s:s, s:b, s:i, s:s}", "name", p->name, "control",
+				       p->control, "up", p->up, "jobs", (json_int_t)p->njobs,
+				       "last_error", p->last_error);
+
+		if (p->cores.known) {
+			uint64_t bytes[PBOX_MAX_CORES];
+			json_t *cs = json_array();
+
+			core_loads(d, w, NULL, bytes);
+			for (uint32_t k = 0; k < p->cores.ncores; k++) {
+				json_array_append_new(
+					cs, json_pack("{s:i, s:i, s:i, s:i, s:I}", "core", (int)k,
+						      "cpu", p->cores.cpu[k], "numa",
+						      p->cores.numa[k], "port", p->cores.port[k],
+						      "assigned_bytes", (json_int_t)bytes[k]));
+			}
+			json_object_set_new(po, "chunk_bytes", json_integer(p->cores.chunk_bytes));
+			json_object_set_new(po, "cores", cs);
+		}
+		json_array_append_new(ps, po);
 	}
 	return json_pack(
 		"{s:b, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
@@ -743,10 +1012,16 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 			return pbox_ctl_error(-rc, "%s", err);
 		}
 		d->n.removed++;
-		return json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m.id);
+		resp = json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)m.id);
+		if (save_state(d) != 0) {
+			json_object_set_new(resp, "warning",
+					    json_string("removed, but the state file still has it "
+							"(retried; see pbox-ctrld's log)"));
+		}
+		return resp;
 	case PBOX_JOBMSG_CREATE:
-		rc = add_job(d, (json_t *)m.job, m.plan, json_object_get(req, "placement"), false,
-			     err, sizeof(err));
+		rc = add_job(d, (json_t *)m.job, m.plan, json_object_get(req, "placement"),
+			     &(struct job_origin){ .where = -1 }, err, sizeof(err));
 		if (rc != 0) {
 			uint32_t id = 0;
 
@@ -756,9 +1031,15 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 			return pbox_ctl_error(-rc, "%s", err);
 		}
 		d->n.created++;
-		return json_pack("{s:b, s:I, s:s}", "ok", 1, "id",
+		resp = json_pack("{s:b, s:I, s:s}", "ok", 1, "id",
 				 (json_int_t)d->jobs[d->njobs - 1].id, "pboxd",
 				 d->cfg.pboxds[d->jobs[d->njobs - 1].where].name);
+		if (save_state(d) != 0) {
+			json_object_set_new(resp, "warning",
+					    json_string("published, but not written to the state "
+							"file (retried; see pbox-ctrld's log)"));
+		}
+		return resp;
 	}
 	return pbox_ctl_error(EINVAL, "not a job operation");
 }
@@ -932,23 +1213,109 @@ static void reap(struct ctrld *d)
 	}
 }
 
-static int run(struct ctrld *d)
+/* The index of the pboxd whose job list (held[w]) has job id, or -1. */
+static int holder(json_t *const *held, uint32_t n, uint32_t id)
 {
-	struct pollfd *pfd = calloc(d->cfg.max_connections + 2, sizeof(*pfd));
+	for (uint32_t w = 0; w < n; w++) {
+		size_t k;
+		json_t *o;
+
+		json_array_foreach(held[w], k, o)
+		{
+			if (json_integer_value(json_object_get(o, "id")) == (json_int_t)id) {
+				return (int)w;
+			}
+		}
+	}
+	return -1;
+}
+
+/* At start: the configuration file's jobs, then the state file's runtime jobs in their
+ * order. A job that a pboxd holds already (pbox-ctrld restarted, the pboxd did not) is
+ * adopted there, not published again; a runtime job goes back to its pboxd (published
+ * by the first reconcile if that pboxd lost it); the rest are placed by admission. */
+static void restore_jobs(struct ctrld *d)
+{
+	json_t *held[CTRLD_MAX_PBOXDS] = { NULL };
 	char why[1024];
 	size_t k;
 	json_t *o;
 
-	if (pfd == NULL) {
-		return -ENOMEM;
+	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		json_t *req = pbox_jobmsg_list(NULL), *reply = NULL;
+
+		if (req != NULL && pboxd_request(d, &d->cfg.pboxds[w], req, &reply) == 0) {
+			learn_cores(d, w, reply);
+			held[w] = json_incref(json_object_get(reply, "jobs"));
+		}
+		json_decref(req);
+		json_decref(reply);
 	}
 	json_array_foreach(d->cfg.jobs, k, o)
 	{
+		uint32_t id = 0;
+		int h;
+
+		(void)pbox_jobspec_id(o, &id);
+		h = holder(held, d->cfg.npboxds, id);
 		why[0] = '\0';
-		if (add_job(d, o, NULL, NULL, true, why, sizeof(why)) != 0) {
+		if (add_job(d, o, NULL, NULL,
+			    &(struct job_origin){
+				    .from_config = true, .where = h, .adopt = h >= 0 },
+			    why, sizeof(why)) != 0) {
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
+	json_array_foreach(d->state_jobs, k, o)
+	{
+		const char *name = json_string_value(json_object_get(o, "pboxd"));
+		json_t *desc = json_object_get(o, "job");
+		struct job_origin jo = { .restored = true, .where = -1 };
+		uint32_t id = 0;
+		int w = -1, h;
+
+		for (uint32_t i = 0; name != NULL && i < d->cfg.npboxds; i++) {
+			if (strcmp(d->cfg.pboxds[i].name, name) == 0) {
+				w = (int)i;
+			}
+		}
+		(void)pbox_jobspec_id(desc, &id);
+		h = holder(held, d->cfg.npboxds, id);
+		if (h >= 0) {
+			jo.where = h;
+			jo.adopt = true;
+			jo.assignment = h == w ? json_object_get(o, "assignment") : NULL;
+		} else if (w >= 0) {
+			jo.where = w;
+			jo.assignment = json_object_get(o, "assignment");
+		} else if (name != NULL) {
+			PBOX_LOG_WARN(ADMIN,
+				      "job %u: its pboxd %s is not managed any more: placed "
+				      "again",
+				      id, name);
+		}
+		why[0] = '\0';
+		if (add_job(d, desc, json_object_get(o, "plan"), json_object_get(o, "placement"),
+			    &jo, why, sizeof(why)) != 0) {
+			PBOX_LOG_ERR(ADMIN, "job %u from the state file refused: %s", id, why);
+		} else {
+			PBOX_LOG_INFO(ADMIN, "job %u restored from the state file", id);
+		}
+	}
+	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		json_decref(held[w]);
+	}
+	(void)save_state(d);
+}
+
+static int run(struct ctrld *d)
+{
+	struct pollfd *pfd = calloc(d->cfg.max_connections + 2, sizeof(*pfd));
+
+	if (pfd == NULL) {
+		return -ENOMEM;
+	}
+	restore_jobs(d);
 	/* Listening, and the configured jobs published or queued: tell systemd (Type=notify). */
 	{
 		uint32_t published = 0;
@@ -1004,6 +1371,51 @@ static int run(struct ctrld *d)
 	}
 	pbox_notify("STOPPING=1");
 	free(pfd);
+	return 0;
+}
+
+/* The state file's runtime jobs (state.h) into d->state_jobs: 0, or -errno with err (a
+ * file that is not valid, or a job that is also one of the configuration file's). */
+static int load_state(struct ctrld *d, char *err, size_t errlen)
+{
+	size_t k, i;
+	json_t *o, *c;
+	int rc;
+
+	if (d->cfg.state_file[0] == '\0') {
+		d->state_jobs = json_array();
+		return d->state_jobs != NULL ? 0 : -ENOMEM;
+	}
+	rc = ctrld_state_load(d->cfg.state_file, &d->state_jobs, err, errlen);
+	if (rc == -ENOENT) {
+		PBOX_LOG_INFO(MAIN, "state file %s: none yet (no runtime jobs to restore)",
+			      d->cfg.state_file);
+		return 0;
+	}
+	if (rc != 0) {
+		return rc;
+	}
+	json_array_foreach(d->state_jobs, k, o)
+	{
+		uint32_t id = 0;
+
+		(void)pbox_jobspec_id(json_object_get(o, "job"), &id);
+		json_array_foreach(d->cfg.jobs, i, c)
+		{
+			uint32_t other = 0;
+
+			(void)pbox_jobspec_id(c, &other);
+			if (other == id) {
+				snprintf(err, errlen,
+					 "state file %s: jobs[%zu]: job %u is also a job of %s "
+					 "(remove one of them)",
+					 d->cfg.state_file, k, id, d->cfg.path);
+				json_decref(d->state_jobs);
+				d->state_jobs = NULL;
+				return -EINVAL;
+			}
+		}
+	}
 	return 0;
 }
 
@@ -1073,9 +1485,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pbox-ctrld: %s\n", err);
 		return 78; /* EX_CONFIG */
 	}
+	if (load_state(&d, err, sizeof(err)) != 0) {
+		fprintf(stderr, "pbox-ctrld: %s\n", err);
+		ctrld_config_free(&d.cfg);
+		return 78; /* EX_CONFIG */
+	}
 	if (check) {
-		printf("%s: ok: %u pboxd(s), %zu static job(s)\n", path, d.cfg.npboxds,
+		printf("%s: ok: %u pboxd(s), %zu static job(s)", path, d.cfg.npboxds,
 		       json_array_size(d.cfg.jobs));
+		if (d.cfg.state_file[0] != '\0') {
+			printf(", %zu runtime job(s) in %s", json_array_size(d.state_jobs),
+			       d.cfg.state_file);
+		}
+		printf("\n");
+		json_decref(d.state_jobs);
 		ctrld_config_free(&d.cfg);
 		return 0;
 	}
@@ -1107,10 +1530,9 @@ out:
 	}
 	reap(&d);
 	for (uint32_t i = 0; i < d.njobs; i++) {
-		json_decref(d.jobs[i].desc);
-		json_decref(d.jobs[i].plan);
-		json_decref(d.jobs[i].placement);
+		free_job(&d.jobs[i]);
 	}
+	json_decref(d.state_jobs);
 	if (d.lfd >= 0) {
 		close(d.lfd);
 	}

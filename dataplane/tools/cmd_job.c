@@ -103,6 +103,38 @@ static void print_plan(const json_t *plan)
 	printf("\n");
 }
 
+/* The placement summary: pbox-ctrld's "assignment" (chunks and bytes per core), or
+ * pboxd's "chunks_assigned_by". */
+static void print_assignment(const json_t *j)
+{
+	const json_t *a = json_object_get(j, "assignment"), *n;
+	const char *by = json_string_value(json_object_get(a, "by"));
+	size_t k;
+
+	if (by == NULL) {
+		by = json_string_value(json_object_get(j, "chunks_assigned_by"));
+		if (by != NULL) {
+			printf("  cores: chunks assigned by %s\n", by);
+		}
+		return;
+	}
+	if (strcmp(by, "pbox-ctrld") != 0) {
+		printf("  cores: chunks assigned by %s (at register)\n", by);
+		return;
+	}
+	printf("  cores: chunks assigned by pbox-ctrld on %s:",
+	       json_string_value(json_object_get(a, "pboxd")) ?: "?");
+	json_array_foreach(json_object_get(a, "chunks"), k, n)
+	{
+		printf(" core %zu %" PRIu64 " chunk%s %.1f KiB%s", k,
+		       (uint64_t)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s",
+		       (double)json_integer_value(json_array_get(json_object_get(a, "bytes"), k)) /
+			       1024.0,
+		       k + 1 < json_array_size(json_object_get(a, "chunks")) ? "," : "");
+	}
+	printf("\n");
+}
+
 static void print_list(const json_t *jobs)
 {
 	const json_t *j;
@@ -127,6 +159,7 @@ static void print_list(const json_t *jobs)
 		       json_string_value(json_object_get(j, "state")) ?: "-",
 		       pbox_cli_json_u64(j, "connected"), where ? where : "");
 		print_plan(json_object_get(j, "plan"));
+		print_assignment(j);
 	}
 }
 
