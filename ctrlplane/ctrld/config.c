@@ -192,6 +192,8 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					     "auth_failures_burst",
 					     "auth_failures_per_minute",
 					     "state_file",
+					     "max_unauth",
+					     "unauth_timeout",
 					     NULL };
 	struct pbox_confkit ck = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *c, *l, *where = NULL;
@@ -207,6 +209,8 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->max_per_address = 64;
 	cfg->auth_failures_burst = 10;
 	cfg->auth_failures_per_minute = 60;
+	cfg->max_unauth = 64;
+	cfg->unauth_timeout_ms = 10000;
 	cfg->jobs = json_array();
 	cfg->bw.interval_s = 300;
 	cfg->bw.cap_bps = 1e9;
@@ -248,7 +252,10 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 		    (rc = pbox_conf_u32(&ck, c, "auth_failures_per_minute", 1, 1000000,
 					&cfg->auth_failures_per_minute)) != 0 ||
 		    (rc = pbox_conf_str(&ck, c, "state_file", cfg->state_file,
-					sizeof(cfg->state_file), NULL)) != 0) {
+					sizeof(cfg->state_file), NULL)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "max_unauth", 1, 65536, &cfg->max_unauth)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "unauth_timeout", 100, 600000,
+					&cfg->unauth_timeout_ms)) != 0) {
 			goto out;
 		}
 	}

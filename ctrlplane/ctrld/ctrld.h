@@ -24,6 +24,9 @@
  *     max_per_address = 64;           # connections from one source address
  *     auth_failures_burst = 10;       # wrong admin tokens per address, then
  *     auth_failures_per_minute = 60;  # this many a minute
+ *     max_unauth = 64;                # connections without the admin token yet: a new
+ *                                     # one closes the oldest of them
+ *     unauth_timeout = 10000;         # ms to prove the admin token
  *     state_file = "";                # runtime jobs survive a restart (state.h); "": not
  *                                     # kept (e.g. "/var/lib/pbox/pbox-ctrld.state")
  *   };
@@ -98,7 +101,9 @@ struct ctrld_config {
 	uint32_t max_per_address;
 	uint32_t auth_failures_burst;
 	uint32_t auth_failures_per_minute;
-	char state_file[512]; /* runtime jobs (state.h); "": kept in memory only */
+	uint32_t max_unauth;        /* connections that have not proved the admin token */
+	uint32_t unauth_timeout_ms; /* to prove it */
+	char state_file[512];       /* runtime jobs (state.h); "": kept in memory only */
 	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */

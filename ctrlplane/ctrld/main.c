@@ -7,20 +7,26 @@
  * pboxd. Every request needs the admin token (proved once per connection with
  * {"op":"auth"} or given in the request) unless it comes over the Unix control socket.
  *
- * Client limits (a subset of pboxd's control channel): at most max_connections, and
- * max_per_address from one address; wrong admin tokens limited per address
- * (common/ctladdr.h, pboxd's bucket); a request
- * line of at most 4 KiB before authentication (32 MiB after); unauthenticated connections
- * closed after 10 s; at most 8 malformed or refused requests per connection; answers
- * queued up to 16 MiB per connection (a client that does not read is closed). Requests to
- * a pboxd are made from the one loop and block it for at most request_timeout each, except
- * probes: the bandwidth matrix (bw.h, ops bw_list and bw_probe) asks for them from its own
- * thread.
+ * Client limits (those of pboxd's control channel): at most max_connections (fitted to
+ * the open-file limit, raised to its hard limit at start) and max_per_address from one
+ * address; at most max_unauth connections that have not proved the admin token (a new
+ * one closes the oldest, after serving what it sent), each closed after unauth_timeout;
+ * wrong admin tokens limited per address (common/ctladdr.h, pboxd's bucket); a request
+ * line of at most 4 KiB before authentication (32 MiB after); at most 8 malformed or
+ * refused requests per connection; answers queued up to 16 MiB per connection (a client
+ * that does not read is closed); at most REQS_PER_TURN requests of one connection and
+ * ACCEPTS_PER_TURN new connections per turn of the loop, so no client's burst holds the
+ * others. accept() out of descriptors (EMFILE/ENFILE) sheds the waiting connection with a
+ * reserved descriptor and stops watching the listeners for LISTEN_PAUSE_MS instead of
+ * spinning. Requests to a pboxd are made from the one loop and block it for at most
+ * request_timeout each, except probes: the bandwidth matrix (bw.h, ops bw_list and
+ * bw_probe) asks for them from its own thread.
  *
  * Threading: the main loop; the bandwidth matrix's thread (bw.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -28,11 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/compiler.h"
 #include "common/ctladdr.h"
 #include "common/ctlclient.h"
 #include "common/ctlproto.h"
@@ -50,10 +58,18 @@
 
 #define UNAUTH_LINE_BYTES 4096u
 #define AUTHED_LINE_BYTES (32u << 20)
-#define UNAUTH_TIMEOUT_MS 10000u
-#define MAX_OUT_BYTES     (16u << 20)
-#define MAX_BAD           8u
-#define MAX_JOBS          4096u
+/* Requests served from one connection per turn of the loop, connections accepted per
+ * turn: one client's burst cannot hold the loop while others wait. */
+#define REQS_PER_TURN    16u
+#define ACCEPTS_PER_TURN 16u
+/* Descriptors kept for everything but client connections (pboxd requests, the state file,
+ * logs, the prober): max_connections is lowered to fit the open-file limit minus this. */
+#define FD_RESERVE 64u
+/* How long the listeners are not watched after accept() ran out of descriptors. */
+#define LISTEN_PAUSE_MS 200u
+#define MAX_OUT_BYTES   (16u << 20)
+#define MAX_BAD         8u
+#define MAX_JOBS        4096u
 
 struct cjob {
 	uint32_t id;
@@ -81,6 +97,8 @@ struct conn {
 	int fd;
 	struct pbox_ctladdr *addr; /* NULL: the Unix socket */
 	bool local, admin, dead;
+	bool more;   /* complete requests are buffered beyond this turn's share */
+	bool unauth; /* counted in nunauth (TCP, the admin token not proved, not evicted) */
 	unsigned bad;
 	uint64_t accepted_ms;
 	struct pbox_linebuf in;
@@ -105,10 +123,16 @@ struct ctrld {
 	int64_t bw_sig;                  /* probes counted in it when plans were computed */
 	json_t *state_jobs;              /* the state file's jobs at start (state.h) */
 	bool state_dirty;                /* the state file lags behind: retried */
+	int reserve_fd;                  /* /dev/null, given up to shed a connection on EMFILE */
+	uint64_t listen_paused_ms;       /* listeners not watched until then (out of descriptors) */
+	uint32_t nunauth;                /* TCP connections that have not proved the admin token */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited,
 			plans_sent, plan_failures;
+		/* the listener's limits */
+		uint64_t refused_max_connections, refused_per_address, evicted_unauth,
+			unauth_timeouts, line_too_long, not_reading, accept_no_fds, listener_pauses;
 	} n;
 };
 
@@ -783,7 +807,7 @@ static json_t *assignment_summary(const struct ctrld *d, const struct cjob *j)
 
 static json_t *job_list(struct ctrld *d)
 {
-	json_t *arr = json_array(), *ps = json_array();
+	json_t *arr = json_array(), *ps = json_array(), *res, *ctl;
 
 	for (uint32_t i = 0; i < d->njobs; i++) {
 		const struct cjob *j = &d->jobs[i];
@@ -834,7 +858,7 @@ static json_t *job_list(struct ctrld *d)
 		}
 		json_array_append_new(ps, po);
 	}
-	return json_pack(
+	res = json_pack(
 		"{s:b, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i}}",
 		"ok", 1, "jobs", arr, "pboxds", ps, "control", "jobs_created",
 		(json_int_t)d->n.created, "jobs_removed", (json_int_t)d->n.removed,
@@ -845,6 +869,20 @@ static json_t *job_list(struct ctrld *d)
 		"publish_failures", (json_int_t)d->n.publish_failures, "plans_sent",
 		(json_int_t)d->n.plans_sent, "plan_failures", (json_int_t)d->n.plan_failures,
 		"connections", (json_int_t)d->nconns);
+	ctl = json_object_get(res, "control");
+	json_object_set_new(ctl, "unauthenticated", json_integer(d->nunauth));
+	json_object_set_new(ctl, "max_connections", json_integer(d->cfg.max_connections));
+#define PUT(x) json_object_set_new(ctl, #x, json_integer((json_int_t)d->n.x))
+	PUT(refused_max_connections);
+	PUT(refused_per_address);
+	PUT(evicted_unauth);
+	PUT(unauth_timeouts);
+	PUT(line_too_long);
+	PUT(not_reading);
+	PUT(accept_no_fds);
+	PUT(listener_pauses);
+#undef PUT
+	return res;
 }
 
 /* ---- the control API ---- */
@@ -858,6 +896,7 @@ static void conn_send(struct ctrld *d, struct conn *c, const json_t *obj)
 	if (s == NULL || c->out_len - c->out_off + len > MAX_OUT_BYTES) {
 		free(s);
 		CLIENT_WARN(d, "control connection %d: does not read its answers; closing", c->fd);
+		d->n.not_reading += s != NULL;
 		c->dead = true;
 		return;
 	}
@@ -890,6 +929,15 @@ static void conn_flush(struct conn *c)
 	c->out_off = c->out_len = 0;
 }
 
+/* c no longer counts as an unauthenticated connection (authenticated, evicted, closed). */
+static void unauth_release(struct ctrld *d, struct conn *c)
+{
+	if (c->unauth) {
+		c->unauth = false;
+		d->nunauth--;
+	}
+}
+
 static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, const char *token)
 {
 	if (c->local || c->admin) {
@@ -911,6 +959,7 @@ static json_t *admin_check(struct ctrld *d, struct conn *c, const char *op, cons
 	if (token != NULL && d->cfg.admin_token[0] != '\0' &&
 	    pbox_ctl_token_equal(token, d->cfg.admin_token)) {
 		c->admin = true;
+		unauth_release(d, c);
 		pbox_linebuf_set_max(&c->in, AUTHED_LINE_BYTES);
 		return NULL;
 	}
@@ -1047,9 +1096,10 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 static void serve(struct ctrld *d, struct conn *c)
 {
 	long n = pbox_linebuf_fill(&c->in, c->fd);
+	unsigned served = 0;
 	char *line;
 
-	while (!c->dead && (line = pbox_linebuf_next(&c->in)) != NULL) {
+	while (!c->dead && served++ < REQS_PER_TURN && (line = pbox_linebuf_next(&c->in)) != NULL) {
 		json_error_t jerr;
 		json_t *req = json_loads(line, 0, &jerr), *resp;
 
@@ -1076,12 +1126,16 @@ static void serve(struct ctrld *d, struct conn *c)
 					   UNAUTH_LINE_BYTES);
 
 		CLIENT_WARN(d, "control connection %d: request line too long; closing", c->fd);
+		d->n.line_too_long++;
 		conn_send(d, c, e);
 		json_decref(e);
 		c->dead = true;
-	} else if (n == 0 || (n < 0 && n != -EAGAIN)) {
+	} else if ((n == 0 && !pbox_linebuf_has_line(&c->in)) || (n < 0 && n != -EAGAIN)) {
+		/* At EOF the requests still buffered are answered first. */
 		c->dead = true;
 	}
+	/* What is left waits for the next turn (the loop does not sleep meanwhile). */
+	c->more = !c->dead && pbox_linebuf_has_line(&c->in);
 	conn_flush(c);
 }
 
@@ -1126,53 +1180,120 @@ static int listen_unix(struct ctrld *d)
 	return 0;
 }
 
-static void accept_one(struct ctrld *d, int lfd, bool local)
+/* Close the oldest connection that has not proved the admin token (of address a, or of
+ * any when a is NULL), after serving what it sent already: a client that sent its token
+ * with its first line is authenticated by that, not evicted. */
+static void evict_oldest(struct ctrld *d, const struct pbox_ctladdr *a)
 {
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof(sa);
-	int fd = accept4(lfd, local ? NULL : (struct sockaddr *)&sa, local ? NULL : &sl,
-			 SOCK_NONBLOCK | SOCK_CLOEXEC);
-	struct pbox_ctladdr *a = NULL;
-	struct conn *c;
+	for (;;) {
+		struct conn *old = NULL;
 
-	if (fd < 0) {
-		return;
-	}
-	if (!local) {
-		a = pbox_ctladdr_get(&d->addrs, sa.sin_addr.s_addr, now_ms());
-		if (a == NULL || a->nconns >= d->cfg.max_per_address) {
-			char ip[INET_ADDRSTRLEN];
+		for (uint32_t i = 0; i < d->nconns; i++) {
+			struct conn *c = d->conns[i];
 
-			inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
-			CLIENT_WARN(d,
-				    "control: %s holds %u connections, the most per address; "
-				    "refusing one",
-				    ip, a ? a->nconns : 0);
-			close(fd);
+			if (!c->dead && !c->local && !c->admin && (a == NULL || c->addr == a) &&
+			    (old == NULL || c->accepted_ms < old->accepted_ms)) {
+				old = c;
+			}
+		}
+		if (old == NULL) {
 			return;
 		}
-	}
-	if (d->nconns >= d->cfg.max_connections) {
-		CLIENT_WARN(d, "control: %u connections, the most allowed; refusing one",
-			    d->nconns);
-		close(fd);
+		serve(d, old);
+		if (old->admin || old->dead) {
+			continue; /* it proved the token, or closed: look again */
+		}
+		d->n.evicted_unauth++;
+		CLIENT_WARN(d,
+			    "control connection %d: closed without the admin token to make room "
+			    "(max_unauth %u)",
+			    old->fd, d->cfg.max_unauth);
+		old->dead = true;
+		unauth_release(d, old);
 		return;
 	}
-	c = calloc(1, sizeof(*c));
-	if (c == NULL) {
-		close(fd);
-		return;
+}
+
+/* accept() failed with EMFILE / ENFILE: shed the connection waiting in the backlog with
+ * the reserved descriptor (its client sees a close instead of a hang) and stop watching
+ * the listeners for LISTEN_PAUSE_MS, so the loop does not spin on them. */
+static void out_of_fds(struct ctrld *d, int lfd, int err)
+{
+	d->n.accept_no_fds++;
+	d->n.listener_pauses++;
+	if (d->reserve_fd >= 0) {
+		close(d->reserve_fd);
+		d->reserve_fd = -1;
+		close(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
+		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
-	c->fd = fd;
-	c->addr = a;
-	if (a != NULL) {
-		a->nconns++;
+	CLIENT_WARN(d,
+		    "control: accept: %s (%u connections open); shedding and pausing the "
+		    "listener %u ms",
+		    strerror(err), d->nconns, LISTEN_PAUSE_MS);
+	d->listen_paused_ms = now_ms() + LISTEN_PAUSE_MS;
+}
+
+static void accept_some(struct ctrld *d, int lfd, bool local)
+{
+	for (uint32_t k = 0; k < ACCEPTS_PER_TURN && now_ms() >= d->listen_paused_ms; k++) {
+		struct sockaddr_in sa;
+		socklen_t sl = sizeof(sa);
+		int fd = accept4(lfd, local ? NULL : (struct sockaddr *)&sa, local ? NULL : &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct pbox_ctladdr *a = NULL;
+		char ip[INET_ADDRSTRLEN] = "local";
+		struct conn *c;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE) {
+				out_of_fds(d, lfd, errno);
+			}
+			return;
+		}
+		if (!local) {
+			inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+			a = pbox_ctladdr_get(&d->addrs, sa.sin_addr.s_addr, now_ms());
+			if (a == NULL || a->nconns >= d->cfg.max_per_address) {
+				d->n.refused_per_address++;
+				CLIENT_WARN(d,
+					    "control: %s holds %u connections, the most per "
+					    "address; refusing one",
+					    ip, a ? a->nconns : 0);
+				close(fd);
+				continue;
+			}
+			if (d->nunauth >= d->cfg.max_unauth) {
+				evict_oldest(d, NULL);
+			}
+		}
+		if (d->nconns >= d->cfg.max_connections) {
+			d->n.refused_max_connections++;
+			CLIENT_WARN(
+				d,
+				"control: %u connections, the most allowed; refusing one from %s",
+				d->nconns, ip);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (c == NULL) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->addr = a;
+		if (a != NULL) {
+			a->nconns++;
+			c->unauth = true;
+			d->nunauth++;
+		}
+		c->local = local;
+		c->accepted_ms = now_ms();
+		pbox_linebuf_init(&c->in);
+		pbox_linebuf_set_max(&c->in, local ? AUTHED_LINE_BYTES : UNAUTH_LINE_BYTES);
+		d->conns[d->nconns++] = c;
 	}
-	c->local = local;
-	c->accepted_ms = now_ms();
-	pbox_linebuf_init(&c->in);
-	pbox_linebuf_set_max(&c->in, local ? AUTHED_LINE_BYTES : UNAUTH_LINE_BYTES);
-	d->conns[d->nconns++] = c;
 }
 
 static void reap(struct ctrld *d)
@@ -1183,9 +1304,11 @@ static void reap(struct ctrld *d)
 		struct conn *c = d->conns[i];
 
 		if (!c->dead && !c->local && !c->admin &&
-		    now - c->accepted_ms > UNAUTH_TIMEOUT_MS) {
-			CLIENT_WARN(d, "control connection %d: no admin token within %u s; closing",
-				    c->fd, UNAUTH_TIMEOUT_MS / 1000);
+		    now - c->accepted_ms > d->cfg.unauth_timeout_ms) {
+			CLIENT_WARN(d,
+				    "control connection %d: no admin token within %u ms; closing",
+				    c->fd, d->cfg.unauth_timeout_ms);
+			d->n.unauth_timeouts++;
 			c->dead = true;
 		}
 		if (!c->dead) {
@@ -1206,6 +1329,7 @@ static void reap(struct ctrld *d)
 		if (c->addr != NULL) {
 			c->addr->nconns--;
 		}
+		unauth_release(d, c);
 		pbox_linebuf_free(&c->in);
 		free(c->out);
 		free(c);
@@ -1330,19 +1454,33 @@ static int run(struct ctrld *d)
 	d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 	while (!g_stop) {
 		uint32_t n = 0, first;
-		uint64_t now = now_ms();
+		uint64_t now = now_ms(), wake = d->next_reconcile_ms;
+		bool paused = now < d->listen_paused_ms;
 		int wait;
 
-		pfd[n++] = (struct pollfd){ .fd = d->lfd, .events = POLLIN };
-		pfd[n++] = (struct pollfd){ .fd = d->ufd, .events = POLLIN };
+		/* Paused listeners (out of descriptors) are not watched: poll ignores fd -1. */
+		pfd[n++] = (struct pollfd){ .fd = paused ? -1 : d->lfd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = paused ? -1 : d->ufd, .events = POLLIN };
 		first = n;
 		for (uint32_t i = 0; i < d->nconns; i++) {
+			const struct conn *c = d->conns[i];
+
 			pfd[n++] = (struct pollfd){
-				.fd = d->conns[i]->fd,
-				.events = (short)(POLLIN | (d->conns[i]->out_len ? POLLOUT : 0)),
+				.fd = c->fd,
+				.events = (short)(POLLIN | (c->out_len ? POLLOUT : 0)),
 			};
+			if (c->more) {
+				wake = now;
+			}
+			if (c->unauth) {
+				wake = PBOX_MIN(wake,
+						c->accepted_ms + d->cfg.unauth_timeout_ms + 1);
+			}
 		}
-		wait = now >= d->next_reconcile_ms ? 0 : (int)(d->next_reconcile_ms - now);
+		if (paused) {
+			wake = PBOX_MIN(wake, d->listen_paused_ms);
+		}
+		wait = now >= wake ? 0 : (int)(wake - now);
 		if (poll(pfd, n, wait) < 0 && errno != EINTR) {
 			PBOX_LOG_ERR(MAIN, "poll: %s", strerror(errno));
 			break;
@@ -1350,7 +1488,7 @@ static int run(struct ctrld *d)
 		for (uint32_t i = first; i < n; i++) {
 			struct conn *c = d->conns[i - first];
 
-			if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+			if (c->more || (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) {
 				serve(d, c);
 			} else if (pfd[i].revents & POLLOUT) {
 				conn_flush(c);
@@ -1358,11 +1496,12 @@ static int run(struct ctrld *d)
 		}
 		reap(d);
 		if (pfd[0].revents & POLLIN) {
-			accept_one(d, d->lfd, false);
+			accept_some(d, d->lfd, false);
 		}
 		if (d->ufd >= 0 && (pfd[1].revents & POLLIN)) {
-			accept_one(d, d->ufd, true);
+			accept_some(d, d->ufd, true);
 		}
+		reap(d); /* the connections evicted to make room */
 		if (now_ms() >= d->next_reconcile_ms) {
 			pbox_ctladdr_gc(&d->addrs, now_ms());
 			reconcile(d);
@@ -1372,6 +1511,36 @@ static int run(struct ctrld *d)
 	pbox_notify("STOPPING=1");
 	free(pfd);
 	return 0;
+}
+
+/* Raise the open-file limit to its hard limit and lower max_connections (and max_unauth
+ * with it) to what fits below it with FD_RESERVE descriptors to spare, as pboxd does. */
+static void fit_to_fd_limit(struct ctrld_config *cfg)
+{
+	struct rlimit rl;
+	uint64_t room;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+		return;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+		(void)getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY) {
+		return;
+	}
+	room = rl.rlim_cur > FD_RESERVE + 16 ? rl.rlim_cur - FD_RESERVE : 16;
+	if (room < cfg->max_connections) {
+		PBOX_LOG_WARN(MAIN,
+			      "max_connections %u lowered to %llu: the open-file limit is %llu "
+			      "(raise it with ulimit -n / LimitNOFILE)",
+			      cfg->max_connections, (unsigned long long)room,
+			      (unsigned long long)rl.rlim_cur);
+		cfg->max_connections = (uint32_t)room;
+	}
+	cfg->max_unauth = PBOX_MIN(cfg->max_unauth, cfg->max_connections);
 }
 
 /* The state file's runtime jobs (state.h) into d->state_jobs: 0, or -errno with err (a
@@ -1449,7 +1618,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *path = CTRLD_DEFAULT_CONFIG;
-	struct ctrld d = { .lfd = -1, .ufd = -1 };
+	struct ctrld d = { .lfd = -1, .ufd = -1, .reserve_fd = -1 };
 	struct sigaction sa = { .sa_handler = on_signal };
 	bool check = false;
 	char err[1024];
@@ -1503,6 +1672,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	pbox_ctladdr_init(&d.addrs, d.cfg.auth_failures_burst, d.cfg.auth_failures_per_minute);
+	fit_to_fd_limit(&d.cfg);
+	d.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
@@ -1535,6 +1706,9 @@ out:
 	json_decref(d.state_jobs);
 	if (d.lfd >= 0) {
 		close(d.lfd);
+	}
+	if (d.reserve_fd >= 0) {
+		close(d.reserve_fd);
 	}
 	if (d.ufd >= 0) {
 		close(d.ufd);
