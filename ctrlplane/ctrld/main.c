@@ -122,6 +122,7 @@ struct ctrld {
 	struct ctrld_bw *bw;             /* the bandwidth matrix (NULL: no pairs) */
 	int64_t bw_sig;                  /* probes counted in it when plans were computed */
 	json_t *state_jobs;              /* the state file's jobs at start (state.h) */
+	json_t *state_rms;               /* and its removals not delivered yet */
 	bool state_dirty;                /* the state file lags behind: retried */
 	int reserve_fd;                  /* /dev/null, given up to shed a connection on EMFILE */
 	uint64_t listen_paused_ms;       /* listeners not watched until then (out of descriptors) */
@@ -223,7 +224,9 @@ static void ensure_cores(struct ctrld *d, uint32_t w)
 {
 	json_t *req, *reply = NULL;
 
-	if (d->cfg.pboxds[w].cores.known) {
+	/* A pboxd that did not answer its last request is asked only by the publication
+	 * itself (not twice per attempt); the reconcile loop learns its cores when it is up. */
+	if (d->cfg.pboxds[w].cores.known || !d->cfg.pboxds[w].up) {
 		return;
 	}
 	req = pbox_jobmsg_list(NULL);
@@ -294,7 +297,7 @@ static int assign_for(struct ctrld *d, struct cjob *j, uint32_t w, char *why, si
  * (logged; d->state_dirty stays set and the next reconcile retries). */
 static int save_state(struct ctrld *d)
 {
-	json_t *arr;
+	json_t *arr, *rms;
 	char err[768];
 	int rc = 0;
 
@@ -330,13 +333,19 @@ static int save_state(struct ctrld *d)
 		}
 		json_array_append_new(arr, e);
 	}
-	if (arr == NULL) {
+	rms = json_array();
+	for (uint32_t r = 0; rms != NULL && r < d->nrms; r++) {
+		json_array_append_new(rms, json_pack("{s:I, s:s}", "id", (json_int_t)d->rms[r].id,
+						     "pboxd", d->cfg.pboxds[d->rms[r].where].name));
+	}
+	if (arr == NULL || rms == NULL) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "state file %s: out of memory", d->cfg.state_file);
 	} else {
-		rc = ctrld_state_save(d->cfg.state_file, arr, err, sizeof(err));
-		json_decref(arr);
+		rc = ctrld_state_save(d->cfg.state_file, arr, rms, err, sizeof(err));
 	}
+	json_decref(arr);
+	json_decref(rms);
 	if (rc != 0) {
 		if (!d->state_dirty) {
 			PBOX_LOG_ERR(ADMIN, "%s (retried)", err);
@@ -709,6 +718,7 @@ static void reconcile(struct ctrld *d)
 				PBOX_LOG_INFO(ADMIN, "job %u: removal delivered to pboxd %s",
 					      d->rms[r].id, p->name);
 				d->rms[r] = d->rms[--d->nrms];
+				d->state_dirty = true;
 			} else {
 				r++;
 			}
@@ -1390,6 +1400,26 @@ static void restore_jobs(struct ctrld *d)
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
+	json_array_foreach(d->state_rms, k, o)
+	{
+		const char *name = json_string_value(json_object_get(o, "pboxd"));
+		uint32_t id = (uint32_t)json_integer_value(json_object_get(o, "id"));
+		int w = -1;
+
+		for (uint32_t i = 0; i < d->cfg.npboxds; i++) {
+			if (strcmp(d->cfg.pboxds[i].name, name) == 0) {
+				w = (int)i;
+			}
+		}
+		if (w < 0 || d->nrms >= MAX_JOBS) {
+			PBOX_LOG_WARN(ADMIN, "job %u: its removal from pboxd %s is dropped (%s)",
+				      id, name,
+				      w < 0 ? "not managed any more" : "too many removals");
+			continue;
+		}
+		d->rms[d->nrms++] = (struct pending_rm){ .id = id, .where = w };
+		PBOX_LOG_INFO(ADMIN, "job %u: its removal from pboxd %s is retried", id, name);
+	}
 	json_array_foreach(d->state_jobs, k, o)
 	{
 		const char *name = json_string_value(json_object_get(o, "pboxd"));
@@ -1553,9 +1583,10 @@ static int load_state(struct ctrld *d, char *err, size_t errlen)
 
 	if (d->cfg.state_file[0] == '\0') {
 		d->state_jobs = json_array();
-		return d->state_jobs != NULL ? 0 : -ENOMEM;
+		d->state_rms = json_array();
+		return d->state_jobs != NULL && d->state_rms != NULL ? 0 : -ENOMEM;
 	}
-	rc = ctrld_state_load(d->cfg.state_file, &d->state_jobs, err, errlen);
+	rc = ctrld_state_load(d->cfg.state_file, &d->state_jobs, &d->state_rms, err, errlen);
 	if (rc == -ENOENT) {
 		PBOX_LOG_INFO(MAIN, "state file %s: none yet (no runtime jobs to restore)",
 			      d->cfg.state_file);
@@ -1580,7 +1611,8 @@ static int load_state(struct ctrld *d, char *err, size_t errlen)
 					 "(remove one of them)",
 					 d->cfg.state_file, k, id, d->cfg.path);
 				json_decref(d->state_jobs);
-				d->state_jobs = NULL;
+				json_decref(d->state_rms);
+				d->state_jobs = d->state_rms = NULL;
 				return -EINVAL;
 			}
 		}
@@ -1668,6 +1700,7 @@ int main(int argc, char **argv)
 		}
 		printf("\n");
 		json_decref(d.state_jobs);
+		json_decref(d.state_rms);
 		ctrld_config_free(&d.cfg);
 		return 0;
 	}
@@ -1704,6 +1737,7 @@ out:
 		free_job(&d.jobs[i]);
 	}
 	json_decref(d.state_jobs);
+	json_decref(d.state_rms);
 	if (d.lfd >= 0) {
 		close(d.lfd);
 	}

@@ -97,22 +97,52 @@ static int check_entry(const json_t *e, size_t i, char *msg, size_t len)
 	return 0;
 }
 
-int ctrld_state_load(const char *path, json_t **jobs, char *err, size_t errlen)
+/* removals: [{"id": N, "pboxd": NAME}, ...] */
+static int check_removals(const json_t *rms, char *msg, size_t len)
 {
-	static const char *const members[] = { "format", "version", "jobs", NULL };
+	static const char *const members[] = { "id", "pboxd", NULL };
+	const char *bad = NULL;
+	const json_t *e;
+	size_t i;
+
+	if (!json_is_array(rms)) {
+		snprintf(msg, len, "removals: not a list");
+		return -EINVAL;
+	}
+	json_array_foreach(rms, i, e)
+	{
+		const json_t *id = json_object_get(e, "id"), *pb = json_object_get(e, "pboxd");
+
+		if (!json_is_object(e) || !only_members(e, members, &bad) || !json_is_integer(id) ||
+		    json_integer_value(id) < 0 || json_integer_value(id) > (json_int_t)UINT32_MAX ||
+		    !json_is_string(pb) || json_string_length(pb) == 0 ||
+		    json_string_length(pb) >= 64) {
+			snprintf(msg, len,
+				 "removals[%zu]: not {\"id\": 0..4294967295, \"pboxd\": a name}",
+				 i);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int ctrld_state_load(const char *path, json_t **jobs, json_t **removals, char *err, size_t errlen)
+{
+	static const char *const members[] = { "format", "version", "jobs", "removals", NULL };
 	json_error_t jerr;
-	json_t *root, *arr, *e;
+	json_t *root, *arr, *rms, *e;
 	const char *bad = NULL, *fmt;
 	char msg[900];
 	struct stat st;
 	size_t i;
 	int rc = -EINVAL;
 
-	*jobs = NULL;
+	*jobs = *removals = NULL;
 	if (stat(path, &st) != 0) {
 		if (errno == ENOENT) {
 			*jobs = json_array();
-			return *jobs != NULL ? -ENOENT : -ENOMEM;
+			*removals = json_array();
+			return *jobs != NULL && *removals != NULL ? -ENOENT : -ENOMEM;
 		}
 		rc = -errno;
 		snprintf(err, errlen, "state file %s: %s", path, strerror(errno));
@@ -133,6 +163,7 @@ int ctrld_state_load(const char *path, json_t **jobs, char *err, size_t errlen)
 	}
 	fmt = json_string_value(json_object_get(root, "format"));
 	arr = json_object_get(root, "jobs");
+	rms = json_object_get(root, "removals");
 	if (!json_is_object(root)) {
 		snprintf(msg, sizeof(msg), "not a JSON object");
 	} else if (fmt == NULL || strcmp(fmt, CTRLD_STATE_FORMAT) != 0) {
@@ -143,9 +174,12 @@ int ctrld_state_load(const char *path, json_t **jobs, char *err, size_t errlen)
 			 "version: not %d (the only version this pbox-ctrld reads)",
 			 CTRLD_STATE_VERSION);
 	} else if (!only_members(root, members, &bad)) {
-		snprintf(msg, sizeof(msg), "%.64s: unknown member (format, version, jobs)", bad);
+		snprintf(msg, sizeof(msg),
+			 "%.64s: unknown member (format, version, jobs, removals)", bad);
 	} else if (!json_is_array(arr)) {
 		snprintf(msg, sizeof(msg), "jobs: not a list");
+	} else if (rms != NULL && check_removals(rms, msg, sizeof(msg)) != 0) {
+		rc = -EINVAL;
 	} else {
 		rc = 0;
 		json_array_foreach(arr, i, e)
@@ -183,6 +217,7 @@ int ctrld_state_load(const char *path, json_t **jobs, char *err, size_t errlen)
 		return rc;
 	}
 	*jobs = json_incref(arr);
+	*removals = rms != NULL ? json_incref(rms) : json_array();
 	json_decref(root);
 	return 0;
 }
@@ -204,10 +239,12 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-int ctrld_state_save(const char *path, const json_t *jobs, char *err, size_t errlen)
+int ctrld_state_save(const char *path, const json_t *jobs, const json_t *removals, char *err,
+		     size_t errlen)
 {
-	json_t *root = json_pack("{s:s, s:i, s:O}", "format", CTRLD_STATE_FORMAT, "version",
-				 CTRLD_STATE_VERSION, "jobs", (json_t *)jobs);
+	json_t *root = json_pack("{s:s, s:i, s:O, s:O}", "format", CTRLD_STATE_FORMAT, "version",
+				 CTRLD_STATE_VERSION, "jobs", (json_t *)jobs, "removals",
+				 (json_t *)removals);
 	char tmp[600], dir[600], *text;
 	const char *step = "write";
 	bool renamed = false;

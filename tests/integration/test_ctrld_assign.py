@@ -13,6 +13,8 @@
    restarted finds them (the pboxd still holds them: adopted, not published again); with
    the pboxd restarted too while pbox-ctrld was down, they are published again from the
    state file with the same assignment and job 2 trains again on core 1;
+ - a removal that cannot reach its pboxd is kept in the state file and delivered after
+   a restart;
  - a corrupt state file (bad JSON, another version, a bad job) stops pbox-ctrld at start
    with the file and the cause, and is left as it was."""
 import json
@@ -161,7 +163,7 @@ def main():
         state = os.path.join(tmp, "ctrld.state")
         conf = os.path.join(tmp, "ctrld.conf")
         ctrl = {"listen": caddr, "admin_token": token, "reconcile_interval": 200,
-                "request_timeout": 3000, "state_file": state}
+                "request_timeout": 1000, "state_file": state}
         with open(conf, "w") as f:
             f.write("ctrld = %s;\npboxds = %s;\n" % (
                 _lc_value(ctrl),
@@ -238,6 +240,27 @@ def main():
             print("rx packets per core before/after job 2: %s %s" % (before, after))
             if after[0] != before[0] or after[1] <= before[1]:
                 fail("after the restarts job 2's traffic is not on core 1")
+            # A removal that cannot reach its pboxd (stopped) is kept in the state file
+            # and delivered after a restart of pbox-ctrld.
+            d.proc.send_signal(signal.SIGSTOP)
+            try:
+                if "job 1 removed" not in pbox("rm", *via, "1"):
+                    fail("pbox job rm 1 through pbox-ctrld")
+                with open(state) as f:
+                    st = json.load(f)
+                if st["removals"] != [{"id": 1, "pboxd": "a"}] or \
+                        [e["job"]["id"] for e in st["jobs"]] != [2]:
+                    fail("the pending removal is not in the state file: %s" % st)
+                c.stop()
+            finally:
+                d.proc.send_signal(signal.SIGCONT)
+            c.start(port)
+            wait_for(lambda: 1 not in {j["id"] for j in pboxd_jobs(d)["jobs"]},
+                     "delivery of job 1's removal after the restart")
+            wait_for(lambda: json.load(open(state))["removals"] == [],
+                     "the delivered removal leaving the state file")
+            if "job 1: removal delivered to pboxd a" not in c.text():
+                fail("pbox-ctrld did not log the delivered removal")
             c.stop()
             # Corrupt state files: refused at start with the cause, left in place.
             good = open(state).read()
@@ -248,7 +271,9 @@ def main():
                                 (good.replace('"jobs":[', '"jobs":[{"job":{"id":2}},', 1),
                                  ["jobs[0]"]),
                                 (good.replace('"format":"pbox-ctrld-state"',
-                                              '"format":"x"'), ["format"])]:
+                                              '"format":"x"'), ["format"]),
+                                (good.replace('"removals":[]', '"removals":[{"id":-1}]'),
+                                 ["removals[0]"])]:
                 with open(state, "w") as f:
                     f.write(text)
                 p = subprocess.run([build_path("ctrlplane/ctrld/pbox-ctrld"), "-c", conf],
@@ -264,7 +289,7 @@ def main():
                 f.write(good)
             p = subprocess.run([build_path("ctrlplane/ctrld/pbox-ctrld"), "-c", conf,
                                 "--check-config"], capture_output=True, text=True)
-            if p.returncode != 0 or "2 runtime job(s)" not in p.stdout:
+            if p.returncode != 0 or "1 runtime job(s)" not in p.stdout:
                 fail("--check-config with the state file: %s %s" % (p.stdout, p.stderr))
         finally:
             if c.proc is not None and c.proc.poll() is None:
