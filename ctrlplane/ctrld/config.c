@@ -194,6 +194,7 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					     "state_file",
 					     "max_unauth",
 					     "unauth_timeout",
+					     "max_output_bytes",
 					     NULL };
 	struct pbox_confkit ck = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *c, *l, *where = NULL;
@@ -211,6 +212,7 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->auth_failures_per_minute = 60;
 	cfg->max_unauth = 64;
 	cfg->unauth_timeout_ms = 10000;
+	cfg->max_output_bytes = 16u << 20;
 	cfg->jobs = json_array();
 	cfg->bw.interval_s = 300;
 	cfg->bw.cap_bps = 1e9;
@@ -255,7 +257,9 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					sizeof(cfg->state_file), NULL)) != 0 ||
 		    (rc = pbox_conf_u32(&ck, c, "max_unauth", 1, 65536, &cfg->max_unauth)) != 0 ||
 		    (rc = pbox_conf_u32(&ck, c, "unauth_timeout", 100, 600000,
-					&cfg->unauth_timeout_ms)) != 0) {
+					&cfg->unauth_timeout_ms)) != 0 ||
+		    (rc = pbox_conf_u32(&ck, c, "max_output_bytes", 65536, 1u << 30,
+					&cfg->max_output_bytes)) != 0) {
 			goto out;
 		}
 	}

@@ -27,6 +27,7 @@
  *     max_unauth = 64;                # connections without the admin token yet: a new
  *                                     # one closes the oldest of them
  *     unauth_timeout = 10000;         # ms to prove the admin token
+ *     max_output_bytes = 16777216;    # unread answers per connection: then it is closed
  *     state_file = "";                # runtime jobs survive a restart (state.h); "": not
  *                                     # kept (e.g. "/var/lib/pbox/pbox-ctrld.state")
  *   };
@@ -103,6 +104,7 @@ struct ctrld_config {
 	uint32_t auth_failures_per_minute;
 	uint32_t max_unauth;        /* connections that have not proved the admin token */
 	uint32_t unauth_timeout_ms; /* to prove it */
+	uint32_t max_output_bytes;  /* unread answers queued per connection */
 	char state_file[512];       /* runtime jobs (state.h); "": kept in memory only */
 	struct ctrld_pboxd pboxds[CTRLD_MAX_PBOXDS];
 	uint32_t npboxds;

@@ -13,8 +13,8 @@
  * one closes the oldest, after serving what it sent), each closed after unauth_timeout;
  * wrong admin tokens limited per address (common/ctladdr.h, pboxd's bucket); a request
  * line of at most 4 KiB before authentication (32 MiB after); at most 8 malformed or
- * refused requests per connection; answers queued up to 16 MiB per connection (a client
- * that does not read is closed); at most REQS_PER_TURN requests of one connection and
+ * refused requests per connection; answers queued up to max_output_bytes per connection
+ * (a client that does not read is closed); at most REQS_PER_TURN requests of one connection and
  * ACCEPTS_PER_TURN new connections per turn of the loop, so no client's burst holds the
  * others. accept() out of descriptors (EMFILE/ENFILE) sheds the waiting connection with a
  * reserved descriptor and stops watching the listeners for LISTEN_PAUSE_MS instead of
@@ -67,7 +67,6 @@
 #define FD_RESERVE 64u
 /* How long the listeners are not watched after accept() ran out of descriptors. */
 #define LISTEN_PAUSE_MS 200u
-#define MAX_OUT_BYTES   (16u << 20)
 #define MAX_BAD         8u
 #define MAX_JOBS        4096u
 
@@ -903,7 +902,7 @@ static void conn_send(struct ctrld *d, struct conn *c, const json_t *obj)
 	char *s = pbox_ctl_encode(obj, &len);
 	char *n;
 
-	if (s == NULL || c->out_len - c->out_off + len > MAX_OUT_BYTES) {
+	if (s == NULL || c->out_len - c->out_off + len > d->cfg.max_output_bytes) {
 		free(s);
 		CLIENT_WARN(d, "control connection %d: does not read its answers; closing", c->fd);
 		d->n.not_reading += s != NULL;

@@ -114,7 +114,8 @@ class Ctrld:
 
 
 def check_limits(tmp):
-    c = Ctrld(tmp, {"unauth_timeout": 500, "max_unauth": 3, "max_per_address": 4})
+    c = Ctrld(tmp, {"unauth_timeout": 500, "max_unauth": 3, "max_per_address": 4,
+                    "max_output_bytes": 65536})
     try:
         # An idle connection is closed after unauth_timeout.
         s = connect(c.port, "127.0.0.2")
