@@ -84,7 +84,8 @@ struct cjob {
 	 * pboxd assigns them (no fixed key set, or cores not known). */
 	json_t *assignment;
 	int assign_for;
-	struct ctrld_core_load load; /* per-core totals of assignment */
+	struct ctrld_core_load load; /* per-core totals of assignment, or pboxd's placement */
+	bool load_from_pboxd;        /* load is what pboxd placed (no assignment; at register) */
 };
 
 struct pending_rm {
@@ -236,14 +237,39 @@ static void ensure_cores(struct ctrld *d, uint32_t w)
 	json_decref(reply);
 }
 
-/* Bytes on each core of pboxd w from the chunks assigned there, but skip's. */
+/* A job pbox-ctrld did not assign (no fixed key set): the bytes per core pboxd placed when
+ * its key set was registered (job_list's "core_bytes"), counted in the balance. */
+static void learn_pboxd_load(struct cjob *j, const json_t *held)
+{
+	const json_t *cb = json_object_get(held, "core_bytes"), *v;
+	size_t k;
+
+	if (j->assignment != NULL) {
+		return;
+	}
+	memset(&j->load, 0, sizeof(j->load));
+	j->load_from_pboxd = json_is_array(cb) && json_array_size(cb) <= PBOX_MAX_CORES;
+	if (!j->load_from_pboxd) {
+		return;
+	}
+	json_array_foreach(cb, k, v)
+	{
+		j->load.bytes[k] = json_is_integer(v) && json_integer_value(v) > 0
+					   ? (uint64_t)json_integer_value(v)
+					   : 0;
+	}
+}
+
+/* Bytes on each core of pboxd w from the chunks placed there (by pbox-ctrld, or by pboxd
+ * for jobs without a fixed key set once their key set is known), but skip's. */
 static void core_loads(const struct ctrld *d, uint32_t w, const struct cjob *skip, uint64_t *bytes)
 {
 	memset(bytes, 0, PBOX_MAX_CORES * sizeof(*bytes));
 	for (uint32_t i = 0; i < d->njobs; i++) {
 		const struct cjob *j = &d->jobs[i];
 
-		if (j == skip || j->assignment == NULL || j->assign_for != (int)w) {
+		if (j == skip || !((j->assignment != NULL && j->assign_for == (int)w) ||
+				   (j->load_from_pboxd && j->where == (int)w))) {
 			continue;
 		}
 		for (uint32_t k = 0; k < PBOX_MAX_CORES; k++) {
@@ -273,6 +299,7 @@ static int assign_for(struct ctrld *d, struct cjob *j, uint32_t w, char *why, si
 	json_decref(j->assignment);
 	j->assignment = NULL;
 	j->assign_for = -1;
+	j->load_from_pboxd = false;
 	memset(&j->load, 0, sizeof(j->load));
 	d->state_dirty |= !j->from_config;
 	if (!c->known) {
@@ -733,8 +760,11 @@ static void reconcile(struct ctrld *d)
 			}
 			json_array_foreach(there, k, o)
 			{
-				found |= json_integer_value(json_object_get(o, "id")) ==
-					 (json_int_t)j->id;
+				if (json_integer_value(json_object_get(o, "id")) ==
+				    (json_int_t)j->id) {
+					found = true;
+					learn_pboxd_load(j, o);
+				}
 			}
 			if (found) {
 				continue;
@@ -800,7 +830,17 @@ static json_t *assignment_summary(const struct ctrld *d, const struct cjob *j)
 	uint32_t n;
 
 	if (j->assignment == NULL || j->assign_for < 0) {
-		return json_pack("{s:s}", "by", "pboxd");
+		json_t *o = json_pack("{s:s}", "by", "pboxd");
+
+		if (j->load_from_pboxd && j->where >= 0) {
+			bytes = json_array();
+			for (uint32_t k = 0; k < d->cfg.pboxds[j->where].cores.ncores; k++) {
+				json_array_append_new(bytes,
+						      json_integer((json_int_t)j->load.bytes[k]));
+			}
+			json_object_set_new(o, "bytes", bytes);
+		}
+		return o;
 	}
 	n = d->cfg.pboxds[j->assign_for].cores.known ? d->cfg.pboxds[j->assign_for].cores.ncores
 						     : PBOX_MAX_CORES;

@@ -1343,6 +1343,17 @@ json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
 		json_object_set_new(
 			o, "chunks_assigned_by",
 			json_string(j->cfg->core_map != NULL ? "control plane" : "pboxd"));
+		if (j->has_desc) {
+			/* Where the session's chunks are: a control plane balancing its own
+			 * assignments counts the bytes pboxd placed (keys known at register). */
+			json_t *cb = json_array();
+
+			for (uint32_t k = 0; k < j->desc.ncores; k++) {
+				json_array_append_new(
+					cb, json_integer((json_int_t)j->desc.core_bytes[k]));
+			}
+			json_object_set_new(o, "core_bytes", cb);
+		}
 		json_object_set_new(o, "memory_budget",
 				    json_integer((json_int_t)j->cfg->memory_budget));
 		if (j->plan != NULL) {

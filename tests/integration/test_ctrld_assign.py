@@ -8,7 +8,8 @@
    (3 chunks) fills core 0 with 2 of them, so job 2's one chunk goes to core 1, where
    pboxd's own assignment would put it on core 0; workers of job 2 train exactly and
    pboxd's per-core counters show the traffic on core 1 and none on core 0;
- - `pbox job list` shows the placement summary;
+ - `pbox job list` shows the placement summary; a job without a fixed key set, placed by
+   pboxd at register, counts in the balance with the bytes pboxd put on each core;
  - the state file (mode 0600: it holds tokens) keeps the runtime jobs: pbox-ctrld
    restarted finds them (the pboxd still holds them: adopted, not published again); with
    the pboxd restarted too while pbox-ctrld was down, they are published again from the
@@ -214,6 +215,30 @@ def main():
                     [e["job"]["id"] for e in st["jobs"]] != [1, 2, 3] or \
                     st["jobs"][1]["assignment"] != {"chunk_bytes": 32768, "map": [1]}:
                 fail("the state file: %s" % st)
+            # Job 3 (no fixed key set) placed by pboxd at register counts in the balance
+            # while its session runs: its chunk on core 0 sends job 4's to core 1 (with
+            # cores 0 and 1 at 64 KiB each otherwise, the tie would go to core 0).
+            w = build_path("tests/integration/pbox-check-worker")
+            ranks = [subprocess.Popen([w, "--server", d.control, "--job", "3", "--token", "c",
+                                       "--rank", str(r), "--workers", "2", "--keys", "8192",
+                                       "--timeout-ms", "10000", "--iters", "1000000"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for r in range(2)]
+            try:
+                def job3_seen():
+                    j = {x["id"]: x for x in json.loads(pbox("list", *via, "--json"))["jobs"]}
+                    return j[3]["assignment"].get("bytes") == [32768, 0]
+                wait_for(job3_seen, "pbox-ctrld learning where pboxd put job 3's chunk")
+                pbox("create", *via, "id=4", "token=d", "workers=2", "keys=100:8192")
+                j = {x["id"]: x for x in json.loads(pbox("list", *via, "--json"))["jobs"]}
+                if j[4]["assignment"]["chunks"] != [0, 1]:
+                    fail("job 3's running session was not counted: job 4 %s" %
+                         j[4]["assignment"])
+            finally:
+                for p in ranks:
+                    p.kill()
+                    p.wait()
+            pbox("rm", *via, "4")
             pbox("rm", *via, "3")
             # pbox-ctrld restarted, the pboxd kept running: the jobs are adopted.
             c.stop()
