@@ -671,8 +671,9 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
 		d->njobs++;
 		return 0;
 	}
-	if ((from_config || o->restored) && rc != -EINVAL) {
-		/* A static job waits for a pboxd that can hold it (reconcile retries). */
+	/* A static job, or one restored from the state file (never dropped: the file is
+	 * rewritten next), waits for a pboxd that can hold it (reconcile retries). */
+	if ((from_config && rc != -EINVAL) || o->restored) {
 		snprintf(j->note, sizeof(j->note), "%s", why);
 		PBOX_LOG_WARN(ADMIN, "job %u: not placed yet: %s", id, why);
 		d->njobs++;
@@ -1406,11 +1407,14 @@ static int holder(json_t *const *held, uint32_t n, uint32_t id)
 /* At start: the configuration file's jobs, then the state file's runtime jobs in their
  * order. A job that a pboxd holds already (pbox-ctrld restarted, the pboxd did not) is
  * adopted there, not published again; a runtime job goes back to its pboxd (published
- * by the first reconcile if that pboxd lost it); the rest are placed by admission. */
-static void restore_jobs(struct ctrld *d)
+ * by the first reconcile if that pboxd lost it); the rest are placed by admission.
+ * Returns 0, or -EINVAL when a job of the state file is refused (logged: pbox-ctrld does
+ * not start rather than drop it from the file). */
+static int restore_jobs(struct ctrld *d)
 {
 	json_t *held[CTRLD_MAX_PBOXDS] = { NULL };
 	char why[1024];
+	int rc = 0;
 	size_t k;
 	json_t *o;
 
@@ -1490,7 +1494,12 @@ static void restore_jobs(struct ctrld *d)
 		why[0] = '\0';
 		if (add_job(d, desc, json_object_get(o, "plan"), json_object_get(o, "placement"),
 			    &jo, why, sizeof(why)) != 0) {
-			PBOX_LOG_ERR(ADMIN, "job %u from the state file refused: %s", id, why);
+			PBOX_LOG_ERR(ADMIN,
+				     "state file %s: job %u refused: %s (not started: fix the "
+				     "configuration or remove the job from the file)",
+				     d->cfg.state_file, id, why);
+			rc = -EINVAL;
+			break;
 		} else {
 			PBOX_LOG_INFO(ADMIN, "job %u restored from the state file", id);
 		}
@@ -1498,7 +1507,10 @@ static void restore_jobs(struct ctrld *d)
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
 		json_decref(held[w]);
 	}
-	(void)save_state(d);
+	if (rc == 0) {
+		(void)save_state(d);
+	}
+	return rc;
 }
 
 static int run(struct ctrld *d)
@@ -1508,7 +1520,10 @@ static int run(struct ctrld *d)
 	if (pfd == NULL) {
 		return -ENOMEM;
 	}
-	restore_jobs(d);
+	if (restore_jobs(d) != 0) {
+		free(pfd);
+		return -EINVAL;
+	}
 	/* Listening, and the configured jobs published or queued: tell systemd (Type=notify). */
 	{
 		uint32_t published = 0;
@@ -1764,7 +1779,8 @@ int main(int argc, char **argv)
 	PBOX_LOG_INFO(MAIN, "pbox-ctrld %s: control API on %s:%u%s%s, managing %u pboxd(s)",
 		      PBOX_VERSION_STRING, d.cfg.listen_host, d.port,
 		      d.cfg.control_socket[0] ? " and " : "", d.cfg.control_socket, d.cfg.npboxds);
-	rc = run(&d) == 0 ? 0 : 1;
+	rc = run(&d);
+	rc = rc == 0 ? 0 : rc == -EINVAL ? 78 /* EX_CONFIG */ : 1;
 	PBOX_LOG_INFO(MAIN, "stopping (the published jobs stay on their pboxds)");
 out:
 	ctrld_bw_stop(d.bw);

@@ -298,7 +298,9 @@ def main():
                                 (good.replace('"format":"pbox-ctrld-state"',
                                               '"format":"x"'), ["format"]),
                                 (good.replace('"removals":[]', '"removals":[{"id":-1}]'),
-                                 ["removals[0]"])]:
+                                 ["removals[0]"]),
+                                (good.replace('"pboxd":"a"', '"placement":["x"],"pboxd":"a"',
+                                              1), ["job 2 refused", "placement"])]:
                 with open(state, "w") as f:
                     f.write(text)
                 p = subprocess.run([build_path("ctrlplane/ctrld/pbox-ctrld"), "-c", conf],
