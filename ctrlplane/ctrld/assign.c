@@ -125,6 +125,10 @@ int ctrld_assign(const struct ctrld_cores *c, const json_t *desc, const uint64_t
 	if (rc != 0) {
 		return rc;
 	}
+	if (n > CTRLD_ASSIGN_MAX_CHUNKS) {
+		free(sizes);
+		return 1;
+	}
 	order = malloc((size_t)n * sizeof(*order));
 	core = malloc((size_t)n * sizeof(*core));
 	map = json_array();

@@ -15,7 +15,10 @@
  * it after checking it against its cores (pboxd_job_cfg_set_assignment).
  *
  * A job without a fixed key set is not placed here: its chunks exist only once its first
- * rank registers them, and pboxd assigns them then (its own LPT); they count as 0 bytes.
+ * rank registers them, and pboxd assigns them then (its own LPT). Nor is a key set of more
+ * than CTRLD_ASSIGN_MAX_CHUNKS chunks: the map is one JSON integer per chunk in the
+ * job_create line, which pboxd bounds (max_register_keys x 32 bytes, 3.2 MB by default),
+ * and costs pbox-ctrld tens of bytes per chunk; pboxd assigns those too.
  *
  * Thread safety: no shared state; every call works on its arguments only.
  */
@@ -29,6 +32,10 @@
 #include <jansson.h>
 
 #include "common/jobdesc.h"
+
+/* Largest key set (in chunks) pbox-ctrld assigns itself: 2 GiB at 32 KiB chunks, a map of
+ * at most ~200 KB in the job_create request. */
+#define CTRLD_ASSIGN_MAX_CHUNKS 65536u
 
 /* A pboxd's data-plane cores as its job_list reports them. */
 struct ctrld_cores {
@@ -57,9 +64,9 @@ int ctrld_cores_from_json(const json_t *appliance, struct ctrld_cores *c, char *
  * Assign the chunks of job description desc (validated already, ctrld_job_validate) to
  * c's cores. base[k] holds the bytes core k already carries from other jobs; the job's own
  * per-core totals are written to *mine (not added to base). Returns 0 with *out = a new
- * {"chunk_bytes": C, "map": [core of each chunk]}; 1 when desc has no fixed key set
- * (nothing to assign, *out NULL); -EINVAL with err (c not known, a key set that cannot be
- * cut, e.g. more than PBOX_MAX_CHUNKS chunks) or -ENOMEM.
+ * {"chunk_bytes": C, "map": [core of each chunk]}; 1 when desc has no fixed key set or one
+ * of more than CTRLD_ASSIGN_MAX_CHUNKS chunks (pboxd assigns; *out NULL); -EINVAL with err (c not
+ * known, a key set that cannot be cut, e.g. more than PBOX_MAX_CHUNKS chunks) or -ENOMEM.
  */
 int ctrld_assign(const struct ctrld_cores *c, const json_t *desc, const uint64_t *base,
 		 json_t **out, struct ctrld_core_load *mine, char *err, size_t errlen);

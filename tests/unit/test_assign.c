@@ -182,6 +182,22 @@ static void test_refusals(void **state)
 	/* No fixed key set: pboxd assigns at register. */
 	assert_int_equal(ctrld_assign(&c, d, NULL, &a, &l, err, sizeof(err)), 1);
 	assert_null(a);
+	/* Too many chunks for a map in a request line: pboxd assigns them too. */
+	{
+		json_t *big = parse("{\"id\":5,\"token\":\"t\",\"workers\":2,\"keys\":"
+				    "[[1,536879104]]}");
+
+		assert_int_equal(ctrld_assign(&c, big, NULL, &a, &l, err, sizeof(err)), 1);
+		assert_null(a);
+		json_decref(big);
+		big = parse("{\"id\":5,\"token\":\"t\",\"workers\":2,\"keys\":"
+			    "[[1,536870912]]}");
+		assert_int_equal(ctrld_assign(&c, big, NULL, &a, &l, err, sizeof(err)), 0);
+		assert_int_equal(json_array_size(json_object_get(a, "map")),
+				 CTRLD_ASSIGN_MAX_CHUNKS);
+		json_decref(a);
+		json_decref(big);
+	}
 	c.known = false;
 	assert_int_equal(ctrld_assign(&c, k, NULL, &a, &l, err, sizeof(err)), -EINVAL);
 	/* A pboxd's description of its cores. */
