@@ -119,7 +119,13 @@ static void print_assignment(const json_t *j)
 		return;
 	}
 	if (strcmp(by, "pbox-ctrld") != 0) {
-		printf("  cores: chunks assigned by %s (at register)\n", by);
+		printf("  cores: chunks assigned by %s (at register)", by);
+		json_array_foreach(json_object_get(a, "bytes"), k, n)
+		{
+			printf("%s core %zu %.1f KiB", k ? "," : ":", k,
+			       (double)json_integer_value(n) / 1024.0);
+		}
+		printf("\n");
 		return;
 	}
 	printf("  cores: chunks assigned by pbox-ctrld on %s:",
