@@ -1119,6 +1119,14 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 		}
 		return resp;
 	case PBOX_JOBMSG_CREATE:
+		if (m.assignment != NULL) {
+			d->n.create_refused++;
+			CLIENT_WARN(d, "job_create refused: %s", "an assignment from the client");
+			return pbox_ctl_error(EINVAL,
+					      "job_create: \"assignment\" is not taken here: "
+					      "pbox-ctrld assigns the chunks to its pboxds' cores "
+					      "itself");
+		}
 		rc = add_job(d, (json_t *)m.job, m.plan, json_object_get(req, "placement"),
 			     &(struct job_origin){ .where = -1 }, err, sizeof(err));
 		if (rc != 0) {

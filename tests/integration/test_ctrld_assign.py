@@ -182,6 +182,12 @@ def main():
             pbox("create", *via, "id=2", "token=b", "workers=2", "keys=100:8192",
                  "mode=server-optimizer", "optimizer.name=sgd", "optimizer.lr=0.5")
             pbox("create", *via, "id=3", "token=c", "workers=2")  # no fixed key set
+            r = control_request(caddr, {"op": "job_create", "admin_token": token,
+                                        "job": {"id": 9, "token": "z", "workers": 1,
+                                                "keys": [[1, 10]]},
+                                        "assignment": {"chunk_bytes": 32768, "map": [1]}})
+            if r.get("errno") != EINVAL or "assigns the chunks" not in r.get("error", ""):
+                fail("pbox-ctrld took a client's assignment: %s" % r)
             listed = json.loads(pbox("list", *via, "--json"))
             a = {j["id"]: j["assignment"] for j in listed["jobs"]}
             if a[1] != {"by": "pbox-ctrld", "pboxd": "a", "chunks": [2, 1],
