@@ -78,6 +78,9 @@ struct pbox_client_opts {
 	uint32_t window_bytes;  /* ... and their bytes (0: 4 MiB; one chunk may always go) */
 	const char *fault;      /* fault injection spec, see PBOX_FAULT (NULL: env / none) */
 	bool busy_poll;         /* progress thread spins instead of sleeping when idle */
+	/* data path: "udp", "shm" (shared memory with a pboxd on this host) or "auto" (NULL:
+	 * $PBOX_TRANSPORT, else auto: shm when pboxd offers it and is local) */
+	const char *transport;
 };
 
 enum pbox_job_mode_public {
@@ -99,6 +102,7 @@ struct pbox_job_info {
 	char sync[16];        /* synchronisation model: "bsp", "ssp", "asp", ... */
 	uint32_t staleness;   /* oldest model a result may be, in iterations (UINT32_MAX: any) */
 	uint32_t credits;     /* operations per key that may be in flight at once */
+	char transport[8];    /* data path chosen at registration: "udp" or "shm" */
 };
 
 struct pbox_client_stats {
