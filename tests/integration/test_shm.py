@@ -136,7 +136,7 @@ def part_equivalence():
         path = os.path.join(tempfile.mkdtemp(prefix="pbox-shm-"), "model.bin")
         env = dict(os.environ, PBOX_TRANSPORT=t)
         if t == "shm":
-            env.pop("PBOX_TRANSPORT")  # auto must pick shm by itself
+            env.pop("PBOX_TRANSPORT")  # auto must pick shm by itself (meson sets udp)
         res = run_demo(["--epochs", "1", "--max-steps", "120", "--cores", "2",
                         "--save-model", path], 120, env=env)
         out = res.stdout + res.stderr
@@ -157,20 +157,27 @@ def part_equivalence():
 
 
 def run_workers(d, job, token, n, keys, iters, extra=()):
+    # Forced: a worker that could not set up shm fails instead of using UDP.
+    env = dict(os.environ, PBOX_TRANSPORT="shm")
     return [subprocess.Popen([build_path("tests/integration/pbox-check-worker"),
                               "--server", d.control, "--job", str(job), "--token", token,
                               "--rank", str(r), "--workers", str(n), "--keys", keys,
                               "--iters", str(iters)] + list(extra),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
             for r in range(n)]
 
 
 def part_hostile():
     jobs = [{"id": 1, "token": "evil", "workers": 1, "mode": "aggregate"},
             {"id": 2, "token": "good", "workers": 2, "mode": "aggregate"},
-            {"id": 3, "token": "victim", "workers": 1, "mode": "aggregate"}]
+            {"id": 3, "token": "victim", "workers": 1, "mode": "aggregate"},
+            {"id": 4, "token": "nag", "workers": 2, "mode": "server-optimizer",
+             "optimizer": {"name": "nag", "lr": 0.1, "momentum": 0.9}}]
     with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
         good = run_workers(d, 2, "good", 2, "1000,50000,8193", 1500)
+        good += run_workers(d, 4, "nag", 2, "1000,50000,3", 300,
+                            ["--server-opt", "--optimizer", "nag", "--lr", "0.1", "--async"])
         # A worker killed in the middle of its pushes (a large key keeps it busy).
         victim = run_workers(d, 3, "victim", 1, "4000000", 1000)[0]
         keys = [(0, 262144)]
@@ -257,7 +264,7 @@ def part_hostile():
             out, _ = p.communicate(timeout=180)
             sys.stdout.write(out)
             if p.returncode != 0:
-                fail("job 2 rank %d failed beside the hostile connections" % r)
+                fail("worker %d of jobs 2 / 4 failed beside the hostile connections" % r)
         ten.close()
         wait_for("every connection ended", lambda: shm_stats(d)["conns_live"] == 0, 30)
         st = shm_stats(d)
