@@ -61,7 +61,7 @@ struct pbox_client {
 	char token[256];
 	char local_addr[64]; /* copies of opts' strings: the caller's may not outlive connect */
 	char fault[256];
-	char transport[8];
+	char transport[8];  /* the data path chosen at registration ("": not yet) */
 	char shm_name[108]; /* pboxd's shared-memory socket ("": not offered) */
 	int ctl_fd;
 	struct pbox_linebuf ctl_in;
@@ -287,10 +287,6 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	if (o->fault != NULL) {
 		snprintf(c->fault, sizeof(c->fault), "%s", o->fault);
 		c->opts.fault = c->fault;
-	}
-	if (o->transport != NULL) {
-		snprintf(c->transport, sizeof(c->transport), "%s", o->transport);
-		c->opts.transport = c->transport;
 	}
 	if (split_hostport(o->server ? o->server : "127.0.0.1:7000", c->server_host,
 			   sizeof(c->server_host), &c->server_port) != 0) {
@@ -703,7 +699,7 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 /* Shared memory or UDP (xport_select.h); sets c->shm and info.transport. */
 static int choose_transport(struct pbox_client *c, bool fault)
 {
-	const char *want = c->opts.transport ? c->opts.transport : getenv("PBOX_TRANSPORT");
+	const char *want = getenv("PBOX_TRANSPORT");
 	enum pbox_xsel_mode mode;
 	char why[160];
 
@@ -717,9 +713,9 @@ static int choose_transport(struct pbox_client *c, bool fault)
 	if (c->shm == NULL && mode == PBOX_XSEL_SHM) {
 		return fail(-EPROTONOSUPPORT, "register: shared memory was asked for: %s", why);
 	}
-	snprintf(c->info.transport, sizeof(c->info.transport), "%s", c->shm ? "shm" : "udp");
+	snprintf(c->transport, sizeof(c->transport), "%s", c->shm ? "shm" : "udp");
 	PBOX_LOG_DEBUG(TRANSPORT, "job %u rank %u: data path %s%s%s", c->info.job, c->info.rank,
-		       c->info.transport, c->shm ? "" : ": ", c->shm ? "" : why);
+		       c->transport, c->shm ? "" : ": ", c->shm ? "" : why);
 	return 0;
 }
 
@@ -1070,6 +1066,11 @@ int64_t pbox_result_version(struct pbox_client *c, uint32_t key_id)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return v;
+}
+
+const char *pbox_transport(const struct pbox_client *c)
+{
+	return c != NULL ? c->transport : "";
 }
 
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info)

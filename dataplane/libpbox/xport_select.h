@@ -3,11 +3,10 @@
  * Which data path a worker uses: kernel UDP, or the shared-memory rings
  * (transport/shm/shm.h) when pboxd runs on the same host.
  *
- * The choice: the option (pbox_client_opts.transport), else $PBOX_TRANSPORT, says
- * "udp", "shm" or "auto" (the default). auto takes shm when pboxd's registration answer
- * offers a socket, the data address pboxd named is one of this host's (a loopback address
- * or an address of a local interface), and no worker-side fault injection is asked for
- * (fault injection is the UDP socket's); otherwise UDP. "shm" forces it: registration
+ * The choice: $PBOX_TRANSPORT says "udp", "shm" or "auto" (the default). auto takes shm when
+ * pboxd's registration answer offers a socket, the data address pboxd named is one of this host's
+ * (a loopback address or an address of a local interface), and no worker-side fault injection is
+ * asked for (fault injection is the UDP socket's); otherwise UDP. "shm" forces it: registration
  * fails if it cannot be set up. "udp" never tries it.
  *
  * No state; any thread.

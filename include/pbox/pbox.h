@@ -78,9 +78,6 @@ struct pbox_client_opts {
 	uint32_t window_bytes;  /* ... and their bytes (0: 4 MiB; one chunk may always go) */
 	const char *fault;      /* fault injection spec, see PBOX_FAULT (NULL: env / none) */
 	bool busy_poll;         /* progress thread spins instead of sleeping when idle */
-	/* data path: "udp", "shm" (shared memory with a pboxd on this host) or "auto" (NULL:
-	 * $PBOX_TRANSPORT, else auto: shm when pboxd offers it and is local) */
-	const char *transport;
 };
 
 enum pbox_job_mode_public {
@@ -102,7 +99,6 @@ struct pbox_job_info {
 	char sync[16];        /* synchronisation model: "bsp", "ssp", "asp", ... */
 	uint32_t staleness;   /* oldest model a result may be, in iterations (UINT32_MAX: any) */
 	uint32_t credits;     /* operations per key that may be in flight at once */
-	char transport[8];    /* data path chosen at registration: "udp" or "shm" */
 };
 
 struct pbox_client_stats {
@@ -173,6 +169,12 @@ int pbox_wait(struct pbox_client *c, uint32_t key, int timeout_ms);
 int pbox_wait_all(struct pbox_client *c, int timeout_ms);
 
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
+
+/* The data path pbox_register chose: "udp" (kernel UDP) or "shm" (shared-memory rings with
+ * a pboxd on this host); "" before registration. The environment variable PBOX_TRANSPORT
+ * ("udp", "shm" or "auto", the default) decides: auto takes shm when pboxd offers it and
+ * its data address is on this host; shm fails the registration if it cannot be set up. */
+const char *pbox_transport(const struct pbox_client *c);
 
 /* The version (server-optimizer) or iteration (aggregate) of the last result received for
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
