@@ -107,6 +107,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
     t0 = time.time()
     try:
         extra = {"idle_us": args.idle_us} if args.idle_us is not None else {}
+        if args.shm_ring_kb:
+            extra["shm"] = {"ring_kb": args.shm_ring_kb}
         with Pboxd([job], cores=args.cores, mtu=mtu, chunk_bytes=chunk_bytes,
                    busy_poll=args.busy_poll, **extra) as d:
             cmd = [worker, "--server", d.control, "--job", "1", "--token", TOKEN,
@@ -476,6 +478,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="rounds of the compare part")
     ap.add_argument("--no-shm", dest="shm", action="store_false",
                     help="compare part: leave out pbox over the shared-memory transport")
+    ap.add_argument("--shm-ring-kb", type=int, metavar="KB",
+                    help="pboxd shm.ring_kb (default: pboxd's)")
     ap.add_argument("--baseline-build", metavar="DIR",
                     help="compare part: also run pboxd and the workers of this build tree")
     ap.add_argument("--netns-mtu", type=int, metavar="MTU",

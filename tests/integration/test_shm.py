@@ -274,6 +274,13 @@ def part_hostile():
         tot = d.stats()["totals"]
         if tot["iterations"] == 0:
             fail("pboxd aggregated nothing")
+        out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--control",
+                              d.control], capture_output=True, text=True, timeout=30,
+                             env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token)).stdout
+        shm_lines = [ln for ln in out.splitlines() if ln.startswith("shm")]
+        if not shm_lines or "bad_kind=1" not in out or "overrun=1" not in out:
+            fail("pbox stats shows no shm counters:\n" + out)
+        print("\n".join(shm_lines))
 
 
 def main():
