@@ -784,6 +784,13 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.tx = c->shm != NULL ? &pbox_shm_client_tx_ops : &pbox_udp_tx_ops;
 	ncfg.tx_ctx = c->shm != NULL ? (void *)c->shm : (void *)c->udp;
 	ncfg.rto_ms = c->opts.rto_ms;
+	if (c->shm != NULL) {
+		/* Rings lose nothing unless one is full (counted on both sides): a timeout
+		 * there means a descheduled peer on a busy host, not a loss; a low floor would
+		 * only resend what is about to be read. */
+		ncfg.rto_min_ms = PBOX_SHM_RTO_MIN_MS;
+		ncfg.rto_ms = PBOX_MAX(ncfg.rto_ms, (uint32_t)PBOX_SHM_RTO_MIN_MS);
+	}
 	ncfg.timeout_ms = c->opts.timeout_ms;
 	ncfg.max_inflight = c->opts.max_inflight;
 	ncfg.window_bytes = c->opts.window_bytes;

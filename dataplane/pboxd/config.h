@@ -60,7 +60,7 @@
  *                                     # ("": not pinned)
  *       max_chunks = 1048576;         # chunk-owner entries over all jobs
  *     };
- *     shm = { enabled = true; socket = ""; ring_kb = 4096; max_conns = 64; };
+ *     shm = { enabled = true; socket = ""; ring_kb = 0; max_conns = 64; };
  *                                     # shared-memory rings for workers on this host
  *                                     # (transport/shm/shm_config.h)
  *     probe = {                       # SLoPS probe agent for pbox-ctrld (absent: off)

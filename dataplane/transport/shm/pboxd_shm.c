@@ -699,14 +699,14 @@ struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t nco
 	s->ncores = ncores;
 	s->tab = tab;
 	s->next_id = 1;
-	s->ring_bytes = (uint64_t)cfg->ring_kb << 10;
+	s->ring_bytes = pboxd_shm_ring_bytes(cfg, ncores);
 	if (pbox_shm_layout(&lay, ncores, s->ring_bytes) != 0 || cfg->max_conns == 0 ||
 	    cfg->max_conns > 65534) {
 		PBOX_LOG_ERR(TRANSPORT,
-			     "shm: ring_kb %u (a power of two, %u..%u) with %u cores, max_conns %u "
-			     "(1..65534): out of range",
-			     cfg->ring_kb, PBOX_SHM_RING_MIN >> 10, PBOX_SHM_RING_MAX >> 10, ncores,
-			     cfg->max_conns);
+			     "shm: rings of %llu KiB (a power of two, %u..%u) with %u cores, "
+			     "max_conns %u (1..65534): out of range",
+			     (unsigned long long)(s->ring_bytes >> 10), PBOX_SHM_RING_MIN >> 10,
+			     PBOX_SHM_RING_MAX >> 10, ncores, cfg->max_conns);
 		goto fail;
 	}
 	if (cfg->socket[0] == '\0') {
@@ -776,10 +776,10 @@ int pboxd_shm_start(struct pboxd_shm *s)
 	pthread_setname_np(s->thread, "pbox-shm");
 	s->started = true;
 	__atomic_store_n(&g_advertised, s->name, __ATOMIC_RELEASE);
-	PBOX_LOG_INFO(TRANSPORT,
-		      "shm: local workers connect to %s (rings of %u KiB, at most %u "
-		      "connections)",
-		      s->name, s->cfg.ring_kb, s->cfg.max_conns);
+	PBOX_LOG_INFO(
+		TRANSPORT,
+		"shm: local workers connect to %s (rings of %llu KiB, at most %u connections)",
+		s->name, (unsigned long long)(s->ring_bytes >> 10), s->cfg.max_conns);
 	return 0;
 }
 

@@ -371,20 +371,26 @@ static int client_send(void *ctx, const struct pbox_peer *to, const struct pbox_
 	}
 	rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
 	if (pbox_unlikely(rc == -ENOBUFS)) {
-		/* The core drains its rings at memory speed: give it a moment (and a
-		 * wake-up, in case it is asleep) before dropping like a full socket. */
-		struct timespec t0, t;
+		/* The core drains its rings at memory speed when it runs: give it the CPU (and
+		 * a wake-up, in case it sleeps) before dropping like a full socket. Yield a few
+		 * times, then sleep in small steps: on a busy host it may be descheduled. */
+		struct timespec t0, t, nap = { 0, 50000 };
+		unsigned spins = 0;
 
 		c->stats.tx_waits++;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		do {
 			wake_core(c, (uint32_t)k);
-			sched_yield();
+			if (spins++ < 16) {
+				sched_yield();
+			} else {
+				nanosleep(&nap, NULL);
+			}
 			rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
 			clock_gettime(CLOCK_MONOTONIC, &t);
 		} while (rc == -ENOBUFS &&
 			 (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
-				 2000000L);
+				 PBOX_SHM_SEND_WAIT_MS * 1000000L);
 	}
 	if (rc != 0) {
 		c->stats.tx_full++;

@@ -40,6 +40,10 @@
 #define PBOX_SHM_VERSION 1u
 /* Data-plane cores a connection can span (one eventfd each in the welcome). */
 #define PBOX_SHM_MAX_CORES 64u
+/* The worker's RTO floor over shared memory, ms (see client.c). */
+#define PBOX_SHM_RTO_MIN_MS 100u
+/* Longest a worker's send waits for room in a full ring before dropping, ms. */
+#define PBOX_SHM_SEND_WAIT_MS 100
 /* Datagrams handed out per receive call at most. */
 #define PBOX_SHM_BURST 256u
 /* Bytes of control blocks per core (two rings). */
@@ -160,7 +164,8 @@ enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c);
 const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c);
 
 /* struct pbox_tx_ops of the worker's side; ctx is the struct pbox_shm_client. A full ring
- * makes a send wait (waking the core) up to ~2 ms, then drop the datagram (counted). */
+ * makes a send wait (waking the core) up to PBOX_SHM_SEND_WAIT_MS, then drop the datagram
+ * (counted): pboxd drains its rings whatever the worker does, so waiting cannot deadlock. */
 extern const struct pbox_tx_ops pbox_shm_client_tx_ops;
 
 #endif /* PBOX_SHM_H */
