@@ -13,7 +13,9 @@ and pboxd's counters. Three parts, each a table:
   compare  pbox against Gloo allreduce (torch.distributed over TCP on loopback, DDP's
          buckets, all in flight: perf/netlab/gloo_worker.py) and against the echo bound
          (pbox-udp-echo-bound: a minimal recvmmsg / sendmmsg echo with pbox's datagram
-         size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB),
+         size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB)
+         and pbox with its workers on the shared-memory transport ("shm"; --no-shm leaves
+         it out; every other pbox figure forces kernel UDP with PBOX_TRANSPORT=udp),
          for each --workers count and --compare-mtus, --reps rounds with the systems
          interleaved (the order rotating each round); medians of seconds per exchange
          (the slowest rank's per iteration for pbox and Gloo). --baseline-build DIR adds
@@ -84,9 +86,12 @@ def udp_rcvbuf_errors():
         return None
 
 
-def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build_dir=None):
+def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build_dir=None,
+            transport="udp"):
     """One pboxd + workers run; returns a result dict (with "error" if it failed). The
-    programs come from build_dir if given, else from --build-dir."""
+    programs come from build_dir if given, else from --build-dir. transport: the workers'
+    data path (PBOX_TRANSPORT: "udp", the kernel-UDP figures everywhere but the compare
+    part's shm column; "shm", the shared-memory rings)."""
     from pboxtest import Pboxd, build_path
 
     os.environ["PBOX_BUILD_DIR"] = build_dir or args.build_dir
@@ -102,6 +107,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
     t0 = time.time()
     try:
         extra = {"idle_us": args.idle_us} if args.idle_us is not None else {}
+        if args.shm_ring_kb:
+            extra["shm"] = {"ring_kb": args.shm_ring_kb}
         with Pboxd([job], cores=args.cores, mtu=mtu, chunk_bytes=chunk_bytes,
                    busy_poll=args.busy_poll, **extra) as d:
             cmd = [worker, "--server", d.control, "--job", "1", "--token", TOKEN,
@@ -110,8 +117,9 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
                 cmd += ["--max-inflight", str(max_inflight)]
             if args.rto_ms:
                 cmd += ["--rto-ms", str(args.rto_ms)]
+            wenv = dict(os.environ, PBOX_TRANSPORT=transport)
             procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+                                      stderr=subprocess.PIPE, text=True, env=wenv)
                      for r in range(workers)]
             outs = []
             for r, p in enumerate(procs):
@@ -276,7 +284,8 @@ def run_gloo_once(args, model, workers, iters):
 def compare(args, model, workers, mtu):
     """--reps rounds of pbox (and the baseline build's pbox), Gloo and the echo bound,
     interleaved; returns the row dict."""
-    systems = ["pbox", "gloo", "echo"] + (["base"] if args.baseline_build else [])
+    systems = (["pbox"] + (["shm"] if args.shm else []) + ["gloo", "echo"] +
+               (["base"] if args.baseline_build else []))
     samples = {k: [] for k in systems}
     extra = {k: [] for k in systems}
     cpu = {k: [] for k in systems}
@@ -285,9 +294,10 @@ def compare(args, model, workers, mtu):
         order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
         for sysname in order:
             ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if sysname in ("pbox", "base"):
+            if sysname in ("pbox", "base", "shm"):
                 r = run_one(args, model, workers, args.chunk_bytes, mtu, 0, args.seconds,
-                            build_dir=args.baseline_build if sysname == "base" else None)
+                            build_dir=args.baseline_build if sysname == "base" else None,
+                            transport="shm" if sysname == "shm" else "udp")
                 if "error" not in r and not r.get("iter_seconds"):
                     r["error"] = "no iteration times"
             elif sysname == "gloo":
@@ -302,7 +312,7 @@ def compare(args, model, workers, mtu):
             # CPU seconds of every process of the run (pboxd, workers, echo processes)
             # per exchange round, untimed rounds included: robust to a loaded machine.
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            rounds = (r["iters"] + 2) if sysname in ("pbox", "base") else (
+            rounds = (r["iters"] + 2) if sysname in ("pbox", "base", "shm") else (
                 args.compare_iters + 2 if sysname == "echo" else 0)
             if rounds:
                 cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
@@ -317,7 +327,7 @@ def compare(args, model, workers, mtu):
     for k in systems:
         row[k] = statistics.median(samples[k]) if samples[k] else None
         row[k + "_cpu"] = statistics.median(cpu[k]) if cpu[k] else None
-    for k in ("pbox", "base"):
+    for k in ("pbox", "base", "shm"):
         tr = [r.get("transport") for r in extra.get(k, []) if r.get("transport")]
         if tr:
             tot = tr[-1]["totals"]
@@ -330,6 +340,7 @@ def compare(args, model, workers, mtu):
 
 def compare_table(rows, args, load, secs):
     base = bool(args.baseline_build)
+    shm = bool(args.shm)
     print("\ncompare: %s, chunk_bytes %s, %d pboxd cores / echo threads, %d rounds "
           "interleaved, medians of s per exchange (%.0f s); load average %.1f before, %.1f "
           "after" % (rows[0]["model"] if rows else "-", fmt_size(args.chunk_bytes), args.cores,
@@ -340,6 +351,8 @@ def compare_table(rows, args, load, secs):
     hdr += " %7s %8s %8s %9s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox")
     if base:
         hdr += " %8s" % "cpu base"
+    if shm:
+        hdr += " %8s %8s %9s %8s" % ("shm", "gloo/shm", "pbox/shm", "cpu shm")
     print(hdr)
 
     def f(v):
@@ -357,9 +370,15 @@ def compare_table(rows, args, load, secs):
                                    q(r["echo_cpu"], r["pbox_cpu"]))
         if base:
             line += " %s" % f(r.get("base_cpu"))
+        if shm:
+            line += " %s %s %s %s" % (f(r.get("shm")), q(r["gloo"], r.get("shm")),
+                                      q(r["pbox"], r.get("shm")), f(r.get("shm_cpu")))
         print(line)
         for e in r["errors"]:
             print("   error: " + e)
+    if shm:
+        print("shm: pbox with the workers on the shared-memory transport (pbox: kernel UDP); "
+              "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP")
     print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
           "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
           "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
@@ -457,6 +476,10 @@ def main():
     ap.add_argument("--compare-iters", type=int, default=10,
                     help="timed iterations of Gloo and of the echo bound per round")
     ap.add_argument("--reps", type=int, default=3, help="rounds of the compare part")
+    ap.add_argument("--no-shm", dest="shm", action="store_false",
+                    help="compare part: leave out pbox over the shared-memory transport")
+    ap.add_argument("--shm-ring-kb", type=int, metavar="KB",
+                    help="pboxd shm.ring_kb (default: pboxd's)")
     ap.add_argument("--baseline-build", metavar="DIR",
                     help="compare part: also run pboxd and the workers of this build tree")
     ap.add_argument("--netns-mtu", type=int, metavar="MTU",

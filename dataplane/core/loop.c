@@ -2,6 +2,7 @@
 /* The per-core data-plane loop (see loop.h). */
 #include "core/loop.h"
 
+#include <errno.h>
 #include <time.h>
 #include <x86intrin.h>
 
@@ -15,6 +16,9 @@ static enum pbox_poll_rc pass(struct pbox_loop *l, struct pbox_core_stats *es, u
 
 	l->tab_read = false;
 	rc = ops->rx(l->xc, l);
+	if (l->poller != NULL && l->poller->poll(l->poller_arg, l) == PBOX_POLL_BUSY) {
+		rc = PBOX_POLL_BUSY;
+	}
 	/* A new job table (a worker left) is reconciled now, not when the next datagram of
 	 * that job arrives; the table rx read after its last receive is current. */
 	pbox_engine_observe_table(l->engine, l->tab_read ? l->cur_tab : pbox_loop_table(l));
@@ -51,10 +55,17 @@ void pbox_loop_run(struct pbox_loop *l)
 		    (l->idle_tsc == 0 || t1 - l->last_work > l->idle_tsc) &&
 		    !pbox_loop_stopping(l)) {
 			bool again = false;
+			int fd = l->poller != NULL ? l->poller->sleep_prepare(l->poller_arg) : -1;
 
+			if (fd == -EAGAIN) {
+				PBOX_STAT_ADD(es, polls, 1);
+				continue; /* the poller has input already */
+			}
 			/* RCU-offline: a publish need not wait for this core. */
 			rcu_thread_offline();
-			if (l->ops->wait != NULL) {
+			if (fd >= 0 && l->ops->wait_fd != NULL) {
+				again = l->ops->wait_fd(l->xc, l->wait_ms, fd);
+			} else if (fd < 0 && l->ops->wait != NULL) {
 				again = l->ops->wait(l->xc, l->wait_ms);
 			} else {
 				struct timespec ts = { 0, (long)l->idle_sleep_us * 1000 };
@@ -62,6 +73,9 @@ void pbox_loop_run(struct pbox_loop *l)
 				nanosleep(&ts, NULL);
 			}
 			rcu_thread_online();
+			if (fd >= 0) {
+				l->poller->sleep_end(l->poller_arg);
+			}
 			PBOX_STAT_ADD(es, idle_cycles, __rdtsc() - t1);
 			if (again && !pbox_loop_stopping(l)) {
 				pass(l, es, &t1);

@@ -56,6 +56,9 @@ struct pbox_loop_ops {
 	 * run rx at once (what was received is handled in this same iteration). NULL: the
 	 * loop sleeps idle_sleep_us instead. */
 	bool (*wait)(void *xc, int timeout_ms);
+	/* Like wait, but also return when fd is readable (an extra poller's doorbell, see
+	 * struct pbox_loop_poller). NULL: the loop sleeps idle_sleep_us instead. */
+	bool (*wait_fd)(void *xc, int timeout_ms, int fd);
 	/* Any thread: make a wait in progress, and every later one, return at once. May be
 	 * NULL (waits end on their timeout). */
 	void (*wake)(void *xc);
@@ -64,8 +67,26 @@ struct pbox_loop_ops {
 	void (*fini)(void *xc);
 };
 
+/*
+ * A second source of datagrams on the same core, polled after the transport's rx (the
+ * shared-memory rings of local workers, transport/shm/pboxd_shm.h). On the core's thread.
+ */
+struct pbox_loop_poller {
+	/* Receive and hand to the engine, like pbox_loop_ops.rx. */
+	enum pbox_poll_rc (*poll)(void *arg, struct pbox_loop *l);
+	/* The core is about to sleep (RCU-offline follows): returns a descriptor that
+	 * becomes readable when the poller has input (the loop then waits with wait_fd),
+	 * -1 if it has nothing to wait for (the transport's own wait), or -EAGAIN if input
+	 * is already there (no sleep). */
+	int (*sleep_prepare)(void *arg);
+	/* After a sleep that sleep_prepare returned a descriptor for. */
+	void (*sleep_end)(void *arg);
+};
+
 struct pbox_loop {
 	const struct pbox_loop_ops *ops;
+	const struct pbox_loop_poller *poller; /* NULL: none */
+	void *poller_arg;
 	void *xc;
 	struct pbox_engine *engine;     /* the core's engine (its stats are the loop's) */
 	struct pbox_jobtab *const *tab; /* the RCU-published job table pointer */

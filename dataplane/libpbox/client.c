@@ -31,7 +31,9 @@
 #include "common/log.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
+#include "transport/shm/shm.h"
 #include "transport/udp.h"
+#include "xport_select.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -59,6 +61,8 @@ struct pbox_client {
 	char token[256];
 	char local_addr[64]; /* copies of opts' strings: the caller's may not outlive connect */
 	char fault[256];
+	char transport[8];  /* the data path chosen at registration ("": not yet) */
+	char shm_name[108]; /* pboxd's shared-memory socket ("": not offered) */
 	int ctl_fd;
 	struct pbox_linebuf ctl_in;
 	struct pbox_job_info info;
@@ -76,6 +80,7 @@ struct pbox_client {
 	struct pbox_jobdesc desc;
 	struct pbox_peer *cores;
 	struct pbox_udp *udp;
+	struct pbox_shm_client *shm; /* the data path when not NULL (udp stays open) */
 	struct pbox_node *node;
 	struct cop *ops; /* per key index */
 	pthread_t thread;
@@ -484,6 +489,19 @@ static void heartbeat(struct pbox_client *c)
 	}
 }
 
+/* Results from the shared-memory rings, read in place by the node; their room goes back
+ * after the burst. Returns the count. */
+static unsigned shm_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts)
+{
+	unsigned n = pbox_shm_client_rx(c->shm, pkts, PBOX_UDP_MAX_BURST);
+
+	for (unsigned i = 0; i < n; i++) {
+		pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+	}
+	pbox_shm_client_rx_done(c->shm);
+	return n;
+}
+
 static void *progress_main(void *arg)
 {
 	struct pbox_client *c = arg;
@@ -498,6 +516,9 @@ static void *progress_main(void *arg)
 		drain_submissions(c);
 		for (unsigned i = 0; i < n; i++) {
 			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		}
+		if (c->shm != NULL) {
+			n += shm_rx(c, pkts);
 		}
 		if (pbox_node_stats(c->node)->foreign != c->stats.foreign) {
 			/* Dropped strays complete no operation: publish their count now. */
@@ -521,10 +542,14 @@ static void *progress_main(void *arg)
 		/* Idle: sleep until a datagram, a submission, a control event or a timer. */
 		next = pbox_node_next_timer(c->node);
 		{
-			struct pollfd p[3] = {
+			struct pollfd p[5] = {
 				{ .fd = pbox_udp_fd(c->udp), .events = POLLIN },
 				{ .fd = c->wake_fd, .events = POLLIN },
 				{ .fd = c->ctl_fd, .events = POLLIN },
+				{ .fd = c->shm ? pbox_shm_client_wake_fd(c->shm) : -1,
+				  .events = POLLIN },
+				{ .fd = c->shm ? pbox_shm_client_sock_fd(c->shm) : -1,
+				  .events = POLLIN },
 			};
 			int ms = next == UINT64_MAX ? 200 : (int)PBOX_MIN(next / 1000000 + 1, 200);
 
@@ -532,7 +557,10 @@ static void *progress_main(void *arg)
 				ms = (int)PBOX_MIN((uint32_t)ms, c->heartbeat_ms);
 			}
 
-			if (poll(p, c->ctl_fd >= 0 ? 3 : 2, ms) > 0) {
+			if (c->shm != NULL && !pbox_shm_client_sleep_prepare(c->shm)) {
+				continue; /* a result arrived meanwhile */
+			}
+			if (poll(p, 5, ms) > 0) {
 				if (p[1].revents & POLLIN) {
 					uint64_t v;
 
@@ -544,6 +572,13 @@ static void *progress_main(void *arg)
 				    (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
 					ctl_events(c);
 				}
+				if (p[4].revents & (POLLIN | POLLHUP | POLLERR)) {
+					record_failure(c, -ECONNRESET,
+						       "pboxd ended the shared-memory connection");
+				}
+			}
+			if (c->shm != NULL) {
+				pbox_shm_client_sleep_end(c->shm);
 			}
 		}
 	}
@@ -582,6 +617,8 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		return fail(-EPROTO, "register: pboxd's answer lacks the session parameters");
 	}
 	snprintf(c->data_addr, sizeof(c->data_addr), "%s", addr);
+	snprintf(c->shm_name, sizeof(c->shm_name), "%s",
+		 json_string_value(json_object_get(resp, "shm")) ?: "");
 	core_map = calloc(json_array_size(map) + 1, sizeof(*core_map));
 	c->cores = calloc(ncores, sizeof(*c->cores));
 	if (core_map == NULL || c->cores == NULL) {
@@ -659,6 +696,29 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 	return 0;
 }
 
+/* Shared memory or UDP (xport_select.h); sets c->shm and info.transport. */
+static int choose_transport(struct pbox_client *c, bool fault)
+{
+	const char *want = getenv("PBOX_TRANSPORT");
+	enum pbox_xsel_mode mode;
+	char why[160];
+
+	if (pbox_xsel_parse(want, &mode) != 0) {
+		return fail(-EINVAL, "transport '%s': expected udp, shm or auto", want);
+	}
+	if (pbox_xsel_want_shm(mode, c->shm_name, c->data_addr, fault, why, sizeof(why))) {
+		c->shm = pbox_shm_client_open(c->shm_name, c->info.job, c->info.rank, c->cookie,
+					      c->cores, c->info.cores, why, sizeof(why));
+	}
+	if (c->shm == NULL && mode == PBOX_XSEL_SHM) {
+		return fail(-EPROTONOSUPPORT, "register: shared memory was asked for: %s", why);
+	}
+	snprintf(c->transport, sizeof(c->transport), "%s", c->shm ? "shm" : "udp");
+	PBOX_LOG_DEBUG(TRANSPORT, "job %u rank %u: data path %s%s%s", c->info.job, c->info.rank,
+		       c->transport, c->shm ? "" : ": ", c->shm ? "" : why);
+	return 0;
+}
+
 int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys)
 {
 	struct pbox_keyspec *ks;
@@ -716,9 +776,21 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.cookie = c->cookie;
 	ncfg.server_opt = c->info.mode == PBOX_JOB_SERVER_OPTIMIZER;
 	ncfg.cores = c->cores;
-	ncfg.tx = &pbox_udp_tx_ops;
-	ncfg.tx_ctx = c->udp;
+	rc = choose_transport(c,
+			      ucfg.fault.drop > 0 || ucfg.fault.dup > 0 || ucfg.fault.reorder > 0);
+	if (rc < 0) {
+		goto out;
+	}
+	ncfg.tx = c->shm != NULL ? &pbox_shm_client_tx_ops : &pbox_udp_tx_ops;
+	ncfg.tx_ctx = c->shm != NULL ? (void *)c->shm : (void *)c->udp;
 	ncfg.rto_ms = c->opts.rto_ms;
+	if (c->shm != NULL) {
+		/* Rings lose nothing unless one is full (counted on both sides): a timeout
+		 * there means a descheduled peer on a busy host, not a loss; a low floor would
+		 * only resend what is about to be read. */
+		ncfg.rto_min_ms = PBOX_SHM_RTO_MIN_MS;
+		ncfg.rto_ms = PBOX_MAX(ncfg.rto_ms, (uint32_t)PBOX_SHM_RTO_MIN_MS);
+	}
 	ncfg.timeout_ms = c->opts.timeout_ms;
 	ncfg.max_inflight = c->opts.max_inflight;
 	ncfg.window_bytes = c->opts.window_bytes;
@@ -1003,6 +1075,11 @@ int64_t pbox_result_version(struct pbox_client *c, uint32_t key_id)
 	return v;
 }
 
+const char *pbox_transport(const struct pbox_client *c)
+{
+	return c != NULL ? c->transport : "";
+}
+
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info)
 {
 	if (c == NULL || info == NULL) {
@@ -1065,6 +1142,7 @@ void pbox_close(struct pbox_client *c)
 		close(c->wake_fd);
 	}
 	pbox_node_destroy(c->node);
+	pbox_shm_client_close(c->shm);
 	pbox_udp_close(c->udp);
 	pbox_jobdesc_free(&c->desc);
 	pbox_linebuf_free(&c->ctl_in);

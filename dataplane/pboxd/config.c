@@ -186,6 +186,7 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	snprintf(cfg->xdp.mode, sizeof(cfg->xdp.mode), "auto");
 	snprintf(cfg->xdp.pin_root, sizeof(cfg->xdp.pin_root), "/sys/fs/bpf/pbox");
 	cfg->xdp.max_chunks = 1u << 20;
+	pboxd_shm_cfg_default(&cfg->shm);
 	cfg->probe.port = 55001;
 	cfg->probe.max_rate_bps = 1e9;
 	cfg->probe.max_budget_s = 10;
@@ -866,6 +867,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"dpdk",
 		"xdp",
 		"probe",
+		"shm",
 		"worker_timeout",
 		"admin_token",
 		"control_socket",
@@ -1008,6 +1010,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		}
 		s = config_setting_get_member(a, "probe");
 		if (s != NULL && (rc = load_probe(&c, s, &cfg->probe)) != 0) {
+			goto out;
+		}
+		s = config_setting_get_member(a, "shm");
+		if (s != NULL && (rc = pboxd_shm_cfg_load(&c, s, &cfg->shm)) != 0) {
 			goto out;
 		}
 		if ((rc = pbox_conf_str(&c, a, "admin_token", cfg->admin_token,

@@ -60,6 +60,9 @@
  *                                     # ("": not pinned)
  *       max_chunks = 1048576;         # chunk-owner entries over all jobs
  *     };
+ *     shm = { enabled = true; socket = ""; ring_kb = 0; max_conns = 64; };
+ *                                     # shared-memory rings for workers on this host
+ *                                     # (transport/shm/shm_config.h)
  *     probe = {                       # SLoPS probe agent for pbox-ctrld (absent: off)
  *       port = 55001;                 # UDP port of the responder
  *       address = "";                 # numeric address it binds ("": any)
@@ -106,6 +109,7 @@
 #include "engine/job.h"
 #include "kernels/kernels.h"
 #include "transport/fault.h"
+#include "transport/shm/shm_config.h"
 
 #define PBOXD_DEFAULT_CONFIG "/etc/pbox/pboxd.conf"
 
@@ -213,6 +217,7 @@ struct pboxd_config {
 	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_xdp_cfg xdp;
 	struct pboxd_probe_cfg probe;
+	struct pboxd_shm_cfg shm; /* transport/shm/shm_config.h */
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };

@@ -46,6 +46,7 @@
 #include "engine/engine.h"
 
 struct pboxd_dp;
+struct pboxd_shm;
 
 /*
  * A data-plane transport: how datagrams reach the cores' engines and leave them. Chosen
@@ -99,6 +100,7 @@ struct pboxd_dp {
 	struct pbox_jobtab *tab; /* RCU-published; NULL: no sessions */
 	const struct pboxd_transport_ops *ops;
 	void *xport;
+	struct pboxd_shm *shm; /* local workers' rings beside kernel UDP (NULL: off) */
 	uint32_t ncores;
 	struct pboxd_core *cores;
 	bool busy_poll;

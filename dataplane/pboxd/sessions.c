@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "budget.h"
 #include "checkpoint.h"
+#include "transport/shm/pboxd_shm.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -752,9 +753,10 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
 		      j->nregistered, j->cfg->workers);
 	st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
-	/* resume_version: the resume contract (README, "Checkpoints and restart"). */
+	/* resume_version: the resume contract (README, "Checkpoints and restart"); shm: the
+	 * shared-memory socket for workers on this host (transport/shm/shm.h), if offered. */
 	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
-			 "s:b, s:b, s:i, s:I}",
+			 "s:b, s:b, s:i, s:I, s:s*}",
 			 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports", ports,
 			 "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
 			 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
@@ -764,7 +766,7 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
 			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
 			 (json_int_t)pboxd_sessions_heartbeat_ms(s), "resume_version",
-			 (json_int_t)j->resume_version);
+			 (json_int_t)j->resume_version, "shm", pboxd_shm_advertised());
 }
 
 static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,

@@ -100,6 +100,7 @@ struct demo {
 	char control[64];
 	char token[33];
 	uint16_t tcp_port, base_port;
+	char transport[16]; /* the workers' data path: "shm", "udp", or "shm+udp" if mixed */
 	pid_t pboxd;
 	int pboxd_status;
 	bool pboxd_reaped;
@@ -1141,6 +1142,9 @@ static void show_ready(struct demo *d)
 		"all %u workers ready after %.1f s: %u steps per epoch of %u samples (%s per "
 		"worker)\n",
 		d->o.workers, d->t_ready - d->t_start, d->steps_per_epoch, d->o.batch, per);
+	if (d->transport[0] != '\0') {
+		fprintf(d->out, "transport: %s\n", d->transport);
+	}
 	if (d->killed) {
 		fprintf(d->out,
 			"resuming at step %llu: the version pboxd restored from its checkpoint "
@@ -1149,6 +1153,19 @@ static void show_ready(struct demo *d)
 			(unsigned long long)(d->killed_at - PBOX_MIN(d->killed_at, d->resumed_at)));
 	}
 	fflush(d->out);
+}
+
+/* A worker's data path (its ready event): the run's, or "shm+udp" once they differ. */
+static void note_transport(struct demo *d, const char *t)
+{
+	if (t == NULL || strlen(t) > 3) {
+		return;
+	}
+	if (d->transport[0] == '\0') {
+		snprintf(d->transport, sizeof(d->transport), "%s", t);
+	} else if (strcmp(d->transport, t) != 0) {
+		snprintf(d->transport, sizeof(d->transport), "shm+udp");
+	}
 }
 
 /* One event line from worker w. */
@@ -1171,6 +1188,7 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 			d->steps_per_epoch = (uint32_t)pbox_cli_json_u64(o, "steps");
 			/* The step a restarted rank resumes at (0 on a fresh start). */
 			d->resumed_at = pbox_cli_json_u64(o, "total_steps");
+			note_transport(d, json_string_value(json_object_get(o, "transport")));
 			if (++d->nready == d->o.workers) {
 				d->t_ready = pbox_mono_s();
 				d->last_plain = d->t_ready;

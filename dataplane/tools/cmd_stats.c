@@ -121,6 +121,39 @@ static void print_udp(const json_t *t)
 	       json_is_true(json_object_get(t, "gro")) ? "on" : "off");
 }
 
+/* The shared-memory transport's line (local workers' rings beside kernel UDP). */
+static void print_shm(const json_t *t)
+{
+	const json_t *broken = json_object_get(t, "broken"), *v;
+	const char *key;
+	uint64_t nbroken = 0;
+
+	if (!json_is_object(t)) {
+		return;
+	}
+	json_object_foreach((json_t *)broken, key, v)
+	{
+		nbroken += (uint64_t)json_integer_value(v);
+	}
+	printf("shm: %" PRIu64 " connections (%" PRIu64 " accepted, %" PRIu64
+	       " not admitted, %" PRIu64 " broken rings), %" PRIu64 " datagrams in, %" PRIu64
+	       " out, %" PRIu64 " dropped on a full ring, %" PRIu64 " wake-ups\n",
+	       pbox_cli_json_u64(t, "conns_live"), pbox_cli_json_u64(t, "accepted"),
+	       pbox_cli_json_u64(t, "auth_failed"), nbroken, pbox_cli_json_u64(t, "rx_pkts"),
+	       pbox_cli_json_u64(t, "tx_pkts"), pbox_cli_json_u64(t, "tx_full"),
+	       pbox_cli_json_u64(t, "wakes"));
+	if (nbroken != 0) {
+		printf("shm broken:");
+		json_object_foreach((json_t *)broken, key, v)
+		{
+			if (json_integer_value(v) != 0) {
+				printf(" %s=%" JSON_INTEGER_FORMAT, key, json_integer_value(v));
+			}
+		}
+		printf("\n");
+	}
+}
+
 static void print_stats(const char *addr, const json_t *st)
 {
 	const json_t *cores = json_object_get(st, "cores"), *tot = json_object_get(st, "totals");
@@ -155,6 +188,7 @@ static void print_stats(const char *addr, const json_t *st)
 		}
 	}
 	print_udp(json_object_get(st, "transport"));
+	print_shm(json_object_get(json_object_get(st, "transport"), "shm"));
 	print_control(json_object_get(st, "control"));
 	print_xdp(json_object_get(st, "xdp"));
 	if (json_array_size(jobs) == 0) {

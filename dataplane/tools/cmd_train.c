@@ -294,6 +294,9 @@ static void event_json(const struct pbox_train_event *ev)
 		json_object_set_new(o, "params", json_integer((json_int_t)ev->nparams));
 		json_object_set_new(o, "keys", json_integer(ev->nkeys));
 		json_object_set_new(o, "setup_s", json_real(ev->setup_s));
+		if (ev->transport[0] != '\0') {
+			json_object_set_new(o, "transport", json_string(ev->transport));
+		}
 		break;
 	case PBOX_TRAIN_EV_STEP:
 		json_object_set_new(o, "net", net_json(&ev->net));

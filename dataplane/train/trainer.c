@@ -454,6 +454,7 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 		goto out;
 	}
 	t.ev.rank = cfg->client.rank;
+	snprintf(t.ev.transport, sizeof(t.ev.transport), "%s", pbox_transport(c));
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
 	t.ev.setup_s = pbox_mono_s() - t0;
 	t.ev.total_steps = pbox_resume_version(c); /* where this rank starts */

@@ -89,6 +89,7 @@ struct pbox_train_event {
 	double eval_s;                /* EPOCH: seconds testing */
 	struct pbox_client_stats net; /* rank: the client's counters so far (local: zero);
 					 in every event but READY */
+	char transport[8]; /* READY of a rank: its data path ("udp" or "shm"); local: "" */
 };
 
 typedef void (*pbox_train_event_fn)(const struct pbox_train_event *ev, void *arg);

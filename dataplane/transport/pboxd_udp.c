@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "core/loop.h"
 #include "pboxd/dataplane.h"
+#include "transport/shm/pboxd_shm.h"
 #include "transport/udp.h"
 
 /* ---- the kernel-UDP transport: a module of the core loop (core/loop.h) --------------- */
@@ -75,6 +76,15 @@ static bool udp_wait(void *xc, int timeout_ms)
 	return true;
 }
 
+/* The same with local workers' rings on the core: wait for the socket or their doorbell,
+ * then the rx pass receives without blocking. */
+static bool udp_wait_fd(void *xc, int timeout_ms, int fd)
+{
+	struct udp_core *u = xc;
+
+	return pbox_udp_wait(u->udp, timeout_ms, fd) >= 0;
+}
+
 static void udp_wake(void *xc)
 {
 	struct udp_core *u = xc;
@@ -87,6 +97,7 @@ static void udp_wake(void *xc)
 static const struct pbox_loop_ops udp_loop_ops = {
 	.rx = udp_rx,
 	.wait = udp_wait,
+	.wait_fd = udp_wait_fd,
 	.wake = udp_wake,
 };
 
@@ -102,6 +113,17 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 {
 	int rc = 0;
 
+	if (cfg->shm.enabled &&
+	    (cfg->fault.drop > 0 || cfg->fault.dup > 0 || cfg->fault.reorder > 0)) {
+		/* Fault injection is the UDP socket's: with it, every worker stays on UDP. */
+		PBOX_LOG_INFO(MAIN,
+			      "shm: not offered to local workers while fault injection is on");
+	} else if (cfg->shm.enabled) {
+		dp->shm = pboxd_shm_create(&cfg->shm, cfg->ncores, &dp->tab);
+		if (dp->shm == NULL) {
+			return -EINVAL;
+		}
+	}
 	for (uint32_t k = 0; k < cfg->ncores; k++) {
 		struct pboxd_core *c = &dp->cores[k];
 		struct udp_core *u;
@@ -139,6 +161,9 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		}
 		c->engine.tx = &pbox_udp_tx_ops;
 		c->engine.tx_ctx = u->udp;
+		if (dp->shm != NULL) {
+			pboxd_shm_core_attach(dp->shm, k, &u->loop);
+		}
 		{
 			char info[128];
 
@@ -179,7 +204,7 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
 		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
 		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle");
-	return 0;
+	return dp->shm != NULL ? pboxd_shm_start(dp->shm) : 0;
 }
 
 static void udp_stop(struct pboxd_dp *dp)
@@ -203,6 +228,8 @@ static void udp_stop(struct pboxd_dp *dp)
 			u->started = false;
 		}
 	}
+	pboxd_shm_destroy(dp->shm); /* the cores are joined */
+	dp->shm = NULL;
 	for (uint32_t k = 0; k < dp->ncores; k++) {
 		struct udp_core *u = dp->cores[k].xport_core;
 
@@ -282,9 +309,10 @@ static json_t *udp_stats_json(const struct pboxd_dp *dp)
 		}
 	}
 	udp_counters(dp, dp->ncores, &s);
-	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o}", "name", "udp", "gso", info.gso,
-			 "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf, "cores",
-			 cores, "totals", udp_counters_json(&s));
+	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o*}", "name", "udp", "gso",
+			 info.gso, "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf,
+			 "cores", cores, "totals", udp_counters_json(&s), "shm",
+			 dp->shm != NULL ? pboxd_shm_stats_json(dp->shm) : NULL);
 }
 
 static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)
@@ -299,6 +327,9 @@ static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)
 		s.rx_pkts, s.rx_calls, s.rx_calls ? (double)s.rx_pkts / (double)s.rx_calls : 0.0,
 		s.rx_empty, s.rx_gro_msgs, s.tx_pkts, s.tx_calls, s.tx_gso_msgs);
 	fflush(f);
+	if (dp->shm != NULL) {
+		pboxd_shm_stats_print(f, dp->shm);
+	}
 }
 
 const struct pboxd_transport_ops pboxd_udp_transport = {

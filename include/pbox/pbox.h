@@ -170,6 +170,12 @@ int pbox_wait_all(struct pbox_client *c, int timeout_ms);
 
 int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
 
+/* The data path pbox_register chose: "udp" (kernel UDP) or "shm" (shared-memory rings with
+ * a pboxd on this host); "" before registration. The environment variable PBOX_TRANSPORT
+ * ("udp", "shm" or "auto", the default) decides: auto takes shm when pboxd offers it and
+ * its data address is on this host; shm fails the registration if it cannot be set up. */
+const char *pbox_transport(const struct pbox_client *c);
+
 /* The version (server-optimizer) or iteration (aggregate) of the last result received for
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
  * drop-stragglers can use it to catch up. Negative errno for an unknown key. */

@@ -1,0 +1,902 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* pboxd's side of the shared-memory transport (see pboxd_shm.h). */
+#include "pboxd_shm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <urcu-qsbr.h>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "shm.h"
+
+/* Datagrams taken from one connection's ring per poll: fairness between workers. */
+#define SHM_POLL_BURST 32u
+
+enum conn_state {
+	CONN_FREE = 0,
+	CONN_HELLO,   /* accepted, hello not yet read (listener only) */
+	CONN_LIVE,    /* rings set up; the cores list it */
+	CONN_CLOSING, /* ended; freed once every core dropped it */
+};
+
+/* One worker connection: written by the listener, read by the cores once they saw it
+ * LIVE under a generation (acquire). `bad` is the only field a core writes. */
+struct shm_conn {
+	_Atomic int state;
+	_Atomic uint32_t bad; /* enum pbox_shm_err a core found (0: none) */
+	uint32_t id;          /* 1 .. 2^24 - 1, the peer's address */
+	uint32_t job, rank;
+	bool welcomed;
+	int sock;
+	int wake_fd;       /* the worker's eventfd */
+	int memfd_pending; /* until the welcome carried it */
+	uint8_t *base;
+	struct pbox_shm_layout lay;
+	uint64_t add_gen, close_gen;
+};
+
+/* A core's private view of one connection slot. */
+struct shm_local {
+	bool live;
+	bool touched; /* replies written since the last flush */
+	uint32_t id;
+	uint32_t broken_id; /* a connection this core found broken: never relisted */
+	int wake_fd;
+	struct pbox_peer peer;
+	struct pbox_shm_cons rx; /* worker -> this core */
+	struct pbox_shm_prod tx; /* this core -> worker */
+};
+
+struct shm_core_stats {
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;
+	uint64_t tx_full; /* replies dropped: the worker's ring had no room */
+	uint64_t tx_gone; /* replies to a connection that ended */
+	uint64_t wakes;   /* eventfd writes to sleeping workers */
+	uint64_t sleeps;  /* waits with the rings armed */
+	uint64_t broken[PBOX_SHM_ERR_COUNT];
+};
+
+struct shm_core {
+	struct shm_core_stats st; /* first: its own cache lines */
+	struct pboxd_shm *s;
+	uint32_t k;
+	int efd; /* workers (and the listener) ring this core */
+	uint64_t seen_gen;
+	_Atomic uint64_t acked_gen;
+	struct pbox_engine *e;
+	const struct pbox_tx_ops *inner;
+	void *inner_ctx;
+	uint64_t pushed; /* payload datagrams copied into rings */
+	uint32_t nlive, ntouched;
+	uint32_t *live;    /* slots, nlive of them */
+	uint32_t *touched; /* slots, ntouched of them */
+	struct shm_local *local;
+	struct pbox_shm_dgram dg[SHM_POLL_BURST];
+} PBOX_CACHE_ALIGNED;
+
+struct pboxd_shm {
+	struct pboxd_shm_cfg cfg;
+	char name[108];
+	uint32_t ncores;
+	uint64_t ring_bytes;
+	struct pbox_jobtab *const *tab;
+	int lfd;
+	int efd; /* the listener's doorbell: stop, or a core found a broken ring */
+	bool stop;
+	bool started;
+	pthread_t thread;
+	_Atomic uint64_t gen;
+	uint32_t next_id;
+	struct shm_conn *conns;
+	struct shm_core **cores;
+	/* listener counters (relaxed) */
+	uint64_t accepted, refused, auth_failed, bad_hello, closed;
+};
+
+static const char *g_advertised;
+
+const char *pboxd_shm_advertised(void)
+{
+	return __atomic_load_n(&g_advertised, __ATOMIC_ACQUIRE);
+}
+
+static void ring_fd(int fd)
+{
+	uint64_t one = 1;
+
+	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
+		/* saturated: the reader is awake anyway */
+	}
+}
+
+static void drain_fd(int fd)
+{
+	uint64_t v;
+
+	if (read(fd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: nobody rang */
+	}
+}
+
+/* ---- the cores ---------------------------------------------------------------------- */
+
+static void local_drop(struct shm_core *c, uint32_t slot)
+{
+	struct shm_local *loc = &c->local[slot];
+
+	loc->live = false;
+	for (uint32_t i = 0; i < c->nlive; i++) {
+		if (c->live[i] == slot) {
+			c->live[i] = c->live[--c->nlive];
+			break;
+		}
+	}
+}
+
+/* Pick up connections added or ended since the last look; acknowledge the generation. */
+static void rebuild(struct shm_core *c)
+{
+	struct pboxd_shm *s = c->s;
+	uint64_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
+
+	if (pbox_likely(g == c->seen_gen)) {
+		return;
+	}
+	for (uint32_t slot = 0; slot < s->cfg.max_conns; slot++) {
+		struct shm_conn *cn = &s->conns[slot];
+		struct shm_local *loc = &c->local[slot];
+		int st = atomic_load_explicit(&cn->state, memory_order_acquire);
+
+		if (st == CONN_LIVE && cn->add_gen <= g && (!loc->live || loc->id != cn->id)) {
+			if (loc->live) {
+				local_drop(c, slot);
+			}
+			if (loc->broken_id == cn->id) {
+				continue;
+			}
+			loc->id = cn->id;
+			loc->wake_fd = cn->wake_fd;
+			loc->touched = false;
+			memset(&loc->peer, 0, sizeof(loc->peer));
+			loc->peer.ip = htonl(cn->id);
+			loc->peer.port = htons((uint16_t)(slot + 1));
+			loc->peer.ifport = PBOX_SHM_IFPORT;
+			pbox_shm_cons_init(&loc->rx, pbox_shm_ctl_w2a(cn->base, c->k),
+					   pbox_shm_data_w2a(cn->base, &cn->lay, c->k),
+					   cn->lay.ring_bytes);
+			pbox_shm_prod_init(&loc->tx, pbox_shm_ctl_a2w(cn->base, c->k),
+					   pbox_shm_data_a2w(cn->base, &cn->lay, c->k),
+					   cn->lay.ring_bytes);
+			loc->live = true;
+			c->live[c->nlive++] = slot;
+		} else if (st != CONN_LIVE && loc->live) {
+			local_drop(c, slot);
+		}
+	}
+	/* Replies queued for a connection just dropped are not woken for: it is gone. */
+	c->ntouched = 0;
+	for (uint32_t i = 0; i < c->nlive; i++) {
+		c->local[c->live[i]].touched = false;
+	}
+	c->seen_gen = g;
+	atomic_store_explicit(&c->acked_gen, g, memory_order_release);
+}
+
+static void broken(struct shm_core *c, uint32_t slot, enum pbox_shm_err err)
+{
+	struct shm_conn *cn = &c->s->conns[slot];
+	struct shm_local *loc = &c->local[slot];
+
+	PBOX_STAT_ADD(&c->st, broken[err], 1);
+	PBOX_LOG_WARN(TRANSPORT, "shm connection %u (job %u rank %u), core %u: %s; ending it",
+		      loc->id, cn->job, cn->rank, c->k, pbox_shm_err_name(err));
+	loc->broken_id = loc->id;
+	if (loc->touched) {
+		loc->touched = false;
+		for (uint32_t i = 0; i < c->ntouched; i++) {
+			if (c->touched[i] == slot) {
+				c->touched[i] = c->touched[--c->ntouched];
+				break;
+			}
+		}
+	}
+	local_drop(c, slot);
+	atomic_store_explicit(&cn->bad, (uint32_t)err, memory_order_release);
+	ring_fd(c->s->efd);
+}
+
+static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
+{
+	struct shm_core *c = arg;
+	const struct pbox_jobtab *tab = NULL;
+	bool any = false;
+
+	rebuild(c);
+	for (uint32_t i = 0; i < c->nlive; i++) {
+		uint32_t slot = c->live[i];
+		struct shm_local *loc = &c->local[slot];
+		unsigned n = pbox_shm_cons_pop(&loc->rx, c->dg, SHM_POLL_BURST);
+
+		if (pbox_unlikely(loc->rx.err != PBOX_SHM_OK)) {
+			broken(c, slot, loc->rx.err);
+			i--; /* the slot at i was replaced by the last one */
+			continue;
+		}
+		if (n == 0) {
+			continue;
+		}
+		if (tab == NULL) {
+			tab = pbox_loop_table(l);
+		}
+		for (unsigned j = 0; j < n; j++) {
+			const struct pbox_shm_dgram *d = &c->dg[j];
+			struct pbox_iov seg[2] = {
+				{ d->hdr, PBOX_MIN(d->len, (uint32_t)PBOX_WIRE_HDR_LEN) },
+				{ d->payload, d->len - seg[0].len },
+			};
+
+			PBOX_STAT_ADD(&c->st, rx_bytes, d->len);
+			pbox_engine_rx_iov(c->e, tab, seg, d->payload != NULL ? 2 : 1, &loc->peer);
+		}
+		PBOX_STAT_ADD(&c->st, rx_pkts, n);
+		/* The engine read them during the calls: the room goes back now. */
+		pbox_shm_cons_release(&loc->rx);
+		any = true;
+	}
+	if (!any) {
+		return PBOX_POLL_IDLE;
+	}
+	pbox_engine_flush(c->e);
+	return PBOX_POLL_BUSY;
+}
+
+static int shm_sleep_prepare(void *arg)
+{
+	struct shm_core *c = arg;
+
+	if (atomic_load_explicit(&c->s->gen, memory_order_acquire) != c->seen_gen) {
+		return -EAGAIN;
+	}
+	if (c->nlive == 0) {
+		return -1;
+	}
+	for (uint32_t i = 0; i < c->nlive; i++) {
+		if (!pbox_shm_cons_sleep_prepare(&c->local[c->live[i]].rx)) {
+			for (uint32_t j = 0; j < i; j++) {
+				pbox_shm_cons_sleep_end(&c->local[c->live[j]].rx);
+			}
+			return -EAGAIN;
+		}
+	}
+	PBOX_STAT_ADD(&c->st, sleeps, 1);
+	return c->efd;
+}
+
+static void shm_sleep_end(void *arg)
+{
+	struct shm_core *c = arg;
+
+	for (uint32_t i = 0; i < c->nlive; i++) {
+		pbox_shm_cons_sleep_end(&c->local[c->live[i]].rx);
+	}
+	drain_fd(c->efd);
+}
+
+static const struct pbox_loop_poller shm_poller = {
+	.poll = shm_poll,
+	.sleep_prepare = shm_sleep_prepare,
+	.sleep_end = shm_sleep_end,
+};
+
+/* ---- the engine's send multiplexer ---------------------------------------------------- */
+
+static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
+		    const void *payload, uint32_t len)
+{
+	struct shm_core *c = ctx;
+	struct shm_local *loc;
+	uint32_t slot;
+	int rc;
+
+	if (pbox_likely(to->ifport != PBOX_SHM_IFPORT)) {
+		return c->inner->send(c->inner_ctx, to, hdr, payload, len);
+	}
+	slot = (uint32_t)ntohs(to->port) - 1u;
+	if (pbox_unlikely(slot >= c->s->cfg.max_conns || !c->local[slot].live ||
+			  c->local[slot].id != ntohl(to->ip))) {
+		PBOX_STAT_ADD(&c->st, tx_gone, 1);
+		return -EHOSTUNREACH;
+	}
+	loc = &c->local[slot];
+	rc = pbox_shm_push(&loc->tx, hdr, payload, len);
+	if (pbox_unlikely(rc != 0)) {
+		if (rc == -ENOBUFS) {
+			PBOX_STAT_ADD(&c->st, tx_full, 1);
+		} else if (loc->tx.err != PBOX_SHM_OK) {
+			broken(c, slot, loc->tx.err);
+		}
+		return rc;
+	}
+	PBOX_STAT_ADD(&c->st, tx_pkts, 1);
+	PBOX_STAT_ADD(&c->st, tx_bytes, PBOX_WIRE_HDR_LEN + len);
+	c->pushed += len != 0;
+	if (!loc->touched) {
+		loc->touched = true;
+		c->touched[c->ntouched++] = slot;
+	}
+	return 0;
+}
+
+static void mux_flush(void *ctx)
+{
+	struct shm_core *c = ctx;
+
+	c->inner->flush(c->inner_ctx);
+	for (uint32_t i = 0; i < c->ntouched; i++) {
+		struct shm_local *loc = &c->local[c->touched[i]];
+
+		loc->touched = false;
+		if (pbox_shm_prod_need_wake(&loc->tx)) {
+			PBOX_STAT_ADD(&c->st, wakes, 1);
+			ring_fd(loc->wake_fd);
+		}
+	}
+	c->ntouched = 0;
+}
+
+static uint64_t mux_queued(void *ctx)
+{
+	struct shm_core *c = ctx;
+
+	return c->inner->queued(c->inner_ctx) + c->pushed;
+}
+
+/* Ring writes copy: only the inner transport's datagrams can still be referenced, and it
+ * releases all of them (the attach contract). */
+static uint64_t mux_reclaim(void *ctx, uint64_t upto)
+{
+	struct shm_core *c = ctx;
+
+	(void)upto;
+	return c->inner->reclaim(c->inner_ctx, c->inner->queued(c->inner_ctx)) + c->pushed;
+}
+
+static const struct pbox_tx_ops mux_ops = {
+	.send = mux_send,
+	.flush = mux_flush,
+	.queued = mux_queued,
+	.reclaim = mux_reclaim,
+};
+
+void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l)
+{
+	struct shm_core *c = s->cores[k];
+
+	c->e = l->engine;
+	c->inner = l->engine->tx;
+	c->inner_ctx = l->engine->tx_ctx;
+	l->engine->tx = &mux_ops;
+	l->engine->tx_ctx = c;
+	l->poller = &shm_poller;
+	l->poller_arg = c;
+}
+
+/* ---- the listener ------------------------------------------------------------------- */
+
+static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
+{
+	if (cn->sock >= 0) {
+		close(cn->sock);
+	}
+	if (cn->wake_fd >= 0) {
+		close(cn->wake_fd);
+	}
+	if (cn->memfd_pending >= 0) {
+		close(cn->memfd_pending);
+	}
+	if (cn->base != NULL) {
+		munmap(cn->base, cn->lay.seg_bytes);
+	}
+	(void)s;
+	cn->sock = cn->wake_fd = cn->memfd_pending = -1;
+	cn->base = NULL;
+	cn->welcomed = false;
+	cn->job = cn->rank = cn->id = 0;
+	cn->add_gen = cn->close_gen = 0;
+	atomic_store_explicit(&cn->bad, 0, memory_order_relaxed);
+	atomic_store_explicit(&cn->state, CONN_FREE, memory_order_release);
+}
+
+static void ring_cores(struct pboxd_shm *s)
+{
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		ring_fd(s->cores[k]->efd);
+	}
+}
+
+static bool cores_acked(const struct pboxd_shm *s, uint64_t g)
+{
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		if (atomic_load_explicit(&s->cores[k]->acked_gen, memory_order_acquire) < g) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* End a live connection: the worker sees its socket close; the memory goes once every
+ * core dropped it. */
+static void conn_end(struct pboxd_shm *s, struct shm_conn *cn, const char *why)
+{
+	PBOX_LOG_INFO(TRANSPORT, "shm connection %u (job %u rank %u) ended: %s", cn->id, cn->job,
+		      cn->rank, why);
+	if (cn->sock >= 0) {
+		close(cn->sock);
+		cn->sock = -1;
+	}
+	cn->close_gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&cn->state, CONN_CLOSING, memory_order_release);
+	atomic_store_explicit(&s->gen, cn->close_gen, memory_order_release);
+	__atomic_fetch_add(&s->closed, 1, __ATOMIC_RELAXED);
+	ring_cores(s);
+}
+
+static void refuse(struct pboxd_shm *s, struct shm_conn *cn, uint32_t status)
+{
+	struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
+				      .version = PBOX_SHM_VERSION,
+				      .status = status };
+
+	(void)pbox_shm_send_fds(cn->sock, &w, sizeof(w), NULL, 0);
+	conn_free(s, cn);
+}
+
+/* Whether (job, rank, cookie) is an admitted worker in the published table. */
+static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h)
+{
+	const struct pbox_wire_job *wj;
+	bool ok = false;
+
+	rcu_thread_online();
+	wj = pbox_jobtab_lookup((void *)rcu_dereference(*s->tab), h->job);
+	if (wj != NULL && h->rank < wj->desc->nworkers && h->cookie != 0 &&
+	    wj->cookies[h->rank] == h->cookie) {
+		ok = true;
+	}
+	rcu_thread_offline();
+	return ok;
+}
+
+/* The hello of a new connection: check it, set up its memory, list it for the cores. */
+static void on_hello(struct pboxd_shm *s, struct shm_conn *cn)
+{
+	struct pbox_shm_hello h;
+	unsigned nfds = 0;
+	int fds[1], memfd = -1;
+	int rc = pbox_shm_recv_fds(cn->sock, &h, sizeof(h), fds, 0, &nfds);
+
+	if (rc == -EAGAIN) {
+		return;
+	}
+	if (rc != 0 || h.magic != PBOX_SHM_MAGIC || h.version != PBOX_SHM_VERSION) {
+		__atomic_fetch_add(&s->bad_hello, 1, __ATOMIC_RELAXED);
+		refuse(s, cn, EPROTO);
+		return;
+	}
+	if (!admitted(s, &h)) {
+		__atomic_fetch_add(&s->auth_failed, 1, __ATOMIC_RELAXED);
+		PBOX_LOG_INFO(TRANSPORT, "shm: refused job %u rank %u: not an admitted worker",
+			      h.job, h.rank);
+		refuse(s, cn, EACCES);
+		return;
+	}
+	cn->job = h.job;
+	cn->rank = h.rank;
+	pbox_shm_layout(&cn->lay, s->ncores, s->ring_bytes);
+	memfd = memfd_create("pbox-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cn->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (memfd < 0 || cn->wake_fd < 0 || ftruncate(memfd, (off_t)cn->lay.seg_bytes) != 0 ||
+	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+		PBOX_LOG_ERR(TRANSPORT,
+			     "shm: job %u rank %u: cannot create %llu bytes of rings: %s", h.job,
+			     h.rank, (unsigned long long)cn->lay.seg_bytes, strerror(errno));
+		goto fail;
+	}
+	cn->base = mmap(NULL, cn->lay.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (cn->base == MAP_FAILED) {
+		cn->base = NULL;
+		PBOX_LOG_ERR(TRANSPORT, "shm: job %u rank %u: cannot map its rings: %s", h.job,
+			     h.rank, strerror(errno));
+		goto fail;
+	}
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		pbox_shm_ring_ctl_init(pbox_shm_ctl_w2a(cn->base, k));
+		pbox_shm_ring_ctl_init(pbox_shm_ctl_a2w(cn->base, k));
+	}
+	cn->id = s->next_id;
+	s->next_id = s->next_id + 1 >= (1u << 24) ? 1 : s->next_id + 1;
+	cn->memfd_pending = memfd;
+	cn->add_gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&cn->state, CONN_LIVE, memory_order_release);
+	atomic_store_explicit(&s->gen, cn->add_gen, memory_order_release);
+	__atomic_fetch_add(&s->accepted, 1, __ATOMIC_RELAXED);
+	ring_cores(s);
+	return;
+fail:
+	if (memfd >= 0) {
+		close(memfd);
+	}
+	refuse(s, cn, ENOMEM);
+}
+
+/* Every core lists the connection: tell the worker where its rings are. */
+static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
+{
+	struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
+				      .version = PBOX_SHM_VERSION,
+				      .status = 0,
+				      .ncores = s->ncores,
+				      .ring_bytes = cn->lay.ring_bytes,
+				      .seg_bytes = cn->lay.seg_bytes,
+				      .conn_id = cn->id };
+	int fds[PBOX_SHM_MAX_CORES + 2];
+	int rc;
+
+	fds[0] = cn->memfd_pending;
+	fds[1] = cn->wake_fd;
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		fds[2 + k] = s->cores[k]->efd;
+	}
+	rc = pbox_shm_send_fds(cn->sock, &w, sizeof(w), fds, s->ncores + 2);
+	close(cn->memfd_pending); /* the mappings keep the memory */
+	cn->memfd_pending = -1;
+	cn->welcomed = true;
+	if (rc != 0) {
+		conn_end(s, cn, "the welcome could not be sent");
+		return;
+	}
+	PBOX_LOG_INFO(TRANSPORT, "shm connection %u: job %u rank %u, %u cores, rings of %llu KiB",
+		      cn->id, cn->job, cn->rank, s->ncores,
+		      (unsigned long long)(cn->lay.ring_bytes >> 10));
+}
+
+static void accept_some(struct pboxd_shm *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct shm_conn *cn = NULL;
+
+		if (fd < 0) {
+			return;
+		}
+		for (uint32_t i = 0; i < s->cfg.max_conns; i++) {
+			if (atomic_load_explicit(&s->conns[i].state, memory_order_relaxed) ==
+			    CONN_FREE) {
+				cn = &s->conns[i];
+				break;
+			}
+		}
+		if (cn == NULL) {
+			struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
+						      .version = PBOX_SHM_VERSION,
+						      .status = EMFILE };
+
+			__atomic_fetch_add(&s->refused, 1, __ATOMIC_RELAXED);
+			(void)pbox_shm_send_fds(fd, &w, sizeof(w), NULL, 0);
+			close(fd);
+			continue;
+		}
+		cn->sock = fd;
+		cn->wake_fd = -1;
+		cn->memfd_pending = -1;
+		atomic_store_explicit(&cn->state, CONN_HELLO, memory_order_relaxed);
+	}
+}
+
+static void *listener_main(void *arg)
+{
+	struct pboxd_shm *s = arg;
+	struct pollfd *p = calloc(s->cfg.max_conns + 2, sizeof(*p));
+	uint32_t *who = calloc(s->cfg.max_conns + 2, sizeof(*who));
+
+	rcu_register_thread();
+	rcu_thread_offline();
+	while (p != NULL && who != NULL && !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		unsigned np = 2;
+		bool waiting = false;
+		int rc;
+
+		p[0] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = s->efd, .events = POLLIN };
+		for (uint32_t i = 0; i < s->cfg.max_conns; i++) {
+			struct shm_conn *cn = &s->conns[i];
+			int st = atomic_load_explicit(&cn->state, memory_order_relaxed);
+
+			if (st == CONN_HELLO || (st == CONN_LIVE && cn->welcomed)) {
+				p[np] = (struct pollfd){ .fd = cn->sock, .events = POLLIN };
+				who[np++] = i;
+			}
+			waiting |= (st == CONN_LIVE && !cn->welcomed) || st == CONN_CLOSING;
+		}
+		/* While a connection waits for the cores, look every 2 ms. */
+		rc = poll(p, np, waiting ? 2 : -1);
+		if (rc < 0 && errno != EINTR) {
+			PBOX_LOG_ERR(TRANSPORT, "shm: poll: %s", strerror(errno));
+			break;
+		}
+		if (p[1].revents & POLLIN) {
+			drain_fd(s->efd);
+		}
+		for (unsigned i = 2; rc > 0 && i < np; i++) {
+			struct shm_conn *cn = &s->conns[who[i]];
+
+			if (p[i].revents == 0) {
+				continue;
+			}
+			if (atomic_load_explicit(&cn->state, memory_order_relaxed) == CONN_HELLO) {
+				on_hello(s, cn);
+			} else {
+				/* A worker says nothing after its hello: data or EOF ends it. */
+				conn_end(s, cn, "the worker closed its socket");
+			}
+		}
+		if (rc > 0 && (p[0].revents & POLLIN)) {
+			accept_some(s);
+		}
+		for (uint32_t i = 0; i < s->cfg.max_conns; i++) {
+			struct shm_conn *cn = &s->conns[i];
+			int st = atomic_load_explicit(&cn->state, memory_order_relaxed);
+			uint32_t bad = atomic_load_explicit(&cn->bad, memory_order_acquire);
+
+			if (st == CONN_LIVE && bad != 0) {
+				conn_end(s, cn, pbox_shm_err_name((enum pbox_shm_err)bad));
+			} else if (st == CONN_LIVE && !cn->welcomed &&
+				   cores_acked(s, cn->add_gen)) {
+				welcome(s, cn);
+			} else if (st == CONN_CLOSING && cores_acked(s, cn->close_gen)) {
+				conn_free(s, cn);
+			}
+		}
+	}
+	rcu_unregister_thread();
+	free(p);
+	free(who);
+	return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------------- */
+
+struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t ncores,
+				   struct pbox_jobtab *const *tab)
+{
+	struct pboxd_shm *s = calloc(1, sizeof(*s));
+	struct sockaddr_un su;
+	struct pbox_shm_layout lay;
+	int sl;
+
+	if (s == NULL) {
+		PBOX_LOG_ERR(TRANSPORT, "shm: out of memory");
+		return NULL;
+	}
+	s->cfg = *cfg;
+	s->lfd = s->efd = -1;
+	s->ncores = ncores;
+	s->tab = tab;
+	s->next_id = 1;
+	s->ring_bytes = pboxd_shm_ring_bytes(cfg, ncores);
+	if (pbox_shm_layout(&lay, ncores, s->ring_bytes) != 0 || cfg->max_conns == 0 ||
+	    cfg->max_conns > 65534) {
+		PBOX_LOG_ERR(TRANSPORT,
+			     "shm: rings of %llu KiB (a power of two, %u..%u) with %u cores, "
+			     "max_conns %u (1..65534): out of range",
+			     (unsigned long long)(s->ring_bytes >> 10), PBOX_SHM_RING_MIN >> 10,
+			     PBOX_SHM_RING_MAX >> 10, ncores, cfg->max_conns);
+		goto fail;
+	}
+	if (cfg->socket[0] == '\0') {
+		snprintf(s->name, sizeof(s->name), "@pbox-shm-%d", (int)getpid());
+	} else {
+		snprintf(s->name, sizeof(s->name), "%s", cfg->socket);
+	}
+	s->conns = calloc(cfg->max_conns, sizeof(*s->conns));
+	s->cores = calloc(ncores, sizeof(*s->cores));
+	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->conns == NULL || s->cores == NULL || s->efd < 0) {
+		PBOX_LOG_ERR(TRANSPORT, "shm: out of memory / descriptors");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < cfg->max_conns; i++) {
+		s->conns[i].sock = s->conns[i].wake_fd = s->conns[i].memfd_pending = -1;
+	}
+	for (uint32_t k = 0; k < ncores; k++) {
+		struct shm_core *c =
+			aligned_alloc(PBOX_CACHE_LINE, PBOX_ALIGN_UP(sizeof(*c), PBOX_CACHE_LINE));
+
+		if (c == NULL) {
+			PBOX_LOG_ERR(TRANSPORT, "shm: out of memory for core %u", k);
+			goto fail;
+		}
+		memset(c, 0, sizeof(*c));
+		s->cores[k] = c;
+		c->s = s;
+		c->k = k;
+		c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		c->live = calloc(cfg->max_conns, sizeof(*c->live));
+		c->touched = calloc(cfg->max_conns, sizeof(*c->touched));
+		c->local = calloc(cfg->max_conns, sizeof(*c->local));
+		if (c->efd < 0 || c->live == NULL || c->touched == NULL || c->local == NULL) {
+			PBOX_LOG_ERR(TRANSPORT, "shm: out of memory / descriptors for core %u", k);
+			goto fail;
+		}
+	}
+	sl = pbox_shm_sockaddr(s->name, &su);
+	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (sl < 0 || s->lfd < 0) {
+		PBOX_LOG_ERR(TRANSPORT, "shm: socket '%s': %s", s->name,
+			     sl < 0 ? "name too long" : strerror(errno));
+		goto fail;
+	}
+	if (s->name[0] != '@') {
+		(void)unlink(s->name); /* a stale socket of an earlier run */
+	}
+	if (bind(s->lfd, (struct sockaddr *)&su, (socklen_t)sl) != 0 || listen(s->lfd, 64) != 0) {
+		PBOX_LOG_ERR(TRANSPORT, "shm: cannot listen on '%s': %s", s->name, strerror(errno));
+		goto fail;
+	}
+	return s;
+fail:
+	pboxd_shm_destroy(s);
+	return NULL;
+}
+
+int pboxd_shm_start(struct pboxd_shm *s)
+{
+	int rc = pthread_create(&s->thread, NULL, listener_main, s);
+
+	if (rc != 0) {
+		PBOX_LOG_ERR(TRANSPORT, "shm: cannot start the listener thread: %s", strerror(rc));
+		return -rc;
+	}
+	pthread_setname_np(s->thread, "pbox-shm");
+	s->started = true;
+	__atomic_store_n(&g_advertised, s->name, __ATOMIC_RELEASE);
+	PBOX_LOG_INFO(
+		TRANSPORT,
+		"shm: local workers connect to %s (rings of %llu KiB, at most %u connections)",
+		s->name, (unsigned long long)(s->ring_bytes >> 10), s->cfg.max_conns);
+	return 0;
+}
+
+void pboxd_shm_destroy(struct pboxd_shm *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	__atomic_store_n(&g_advertised, NULL, __ATOMIC_RELEASE);
+	if (s->started) {
+		__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
+		ring_fd(s->efd);
+		pthread_join(s->thread, NULL);
+	}
+	if (s->lfd >= 0) {
+		close(s->lfd);
+		if (s->name[0] != '@') {
+			(void)unlink(s->name);
+		}
+	}
+	for (uint32_t i = 0; s->conns != NULL && i < s->cfg.max_conns; i++) {
+		conn_free(s, &s->conns[i]);
+	}
+	for (uint32_t k = 0; s->cores != NULL && k < s->ncores; k++) {
+		struct shm_core *c = s->cores[k];
+
+		if (c == NULL) {
+			continue;
+		}
+		if (c->efd >= 0) {
+			close(c->efd);
+		}
+		free(c->live);
+		free(c->touched);
+		free(c->local);
+		free(c);
+	}
+	if (s->efd >= 0) {
+		close(s->efd);
+	}
+	free(s->cores);
+	free(s->conns);
+	free(s);
+}
+
+/* ---- counters ----------------------------------------------------------------------- */
+
+static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		const struct shm_core_stats *c = &s->cores[k]->st;
+
+		t->rx_pkts += pbox_stat_read(&c->rx_pkts);
+		t->rx_bytes += pbox_stat_read(&c->rx_bytes);
+		t->tx_pkts += pbox_stat_read(&c->tx_pkts);
+		t->tx_bytes += pbox_stat_read(&c->tx_bytes);
+		t->tx_full += pbox_stat_read(&c->tx_full);
+		t->tx_gone += pbox_stat_read(&c->tx_gone);
+		t->wakes += pbox_stat_read(&c->wakes);
+		t->sleeps += pbox_stat_read(&c->sleeps);
+		for (int e = 0; e < PBOX_SHM_ERR_COUNT; e++) {
+			t->broken[e] += pbox_stat_read(&c->broken[e]);
+		}
+	}
+}
+
+static uint64_t live_conns(const struct pboxd_shm *s)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < s->cfg.max_conns; i++) {
+		n += atomic_load_explicit(&s->conns[i].state, memory_order_relaxed) == CONN_LIVE;
+	}
+	return n;
+}
+
+json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
+{
+	struct shm_core_stats t;
+	json_t *broken = json_object();
+
+	sum_cores(s, &t);
+	for (int e = 1; e < PBOX_SHM_ERR_COUNT; e++) {
+		json_object_set_new(broken, pbox_shm_err_name((enum pbox_shm_err)e),
+				    json_integer((json_int_t)t.broken[e]));
+	}
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I, s:I, s:I, s:o}",
+			 "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
+			 "conns_live", (json_int_t)live_conns(s), "accepted",
+			 (json_int_t)pbox_stat_read(&s->accepted), "refused",
+			 (json_int_t)pbox_stat_read(&s->refused), "auth_failed",
+			 (json_int_t)pbox_stat_read(&s->auth_failed), "bad_hello",
+			 (json_int_t)pbox_stat_read(&s->bad_hello), "closed",
+			 (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
+			 "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
+			 "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
+			 "tx_gone", (json_int_t)t.tx_gone, "wakes", (json_int_t)t.wakes, "sleeps",
+			 (json_int_t)t.sleeps, "broken", broken);
+}
+
+void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)
+{
+	struct shm_core_stats t;
+	uint64_t nbroken = 0;
+
+	sum_cores(s, &t);
+	for (int e = 1; e < PBOX_SHM_ERR_COUNT; e++) {
+		nbroken += t.broken[e];
+	}
+	fprintf(f,
+		"shm: %" PRIu64 " connections live (%" PRIu64 " accepted, %" PRIu64
+		" refused, %" PRIu64 " not admitted, %" PRIu64 " broken rings); %" PRIu64
+		" datagrams in, %" PRIu64 " out, %" PRIu64 " dropped on a full ring, %" PRIu64
+		" wake-ups\n",
+		live_conns(s), pbox_stat_read(&s->accepted), pbox_stat_read(&s->refused),
+		pbox_stat_read(&s->auth_failed), nbroken, t.rx_pkts, t.tx_pkts, t.tx_full, t.wakes);
+	fflush(f);
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * pboxd's side of the shared-memory transport (shm.h): the listener that admits local
+ * workers' connections, and on every data-plane core a poller of the core loop
+ * (struct pbox_loop_poller) that reads the workers' rings into the engine and a send op
+ * that writes the engine's replies into them, beside the core's kernel-UDP socket.
+ *
+ * Receive: zero copy. The poller copies each record's 64-byte pbox header out of the
+ * ring (the worker may rewrite it at any time: everything is decided on the copy, read
+ * once) and hands the engine the header copy plus the payload in place
+ * (pbox_engine_rx_iov); the engine only reads a datagram during that call, and the
+ * ring's room is given back after the burst. Payload bytes the worker changes while the
+ * engine adds them only change that worker's own contribution to its own job.
+ *
+ * Send: the engine's tx ops of a core become a small multiplexer: a reply to a peer that
+ * is a shared-memory connection (struct pbox_peer with ifport PBOX_SHM_IFPORT, ip the
+ * connection id in 0.0.0.0/8, which no UDP datagram can come from: Linux drops martian
+ * sources, port the connection's slot + 1) is copied into that worker's ring at once:
+ * one copy per fragment and worker, from the chunk's arena to the ring (every worker of
+ * a job has its own ring, so a result fragment is written once per worker); everything
+ * else goes to the UDP socket as before. The copy releases the arena at once (queued /
+ * reclaim count it as released). A ring without room drops the reply (counted, the
+ * worker's reliability asks again), as a full socket would.
+ *
+ * Untrusted workers: every index and record header a worker wrote is read once and
+ * bounded (ring.h); a ring found broken ends that connection only (its socket is closed,
+ * the worker sees it), counted per reason (pbox stats: shm.broken.<reason>), and never
+ * touches another connection, core or job. Datagrams are validated by the engine exactly
+ * as UDP ones (the cookie authenticates each); the hello is checked against the job
+ * table before any memory is given out, and max_conns bounds connections.
+ *
+ * Lifetime: the listener thread owns the connections. Adding or ending one bumps a
+ * generation; each core notices it at its next poll (the listener rings the cores'
+ * eventfds), rebuilds its private list, and acknowledges the generation. A connection's
+ * welcome is sent only once every core lists it (its first datagrams are never missed);
+ * its memory is unmapped only once every core has dropped it.
+ *
+ * Threading: create / attach / start / destroy on the control thread (attach before the
+ * cores run, destroy after they were joined); the poller and send op on each core's
+ * thread; stats readers any thread (relaxed counters).
+ */
+#ifndef PBOXD_SHM_H
+#define PBOXD_SHM_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/loop.h"
+#include "shm_config.h"
+
+/* pbox_peer.ifport of a shared-memory connection. */
+#define PBOX_SHM_IFPORT 0xfffeu
+
+struct pboxd_shm;
+
+/* Open the listening socket and set up the per-core state for ncores cores reading the
+ * job table *tab (RCU-published). Returns NULL after logging why. */
+struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t ncores,
+				   struct pbox_jobtab *const *tab);
+
+/* Make core k's loop poll the rings (l->poller) and its engine send through the
+ * multiplexer (l->engine->tx wrapped; the inner ops must copy payloads on reclaim, as
+ * kernel UDP does). Before the core runs. */
+void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l);
+
+/* Start the listener thread; from now on the socket is advertised. 0 or -errno. */
+int pboxd_shm_start(struct pboxd_shm *s);
+
+/* Stop the listener, end every connection and free everything. After the cores were
+ * joined. NULL is a no-op. */
+void pboxd_shm_destroy(struct pboxd_shm *s);
+
+/* The socket name workers are told ("@..." abstract), or NULL when no listener runs. */
+const char *pboxd_shm_advertised(void);
+
+/* Counters: a JSON object (new reference), and one line of text. */
+json_t *pboxd_shm_stats_json(const struct pboxd_shm *s);
+void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s);
+
+#endif /* PBOXD_SHM_H */

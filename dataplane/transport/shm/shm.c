@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The shared-memory transport: layout, descriptor passing, the worker's side (shm.h). */
+#include "shm.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+int pbox_shm_layout(struct pbox_shm_layout *lay, uint32_t ncores, uint64_t ring_bytes)
+{
+	if (ncores == 0 || ncores > PBOX_SHM_MAX_CORES || !pbox_shm_ring_size_ok(ring_bytes)) {
+		return -EINVAL;
+	}
+	lay->ncores = ncores;
+	lay->ring_bytes = ring_bytes;
+	lay->ctl_bytes = PBOX_ALIGN_UP((uint64_t)ncores * PBOX_SHM_CTL_PER_CORE, 4096u);
+	lay->seg_bytes = lay->ctl_bytes + 2ull * ncores * ring_bytes;
+	return 0;
+}
+
+int pbox_shm_sockaddr(const char *name, struct sockaddr_un *su)
+{
+	size_t n = strlen(name);
+
+	memset(su, 0, sizeof(*su));
+	su->sun_family = AF_UNIX;
+	if (n == 0 || n >= sizeof(su->sun_path)) {
+		return -ENAMETOOLONG;
+	}
+	memcpy(su->sun_path, name, n);
+	if (name[0] == '@') {
+		su->sun_path[0] = '\0'; /* abstract: no file, no trailing NUL */
+		return (int)(offsetof(struct sockaddr_un, sun_path) + n);
+	}
+	return (int)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+}
+
+int pbox_shm_send_fds(int sock, const void *msg, size_t len, const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_CORES + 2))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfds > PBOX_SHM_MAX_CORES + 2) {
+		return -EINVAL;
+	}
+	if (nfds != 0) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) != (ssize_t)len) {
+		return errno != 0 ? -errno : -EIO;
+	}
+	return 0;
+}
+
+int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds, unsigned *nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_CORES + 2))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = msg, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+
+	*nfds = 0;
+	if (n < 0) {
+		return -errno;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			unsigned cnt = (unsigned)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int tmp[PBOX_SHM_MAX_CORES + 2];
+
+			memcpy(tmp, CMSG_DATA(cm),
+			       sizeof(int) * PBOX_MIN(cnt, PBOX_ARRAY_SIZE(tmp)));
+			for (unsigned i = 0; i < cnt && i < PBOX_ARRAY_SIZE(tmp); i++) {
+				if (*nfds < maxfds) {
+					fds[(*nfds)++] = tmp[i];
+				} else {
+					close(tmp[i]); /* more than asked for: not kept */
+				}
+			}
+		}
+	}
+	if ((size_t)n != len || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* ---- the worker's side -------------------------------------------------------------- */
+
+struct pbox_shm_client {
+	int sock;
+	int memfd;
+	int wake_fd;
+	int core_fd[PBOX_SHM_MAX_CORES];
+	uint8_t *base;
+	struct pbox_shm_layout lay;
+	const struct pbox_peer *cores;
+	uint32_t ncores;
+	uint32_t rx_next; /* the core whose ring is read first (round robin) */
+	uint64_t queued;  /* payload datagrams sent (all copied: released at once) */
+	enum pbox_shm_err err;
+	struct pbox_shm_client_stats stats;
+	struct pbox_shm_prod tx[PBOX_SHM_MAX_CORES]; /* worker -> core k */
+	struct pbox_shm_cons rx[PBOX_SHM_MAX_CORES]; /* core k -> worker */
+	struct pbox_shm_dgram dg[PBOX_SHM_BURST];
+};
+
+void pbox_shm_client_close(struct pbox_shm_client *c)
+{
+	if (c == NULL) {
+		return;
+	}
+	if (c->base != NULL) {
+		munmap(c->base, c->lay.seg_bytes);
+	}
+	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
+		if (c->core_fd[k] >= 0) {
+			close(c->core_fd[k]);
+		}
+	}
+	if (c->wake_fd >= 0) {
+		close(c->wake_fd);
+	}
+	if (c->memfd >= 0) {
+		close(c->memfd);
+	}
+	if (c->sock >= 0) {
+		close(c->sock);
+	}
+	free(c);
+}
+
+struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uint32_t rank,
+					     uint64_t cookie, const struct pbox_peer *cores,
+					     uint32_t ncores, char *err, size_t errlen)
+{
+	struct pbox_shm_client *c = calloc(1, sizeof(*c));
+	struct pbox_shm_hello hello = { .magic = PBOX_SHM_MAGIC,
+					.version = PBOX_SHM_VERSION,
+					.job = job,
+					.rank = rank,
+					.cookie = cookie };
+	struct pbox_shm_welcome w;
+	struct sockaddr_un su;
+	struct timeval tv = { .tv_sec = 10 };
+	int fds[PBOX_SHM_MAX_CORES + 2];
+	unsigned nfds = 0;
+	struct stat stt;
+	int sl, rc;
+
+	if (c == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->sock = c->memfd = c->wake_fd = -1;
+	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
+		c->core_fd[k] = -1;
+	}
+	c->cores = cores;
+	c->ncores = ncores;
+	if (ncores == 0 || ncores > PBOX_SHM_MAX_CORES) {
+		snprintf(err, errlen, "%u appliance cores (at most %u over shared memory)", ncores,
+			 PBOX_SHM_MAX_CORES);
+		goto fail;
+	}
+	sl = pbox_shm_sockaddr(name, &su);
+	if (sl < 0) {
+		snprintf(err, errlen, "bad socket name '%s'", name);
+		goto fail;
+	}
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0 || setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+	    connect(c->sock, (struct sockaddr *)&su, (socklen_t)sl) != 0) {
+		snprintf(err, errlen, "cannot connect to %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	rc = pbox_shm_send_fds(c->sock, &hello, sizeof(hello), NULL, 0);
+	if (rc == 0) {
+		rc = pbox_shm_recv_fds(c->sock, &w, sizeof(w), fds, PBOX_ARRAY_SIZE(fds), &nfds);
+	}
+	/* Every descriptor received is owned from here on, whatever follows. */
+	if (nfds > 0) {
+		c->memfd = fds[0];
+	}
+	if (nfds > 1) {
+		c->wake_fd = fds[1];
+	}
+	for (unsigned i = 2; i < nfds; i++) {
+		c->core_fd[i - 2] = fds[i];
+	}
+	if (rc != 0) {
+		snprintf(err, errlen, "%s: no welcome: %s", name,
+			 rc == -EPROTO ? "malformed answer" : strerror(-rc));
+		goto fail;
+	}
+	if (w.magic != PBOX_SHM_MAGIC || w.version != PBOX_SHM_VERSION) {
+		snprintf(err, errlen, "%s: not a pbox shared-memory socket of this version", name);
+		goto fail;
+	}
+	if (w.status != 0) {
+		snprintf(err, errlen, "%s: refused: %s", name, strerror((int)w.status));
+		goto fail;
+	}
+	if (w.ncores != ncores || nfds != ncores + 2 ||
+	    pbox_shm_layout(&c->lay, ncores, w.ring_bytes) != 0 ||
+	    c->lay.seg_bytes != w.seg_bytes || fstat(c->memfd, &stt) != 0 ||
+	    (uint64_t)stt.st_size != w.seg_bytes) {
+		snprintf(err, errlen, "%s: inconsistent welcome (%u cores, %u descriptors)", name,
+			 w.ncores, nfds);
+		goto fail;
+	}
+	c->base = mmap(NULL, c->lay.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+	if (c->base == MAP_FAILED) {
+		c->base = NULL;
+		snprintf(err, errlen, "cannot map %llu bytes: %s",
+			 (unsigned long long)c->lay.seg_bytes, strerror(errno));
+		goto fail;
+	}
+	for (uint32_t k = 0; k < ncores; k++) {
+		pbox_shm_prod_init(&c->tx[k], pbox_shm_ctl_w2a(c->base, k),
+				   pbox_shm_data_w2a(c->base, &c->lay, k), c->lay.ring_bytes);
+		pbox_shm_cons_init(&c->rx[k], pbox_shm_ctl_a2w(c->base, k),
+				   pbox_shm_data_a2w(c->base, &c->lay, k), c->lay.ring_bytes);
+	}
+	return c;
+fail:
+	pbox_shm_client_close(c);
+	return NULL;
+}
+
+unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max)
+{
+	unsigned n = 0;
+
+	max = PBOX_MIN(max, (unsigned)PBOX_ARRAY_SIZE(c->dg));
+	for (uint32_t i = 0; i < c->ncores && n < max; i++) {
+		uint32_t k = (c->rx_next + i) % c->ncores;
+		unsigned got = pbox_shm_cons_pop(&c->rx[k], c->dg, max - n);
+
+		if (pbox_unlikely(c->rx[k].err != PBOX_SHM_OK) && c->err == PBOX_SHM_OK) {
+			c->err = c->rx[k].err;
+			PBOX_LOG_ERR(TRANSPORT, "shm: ring of core %u: %s", k,
+				     pbox_shm_err_name(c->err));
+		}
+		for (unsigned j = 0; j < got; j++) {
+			/* pboxd is trusted here as it is over UDP: the datagram is read in place.
+			 */
+			pkts[n].data = c->dg[j].data;
+			pkts[n].len = c->dg[j].len;
+			pkts[n].from = c->cores[k];
+			c->stats.rx_bytes += c->dg[j].len;
+			n++;
+		}
+	}
+	c->rx_next = (c->rx_next + 1) % c->ncores;
+	c->stats.rx_pkts += n;
+	return n;
+}
+
+void pbox_shm_client_rx_done(struct pbox_shm_client *c)
+{
+	for (uint32_t k = 0; k < c->ncores; k++) {
+		pbox_shm_cons_release(&c->rx[k]);
+	}
+}
+
+bool pbox_shm_client_sleep_prepare(struct pbox_shm_client *c)
+{
+	for (uint32_t k = 0; k < c->ncores; k++) {
+		if (!pbox_shm_cons_sleep_prepare(&c->rx[k])) {
+			pbox_shm_client_sleep_end(c);
+			return false;
+		}
+	}
+	return true;
+}
+
+void pbox_shm_client_sleep_end(struct pbox_shm_client *c)
+{
+	uint64_t v;
+
+	for (uint32_t k = 0; k < c->ncores; k++) {
+		pbox_shm_cons_sleep_end(&c->rx[k]);
+	}
+	if (read(c->wake_fd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: nobody rang */
+	}
+}
+
+int pbox_shm_client_wake_fd(const struct pbox_shm_client *c)
+{
+	return c->wake_fd;
+}
+
+int pbox_shm_client_sock_fd(const struct pbox_shm_client *c)
+{
+	return c->sock;
+}
+
+enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c)
+{
+	return c->err;
+}
+
+const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c)
+{
+	return &c->stats;
+}
+
+static void wake_core(struct pbox_shm_client *c, uint32_t k)
+{
+	uint64_t one = 1;
+
+	if (pbox_shm_prod_need_wake(&c->tx[k])) {
+		c->stats.wakes++;
+		if (write(c->core_fd[k], &one, sizeof(one)) < 0) {
+			/* saturated counter: the core is awake anyway */
+		}
+	}
+}
+
+static int core_of(const struct pbox_shm_client *c, const struct pbox_peer *to)
+{
+	for (uint32_t k = 0; k < c->ncores; k++) {
+		if (c->cores[k].ip == to->ip && c->cores[k].port == to->port) {
+			return (int)k;
+		}
+	}
+	return -1;
+}
+
+static int client_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
+		       const void *payload, uint32_t len)
+{
+	struct pbox_shm_client *c = ctx;
+	int k = core_of(c, to);
+	int rc;
+
+	if (pbox_unlikely(k < 0)) {
+		c->stats.foreign++;
+		return -EHOSTUNREACH;
+	}
+	rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
+	if (pbox_unlikely(rc == -ENOBUFS)) {
+		/* The core drains its rings at memory speed when it runs: give it the CPU (and
+		 * a wake-up, in case it sleeps) before dropping like a full socket. Yield a few
+		 * times, then sleep in small steps: on a busy host it may be descheduled. */
+		struct timespec t0, t, nap = { 0, 50000 };
+		unsigned spins = 0;
+
+		c->stats.tx_waits++;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			wake_core(c, (uint32_t)k);
+			if (spins++ < 16) {
+				sched_yield();
+			} else {
+				nanosleep(&nap, NULL);
+			}
+			rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		} while (rc == -ENOBUFS &&
+			 (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
+				 PBOX_SHM_SEND_WAIT_MS * 1000000L);
+	}
+	if (rc != 0) {
+		c->stats.tx_full++;
+		return rc;
+	}
+	c->stats.tx_pkts++;
+	c->stats.tx_bytes += PBOX_WIRE_HDR_LEN + len;
+	c->queued += len != 0;
+	return 0;
+}
+
+static void client_flush(void *ctx)
+{
+	struct pbox_shm_client *c = ctx;
+
+	for (uint32_t k = 0; k < c->ncores; k++) {
+		wake_core(c, k);
+	}
+}
+
+static uint64_t client_queued(void *ctx)
+{
+	return ((struct pbox_shm_client *)ctx)->queued;
+}
+
+/* Every payload was copied into a ring by send: nothing stays referenced. */
+static uint64_t client_reclaim(void *ctx, uint64_t upto)
+{
+	(void)upto;
+	return ((struct pbox_shm_client *)ctx)->queued;
+}
+
+const struct pbox_tx_ops pbox_shm_client_tx_ops = {
+	.send = client_send,
+	.flush = client_flush,
+	.queued = client_queued,
+	.reclaim = client_reclaim,
+};

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The shared-memory transport between a worker and pboxd on the same host.
+ *
+ * Connecting: the worker registers over the control channel as always; pboxd's answer
+ * names its shared-memory socket ("shm": a Unix SOCK_SEQPACKET socket; a name starting
+ * with '@' is in the abstract namespace). The worker connects and sends a hello (job,
+ * rank, session cookie: the same credential that authenticates its UDP datagrams);
+ * pboxd checks it against the published job table, creates one memfd for the
+ * connection, sizes it, seals its size (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so
+ * the worker cannot truncate it under pboxd's mapping), maps it, and answers with a
+ * welcome and, by SCM_RIGHTS, the memfd, the worker's wake-up eventfd and one eventfd per
+ * data-plane core. The connection lives as long as the socket: either side closing it
+ * (the worker exits or is killed, pboxd stops or finds the worker's rings broken) ends
+ * it.
+ *
+ * The memfd holds, per data-plane core k, two rings (ring.h): worker -> core k and core
+ * k -> worker, so every ring has exactly one producer and one consumer thread. Layout
+ * (pbox_shm_layout): the control blocks of every ring first (core k's at k * 256: the
+ * worker's ring, then pboxd's), padded to a page, then the data areas, worker -> core k
+ * at data + 2k * ring_bytes, core k -> worker at data + (2k + 1) * ring_bytes.
+ *
+ * The rings carry the same datagrams as UDP (pbox header + payload), so the chunk engine
+ * and the worker's node do not change: a connection is a pbox_tx_ops (this file: the
+ * worker's; pboxd_shm.h: pboxd's) plus a receive burst.
+ *
+ * Threading: struct pbox_shm_client is used by one thread (libpbox's progress thread).
+ */
+#ifndef PBOX_SHM_H
+#define PBOX_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/xport.h"
+#include "ring.h"
+
+#define PBOX_SHM_MAGIC   0x50534d31u /* "PSM1" */
+#define PBOX_SHM_VERSION 1u
+/* Data-plane cores a connection can span (one eventfd each in the welcome). */
+#define PBOX_SHM_MAX_CORES 64u
+/* The worker's RTO floor over shared memory, ms (see client.c). */
+#define PBOX_SHM_RTO_MIN_MS 100u
+/* Longest a worker's send waits for room in a full ring before dropping, ms. */
+#define PBOX_SHM_SEND_WAIT_MS 100
+/* Datagrams handed out per receive call at most. */
+#define PBOX_SHM_BURST 256u
+/* Bytes of control blocks per core (two rings). */
+#define PBOX_SHM_CTL_PER_CORE (2u * sizeof(struct pbox_shm_ring_ctl))
+
+/* worker -> pboxd, the first and only message of the worker. */
+struct pbox_shm_hello {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t job;
+	uint32_t rank;
+	uint64_t cookie;
+};
+
+/* pboxd -> worker. status 0: fds follow (memfd, the worker's eventfd, then ncores core
+ * eventfds); otherwise a positive errno and no fds (EACCES: not an admitted worker;
+ * EMFILE: too many connections). */
+struct pbox_shm_welcome {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t status;
+	uint32_t ncores;
+	uint64_t ring_bytes;
+	uint64_t seg_bytes;
+	uint32_t conn_id;
+	uint32_t pad;
+};
+
+/* Where a connection's rings are. */
+struct pbox_shm_layout {
+	uint64_t ctl_bytes;
+	uint64_t ring_bytes;
+	uint64_t seg_bytes;
+	uint32_t ncores;
+};
+
+/* The layout for ncores cores and rings of ring_bytes; -EINVAL if either is out of range. */
+int pbox_shm_layout(struct pbox_shm_layout *lay, uint32_t ncores, uint64_t ring_bytes);
+
+/* Core k's rings in a mapped segment. */
+static inline struct pbox_shm_ring_ctl *pbox_shm_ctl_w2a(uint8_t *base, uint32_t k)
+{
+	return (struct pbox_shm_ring_ctl *)(void *)(base + (size_t)k * PBOX_SHM_CTL_PER_CORE);
+}
+static inline struct pbox_shm_ring_ctl *pbox_shm_ctl_a2w(uint8_t *base, uint32_t k)
+{
+	return pbox_shm_ctl_w2a(base, k) + 1;
+}
+static inline uint8_t *pbox_shm_data_w2a(uint8_t *base, const struct pbox_shm_layout *lay,
+					 uint32_t k)
+{
+	return base + lay->ctl_bytes + (size_t)(2 * k) * lay->ring_bytes;
+}
+static inline uint8_t *pbox_shm_data_a2w(uint8_t *base, const struct pbox_shm_layout *lay,
+					 uint32_t k)
+{
+	return base + lay->ctl_bytes + (size_t)(2 * k + 1) * lay->ring_bytes;
+}
+
+/* Fill a sockaddr_un for name ('@...': abstract); returns its length, or -ENAMETOOLONG. */
+struct sockaddr_un;
+int pbox_shm_sockaddr(const char *name, struct sockaddr_un *su);
+
+/* Send msg (len bytes) with nfds descriptors over a Unix socket; 0 or -errno. */
+int pbox_shm_send_fds(int sock, const void *msg, size_t len, const int *fds, unsigned nfds);
+/* Receive one message of exactly len bytes and up to maxfds descriptors (received ones
+ * are always stored, *nfds says how many, so the caller closes them whatever happens).
+ * Returns 0, -EPROTO for a message of another size or cut short, or -errno. */
+int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds, unsigned *nfds);
+
+/* ---- the worker's side -------------------------------------------------------------- */
+
+struct pbox_shm_client_stats {
+	uint64_t tx_pkts;
+	uint64_t tx_bytes;
+	uint64_t tx_full;  /* datagrams dropped: the ring stayed full */
+	uint64_t tx_waits; /* sends that had to wait for room */
+	uint64_t rx_pkts;
+	uint64_t rx_bytes;
+	uint64_t wakes;   /* eventfd writes to pboxd's cores */
+	uint64_t foreign; /* sends to an endpoint that is none of the cores (dropped) */
+};
+
+struct pbox_shm_client;
+
+/*
+ * Connect to pboxd's shared-memory socket `name` and set up the rings of worker (job,
+ * rank, cookie). cores[0..ncores): the appliance cores' UDP endpoints as the node knows
+ * them: a datagram sent to cores[k] goes into core k's ring, and one received from core
+ * k's ring is reported as from cores[k] (the node stays unchanged). The array must
+ * outlive the client. Returns NULL with the reason in err (connection refused, not
+ * admitted, pboxd's core count differs...).
+ */
+struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uint32_t rank,
+					     uint64_t cookie, const struct pbox_peer *cores,
+					     uint32_t ncores, char *err, size_t errlen);
+void pbox_shm_client_close(struct pbox_shm_client *c);
+
+/* Datagrams from the cores, up to max, in place (pointers into the rings, valid until
+ * pbox_shm_client_rx_done). */
+unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max);
+/* The datagrams handed out are consumed: give their room back. */
+void pbox_shm_client_rx_done(struct pbox_shm_client *c);
+
+/* Before blocking: announce it to pboxd; false if a datagram arrived meanwhile (do not
+ * block). After blocking (or not): pbox_shm_client_sleep_end. */
+bool pbox_shm_client_sleep_prepare(struct pbox_shm_client *c);
+void pbox_shm_client_sleep_end(struct pbox_shm_client *c);
+
+/* The eventfd pboxd writes when it published to a sleeping worker (poll it for POLLIN),
+ * and the connection's socket (POLLHUP: pboxd ended the connection). */
+int pbox_shm_client_wake_fd(const struct pbox_shm_client *c);
+int pbox_shm_client_sock_fd(const struct pbox_shm_client *c);
+
+/* Ring errors seen on receive (pboxd wrote something invalid): PBOX_SHM_OK if none. */
+enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c);
+
+const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c);
+
+/* struct pbox_tx_ops of the worker's side; ctx is the struct pbox_shm_client. A full ring
+ * makes a send wait (waking the core) up to PBOX_SHM_SEND_WAIT_MS, then drop the datagram
+ * (counted): pboxd drains its rings whatever the worker does, so waiting cannot deadlock. */
+extern const struct pbox_tx_ops pbox_shm_client_tx_ops;
+
+#endif /* PBOX_SHM_H */

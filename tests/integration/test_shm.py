@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""The shared-memory transport (dataplane/transport/shm/) end to end.
+
+1. Selection and equivalence: `pbox demo` picks shm by itself on one host ("transport:
+   shm"), and PBOX_TRANSPORT=udp forces kernel UDP; the two runs train the bit-identical
+   model (deterministic summation), with pboxd's shm counters showing the traffic.
+2. Hostile workers: while a job of real workers trains over shm, an admitted rank of
+   another job connects to the shm socket and
+     - tries to shrink the sealed memfd (refused by the kernel),
+     - publishes garbage (a record of no known kind), a tail out of range, a record
+       running past the tail, and (with a ring it filled) a consumer index that went
+       backwards: each time pboxd ends that connection only (its socket closes), counts
+       the reason (shm.broken.*), and keeps serving;
+     - a hello with a wrong cookie is refused (EACCES, shm.auth_failed);
+   and a real worker is killed with SIGKILL in the middle of its pushes. pboxd survives
+   every one of them, and the other job's workers finish with exact results.
+"""
+import errno
+import mmap
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from pboxtest import Pboxd, build_path, fail, run_demo
+import spoof
+
+SHM_MAGIC, SHM_VERSION = 0x50534D31, 1
+DGRAM, WRAP = 0x44475231, 0x50525731
+HELLO = struct.Struct("<IIIIQ")
+WELCOME = struct.Struct("<IIIIQQII")
+RING_KB = 256
+
+
+class ShmConn:
+    """A worker's shared-memory connection, written by hand (so it can also misbehave)."""
+
+    def __init__(self, name, job, rank, cookie):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.settimeout(10)
+        self.sock.connect("\0" + name[1:] if name.startswith("@") else name)
+        self.sock.send(HELLO.pack(SHM_MAGIC, SHM_VERSION, job, rank, cookie))
+        msg, fds, _, _ = socket.recv_fds(self.sock, WELCOME.size, 70)
+        (magic, ver, self.status, self.ncores, self.ring, self.seg, self.conn_id,
+         _) = WELCOME.unpack(msg)
+        if magic != SHM_MAGIC or ver != SHM_VERSION:
+            fail("shm: bad welcome %r" % (msg,))
+        self.fds = fds
+        self.mem = None
+        if self.status != 0:
+            return
+        if len(fds) != self.ncores + 2:
+            fail("shm: welcome with %d descriptors for %d cores" % (len(fds), self.ncores))
+        self.memfd, self.core_efd = fds[0], fds[2:]
+        self.mem = mmap.mmap(self.memfd, self.seg)
+        self.ctl = (self.ncores * 256 + 4095) // 4096 * 4096
+        self.tail = [0] * self.ncores
+
+    def close(self):
+        if self.mem is not None:
+            self.mem.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.sock.close()
+
+    # worker -> core k: control block at k * 256, data at ctl + 2k * ring
+    def w2a(self, k):
+        return k * 256, self.ctl + 2 * k * self.ring
+
+    def a2w(self, k):
+        return k * 256 + 128, self.ctl + (2 * k + 1) * self.ring
+
+    def u64(self, off):
+        return struct.unpack_from("<Q", self.mem, off)[0]
+
+    def set_u64(self, off, v):
+        struct.pack_into("<Q", self.mem, off, v & (2**64 - 1))
+
+    def ring_core(self, k):
+        os.write(self.core_efd[k], struct.pack("<Q", 1))
+
+    def push(self, k, dgram, timeout=2.0):
+        """An honest producer: one record, published, the core woken. False if the ring
+        had no room for timeout s (pboxd stopped reading it)."""
+        ctl, data = self.w2a(k)
+        rec = 64 + (len(dgram) + 63) // 64 * 64
+        pos = self.tail[k] % self.ring
+        need = rec + (self.ring - pos if pos + rec > self.ring else 0)
+        deadline = time.time() + timeout
+        while self.ring - (self.tail[k] - self.u64(ctl + 64)) < need:
+            if time.time() > deadline:
+                return False
+            self.ring_core(k)
+            time.sleep(0.001)
+        if pos + rec > self.ring:
+            self.set_u64(data + pos, WRAP << 32)
+            self.tail[k] += self.ring - pos
+            pos = 0
+        self.mem[data + pos + 64:data + pos + 64 + len(dgram)] = dgram
+        self.set_u64(data + pos, DGRAM << 32 | len(dgram))
+        self.tail[k] += rec
+        self.set_u64(ctl, self.tail[k])
+        self.ring_core(k)
+        return True
+
+    def ended(self, timeout=10):
+        """Whether pboxd closed the connection within timeout s."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(64) == b""
+        except (socket.timeout, ConnectionResetError):
+            return False
+
+
+def shm_stats(d):
+    return d.stats()["transport"]["shm"]
+
+
+def wait_for(what, cond, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def part_equivalence():
+    models = {}
+    for t in ("shm", "udp"):
+        path = os.path.join(tempfile.mkdtemp(prefix="pbox-shm-"), "model.bin")
+        env = dict(os.environ, PBOX_TRANSPORT=t)
+        if t == "shm":
+            env.pop("PBOX_TRANSPORT")  # auto must pick shm by itself (meson sets udp)
+        res = run_demo(["--epochs", "1", "--max-steps", "120", "--cores", "2",
+                        "--save-model", path], 120, env=env)
+        out = res.stdout + res.stderr
+        if res.returncode != 0:
+            fail("demo with PBOX_TRANSPORT=%s failed (%d):\n%s" %
+                 (env.get("PBOX_TRANSPORT", "(auto)"), res.returncode, out[-3000:]))
+        if "transport: %s\n" % t not in out:
+            fail("demo with PBOX_TRANSPORT=%s: no 'transport: %s' line:\n%s" %
+                 (env.get("PBOX_TRANSPORT", "(auto)"), t, out))
+        with open(path, "rb") as f:
+            models[t] = f.read()
+        os.unlink(path)
+    if not models["shm"] or models["shm"] != models["udp"]:
+        fail("shm and udp trained different models (%d / %d bytes)" %
+             (len(models["shm"]), len(models["udp"])))
+    print("equivalence: shm and udp trained the bit-identical model (%d bytes)" %
+          len(models["shm"]))
+
+
+def run_workers(d, job, token, n, keys, iters, extra=()):
+    # Forced: a worker that could not set up shm fails instead of using UDP.
+    env = dict(os.environ, PBOX_TRANSPORT="shm")
+    return [subprocess.Popen([build_path("tests/integration/pbox-check-worker"),
+                              "--server", d.control, "--job", str(job), "--token", token,
+                              "--rank", str(r), "--workers", str(n), "--keys", keys,
+                              "--iters", str(iters)] + list(extra),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
+            for r in range(n)]
+
+
+def part_hostile():
+    jobs = [{"id": 1, "token": "evil", "workers": 1, "mode": "aggregate"},
+            {"id": 2, "token": "good", "workers": 2, "mode": "aggregate"},
+            {"id": 3, "token": "victim", "workers": 1, "mode": "aggregate"},
+            {"id": 4, "token": "nag", "workers": 2, "mode": "server-optimizer",
+             "optimizer": {"name": "nag", "lr": 0.1, "momentum": 0.9}}]
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
+        good = run_workers(d, 2, "good", 2, "1000,50000,8193", 1500)
+        good += run_workers(d, 4, "nag", 2, "1000,50000,3", 300,
+                            ["--server-opt", "--optimizer", "nag", "--lr", "0.1", "--async"])
+        # A worker killed in the middle of its pushes (a large key keeps it busy).
+        victim = run_workers(d, 3, "victim", 1, "4000000", 1000)[0]
+        keys = [(0, 262144)]
+        ten = spoof.Tenant(d.control, 1, 0, "evil", keys, "127.0.0.1", "127.0.0.1")
+        name = ten.reg.get("shm")
+        if not name:
+            fail("pboxd's register answer offers no shm socket: %s" % ten.reg)
+
+        # A wrong cookie: refused before any memory is handed out.
+        c = ShmConn(name, 1, 0, ten.cookie ^ 1)
+        if c.status != errno.EACCES or c.fds:
+            fail("a wrong cookie got status %d and %d descriptors" % (c.status, len(c.fds)))
+        c.close()
+
+        def hostile(label, reason, act):
+            before = shm_stats(d)["broken"][reason]
+            c = ShmConn(name, 1, 0, ten.cookie)
+            if c.status != 0:
+                fail("%s: the admitted rank was refused (%d)" % (label, c.status))
+            act(c)
+            if not c.ended():
+                fail("%s: pboxd did not end the connection" % label)
+            c.close()
+            wait_for("%s counted" % label, lambda: shm_stats(d)["broken"][reason] > before)
+            print("hostile %s: connection ended, counted as %s" % (label, reason))
+
+        c = ShmConn(name, 1, 0, ten.cookie)
+        try:
+            os.ftruncate(c.memfd, 4096)
+            fail("the worker could shrink the shared memory: it is not sealed")
+        except PermissionError:
+            print("hostile shrink: refused by the seal")
+        c.close()
+
+        def garbage(c):
+            ctl, data = c.w2a(0)
+            c.mem[data:data + 4096] = os.urandom(4096)
+            c.set_u64(data, 0x1234567800000040)
+            c.set_u64(ctl, 4096)
+            c.ring_core(0)
+        hostile("garbage", "bad_kind", garbage)
+
+        def far_tail(c):
+            ctl, _ = c.w2a(1 % c.ncores)
+            c.set_u64(ctl, c.ring * 3)
+            c.ring_core(1 % c.ncores)
+        hostile("tail", "bad_tail", far_tail)
+
+        def overrun(c):
+            ctl, data = c.w2a(0)
+            c.set_u64(data, DGRAM << 32 | 60000)
+            c.set_u64(ctl, 128)
+            c.ring_core(0)
+        hostile("overrun", "overrun", overrun)
+
+        def bad_head(c):
+            # Fill the worker's rings with results it never consumes (job 1 has one
+            # worker: a push with WANT_REPLY is answered at once), then move its
+            # consumer index backwards: pboxd finds out when it looks for room.
+            nchunks = (keys[0][1] * 4 + ten.chunk_bytes - 1) // ten.chunk_bytes
+            corrupted = set()
+            for it in range(4):
+                for ch in range(nchunks):
+                    k = ten.core_map[ch]
+                    for dg in ten.push_dgrams(it, bytes(ten.chunk_len(ch)), ch,
+                                              flags=spoof.F_WANT_REPLY):
+                        if not c.push(k, dg):
+                            return  # pboxd ended it: no more reading
+                    for kk in range(c.ncores):
+                        actl, _ = c.a2w(kk)
+                        if kk not in corrupted and c.u64(actl) != 0:
+                            c.set_u64(actl + 64, 2**63)
+                            corrupted.add(kk)
+        hostile("head", "bad_head", bad_head)
+
+        time.sleep(0.5)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.communicate(timeout=30)
+        if victim.returncode != -signal.SIGKILL:
+            fail("the victim worker was not running any more (exit %d)" % victim.returncode)
+        print("victim worker killed mid-run")
+
+        for r, p in enumerate(good):
+            out, _ = p.communicate(timeout=180)
+            sys.stdout.write(out)
+            if p.returncode != 0:
+                fail("worker %d of jobs 2 / 4 failed beside the hostile connections" % r)
+        ten.close()
+        wait_for("every connection ended", lambda: shm_stats(d)["conns_live"] == 0, 30)
+        st = shm_stats(d)
+        print("pboxd shm counters: %s" % st)
+        if st["auth_failed"] < 1 or st["rx_pkts"] == 0 or st["tx_pkts"] == 0:
+            fail("shm counters do not show the traffic and the refusal: %s" % st)
+        tot = d.stats()["totals"]
+        if tot["iterations"] == 0:
+            fail("pboxd aggregated nothing")
+        out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--control",
+                              d.control], capture_output=True, text=True, timeout=30,
+                             env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token)).stdout
+        shm_lines = [ln for ln in out.splitlines() if ln.startswith("shm")]
+        if not shm_lines or "bad_kind=1" not in out or "overrun=1" not in out:
+            fail("pbox stats shows no shm counters:\n" + out)
+        print("\n".join(shm_lines))
+
+
+def main():
+    part_equivalence()
+    part_hostile()
+    print("shm: OK")
+
+
+if __name__ == "__main__":
+    main()
