@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "bw.h"
 #include "ctrld.h"
+#include "status.h"
 
 #ifdef PBOX_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -114,6 +115,7 @@ struct ctrld {
 	struct pbox_ctladdr_table addrs; /* connections and failed tokens per address */
 	struct ctrld_bw *bw;             /* the bandwidth matrix (NULL: no pairs) */
 	int64_t bw_sig;                  /* probes counted in it when plans were computed */
+	struct pbox_metrics *metrics;    /* NULL: no /metrics endpoint */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited,
@@ -712,6 +714,51 @@ static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, con
 	return json_pack("{s:b, s:b, s:I}", "ok", 1, "queued", 1, "done_at", (json_int_t)done_at);
 }
 
+/* pboxd idx for status.c (pboxd_request: marks it up or down). */
+static int ask_pboxd(void *arg, uint32_t idx, const json_t *req, json_t **reply)
+{
+	struct ctrld *d = arg;
+
+	return pboxd_request(d, &d->cfg.pboxds[idx], req, reply);
+}
+
+/* {"op":"status",...} (common/statusmsg.h, status.h): admin only. */
+static json_t *handle_status(struct ctrld *d, struct conn *c, const json_t *req)
+{
+	struct pbox_statusmsg m;
+	char err[160];
+	json_t *resp;
+	int e;
+
+	if (pbox_statusmsg_decode(req, &m, err, sizeof(err)) != 0) {
+		c->bad++;
+		return pbox_ctl_error(EINVAL, "%s", err);
+	}
+	resp = admin_check(d, c, "status", m.admin_token);
+	if (resp != NULL) {
+		return resp;
+	}
+	resp = ctrld_status(&d->cfg, job_list(d), d->bw ? ctrld_bw_list(d->bw) : NULL, &m,
+			    ask_pboxd, d, &e);
+	if (resp == NULL) {
+		return e == ENOENT ? pbox_ctl_error(ENOENT, "status: job %lld does not exist",
+						    (long long)m.job)
+				   : pbox_ctl_error(e, "status: %s", strerror(e));
+	}
+	return resp;
+}
+
+/* /metrics (common/metrics.h), on this thread. */
+static void render_metrics(void *arg, struct pbox_prom *p)
+{
+	struct ctrld *d = arg;
+	json_t *list = job_list(d), *bw = d->bw ? ctrld_bw_list(d->bw) : NULL;
+
+	ctrld_metrics_render(list, bw, p);
+	json_decref(list);
+	json_decref(bw);
+}
+
 static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
@@ -728,12 +775,15 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 	if (op != NULL && (strcmp(op, "bw_list") == 0 || strcmp(op, "bw_probe") == 0)) {
 		return handle_bw(d, c, req, op);
 	}
+	if (op != NULL && strcmp(op, "status") == 0) {
+		return handle_status(d, c, req);
+	}
 	rc = pbox_jobmsg_decode(req, &m, err, sizeof(err));
 	if (rc == -ENOENT) {
 		c->bad++;
 		return pbox_ctl_error(EINVAL,
 				      "unknown op '%s' (auth, job_create, job_rm, job_list, "
-				      "bw_list, bw_probe)",
+				      "bw_list, bw_probe, status)",
 				      op ? op : "");
 	}
 	if (rc != 0) {
@@ -952,7 +1002,7 @@ static void reap(struct ctrld *d)
 
 static int run(struct ctrld *d)
 {
-	struct pollfd *pfd = calloc(d->cfg.max_connections + 2, sizeof(*pfd));
+	struct pollfd *pfd = calloc(d->cfg.max_connections + 3, sizeof(*pfd));
 	char why[1024];
 	size_t k;
 	json_t *o;
@@ -986,6 +1036,8 @@ static int run(struct ctrld *d)
 
 		pfd[n++] = (struct pollfd){ .fd = d->lfd, .events = POLLIN };
 		pfd[n++] = (struct pollfd){ .fd = d->ufd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = d->metrics ? pbox_metrics_fd(d->metrics) : -1,
+					    .events = POLLIN };
 		first = n;
 		for (uint32_t i = 0; i < d->nconns; i++) {
 			pfd[n++] = (struct pollfd){
@@ -1014,6 +1066,9 @@ static int run(struct ctrld *d)
 		if (d->ufd >= 0 && (pfd[1].revents & POLLIN)) {
 			accept_one(d, d->ufd, true);
 		}
+		if (pfd[2].revents & POLLIN) {
+			pbox_metrics_serve(d->metrics, render_metrics, d);
+		}
 		if (now_ms() >= d->next_reconcile_ms) {
 			pbox_ctladdr_gc(&d->addrs, now_ms());
 			reconcile(d);
@@ -1038,6 +1093,7 @@ static void usage(FILE *f)
 		"foreground; SIGTERM / SIGINT stop it (the published jobs stay on the pboxds).\n"
 		"\n"
 		"  -c, --config FILE   configuration (default %s)\n"
+		"      --log-format F  text (default) or json: one JSON object per log line\n"
 		"      --check-config  validate the configuration (static jobs with pboxd's job\n"
 		"                      validation) and exit\n"
 		"  -V, --version       version\n"
@@ -1050,6 +1106,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", no_argument, NULL, 'C' },
+		{ "log-format", required_argument, NULL, 'L' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -1059,7 +1116,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	bool check = false;
 	char err[1024];
-	int opt, rc;
+	int opt, rc, log_format = -1;
 
 	pbox_log_init_from_env();
 	pbox_log_set_ident("pbox-ctrld");
@@ -1070,6 +1127,15 @@ int main(int argc, char **argv)
 			break;
 		case 'C':
 			check = true;
+			break;
+		case 'L':
+			log_format = pbox_log_parse_format(optarg);
+			if (log_format < 0) {
+				fprintf(stderr,
+					"pbox-ctrld: --log-format %s: expected text or json\n",
+					optarg);
+				return 64;
+			}
 			break;
 		case 'V':
 			printf("pbox-ctrld %s\n", PBOX_VERSION_STRING);
@@ -1090,6 +1156,10 @@ int main(int argc, char **argv)
 	if (rc != 0) {
 		fprintf(stderr, "pbox-ctrld: %s\n", err);
 		return 78; /* EX_CONFIG */
+	}
+	if (log_format >= 0 || d.cfg.log_format >= 0) {
+		pbox_log_set_format(
+			(enum pbox_log_format)(log_format >= 0 ? log_format : d.cfg.log_format));
 	}
 	if (check) {
 		printf("%s: ok: %u pboxd(s), %zu static job(s)\n", path, d.cfg.npboxds,
@@ -1113,12 +1183,18 @@ int main(int argc, char **argv)
 		rc = 69; /* EX_UNAVAILABLE */
 		goto out;
 	}
+	if (d.cfg.metrics.enabled &&
+	    (d.metrics = pbox_metrics_start(&d.cfg.metrics, "pbox-ctrld")) == NULL) {
+		rc = 69; /* EX_UNAVAILABLE */
+		goto out;
+	}
 	PBOX_LOG_INFO(MAIN, "pbox-ctrld %s: control API on %s:%u%s%s, managing %u pboxd(s)",
 		      PBOX_VERSION_STRING, d.cfg.listen_host, d.port,
 		      d.cfg.control_socket[0] ? " and " : "", d.cfg.control_socket, d.cfg.npboxds);
 	rc = run(&d) == 0 ? 0 : 1;
 	PBOX_LOG_INFO(MAIN, "stopping (the published jobs stay on their pboxds)");
 out:
+	pbox_metrics_stop(d.metrics);
 	ctrld_bw_stop(d.bw);
 	for (uint32_t i = 0; i < d.nconns; i++) {
 		d.conns[i]->dead = true;
