@@ -20,6 +20,9 @@
 
 /* A scrape waits this long for the control thread's new rendering. */
 #define RENDER_WAIT_MS 1000u
+/* A rendering younger than this is served as it is: however fast clients scrape, the
+ * control thread renders at most a few times a second. */
+#define RENDER_REUSE_MS 250u
 /* Request headers beyond this are refused by libmicrohttpd (431). */
 #define CONN_MEMORY 8192u
 /* How often the sweeper looks for connections past their deadline. */
@@ -97,6 +100,9 @@ static char *fresh_text(struct pbox_metrics *m, size_t *len)
 
 	pthread_mutex_lock(&m->lock);
 	gen = m->generation;
+	if (m->text != NULL && mono_ms() - m->rendered_ms < RENDER_REUSE_MS) {
+		goto copy;
+	}
 	if (write(m->efd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: the counter is full, a rendering is already asked for. */
 	}
@@ -113,6 +119,7 @@ static char *fresh_text(struct pbox_metrics *m, size_t *len)
 			break;
 		}
 	}
+copy:
 	if (m->text != NULL) {
 		now = mono_ms();
 		n = snprintf(tail, sizeof(tail),

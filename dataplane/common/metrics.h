@@ -25,7 +25,8 @@
  * the control thread's own state; the HTTP threads only copy the last rendered text. A
  * scrape asks for a new rendering and waits up to 1 s for it (so what it gets is at most a
  * scrape-interval fresh), then serves the latest text it has, with its age
- * (pbox_metrics_age_seconds).
+ * (pbox_metrics_age_seconds). A rendering less than 250 ms old is served without asking,
+ * so clients scraping in a loop cost the control thread at most four renderings a second.
  *
  * Errors: pbox_metrics_start returns NULL after logging why (address in use, no
  * libmicrohttpd in this build).
