@@ -13,6 +13,7 @@
 #include "common/bitmap.h"
 #include "common/compiler.h"
 #include "common/log.h"
+#include "common/ranges.h"
 #include "engine/engine.h"
 
 #define LOAD(p)     __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -68,86 +69,21 @@ enum pboxd_chunk_read pboxd_chunk_read(const struct pbox_chunk_state *cs, uint32
 	return PBOXD_CHUNK_CHANGING;
 }
 
-/* ---- "0-11,14,20-31 (+5 more)": a bounded list of ascending values ---- */
-
-struct ranges {
-	char *buf;
-	size_t len, cap;
-	uint32_t max, nranges;
-	uint64_t omitted; /* values in ranges past max */
-	bool have;
-	uint32_t lo, hi;
-};
-
-static int ranges_init(struct ranges *r, uint32_t max)
-{
-	memset(r, 0, sizeof(*r));
-	r->max = max;
-	r->cap = (size_t)max * 24 + 48;
-	r->buf = malloc(r->cap);
-	if (r->buf == NULL) {
-		return -ENOMEM;
-	}
-	r->buf[0] = '\0';
-	return 0;
-}
-
-static void ranges_flush(struct ranges *r)
-{
-	if (!r->have) {
-		return;
-	}
-	if (r->nranges < r->max) {
-		int n = r->lo == r->hi ? snprintf(r->buf + r->len, r->cap - r->len, "%s%u",
-						  r->len ? "," : "", r->lo)
-				       : snprintf(r->buf + r->len, r->cap - r->len, "%s%u-%u",
-						  r->len ? "," : "", r->lo, r->hi);
-
-		r->len += (size_t)n;
-		r->nranges++;
-	} else {
-		r->omitted += (uint64_t)r->hi - r->lo + 1;
-	}
-	r->have = false;
-}
-
-/* Values must come in ascending order. */
-static void ranges_add(struct ranges *r, uint32_t v)
-{
-	if (r->have && v == r->hi + 1) {
-		r->hi = v;
-		return;
-	}
-	ranges_flush(r);
-	r->have = true;
-	r->lo = r->hi = v;
-}
-
-/* The finished list (owned by r). */
-static const char *ranges_str(struct ranges *r)
-{
-	ranges_flush(r);
-	if (r->omitted != 0) {
-		snprintf(r->buf + r->len, r->cap - r->len, " (+%" PRIu64 " more)", r->omitted);
-	}
-	return r->buf;
-}
-
 static json_t *bitmap_ranges(const uint64_t *b, uint32_t nbits, uint32_t max)
 {
-	struct ranges r;
+	struct pbox_ranges r;
 	uint32_t i;
 	json_t *s;
 
-	if (ranges_init(&r, max) != 0) {
+	if (pbox_ranges_init(&r, max) != 0) {
 		return NULL;
 	}
 	PBOX_BIT_FOREACH(i, b, nbits)
 	{
-		ranges_add(&r, i);
+		pbox_ranges_add(&r, i);
 	}
-	s = json_string(ranges_str(&r));
-	free(r.buf);
+	s = json_string(pbox_ranges_str(&r));
+	pbox_ranges_free(&r);
 	return s;
 }
 
@@ -205,7 +141,7 @@ struct group {
 	uint64_t *missing;
 	uint64_t *partial; /* union over the group's chunks */
 	uint32_t nchunks;
-	struct ranges chunks;
+	struct pbox_ranges chunks;
 };
 
 struct scan {
@@ -235,7 +171,7 @@ static struct group *group_of(struct scan *sc, uint32_t iter, const uint64_t *mi
 	struct group *g = &sc->groups[sc->ngroups];
 
 	g->missing = calloc(2 * sc->words, sizeof(uint64_t));
-	if (g->missing == NULL || ranges_init(&g->chunks, sc->lim->max_ranges) != 0) {
+	if (g->missing == NULL || pbox_ranges_init(&g->chunks, sc->lim->max_ranges) != 0) {
 		free(g->missing);
 		return NULL;
 	}
@@ -320,7 +256,7 @@ static int scan_job(struct scan *sc, bool with_groups)
 			g->partial[i] |= partial[i] & missing[i];
 		}
 		g->nchunks++;
-		ranges_add(&g->chunks, c);
+		pbox_ranges_add(&g->chunks, c);
 	}
 	if (sc->vmin == UINT32_MAX) {
 		sc->vmin = 0;
@@ -332,7 +268,7 @@ static void scan_free(struct scan *sc)
 {
 	for (uint32_t g = 0; g < sc->ngroups; g++) {
 		free(sc->groups[g].missing);
-		free(sc->groups[g].chunks.buf);
+		pbox_ranges_free(&sc->groups[g].chunks);
 	}
 	free(sc->groups);
 	free(sc->next);
@@ -363,7 +299,7 @@ static json_t *waiting_json(struct scan *sc)
 				  "missing_count", (json_int_t)nmiss, "partial",
 				  bitmap_ranges(g->partial, sc->v->workers, sc->lim->max_ranges),
 				  "nchunks", (json_int_t)g->nchunks, "chunks",
-				  ranges_str(&g->chunks)));
+				  pbox_ranges_str(&g->chunks)));
 	}
 	json_object_set_new(o, "groups", groups);
 	return o;
