@@ -25,7 +25,7 @@ import test_runtime_jobs
 
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*$")
-TIMEOUT_S = 2
+TIMEOUT_S = 3
 MAX_CONN = 4
 
 
@@ -161,6 +161,33 @@ def value(fams, name, **labels):
     fail("no sample %s%s" % (name, labels))
 
 
+def is_open(s):
+    """The server has not closed s (nothing to read within 0.2 s)."""
+    s.settimeout(0.2)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+
+
+def hold_connections(port, n):
+    """n idle connections the server holds (slots of earlier requests are given back when
+    their threads have exited: a connection refused meanwhile is replaced)."""
+    held, deadline = [], time.time() + 5
+    while len(held) < n:
+        if time.time() > deadline:
+            fail("could not hold %d connections (%d held)" % (n, len(held)))
+        s = socket.create_connection(("127.0.0.1", port))
+        if is_open(s):
+            held.append(s)
+        else:
+            s.close()
+            time.sleep(0.1)
+    return held
+
+
 def hostile(d, port):
     for method in (b"POST", b"PUT", b"DELETE", b"OPTIONS"):
         r = http(port, method + b" /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
@@ -176,8 +203,7 @@ def hostile(d, port):
     print("bad methods: 405; bad paths: 404; huge header: %r" % r[:40])
 
     # Connection limit: MAX_CONN idle connections, then more are refused at once.
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONN)]
-    time.sleep(0.3)
+    idle = hold_connections(port, MAX_CONN)
     extra = http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", timeout=3)
     if extra.startswith(b"HTTP/1.1 200"):
         fail("a scrape beyond max_connections was served")
