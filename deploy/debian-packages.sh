@@ -20,6 +20,8 @@ packages=(
 	meson ninja-build pkg-config gcc clang-format
 	# libraries of the data plane and the control channel
 	liburcu-dev libconfig-dev libjansson-dev libisal-dev zlib1g-dev libsystemd-dev
+	# the /metrics endpoint of pboxd and pbox-ctrld
+	libmicrohttpd-dev
 	# the training demo: BLAS and the dataset
 	libopenblas-dev dataset-fashion-mnist
 	# kernel-bypass data plane

@@ -181,7 +181,9 @@ static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const conf
 
 int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, size_t errlen)
 {
-	static const char *const top[] = { "ctrld", "pboxds", "jobs", "bandwidth", "plan", NULL };
+	static const char *const top[] = { "ctrld", "pboxds",  "jobs", "bandwidth",
+					   "plan",  "metrics", NULL };
+	static const char *const log_formats[] = { "text", "json", NULL };
 	static const char *const ckeys[] = { "listen",
 					     "control_socket",
 					     "admin_token",
@@ -195,6 +197,7 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					     "max_unauth",
 					     "unauth_timeout",
 					     "max_output_bytes",
+					     "log_format",
 					     NULL };
 	struct pbox_confkit ck = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *c, *l, *where = NULL;
@@ -218,6 +221,8 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 	cfg->bw.cap_bps = 1e9;
 	cfg->bw.budget_s = 10;
 	ctrld_plan_defaults(&cfg->plan);
+	cfg->log_format = -1;
+	pbox_metrics_cfg_defaults(&cfg->metrics, PBOX_METRICS_PORT_CTRLD);
 	config_init(&lc);
 	if (config_read_file(&lc, path) != CONFIG_TRUE) {
 		rc = config_error_type(&lc) == CONFIG_ERR_FILE_IO ? -ENOENT : -EINVAL;
@@ -259,9 +264,15 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 		    (rc = pbox_conf_u32(&ck, c, "unauth_timeout", 100, 600000,
 					&cfg->unauth_timeout_ms)) != 0 ||
 		    (rc = pbox_conf_u32(&ck, c, "max_output_bytes", 65536, 1u << 30,
-					&cfg->max_output_bytes)) != 0) {
+					&cfg->max_output_bytes)) != 0 ||
+		    (rc = pbox_conf_choice(&ck, c, "log_format", "log format", log_formats,
+					   &cfg->log_format)) != 0) {
 			goto out;
 		}
+	}
+	if ((rc = pbox_metrics_cfg_load(&ck, config_setting_get_member(root, "metrics"),
+					&cfg->metrics)) != 0) {
+		goto out;
 	}
 	if (pboxd_parse_hostport(listen, cfg->listen_host, sizeof(cfg->listen_host),
 				 &cfg->listen_port) != 0) {

@@ -49,6 +49,8 @@
  *     all_to = [ "10.0.0.3:55001" ];  # every managed pboxd probes each of these
  *   };
  *   plan = { degree = 5; depth = 3; ... };  # broadcast trees and DVF thresholds (plan.h)
+ *   metrics = { listen = "127.0.0.1:9541"; };  # Prometheus GET /metrics (absent: off)
+ * and in the ctrld group: log_format = "text";  # or "json" (common/log.h)
  *
  * Threading: one thread, a poll loop (main.c), and the bandwidth matrix's prober thread
  * (bw.h), which only reads the configuration.
@@ -63,6 +65,7 @@
 #include <jansson.h>
 
 #include "assign.h"
+#include "common/metrics.h"
 #include "plan.h"
 
 #define CTRLD_DEFAULT_CONFIG "/etc/pbox/pbox-ctrld.conf"
@@ -116,7 +119,9 @@ struct ctrld_config {
 	uint32_t npboxds;
 	json_t *jobs; /* array of job descriptions from the file (owned) */
 	struct ctrld_bw_cfg bw;
-	struct ctrld_plan_cfg plan; /* trees and thresholds (plan.h) */
+	struct ctrld_plan_cfg plan;      /* trees and thresholds (plan.h) */
+	int log_format;                  /* enum pbox_log_format; -1: not set (environment) */
+	struct pbox_metrics_cfg metrics; /* top-level `metrics` group (common/metrics.h) */
 };
 
 /* Read and validate path (every static job through pboxd's job validation). Returns 0,

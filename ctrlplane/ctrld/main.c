@@ -51,6 +51,7 @@
 #include "bw.h"
 #include "ctrld.h"
 #include "state.h"
+#include "status.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -127,6 +128,7 @@ struct ctrld {
 	int reserve_fd;                  /* /dev/null, given up to shed a connection on EMFILE */
 	uint64_t listen_paused_ms;       /* listeners not watched until then (out of descriptors) */
 	uint32_t nunauth;                /* TCP connections that have not proved the admin token */
+	struct pbox_metrics *metrics;    /* NULL: no /metrics endpoint */
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited,
@@ -1062,6 +1064,51 @@ static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, con
 	return json_pack("{s:b, s:b, s:I}", "ok", 1, "queued", 1, "done_at", (json_int_t)done_at);
 }
 
+/* pboxd idx for status.c (pboxd_request: marks it up or down). */
+static int ask_pboxd(void *arg, uint32_t idx, const json_t *req, json_t **reply)
+{
+	struct ctrld *d = arg;
+
+	return pboxd_request(d, &d->cfg.pboxds[idx], req, reply);
+}
+
+/* {"op":"status",...} (common/statusmsg.h, status.h): admin only. */
+static json_t *handle_status(struct ctrld *d, struct conn *c, const json_t *req)
+{
+	struct pbox_statusmsg m;
+	char err[160];
+	json_t *resp;
+	int e;
+
+	if (pbox_statusmsg_decode(req, &m, err, sizeof(err)) != 0) {
+		c->bad++;
+		return pbox_ctl_error(EINVAL, "%s", err);
+	}
+	resp = admin_check(d, c, "status", m.admin_token);
+	if (resp != NULL) {
+		return resp;
+	}
+	resp = ctrld_status(&d->cfg, job_list(d), d->bw ? ctrld_bw_list(d->bw) : NULL, &m,
+			    ask_pboxd, d, &e);
+	if (resp == NULL) {
+		return e == ENOENT ? pbox_ctl_error(ENOENT, "status: job %lld does not exist",
+						    (long long)m.job)
+				   : pbox_ctl_error(e, "status: %s", strerror(e));
+	}
+	return resp;
+}
+
+/* /metrics (common/metrics.h), on this thread. */
+static void render_metrics(void *arg, struct pbox_prom *p)
+{
+	struct ctrld *d = arg;
+	json_t *list = job_list(d), *bw = d->bw ? ctrld_bw_list(d->bw) : NULL;
+
+	ctrld_metrics_render(list, bw, p);
+	json_decref(list);
+	json_decref(bw);
+}
+
 static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
@@ -1078,12 +1125,15 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 	if (op != NULL && (strcmp(op, "bw_list") == 0 || strcmp(op, "bw_probe") == 0)) {
 		return handle_bw(d, c, req, op);
 	}
+	if (op != NULL && strcmp(op, "status") == 0) {
+		return handle_status(d, c, req);
+	}
 	rc = pbox_jobmsg_decode(req, &m, err, sizeof(err));
 	if (rc == -ENOENT) {
 		c->bad++;
 		return pbox_ctl_error(EINVAL,
 				      "unknown op '%s' (auth, job_create, job_rm, job_list, "
-				      "bw_list, bw_probe)",
+				      "bw_list, bw_probe, status)",
 				      op ? op : "");
 	}
 	if (rc != 0) {
@@ -1523,7 +1573,7 @@ static int restore_jobs(struct ctrld *d)
 
 static int run(struct ctrld *d)
 {
-	struct pollfd *pfd = calloc(d->cfg.max_connections + 2, sizeof(*pfd));
+	struct pollfd *pfd = calloc(d->cfg.max_connections + 3, sizeof(*pfd));
 
 	if (pfd == NULL) {
 		return -ENOMEM;
@@ -1553,6 +1603,8 @@ static int run(struct ctrld *d)
 		/* Paused listeners (out of descriptors) are not watched: poll ignores fd -1. */
 		pfd[n++] = (struct pollfd){ .fd = paused ? -1 : d->lfd, .events = POLLIN };
 		pfd[n++] = (struct pollfd){ .fd = paused ? -1 : d->ufd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = d->metrics ? pbox_metrics_fd(d->metrics) : -1,
+					    .events = POLLIN };
 		first = n;
 		for (uint32_t i = 0; i < d->nconns; i++) {
 			const struct conn *c = d->conns[i];
@@ -1594,6 +1646,9 @@ static int run(struct ctrld *d)
 			accept_some(d, d->ufd, true);
 		}
 		reap(d); /* the connections evicted to make room */
+		if (pfd[2].revents & POLLIN) {
+			pbox_metrics_serve(d->metrics, render_metrics, d);
+		}
 		if (now_ms() >= d->next_reconcile_ms) {
 			pbox_ctladdr_gc(&d->addrs, now_ms());
 			reconcile(d);
@@ -1695,6 +1750,7 @@ static void usage(FILE *f)
 		"foreground; SIGTERM / SIGINT stop it (the published jobs stay on the pboxds).\n"
 		"\n"
 		"  -c, --config FILE   configuration (default %s)\n"
+		"      --log-format F  text (default) or json: one JSON object per log line\n"
 		"      --check-config  validate the configuration (static jobs with pboxd's job\n"
 		"                      validation) and exit\n"
 		"  -V, --version       version\n"
@@ -1707,6 +1763,7 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", no_argument, NULL, 'C' },
+		{ "log-format", required_argument, NULL, 'L' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -1716,7 +1773,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	bool check = false;
 	char err[1024];
-	int opt, rc;
+	int opt, rc, log_format = -1;
 
 	pbox_log_init_from_env();
 	pbox_log_set_ident("pbox-ctrld");
@@ -1727,6 +1784,15 @@ int main(int argc, char **argv)
 			break;
 		case 'C':
 			check = true;
+			break;
+		case 'L':
+			log_format = pbox_log_parse_format(optarg);
+			if (log_format < 0) {
+				fprintf(stderr,
+					"pbox-ctrld: --log-format %s: expected text or json\n",
+					optarg);
+				return 64;
+			}
 			break;
 		case 'V':
 			printf("pbox-ctrld %s\n", PBOX_VERSION_STRING);
@@ -1752,6 +1818,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pbox-ctrld: %s\n", err);
 		ctrld_config_free(&d.cfg);
 		return 78; /* EX_CONFIG */
+	}
+	if (log_format >= 0 || d.cfg.log_format >= 0) {
+		pbox_log_set_format(
+			(enum pbox_log_format)(log_format >= 0 ? log_format : d.cfg.log_format));
 	}
 	if (check) {
 		printf("%s: ok: %u pboxd(s), %zu static job(s)", path, d.cfg.npboxds,
@@ -1784,6 +1854,11 @@ int main(int argc, char **argv)
 		rc = 69; /* EX_UNAVAILABLE */
 		goto out;
 	}
+	if (d.cfg.metrics.enabled &&
+	    (d.metrics = pbox_metrics_start(&d.cfg.metrics, "pbox-ctrld")) == NULL) {
+		rc = 69; /* EX_UNAVAILABLE */
+		goto out;
+	}
 	PBOX_LOG_INFO(MAIN, "pbox-ctrld %s: control API on %s:%u%s%s, managing %u pboxd(s)",
 		      PBOX_VERSION_STRING, d.cfg.listen_host, d.port,
 		      d.cfg.control_socket[0] ? " and " : "", d.cfg.control_socket, d.cfg.npboxds);
@@ -1791,6 +1866,7 @@ int main(int argc, char **argv)
 	rc = rc == 0 ? 0 : rc == -EINVAL ? 78 /* EX_CONFIG */ : 1;
 	PBOX_LOG_INFO(MAIN, "stopping (the published jobs stay on their pboxds)");
 out:
+	pbox_metrics_stop(d.metrics);
 	ctrld_bw_stop(d.bw);
 	for (uint32_t i = 0; i < d.nconns; i++) {
 		d.conns[i]->dead = true;

@@ -11,6 +11,8 @@
  *           "chunk_bytes":B,"frag_bytes":F,"window":W,"core_map":[k,...]}
  *   {"op":"leave"}                 -> {"ok":true}   (a clean goodbye; then close)
  *   {"op":"stats"}                 -> {"ok":true,"cores":[{...}],"jobs":[{...}]}
+ *   {"op":"status",...}            -> {"ok":true,"daemon":"pboxd","jobs":[{...}]}  (operators;
+ *                                     common/statusmsg.h: ranks, waiting chunks, missing ranks)
  *   errors                         -> {"ok":false,"errno":E,"error":"what and why"}
  *   events                            {"event":"abort","errno":E,"reason":"..."}
  *

@@ -7,6 +7,16 @@
  * component has its own level; PBOX_LOG_DEBUG() is compiled out unless the build has
  * -Dpbox_debug_logs=true, so debug statements cost nothing on a release hot path.
  *
+ * Two line formats: the default for people (above), and JSON lines for log collectors
+ * (pbox_log_set_format, or PBOX_LOG_FORMAT=json in the environment):
+ *   {"ts":"2026-11-25T10:16:50.123Z","level":"warn","daemon":"pboxd","component":"admin",
+ *    "object":"job 7","msg":"job 7: rank 2 (127.0.0.1:5000) left without a goodbye"}
+ * ts is UTC with milliseconds; daemon is the ident (pbox_log_set_ident; "" if none);
+ * object is the message's prefix before its first ": " when that prefix names an object by
+ * the logging convention ("job 7", "core 0", "port 1 rxq 0", "pboxd a": noun and id
+ * pairs, at most 48 bytes), else the component; msg is the whole message. One write per
+ * line.
+ *
  * Thread safety: all functions may be called from any thread. Levels are read without
  * locking; a change made with pbox_log_set_level() is seen by other threads eventually.
  * Never call from a per-packet path except for rate-limited conditions.
@@ -37,6 +47,11 @@ enum pbox_log_component {
 	PBOX_LOGC_COUNT,
 };
 
+enum pbox_log_format {
+	PBOX_LOG_FORMAT_TEXT = 0, /* "12:03:04.512 pboxd WARN  engine: ..." */
+	PBOX_LOG_FORMAT_JSON = 1, /* one JSON object per line (above) */
+};
+
 /* Called for every message that passes the level filter, instead of writing stderr. */
 typedef void (*pbox_log_sink_fn)(enum pbox_log_level lvl, enum pbox_log_component comp,
 				 const char *msg, void *arg);
@@ -49,10 +64,15 @@ void pbox_vlog(enum pbox_log_level lvl, enum pbox_log_component comp, const char
 void pbox_log_set_level(enum pbox_log_component comp, enum pbox_log_level lvl);
 /* Parse "err|warn|info|debug" (or "0".."3"); returns the level or -EINVAL. */
 int pbox_log_parse_level(const char *s);
-/* Apply PBOX_LOG_LEVEL from the environment if set (e.g. "debug"). */
+/* Apply PBOX_LOG_LEVEL (e.g. "debug") and PBOX_LOG_FORMAT ("text", "json") from the
+ * environment if set. */
 void pbox_log_init_from_env(void);
 /* Route messages to sink (NULL restores stderr). */
 void pbox_log_set_sink(pbox_log_sink_fn sink, void *arg);
+/* Parse "text" / "json"; returns the format or -EINVAL. */
+int pbox_log_parse_format(const char *s);
+/* Line format of messages written to stderr (a sink gets the bare message either way). */
+void pbox_log_set_format(enum pbox_log_format fmt);
 /* Prefix every line with this program name, e.g. "pboxd" (copied, max 31 chars). */
 void pbox_log_set_ident(const char *ident);
 

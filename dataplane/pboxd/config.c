@@ -164,6 +164,8 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	cfg->drain_timeout = 10;
 	cfg->worker_timeout = 10;
 	cfg->checkpoint_interval = 60;
+	cfg->log_format = -1;
+	pbox_metrics_cfg_defaults(&cfg->metrics, PBOX_METRICS_PORT_PBOXD);
 	cfg->fault.seed = 1;
 	cfg->limits = (struct pboxd_control_limits){
 		.max_connections = 4096,
@@ -847,7 +849,7 @@ static int check_dpdk(const struct pboxd_config *cfg, const char *file, char *er
 
 int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen)
 {
-	static const char *const top_keys[] = { "appliance", "jobs", NULL };
+	static const char *const top_keys[] = { "appliance", "jobs", "metrics", NULL };
 	static const char *const app_keys[] = {
 		"transport",
 		"data_address",
@@ -875,8 +877,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"memory_budget",
 		"checkpoint_dir",
 		"checkpoint_interval",
+		"log_format",
 		NULL,
 	};
+	static const char *const log_formats[] = { "text", "json", NULL };
 	struct pbox_confkit c = { .file = path, .err = err, .errlen = errlen };
 	const config_setting_t *root, *a, *jobs, *s;
 	config_t lc;
@@ -1033,6 +1037,14 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		if (s != NULL && (rc = load_limits(&c, s, &cfg->limits)) != 0) {
 			goto out;
 		}
+		if ((rc = pbox_conf_choice(&c, a, "log_format", "log format", log_formats,
+					   &cfg->log_format)) != 0) {
+			goto out;
+		}
+	}
+	rc = pbox_metrics_cfg_load(&c, config_setting_get_member(root, "metrics"), &cfg->metrics);
+	if (rc != 0) {
+		goto out;
 	}
 	jobs = config_setting_get_member(root, "jobs");
 	if (jobs != NULL) {

@@ -40,6 +40,7 @@
  *     checkpoint_dir = "";            # server-optimizer jobs' state is saved here
  *                                     # ("": no checkpoints) and restored on restart
  *     checkpoint_interval = 60;       # seconds between checkpoints (0: only at shutdown)
+ *     log_format = "text";            # or "json": one JSON object per log line (log.h)
  *     dpdk = {                        # transport = "dpdk" (kernel bypass) only
  *       eal = [ "--vdev", "net_af_xdp0,iface=eth1" ];  # EAL arguments (pboxd adds
  *                                     # --lcores from cores/cpus unless given here)
@@ -72,6 +73,8 @@
  *                                     # CAP_SYS_NICE; steadier on a busy host)
  *     };
  *   };
+ *   metrics = { listen = "127.0.0.1:9540"; };  # Prometheus GET /metrics (common/metrics.h;
+ *                                     # absent: off)
  *   jobs = ( { id = 1; token = "s3cret"; workers = 3;
  *              mode = "server-optimizer";          # or "aggregate"
  *              reduce = "mean";                     # aggregate: "sum" or "mean"
@@ -106,6 +109,7 @@
 #include <libconfig.h>
 
 #include "common/jobdesc.h"
+#include "common/metrics.h"
 #include "engine/job.h"
 #include "kernels/kernels.h"
 #include "transport/fault.h"
@@ -218,6 +222,8 @@ struct pboxd_config {
 	struct pboxd_xdp_cfg xdp;
 	struct pboxd_probe_cfg probe;
 	struct pboxd_shm_cfg shm; /* transport/shm/shm_config.h */
+	int log_format;                  /* enum pbox_log_format; -1: not set (environment) */
+	struct pbox_metrics_cfg metrics; /* top-level `metrics` group (common/metrics.h) */
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
 };

@@ -25,6 +25,8 @@
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "common/statusmsg.h"
+#include "jobstatus.h"
 
 #define MAX_BAD_REQUESTS 8
 /* A hello is small: the token is at most 255 bytes (6 each when JSON-escaped). */
@@ -626,6 +628,33 @@ static json_t *do_job(struct pboxd_control *ctl, struct conn *c, const struct pb
 	return pbox_ctl_error(EINVAL, "%s: not a job operation", op);
 }
 
+/* {"op":"status",...} (common/statusmsg.h; jobstatus.h): admin only. */
+static json_t *do_status(struct pboxd_control *ctl, struct conn *c, const json_t *req)
+{
+	struct pbox_statusmsg m;
+	struct pboxd_status_limits lim;
+	char err[160];
+	json_t *resp;
+	int rc = pbox_statusmsg_decode(req, &m, err, sizeof(err)), e;
+
+	if (rc != 0) {
+		c->bad++;
+		return pbox_ctl_error(-rc, "%s", err);
+	}
+	resp = admin_check(ctl, c, "status", m.admin_token);
+	if (resp != NULL) {
+		return resp;
+	}
+	lim = (struct pboxd_status_limits){ m.max_groups, m.max_ranges, m.max_ranks };
+	resp = pboxd_jobstatus(ctl->sessions, m.job, &lim, pboxd_now_ms(), &e);
+	if (resp == NULL) {
+		return e == ENOENT ? pbox_ctl_error(ENOENT, "status: job %lld does not exist",
+						    (long long)m.job)
+				   : pbox_ctl_error(e, "status: %s", strerror(e));
+	}
+	return resp;
+}
+
 /* {"op":"probe","request":{...}}: admin only; answered when the probe ends (NULL). */
 static json_t *do_probe(struct pboxd_control *ctl, struct conn *c, const json_t *req)
 {
@@ -709,6 +738,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = do_stats(ctl, c, req);
 	} else if (strcmp(op, "probe") == 0) {
 		resp = do_probe(ctl, c, req);
+	} else if (strcmp(op, "status") == 0) {
+		resp = do_status(ctl, c, req);
 	} else if (strcmp(op, "auth") == 0) {
 		const json_t *tok = json_object_get(req, "admin_token");
 
@@ -733,7 +764,7 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 	} else {
 		resp = pbox_ctl_error(EINVAL,
 				      "unknown op '%s' (hello, register, leave, ping, stats, auth, "
-				      "job_create, job_rm, job_list, job_plan, probe)",
+				      "job_create, job_rm, job_list, job_plan, probe, status)",
 				      op);
 		c->bad++;
 	}

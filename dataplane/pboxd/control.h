@@ -3,7 +3,7 @@
  * pboxd's control listener: TCP connections (and an optional Unix socket for operators)
  * speaking the newline-delimited JSON protocol of common/ctlproto.h. Requests are
  * dispatched to the sessions module (hello, register, leave), to the probe agent (probe,
- * admin only) or answered here (stats).
+ * admin only) or answered here (stats; status, admin only: jobstatus.h).
  *
  * Built to stay responsive under hostile clients, so that no client can stop another
  * job's workers from being heard:

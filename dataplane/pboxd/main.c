@@ -25,6 +25,7 @@
 #include "config.h"
 #include "control.h"
 #include "dataplane.h"
+#include "metrics.h"
 #include "sessions.h"
 #include "stats.h"
 #include "probe.h"
@@ -65,6 +66,7 @@ static void usage(FILE *f)
 		"      --fault SPEC         inject faults on sends: drop=P,dup=P,reorder=P,seed=N\n"
 		"      --stats-interval S   print counters every S seconds\n"
 		"      --log-level LEVEL    err, warn, info (default) or debug\n"
+		"      --log-format FORMAT  text (default) or json: one JSON object per line\n"
 		"  -h, --help               this text\n"
 		"  -V, --version            version\n"
 		"\n"
@@ -91,6 +93,7 @@ enum {
 	OPT_FAULT,
 	OPT_STATS,
 	OPT_LOG,
+	OPT_LOG_FORMAT,
 	OPT_TRANSPORT,
 };
 
@@ -109,6 +112,7 @@ static const struct option g_opts[] = {
 	{ "fault", required_argument, NULL, OPT_FAULT },
 	{ "stats-interval", required_argument, NULL, OPT_STATS },
 	{ "log-level", required_argument, NULL, OPT_LOG },
+	{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 	{ "transport", required_argument, NULL, OPT_TRANSPORT },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
@@ -137,8 +141,10 @@ struct app {
 	struct pboxd_dp dp;
 	struct pboxd_sessions *sessions;
 	struct pboxd_control *control;
-	struct pboxd_xdp *xdp;     /* NULL: no XDP filter */
-	struct pboxd_probe *probe; /* NULL: not a probe agent */
+	struct pboxd_xdp *xdp;        /* NULL: no XDP filter */
+	struct pboxd_probe *probe;    /* NULL: not a probe agent */
+	struct pbox_metrics *metrics; /* NULL: no /metrics endpoint */
+	struct pboxd_metrics_src metrics_src;
 };
 
 static json_t *stats_cb(void *arg, bool all, uint32_t job)
@@ -178,6 +184,18 @@ static json_t *stats_cb(void *arg, bool all, uint32_t job)
 		json_object_set_new(o, "probe", t);
 	} else {
 		json_decref(t);
+	}
+	return o;
+}
+
+/* What /metrics renders: the stats request's full answer, control channel included. */
+static json_t *metrics_stats(void *arg)
+{
+	struct app *a = arg;
+	json_t *o = stats_cb(a, true, 0);
+
+	if (o != NULL) {
+		json_object_set_new(o, "control", pboxd_control_stats(a->control));
 	}
 	return o;
 }
@@ -325,6 +343,17 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			}
 			cfg->stats_interval = (uint32_t)v;
 			break;
+		case OPT_LOG_FORMAT: {
+			int fmt = pbox_log_parse_format(optarg);
+
+			if (fmt < 0) {
+				fprintf(stderr, "pboxd: --log-format %s: expected text or json\n",
+					optarg);
+				return EX_USAGE;
+			}
+			cfg->log_format = fmt;
+			break;
+		}
 		case OPT_LOG: {
 			int lvl = pbox_log_parse_level(optarg);
 
@@ -409,13 +438,15 @@ static int run(struct app *a)
 		     a->cfg.njobs == 1 ? "" : "s");
 	for (;;) {
 		/* The control channel's connections are in its own epoll set (one fd here). */
-		struct pollfd p[4];
+		struct pollfd p[5];
 		int timeout = -1;
 
 		p[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
 		p[1] = (struct pollfd){ .fd = tfd, .events = POLLIN };
 		p[2] = (struct pollfd){ .fd = hfd, .events = POLLIN };
 		p[3] = (struct pollfd){ .fd = pboxd_control_fd(a->control), .events = POLLIN };
+		p[4] = (struct pollfd){ .fd = a->metrics ? pbox_metrics_fd(a->metrics) : -1,
+					.events = POLLIN };
 		if (draining) {
 			struct timespec now;
 
@@ -492,6 +523,9 @@ static int run(struct app *a)
 				pboxd_control_tick(a->control);
 			}
 		}
+		if (p[4].revents & POLLIN) {
+			pbox_metrics_serve(a->metrics, pboxd_metrics_render, &a->metrics_src);
+		}
 	}
 	close(sfd);
 	if (tfd >= 0) {
@@ -549,6 +583,9 @@ int main(int argc, char **argv)
 		pboxd_config_free(&a.cfg);
 		return rc;
 	}
+	if (a.cfg.log_format >= 0) {
+		pbox_log_set_format((enum pbox_log_format)a.cfg.log_format);
+	}
 	if (pboxd_config_check(&a.cfg, err, sizeof(err)) != 0) {
 		fprintf(stderr, "pboxd: %s\n", err);
 		pboxd_config_free(&a.cfg);
@@ -604,6 +641,13 @@ int main(int argc, char **argv)
 		pboxd_control_close(a.control);
 		a.control = NULL;
 	}
+	a.metrics = NULL;
+	a.metrics_src = (struct pboxd_metrics_src){ metrics_stats, &a, a.sessions };
+	if (a.control != NULL && a.cfg.metrics.enabled &&
+	    (a.metrics = pbox_metrics_start(&a.cfg.metrics, "pboxd")) == NULL) {
+		pboxd_control_close(a.control);
+		a.control = NULL;
+	}
 	if (a.control == NULL) {
 		pboxd_probe_destroy(a.probe);
 		pboxd_sessions_destroy(a.sessions);
@@ -613,6 +657,7 @@ int main(int argc, char **argv)
 		return EX_UNAVAILABLE;
 	}
 	rc = run(&a);
+	pbox_metrics_stop(a.metrics);
 	pboxd_control_close(a.control);
 	pboxd_probe_destroy(a.probe);
 	pboxd_sessions_destroy(a.sessions);

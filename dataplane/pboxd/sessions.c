@@ -1409,3 +1409,45 @@ void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created
 	*created = s->jobs_created;
 	*removed = s->jobs_removed;
 }
+
+int pboxd_sessions_job_view(const struct pboxd_sessions *s, uint32_t id, struct pboxd_job_view *v)
+{
+	static const char *const names[] = { "idle", "active", "aborted", "starting" };
+	const struct job *j = find_job(s, id);
+
+	if (j == NULL) {
+		return -ENOENT;
+	}
+	memset(v, 0, sizeof(*v));
+	v->id = id;
+	v->state_name = names[j->st];
+	v->abort_reason = j->st == SESS_ABORTED ? j->abort_reason : "";
+	v->workers = j->cfg->workers;
+	v->window = j->cfg->window;
+	v->live = j->st == SESS_IDLE ? NULL : j->live;
+	v->nlive = j->st == SESS_IDLE ? 0 : j->nlive;
+	v->state = j->state;
+	v->desc = j->has_desc && j->state != NULL ? &j->desc : NULL;
+	v->sessions = j->sessions;
+	return 0;
+}
+
+int pboxd_sessions_member_view(const struct pboxd_sessions *s, uint32_t id, uint32_t rank,
+			       struct pboxd_member_view *m)
+{
+	const struct job *j = find_job(s, id);
+	const struct member *mb;
+
+	if (j == NULL || rank >= j->cfg->workers) {
+		return -ENOENT;
+	}
+	mb = &j->members[rank];
+	memset(m, 0, sizeof(*m));
+	m->connected = mb->ref != NULL;
+	m->registered = mb->cookie != 0;
+	if (mb->ref != NULL) {
+		m->peer = mb->ref->peer;
+		m->last_seen_ms = mb->ref->last_seen_ms;
+	}
+	return 0;
+}

@@ -171,4 +171,34 @@ void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created
 /* The checkpointer (NULL: checkpoints off), for the shutdown hook. */
 struct pboxd_ckpt *pboxd_sessions_ckpt(struct pboxd_sessions *s);
 
+/*
+ * What `pbox status` and /metrics read about a job (control thread only; the pointers
+ * stay valid until the next call into this module). state and desc are the running
+ * session's chunk state and geometry (NULL without one): the session holds a reference
+ * to state, so the control thread may read it until it ends the session itself.
+ * pboxd_sessions_job_view: -ENOENT if no such job.
+ */
+struct pboxd_job_view {
+	uint32_t id;
+	const char *state_name;   /* idle, active, aborted, starting */
+	const char *abort_reason; /* "" unless aborted */
+	uint32_t workers;
+	uint32_t window;
+	const uint64_t *live; /* ranks counted as members (NULL when idle) */
+	uint32_t nlive;
+	const struct pbox_job_state *state;
+	const struct pbox_jobdesc *desc;
+	uint64_t sessions;
+};
+struct pboxd_member_view {
+	bool connected;        /* a control connection holds the rank */
+	bool registered;       /* it registered in the running session */
+	const char *peer;      /* the control connection's address (NULL: none) */
+	uint64_t last_seen_ms; /* pboxd_now_ms() of its last byte (0: none) */
+};
+int pboxd_sessions_job_view(const struct pboxd_sessions *s, uint32_t id, struct pboxd_job_view *v);
+/* Rank rank of job id (-ENOENT: no such job or rank). */
+int pboxd_sessions_member_view(const struct pboxd_sessions *s, uint32_t id, uint32_t rank,
+			       struct pboxd_member_view *m);
+
 #endif /* PBOXD_SESSIONS_H */

@@ -20,6 +20,7 @@ int pbox_cmd_demo(int argc, char **argv);
 int pbox_cmd_stats(int argc, char **argv);
 int pbox_cmd_job(int argc, char **argv);
 int pbox_cmd_bw(int argc, char **argv);
+int pbox_cmd_status(int argc, char **argv);
 
 /* The member key of o as an unsigned counter: 0 if o is not an object, key is absent, or
  * its value is not a positive integer (pboxd's and the workers' JSON counters). */

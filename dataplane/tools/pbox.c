@@ -29,6 +29,8 @@ static const struct subcommand g_cmds[] = {
 	{ "stats", pbox_cmd_stats, "print the counters of a running pboxd" },
 	{ "job", pbox_cmd_job, "create, list or remove jobs of a running pboxd or pbox-ctrld" },
 	{ "bw", pbox_cmd_bw, "print pbox-ctrld's bandwidth matrix, or probe a pair now" },
+	{ "status", pbox_cmd_status,
+	  "jobs, ranks, plans, and which ranks a waiting job lacks (pboxd or pbox-ctrld)" },
 };
 
 static void usage(FILE *f)

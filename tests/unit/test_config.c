@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "common/log.h"
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
 
@@ -449,14 +450,59 @@ static void test_probe(void **state)
 	expect_error("appliance = { probe = true; };\n", "probe: must be a group");
 }
 
+/* The metrics group (common/metrics.h) and log_format: off by default, loopback by
+ * default when the group is there, refusals named. */
+static void test_metrics_and_logs(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("appliance = { cores = 1; };\n", &cfg, err, sizeof(err)), 0);
+	assert_false(cfg.metrics.enabled);
+	assert_int_equal(cfg.log_format, -1);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("metrics = { };\nappliance = { log_format = \"json\"; };\n", &cfg,
+			      err, sizeof(err)),
+			 0);
+	assert_true(cfg.metrics.enabled);
+	assert_string_equal(cfg.metrics.host, "127.0.0.1");
+	assert_int_equal(cfg.metrics.port, PBOX_METRICS_PORT_PBOXD);
+	assert_int_equal(cfg.metrics.max_connections, PBOX_METRICS_MAX_CONNECTIONS);
+	assert_int_equal(cfg.log_format, PBOX_LOG_FORMAT_JSON);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("metrics = { listen = \"0.0.0.0:9999\"; max_connections = 2; "
+			      "timeout = 3; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_string_equal(cfg.metrics.host, "0.0.0.0");
+	assert_int_equal(cfg.metrics.port, 9999);
+	assert_int_equal(cfg.metrics.max_connections, 2);
+	assert_int_equal(cfg.metrics.timeout_s, 3);
+	pboxd_config_free(&cfg);
+	expect_error("metrics = { listen = \"localhost:9540\"; };\n", "numeric IPv4 address");
+	expect_error("metrics = { listen = \"127.0.0.1\"; };\n", "expected \"ADDRESS:PORT\"");
+	expect_error("metrics = { listen = \"127.0.0.1:70000\"; };\n", "port must be");
+	expect_error("metrics = { max_connections = 0; };\n", "metrics.max_connections");
+	expect_error("metrics = { path = \"/m\"; };\n", "metrics.path: unknown setting");
+	expect_error("metrics = 1;\n", "must be a group");
+	expect_error("appliance = { log_format = \"xml\"; };\n", "appliance.log_format");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid),         cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
-		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
-		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
-		cmocka_unit_test(test_xdp),           cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_valid),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_sync_and_flow),
+		cmocka_unit_test(test_sync_errors),
+		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_parsers),
+		cmocka_unit_test(test_memory_budget),
+		cmocka_unit_test(test_non_finite),
+		cmocka_unit_test(test_xdp),
+		cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_metrics_and_logs),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
