@@ -83,7 +83,8 @@ static json_t *step(const struct ctrld_plan_cfg *pc, const json_t *pl, double bp
 	json_t *bw = matrix(bps0, bps1), *out = NULL;
 	char err[256];
 
-	assert_int_equal(ctrld_plan_compute(pc, "a", 3, pl, bw, prev, &out, err, sizeof(err)), 0);
+	assert_int_equal(ctrld_plan_compute(pc, "a", 3, pl, bw, NULL, prev, &out, err, sizeof(err)),
+			 0);
 	json_decref(bw);
 	json_decref(prev);
 	return out;
@@ -158,11 +159,12 @@ static void test_placement_and_size(void **state)
 	assert_non_null(strstr(err, "placement[1]"));
 	pc.degree = 2;
 	pc.depth = 2; /* 6 workers at most */
-	assert_int_equal(ctrld_plan_compute(&pc, "a", 7, NULL, NULL, NULL, &out, err, sizeof(err)),
-			 -ENOSPC);
+	assert_int_equal(
+		ctrld_plan_compute(&pc, "a", 7, NULL, NULL, NULL, NULL, &out, err, sizeof(err)),
+		-ENOSPC);
 	assert_null(out);
-	assert_int_equal(ctrld_plan_compute(&pc, "a", 6, NULL, NULL, NULL, &out, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		ctrld_plan_compute(&pc, "a", 6, NULL, NULL, NULL, NULL, &out, err, sizeof(err)), 0);
 	assert_string_equal(
 		json_string_value(json_object_get(json_object_get(out, "tree"), "costs")),
 		"uniform");
