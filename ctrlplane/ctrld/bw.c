@@ -24,6 +24,9 @@
 #define CTRLD_BW_SLOW_FRACTION 0.5
 #define CTRLD_BW_SLOW_GAP_S    15
 #define CTRLD_BW_BEST_DECAY    0.95
+/* A job's pair whose new estimate is below this fraction of its last one makes the
+ * job's pairs sharing an endpoint with it urgent (probed before anything else). */
+#define CTRLD_BW_DROP 0.7
 
 enum pair_state { PAIR_PENDING, PAIR_PROBING, PAIR_OK, PAIR_FAILED };
 
@@ -38,12 +41,14 @@ struct pair {
 	uint32_t from_idx; /* the pboxd asked */
 	bool via;          /* a worker probes: via_job / via_rank on that pboxd */
 	uint32_t via_job, via_rank;
-	bool dynamic; /* a job's pair */
+	bool dynamic;   /* a job's pair */
+	bool to_worker; /* `to` is a worker's responder (else the appliance's) */
 	uint32_t job;
 	bool mark; /* named in the current sweep (ctrld_bw_jobs_begin .. end) */
 	bool dead; /* dropped while its probe runs: freed when it ends */
 	enum pair_state state;
 	bool queued;         /* asked for on demand */
+	bool urgent;         /* a pair of the same job sharing an endpoint lost bandwidth */
 	int64_t next_due_ns; /* CLOCK_MONOTONIC; INT64_MAX: on demand only */
 	bool have;           /* res is a good estimate */
 	struct pbox_probe_result res;
@@ -122,6 +127,48 @@ static void free_pairs(struct ctrld_bw *b)
 	b->npairs = b->cap = 0;
 }
 
+static double mid_bps(const struct pbox_probe_result *r)
+{
+	return (r->r_min_bps + r->r_max_bps) / 2;
+}
+
+/* p and q have a worker endpoint in common (every job pair has the appliance at one end
+ * or none: sharing it says nothing). */
+static bool shares_worker(const struct pair *p, const struct pair *q)
+{
+	const char *pe[2] = { p->via ? p->from : NULL, p->to_worker ? p->to : NULL };
+	const char *qe[2] = { q->via ? q->from : NULL, q->to_worker ? q->to : NULL };
+
+	for (unsigned i = 0; i < 2; i++) {
+		for (unsigned k = 0; k < 2; k++) {
+			if (pe[i] != NULL && qe[k] != NULL && strcmp(pe[i], qe[k]) == 0) {
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* p's estimate fell: the job's pairs that share a worker with p likely cross the same
+ * slower link; probe them next. Lock held. */
+static void urge_neighbours(struct ctrld_bw *b, const struct pair *p)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < b->npairs; i++) {
+		struct pair *q = b->pairs[i];
+
+		if (q != p && q->dynamic && q->job == p->job && shares_worker(p, q)) {
+			q->urgent = true;
+			n++;
+		}
+	}
+	PBOX_LOG_INFO(ADMIN,
+		      "bandwidth %s -> %s fell below %.0f%% of its last estimate: probing the %u "
+		      "pair(s) of job %u that share a worker with it first",
+		      p->from, p->to, CTRLD_BW_DROP * 100, n, p->job);
+}
+
 /* One probe of pair p (the lock not held): fills *res or err. */
 static int probe_pair(struct ctrld_bw *b, const struct pair *pc, struct pbox_probe_result *res,
 		      char *err, size_t errlen)
@@ -179,8 +226,15 @@ static struct pair *next_pair(struct ctrld_bw *b, int64_t now, int64_t *wake_ns)
 	for (uint32_t i = 0; i < b->npairs; i++) {
 		struct pair *p = b->pairs[i];
 
-		if (p->queued) {
+		if (p->urgent) {
 			return p;
+		}
+		if (p->queued && (best == NULL || !best->queued)) {
+			best = p;
+			continue;
+		}
+		if (best != NULL && best->queued) {
+			continue;
 		}
 		if (p->next_due_ns <= now && (best == NULL || p->next_due_ns < best->next_due_ns)) {
 			best = p;
@@ -216,7 +270,7 @@ static void *bw_main(void *arg)
 			}
 			continue;
 		}
-		p->queued = false;
+		p->queued = p->urgent = false;
 		p->state = PAIR_PROBING;
 		copy = *p; /* p may be dropped (ctrld_bw_jobs_end) while the lock is not held */
 		pthread_mutex_unlock(&b->mu);
@@ -230,6 +284,10 @@ static void *bw_main(void *arg)
 		}
 		p->probes++;
 		if (rc == 0) {
+			if (p->dynamic && p->have &&
+			    mid_bps(&res) < CTRLD_BW_DROP * mid_bps(&p->res)) {
+				urge_neighbours(b, p);
+			}
 			p->res = res;
 			p->have = true;
 			p->state = PAIR_OK;
@@ -433,7 +491,7 @@ void ctrld_bw_jobs_begin(struct ctrld_bw *b)
 /* Job pair (from -> to) asked of pboxd w (via rank `via`, -1: the pboxd itself). Lock
  * held. */
 static void want(struct ctrld_bw *b, uint32_t w, uint32_t job, const char *from, const char *to,
-		 int64_t via)
+		 int64_t via, bool to_worker)
 {
 	struct pair *p;
 
@@ -462,6 +520,7 @@ static void want(struct ctrld_bw *b, uint32_t w, uint32_t job, const char *from,
 	p->via_job = job;
 	p->via_rank = via >= 0 ? (uint32_t)via : 0;
 	p->dynamic = true;
+	p->to_worker = to_worker;
 	p->job = job;
 	p->mark = true;
 	p->next_due_ns = 0; /* a new pair is probed as soon as the probes before it end */
@@ -567,10 +626,10 @@ void ctrld_bw_job(struct ctrld_bw *b, uint32_t w, uint32_t job, const json_t *en
 		 * push direction to the appliance. */
 		if (json_is_integer(json_array_get(parent, r)) && par >= 0 && (size_t)par < n &&
 		    addr[par] != NULL) {
-			want(b, w, job, addr[par], addr[r], par);
+			want(b, w, job, addr[par], addr[r], par, true);
 		}
-		want(b, w, job, name, addr[r], -1);
-		want(b, w, job, addr[r], app, (int64_t)r);
+		want(b, w, job, name, addr[r], -1, true);
+		want(b, w, job, addr[r], app, (int64_t)r, false);
 	}
 	watch_progress(b, job, entry);
 	pthread_cond_signal(&b->cv);

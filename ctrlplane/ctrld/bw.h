@@ -22,7 +22,9 @@
  * control channel (libpbox/probe.h); its "from" in the matrix is the worker's responder
  * address. New pairs are probed first; pairs no job needs any more are dropped. A job
  * whose progress (its pboxd's version_max) falls below half its recent best has its pairs
- * probed again (at most every CTRLD_BW_SLOW_GAP_S). Every probe, a job's or not, runs one
+ * probed again (at most every CTRLD_BW_SLOW_GAP_S), and a pair whose estimate falls below
+ * CTRLD_BW_DROP of its last one has the job's pairs sharing a worker with it probed next
+ * (they likely cross the same slower link). Every probe, a job's or not, runs one
  * at a time at the configured cap and budget, which each agent checks against its own
  * limits.
  *

@@ -213,7 +213,20 @@ static double measured(const json_t *bw, const char *from, const char *addr)
 		    strcmp(json_string_value(json_object_get(p, "to")) ?: "", addr) == 0) {
 			double lo = json_number_value(json_object_get(e, "r_min_bps")),
 			       hi = json_number_value(json_object_get(e, "r_max_bps"));
+			bool conv = false;
+			size_t k;
+			const json_t *f;
 
+			json_array_foreach(json_object_get(e, "flags"), k, f)
+			{
+				conv |= json_string_value(f) != NULL &&
+					strcmp(json_string_value(f), "converged") == 0;
+			}
+			/* A search cut short (budget, sender limit) left a wide range: its
+			 * lower bound is what was established. */
+			if (!conv) {
+				return lo > 0 ? lo : 0;
+			}
 			return (lo + hi) / 2 > 0 ? (lo + hi) / 2 : 0;
 		}
 	}
@@ -317,17 +330,15 @@ static json_t *phub_decision(const struct ctrld_plan_cfg *pc, const struct ctrld
 		return NULL;
 	}
 	for (uint32_t j = 1; j <= n; j++) {
-		uint32_t k = 0;
+		/* Unplaced ranks count as one rack of their own. */
+		uint32_t k = 0, e = wh[j] != NULL ? wh[j]->edge : UINT32_MAX;
 
-		if (wh[j] == NULL) {
-			placed = false;
-			continue;
-		}
-		while (k < racks && edges[k] != wh[j]->edge) {
+		placed &= wh[j] != NULL;
+		while (k < racks && edges[k] != e) {
 			k++;
 		}
 		if (k == racks) {
-			edges[racks++] = wh[j]->edge;
+			edges[racks++] = e;
 		}
 		count[k]++;
 		per = count[k] > per ? count[k] : per;

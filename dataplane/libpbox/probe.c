@@ -35,6 +35,7 @@ struct wjob {
 
 struct pbox_wprobe {
 	struct pbox_probe_limits lim;
+	bool realtime; /* PBOX_PROBE_REALTIME=1 */
 	char addr[80];
 	int wake_fd;
 	struct pbox_probe_responder *resp;
@@ -166,6 +167,8 @@ int pbox_wprobe_create(const char *spec, const char *def_addr, int wake_fd,
 	}
 	w->rfd = -1;
 	w->wake_fd = wake_fd;
+	w->realtime = getenv("PBOX_PROBE_REALTIME") != NULL &&
+		      strcmp(getenv("PBOX_PROBE_REALTIME"), "1") == 0;
 	rc = limits_from_env(&w->lim);
 	if (rc != 0) {
 		goto fail;
@@ -274,6 +277,9 @@ json_t *pbox_wprobe_start(struct pbox_wprobe *w, const json_t *event)
 		free(j);
 		return refusal(id, -rc, err);
 	}
+	/* SCHED_FIFO pacing (CAP_SYS_NICE) when the worker's owner allows it: a training
+	 * process keeps its cores busy, and a preempted stream is discarded. */
+	j->req.realtime = w->realtime;
 	snprintf(j->peer, sizeof(j->peer), "%s",
 		 json_string_value(json_object_get(rq, "peer")) ?: "");
 	j->id = id;

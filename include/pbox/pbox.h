@@ -82,7 +82,9 @@ struct pbox_client_opts {
 	 * or the UDP "ADDR:PORT" its responder listens on (port 0: any free port). NULL: env
 	 * PBOX_PROBE, else on (the data socket's address, any free port). The agent probes
 	 * only when pbox-ctrld asks through pboxd, at most at PBOX_PROBE_MAX_RATE (env, e.g.
-	 * "200mbit"; default 1gbit) for PBOX_PROBE_MAX_BUDGET_S seconds (default 10). */
+	 * "200mbit"; default 1gbit) for PBOX_PROBE_MAX_BUDGET_S seconds (default 10);
+	 * PBOX_PROBE_REALTIME=1 paces its streams from a SCHED_FIFO thread (needs
+	 * CAP_SYS_NICE; a busy training process otherwise disturbs them). */
 	const char *probe;
 };
 
