@@ -594,6 +594,11 @@ void ctrld_bw_job(struct ctrld_bw *b, uint32_t w, uint32_t job, const json_t *en
 	const json_t *agents = json_object_get(entry, "agents"), *a;
 	const json_t *parent = json_object_get(json_object_get(plan, "tree"), "parent");
 	const char *app = json_string_value(json_object_get(entry, "probe"));
+	/* Worker -> worker edges only of a tree built on every rank's measured link: the
+	 * first trees (uniform costs) are replaced as soon as those arrive. */
+	const char *costs =
+		json_string_value(json_object_get(json_object_get(plan, "tree"), "costs"));
+	bool tree_measured = costs != NULL && strcmp(costs, "measured+tiers") == 0;
 	const char *name;
 	size_t i, n = json_array_size(parent);
 	const char **addr;
@@ -624,8 +629,8 @@ void ctrld_bw_job(struct ctrld_bw *b, uint32_t w, uint32_t job, const json_t *en
 		}
 		/* Broadcast direction along the tree (the appliance when no tree yet), and the
 		 * push direction to the appliance. */
-		if (json_is_integer(json_array_get(parent, r)) && par >= 0 && (size_t)par < n &&
-		    addr[par] != NULL) {
+		if (tree_measured && json_is_integer(json_array_get(parent, r)) && par >= 0 &&
+		    (size_t)par < n && addr[par] != NULL) {
 			want(b, w, job, addr[par], addr[r], par, true);
 		}
 		want(b, w, job, name, addr[r], -1, true);

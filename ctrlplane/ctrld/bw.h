@@ -17,9 +17,10 @@
  * from its pboxd's job_list entry (pboxd/sessions.h: the ranks' probe responders in
  * "agents", the pboxd's own in "probe") and its plan: for every rank with a responder,
  * pboxd -> rank (the broadcast from the appliance), rank -> pboxd (the push), and parent
- * -> rank along the tree when the parent is a worker. A worker's probe is asked of its
- * pboxd with {"op":"probe","via":{"job","rank"},...}, which forwards it over the rank's
- * control channel (libpbox/probe.h); its "from" in the matrix is the worker's responder
+ * -> rank along the tree when the parent is a worker (once the tree was built on every
+ * rank's measured link, so that the first, unmeasured trees do not cost probes). A worker's probe
+ * is asked of its pboxd with {"op":"probe","via":{"job","rank"},...}, which forwards it over the
+ * rank's control channel (libpbox/probe.h); its "from" in the matrix is the worker's responder
  * address. New pairs are probed first; pairs no job needs any more are dropped. A job
  * whose progress (its pboxd's version_max) falls below half its recent best has its pairs
  * probed again (at most every CTRLD_BW_SLOW_GAP_S), and a pair whose estimate falls below

@@ -11,10 +11,10 @@ own, every link limited by tbf (workers 40 Mbit/s, appliance 120 Mbit/s, MTU 150
   2. the plan reaches the pboxd (job_list) and every worker (libpbox logs each plan it
      gets: rank, revision, push threshold, link state, parent, children), and each
      worker's tree position agrees with the pboxd's tree;
-  3. while the job trains, rank 2's link is cut to 10 Mbit/s (tc change, both directions):
+  3. while the job trains, rank 2's link is cut to 5 Mbit/s (tc change, both directions):
      within BOUND_S the plan published to the pboxd and to rank 2 says its link is
-     insufficient (push delta_up) and every worker broadcasts-side sees delta_up; the
-     measured time is printed;
+     insufficient (push delta_up; min_rate 12 Mbit/s) and every worker sees the broadcast
+     switch to delta_up; the measured time is printed;
   4. every worker's results stay exact (pbox-check-worker checks every element) and it
      exits 0; `pbox job list` through pbox-ctrld prints the plan with PHub's
      recommendation.
@@ -35,9 +35,9 @@ import netlab  # noqa: E402
 TOKEN = "e2e-admin"
 JOB, JTOKEN, NW = 5, "e2e-job", 3
 PBOXD_PORT, CTRLD_PORT, PROBE_PORT = 7000, 7300, 55001
-RATE, SLOW = 40e6, 10e6           # worker links, and rank 2's after the change
+RATE, SLOW = 40e6, 5e6            # worker links, and rank 2's after the change
 BOUND_S = 40.0                     # change -> published threshold, generous (loaded VM)
-ELEMS, ITERS = 10000, 1000000      # 40 KB per push; the workers run until stopped
+ELEMS, ITERS = 5000, 1000000       # 20 KB per push; the workers run until stopped
 SLEEP_MS = 30                      # between iterations: training leaves most of a link
 PLAN_RE = re.compile(r"job (\d+) rank (\d+): plan revision (\d+): push delta (\S+) "
                      r"\((delta_\w+); link (\w+), ([\d.]+) Mbit/s\), broadcast delta (\S+) "
@@ -115,14 +115,14 @@ def main():
                     '  probe = { port = %d; address = "%s"; max_rate = "200mbit"; '
                     'max_budget_s = 5; realtime = true; }; };\n'
                     % (pctl, ip_app, TOKEN, PROBE_PORT, ip_app))
-        # Probes: 5 s budget at most, every pair again 2 s after its last probe (they run
+        # Probes: 3 s budget at most, every pair again 2 s after its last probe (they run
         # one at a time, so a round of the job's ~8 pairs takes ~15-25 s here).
         with open(cconf, "w") as f:
             f.write('ctrld = { listen = "%s"; admin_token = "%s"; reconcile_interval = 300; '
                     'request_timeout = 3000; };\n'
                     'pboxds = ( { name = "a"; control = "%s"; admin_token = "%s"; } );\n'
-                    'bandwidth = { interval = 2; cap = "200mbit"; budget = 5; jobs = true; };\n'
-                    'plan = { degree = 2; depth = 3; min_rate = "20mbit"; hysteresis = 0.1; '
+                    'bandwidth = { interval = 2; cap = "200mbit"; budget = 3; jobs = true; };\n'
+                    'plan = { degree = 2; depth = 3; min_rate = "12mbit"; hysteresis = 0.1; '
                     'delta_low = 0.001; delta_up = 0.01; };\n'
                     'jobs = ( { id = %d; token = "%s"; workers = %d; mode = "aggregate"; } );\n'
                     % (cctl, TOKEN, pctl, TOKEN, JOB, JTOKEN, NW))
@@ -180,7 +180,7 @@ def main():
                         return None
                 return plan
 
-            deadline = time.time() + 60
+            deadline = time.time() + 50
             plan = None
             while plan is None:
                 for w in workers:
@@ -207,8 +207,10 @@ def main():
                         p["push"] != "delta_low" or p["link"] != "sufficient":
                     fail("rank %d's plan %s disagrees with the pboxd's tree %s" % (
                         w.rank, p, parent))
+            # Available bandwidth: the link less the training's own traffic; a probe cut
+            # short by its budget counts as its lower bound (plan.h).
             for e in plan["thresholds"]["workers"]:
-                if abs(e["bw_bps"] - RATE) > 0.3 * RATE:
+                if not 0.3 * RATE <= e["bw_bps"] <= 1.3 * RATE:
                     fail("rank %d's link measured at %.1f Mbit/s (tbf %.0f)" % (
                         e["rank"], e["bw_bps"] / 1e6, RATE / 1e6))
             r = ctl("bw", "list", "--json", control=cctl)
