@@ -801,7 +801,8 @@ static json_t *agents_of(const struct job *j)
 	json_t *a = json_array();
 
 	for (uint32_t r = 0; a != NULL && r < j->cfg->workers; r++) {
-		if (j->members[r].ref != NULL && j->members[r].probe[0] != '\0') {
+		if (j->members[r].ref != NULL && j->members[r].cookie != 0 &&
+		    j->members[r].probe[0] != '\0') {
 			json_array_append_new(a, json_pack("{s:I, s:s}", "rank", (json_int_t)r,
 							   "probe", j->members[r].probe));
 		}
@@ -1411,6 +1412,7 @@ static void evict_members(struct job *j, const char *reason)
 		ref->kick(ref);
 		j->members[r].ref = NULL;
 		j->members[r].waiting = false;
+		j->members[r].probe[0] = '\0';
 	}
 	j->nconnected = 0;
 	j->nregistered = 0;
@@ -1429,6 +1431,9 @@ int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char 
 		return -ENOENT;
 	}
 	snprintf(reason, sizeof(reason), "job %u was removed from the appliance (%s)", id, why);
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		via_fail_rank(s, id, r, "the job was removed");
+	}
 	evict_members(j, reason);
 	s->jobs_removed++;
 	if (j->st == SESS_STARTING) {
