@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -335,6 +336,29 @@ json_t *pbox_wprobe_poll(struct pbox_wprobe *w)
 	return ans;
 }
 
+/* The responder checks its stop flag every 200 ms, or when a datagram arrives: send it
+ * one (not a probe message: dropped as not ours) so that pbox_close does not wait. */
+static void wake_responder(const struct pbox_wprobe *w)
+{
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	int fd;
+
+	if (getsockname(w->rfd, (struct sockaddr *)&sin, &len) != 0) {
+		return;
+	}
+	if (sin.sin_addr.s_addr == htonl(INADDR_ANY)) {
+		sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	}
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		if (sendto(fd, "x", 1, MSG_DONTWAIT, (struct sockaddr *)&sin, len) < 0) {
+			/* it stops on its poll timeout */
+		}
+		close(fd);
+	}
+}
+
 void pbox_wprobe_destroy(struct pbox_wprobe *w)
 {
 	if (w == NULL) {
@@ -342,6 +366,7 @@ void pbox_wprobe_destroy(struct pbox_wprobe *w)
 	}
 	w->stop = 1;
 	if (w->rthread_started) {
+		wake_responder(w);
 		pthread_join(w->rthread, NULL);
 	}
 	pthread_mutex_lock(&g_mu);
