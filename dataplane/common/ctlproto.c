@@ -413,10 +413,8 @@ int pbox_ctl_plan_slice(const json_t *plan, uint32_t rank, uint32_t workers, str
 		at = (uint32_t)p;
 	}
 	out->depth = steps;
-	if (!json_is_object(w) || !json_is_object(bc)) {
-		snprintf(err, errlen, "plan: no thresholds for rank %u", rank);
-		return -EINVAL;
-	}
+	/* Thresholds the plan does not give count as unknown / 0 (no filtering); jansson's
+	 * getters take NULL. */
 	out->delta_low = json_number_value(json_object_get(thr, "delta_low"));
 	out->delta_up = json_number_value(json_object_get(thr, "delta_up"));
 	out->min_rate_bps = json_number_value(json_object_get(thr, "min_rate_bps"));

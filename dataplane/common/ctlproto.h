@@ -155,8 +155,9 @@ json_t *pbox_ctl_plan_encode(const struct pbox_plan *p);
  * with err naming the member. */
 int pbox_ctl_plan_decode(const json_t *j, struct pbox_plan *out, char *err, size_t errlen);
 /* Rank `rank`'s slice of a job plan ({"tree":{"parent":[...],"revision":R},
- * "thresholds":{...},"phub":{...}}, common/jobspec.h) of a job of `workers` ranks. 0, or
- * -EINVAL (no tree of that size, a cycle, no threshold for the rank) with err. */
+ * "thresholds":{...},"phub":{...}}, common/jobspec.h) of a job of `workers` ranks;
+ * thresholds it lacks count as link unknown and deltas 0. 0, or -EINVAL (no tree of that
+ * size, a cycle, thresholds out of range) with err. */
 int pbox_ctl_plan_slice(const json_t *plan, uint32_t rank, uint32_t workers, struct pbox_plan *out,
 			char *err, size_t errlen);
 

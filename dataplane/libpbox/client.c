@@ -61,9 +61,10 @@ struct pbox_client {
 	char local_addr[64]; /* copies of opts' strings: the caller's may not outlive connect */
 	char fault[256];
 	char probe_spec[80];
-	struct pbox_wprobe *probe; /* the SLoPS agent (libpbox/probe.h); NULL: off */
-	struct pbox_plan plan;     /* the control plane's plan for this rank, under lock */
-	int64_t plan_rev;          /* plan.revision (atomic reads) */
+	struct pbox_wprobe *probe;    /* the SLoPS agent (libpbox/probe.h); NULL: off */
+	struct pbox_plan plan;        /* the control plane's plan for this rank, under lock */
+	int64_t plan_rev;             /* plan.revision (atomic reads) */
+	struct pbox_ratelog plan_log; /* plan change lines (progress thread) */
 	int ctl_fd;
 	struct pbox_linebuf ctl_in;
 	struct pbox_job_info info;
@@ -403,6 +404,7 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 {
 	struct pbox_plan *np = malloc(sizeof(*np));
 	char err[192], ch[96] = "";
+	uint64_t sup;
 	int64_t old;
 
 	if (np == NULL) {
@@ -425,13 +427,18 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 		free(np);
 		return;
 	}
+	if (!pbox_ratelog_ok(&c->plan_log, pbox_clock_ns(NULL) / 1000000, &sup)) {
+		free(np); /* a control plane that changes plans very often is not logged each time
+			   */
+		return;
+	}
 	for (uint32_t i = 0, off = 0; i < np->nchildren && off + 12 < sizeof(ch); i++) {
 		off += (uint32_t)snprintf(ch + off, sizeof(ch) - off, "%s%u", i ? "," : "",
 					  np->children[i]);
 	}
 	PBOX_LOG_INFO(CLIENT,
 		      "job %u rank %u: plan revision %lld: push delta %g (%s; link %s, %.1f "
-		      "Mbit/s), broadcast delta %g (%s), parent %d, depth %u, children [%s]%s%s",
+		      "Mbit/s), broadcast delta %g (%s), parent %d, depth %u, children [%s]%s%s%s",
 		      c->info.job, c->info.rank, (long long)np->revision, np->delta,
 		      np->push_up ? "delta_up" : "delta_low",
 		      np->link == PBOX_PLAN_LINK_SUFFICIENT     ? "sufficient"
@@ -439,7 +446,8 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 								: "unknown",
 		      np->link_bps / 1e6, np->broadcast_delta,
 		      np->broadcast_up ? "delta_up" : "delta_low", np->parent, np->depth, ch,
-		      np->phub[0] ? ", phub " : "", np->phub);
+		      np->phub[0] ? ", phub " : "", np->phub,
+		      sup ? " (earlier plan changes not logged)" : "");
 	free(np);
 }
 

@@ -752,19 +752,19 @@ static bool probe_addr_ok(const char *a)
 	       inet_pton(AF_INET, host, &ia) == 1;
 }
 
-/* resp with "plan": rank's slice of j's plan when j holds one that has it (steals resp). */
-static json_t *with_plan(const struct job *j, uint32_t rank, json_t *resp)
+/* resp with "plan": rank's slice of j's plan when j holds one that has it (steals resp).
+ * A plan without a tree for the job is not sent (err says why, when given). */
+static json_t *with_plan(const struct job *j, uint32_t rank, json_t *resp, char *err, size_t errlen)
 {
 	struct pbox_plan *p = malloc(sizeof(*p));
-	char err[160];
+	char e[160];
 
 	if (p != NULL && resp != NULL && j->plan != NULL) {
-		if (pbox_ctl_plan_slice(j->plan->json, rank, j->cfg->workers, p, err,
-					sizeof(err)) == 0) {
+		if (pbox_ctl_plan_slice(j->plan->json, rank, j->cfg->workers, p, e, sizeof(e)) ==
+		    0) {
 			json_object_set_new(resp, "plan", pbox_ctl_plan_encode(p));
-		} else {
-			PBOX_LOG_WARN(ADMIN, "job %u: plan revision %lld not sent to rank %u: %s",
-				      j->cfg->id, (long long)j->plan->revision, rank, err);
+		} else if (err != NULL) {
+			snprintf(err, errlen, "%s", e);
 		}
 	}
 	free(p);
@@ -775,6 +775,7 @@ static json_t *with_plan(const struct job *j, uint32_t rank, json_t *resp)
 static void push_plan(const struct job *j)
 {
 	uint32_t told = 0;
+	char err[160] = "";
 
 	for (uint32_t r = 0; r < j->cfg->workers; r++) {
 		const struct member *m = &j->members[r];
@@ -783,7 +784,7 @@ static void push_plan(const struct job *j)
 		if (m->ref == NULL || m->cookie == 0) {
 			continue; /* not registered: gets it with the register answer */
 		}
-		ev = with_plan(j, r, json_pack("{s:s}", "event", "plan"));
+		ev = with_plan(j, r, json_pack("{s:s}", "event", "plan"), err, sizeof(err));
 		if (ev != NULL && json_object_get(ev, "plan") != NULL) {
 			m->ref->send_event(m->ref, ev);
 			told++;
@@ -791,8 +792,12 @@ static void push_plan(const struct job *j)
 		json_decref(ev);
 	}
 	if (told > 0) {
-		PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld sent to %u rank(s)", j->cfg->id,
-			      (long long)j->plan->revision, told);
+		PBOX_LOG_DEBUG(ADMIN, "job %u: plan revision %lld sent to %u rank(s)", j->cfg->id,
+			       (long long)j->plan->revision, told);
+	} else if (err[0] != '\0') {
+		/* Once per plan (not per rank): the ranks keep what they had. */
+		PBOX_LOG_WARN(ADMIN, "job %u: plan revision %lld not sent to the workers: %s",
+			      j->cfg->id, (long long)j->plan->revision, err);
 	}
 }
 
@@ -835,7 +840,7 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			       struct pboxd_member_ref *ref)
 {
 	struct member *m = &j->members[ref->rank];
-	json_t *ports, *map;
+	json_t *ports, *map, *resp;
 	char cookie[17];
 	uint32_t st;
 
@@ -863,22 +868,21 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u registered (%u of %u)", j->cfg->id, ref->rank,
 		      j->nregistered, j->cfg->workers);
 	st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
-	/* resume_version: the resume contract (README, "Checkpoints and restart"); "plan":
-	 * the rank's slice of the control plane's plan (common/ctlproto.h), when one is held. */
-	return with_plan(j, ref->rank,
-			 json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
-				   "s:b, s:b, s:i, s:I}",
-				   "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr,
-				   "ports", ports, "chunk_bytes", (json_int_t)j->desc.chunk_bytes,
-				   "frag_bytes", (json_int_t)j->desc.frag_bytes, "window",
-				   (json_int_t)j->cfg->window, "core_map", map, "sync",
-				   j->cfg->sync->name, "staleness",
-				   st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
-				   (json_int_t)j->cfg->credits, "flow",
-				   j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
-				   j->cfg->sync->folds_late, "crc", j->cfg->verify_crc,
-				   "heartbeat_ms", (json_int_t)pboxd_sessions_heartbeat_ms(s),
-				   "resume_version", (json_int_t)j->resume_version));
+	/* resume_version: the resume contract (README, "Checkpoints and restart"). */
+	resp = json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
+			 "s:b, s:b, s:i, s:I}",
+			 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports", ports,
+			 "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
+			 (json_int_t)j->desc.frag_bytes, "window", (json_int_t)j->cfg->window,
+			 "core_map", map, "sync", j->cfg->sync->name, "staleness",
+			 st == UINT32_MAX ? (json_int_t)-1 : (json_int_t)st, "credits",
+			 (json_int_t)j->cfg->credits, "flow",
+			 j->cfg->plain_flow ? "plain" : "notify-ack", "folds_late",
+			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
+			 (json_int_t)pboxd_sessions_heartbeat_ms(s), "resume_version",
+			 (json_int_t)j->resume_version);
+	/* "plan": the rank's slice of the control plane's plan (common/ctlproto.h). */
+	return with_plan(j, ref->rank, resp, NULL, 0);
 }
 
 static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,
