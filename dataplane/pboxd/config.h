@@ -52,6 +52,9 @@
  *       steering = "auto";            # "auto", "flow", "rss" or "software"
  *       zero_copy = true;             # replies reference chunk memory
  *     };
+ *     afxdp = { interface = "eth1"; ... };  # transport = "afxdp": see
+ *                                     # transport/afxdp/conf.h (the filter below goes
+ *                                     # on this interface unless xdp.interface is set)
  *     xdp = {                         # nicfw/ XDP filter in front of the data ports
  *       interface = "eth1";           # attach to this interface ("": no filter)
  *       mode = "auto";                # "native", "generic", or "auto" (native, else
@@ -105,6 +108,7 @@
 #include "common/jobdesc.h"
 #include "engine/job.h"
 #include "kernels/kernels.h"
+#include "transport/afxdp/conf.h"
 #include "transport/fault.h"
 
 #define PBOXD_DEFAULT_CONFIG "/etc/pbox/pboxd.conf"
@@ -208,6 +212,7 @@ struct pboxd_config {
 	struct pboxd_control_limits limits;
 	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_xdp_cfg xdp;
+	struct pbox_afxdp_cfg afxdp;
 	struct pboxd_probe_cfg probe;
 	struct pboxd_job_cfg *jobs;
 	uint32_t njobs;
