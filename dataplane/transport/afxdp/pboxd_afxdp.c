@@ -736,7 +736,7 @@ static int afx_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 				     "core; a veth gets more with numrxqueues, a NIC with ethtool "
 				     "-L)",
 				     k, ac->interface, nrxq, nrxq == 1 ? "" : "s", a->queue);
-			return -EINVAL;
+			return -ENXIO;
 		}
 		a->loop = (struct pbox_loop){
 			.ops = &afx_loop_ops,
