@@ -12,7 +12,12 @@ the control channel's; kernel-UDP workers in two other namespaces, one bridge).
      is dropped by the XDP filter under its reasons and never reaches the engine (its
      drop counters stay 0) nor the transport's parser; `pbox stats` prints the afxdp and
      xdp lines.
-  3. Teardown: after SIGTERM pboxd exits 0, the XDP program is detached and its pins are
+  3. Two cores, one RX queue each, on a two-queue veth (dp0, address 10.231.0.1) with
+     NIC-like flow steering in front of it (nicfw/steer.bpf.c at tc ingress of the
+     bridge ports facing the workers: data port base_port + k onto queue k): the same
+     model again, each core's socket received its chunks' datagrams (XDP redirects per
+     core), none was passed to the kernel for want of a socket on its queue.
+  4. Teardown: after SIGTERM pboxd exits 0, the XDP program is detached and its pins are
      gone; a missing interface and a bad afxdp group are refused with their reason.
 Skips (exit 77) when not root, or pboxd was built without AF_XDP, or the data is missing.
 """
@@ -29,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "dpdk"))
 import netns  # noqa: E402
-from netns import BASE_PORT, CTL_IP, PYTHON, Topology, fail, sh  # noqa: E402
+from netns import BASE_PORT, CTL_IP, DATA_IP, PYTHON, Topology, fail, sh  # noqa: E402
 from pboxtest import build_path  # noqa: E402
 
 sys.path.insert(0, HERE)
@@ -80,11 +85,11 @@ def train(topo, d, outdir, tag):
     return digests.pop()
 
 
-def check_afxdp_counters(st, what, chained):
+def check_afxdp_counters(st, what, chained, dev="ct0"):
     t = st["transport"]
     tot = t["totals"]
     x = st["xdp"]
-    if t["name"] != "afxdp" or t["interface"] != "ct0" or not t["registered"]:
+    if t["name"] != "afxdp" or t["interface"] != dev or not t["registered"]:
         fail("%s: transport section %s" % (what, t))
     if tot["rx_pkts"] == 0 or tot["tx_pkts"] == 0 or x["redirected"] != tot["rx_pkts"]:
         fail("%s: %d datagrams redirected by XDP, %d received, %d sent by the AF_XDP socket" %
@@ -169,7 +174,7 @@ def main():
         return 77
     out = tempfile.mkdtemp(prefix="pbox-afxdp-train-")
     t0 = time.time()
-    with Topology(nworker_ns=2) as topo:
+    with Topology(nworker_ns=2, data_queues=2) as topo:
         # 1. The model over kernel UDP, then over AF_XDP, at MTU 1500.
         with topo.pboxd("udp", [train_job()], cores=1) as d:
             ref = train(topo, d, out, "udp-1500")
@@ -212,6 +217,30 @@ def main():
         print("flood: %d datagrams dropped by XDP (%s), 0 by the engine" %
               (x["dropped"], x["drops"]))
 
+        # 3. Two cores on two queues, steered by destination port like a NIC would.
+        sh("ip", "addr", "add", DATA_IP + "/24", "dev", "dp0", ns=topo.app_ns)
+        for i in range(len(topo.worker_ns)):
+            dev = "w%ds" % i
+            sh("tc", "qdisc", "add", "dev", dev, "clsact", ns=topo.sw_ns)
+            sh("tc", "filter", "add", "dev", dev, "ingress", "bpf", "direct-action", "obj",
+               build_path("nicfw/steer.bpf.o"), "sec", "tc", ns=topo.sw_ns)
+        with topo.pboxd("afxdp", [train_job()], cores=2,
+                        extra_app={"afxdp": {"interface": "dp0"},
+                                   "data_address": DATA_IP}) as d:
+            got2 = train(topo, d, out, "afxdp-2cores")
+            st = d.stats()
+            check_afxdp_counters(st, "afxdp on 2 cores", chained=False, dev="dp0")
+            x = st["xdp"]
+            per_core = [(c["queue"], c["rx_pkts"]) for c in st["transport"]["cores"]]
+            if [q for q, _ in per_core] != [0, 1] or min(n for _, n in per_core) == 0 or \
+                    any(c["passed"] for c in x["cores"]) or \
+                    [c["redirected"] for c in x["cores"]] != [n for _, n in per_core]:
+                fail("2 cores: per-core (queue, datagrams) %s, XDP %s" % (per_core, x))
+        if got2 != ref:
+            fail("the model trained over AF_XDP on 2 cores (%s) differs from kernel UDP's "
+                 "(%s)" % (got2, ref))
+        print("2 cores on 2 queues: the same model; (queue, datagrams) per core %s" % per_core)
+
         # 1. MTU 9000: frames of three 4 KB UMEM buffers.
         set_mtu(topo, 9000)
         with topo.pboxd("afxdp", [train_job()], cores=1,
@@ -223,7 +252,7 @@ def main():
                  "(%s)" % (got9k, ref))
         print("MTU 9000: AF_XDP model sha256 %s (the same)" % got9k)
 
-        # 3. Refusals.
+        # 4. Refusals.
         r, log = refused(topo, {"afxdp": {"interface": "nosuch0"}})
         if r != 69 or "no such interface" not in log:
             fail("a missing interface: status %d: %s" % (r, log))
