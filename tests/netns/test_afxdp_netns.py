@@ -42,7 +42,7 @@ from test_xdp_netns import FLOOD, REASONS, xdp_attached  # noqa: E402
 
 RANKS = 2
 BATCH = 240
-STEPS = 12
+STEPS = 8
 DATA = "/usr/share/datasets/fashion-mnist"
 AFXDP = {"interface": "ct0"}
 

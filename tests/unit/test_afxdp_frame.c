@@ -11,9 +11,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "pboxd/config.h"
 #include "transport/afxdp/conf.h"
 #include "transport/afxdp/frame.h"
 
@@ -289,6 +291,91 @@ static void test_conf_check(void **state)
 	assert_non_null(strstr(err, "fill_size"));
 }
 
+/* Load text as a pboxd configuration file; 0 or the loader's -errno, err filled. */
+static int load(const char *text, struct pboxd_config *cfg, char *err, size_t len)
+{
+	char path[] = "/tmp/pbox-afxdp-conf-XXXXXX";
+	int fd = mkstemp(path), rc;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	pboxd_config_defaults(cfg);
+	rc = pboxd_config_load(cfg, path, err, len);
+	if (rc == 0) {
+		rc = pboxd_config_check(cfg, err, len);
+	}
+	unlink(path);
+	return rc;
+}
+
+static void test_conf_file(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	if (load("appliance = { transport = \"afxdp\"; data_address = \"10.0.0.1\"; afxdp = { "
+		 "interface = \"eth1\"; }; };\n",
+		 &cfg, err, sizeof(err)) != 0) {
+		/* A build without libxdp: the transport is refused by name, with the reason. */
+		assert_non_null(strstr(err, "transport 'afxdp' is not available"));
+		pboxd_config_free(&cfg);
+		skip();
+	}
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { transport = \"afxdp\"; data_address = "
+			      "\"10.0.0.1\"; cores = 2; afxdp = { interface = \"eth1\"; "
+			      "queues = [3, 5]; zero_copy = \"off\"; frame_size = 2048; frames = "
+			      "1024; fill_size = 512; busy_poll = true; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_string_equal(cfg.afxdp.interface, "eth1");
+	assert_int_equal(cfg.afxdp.nqueues, 2);
+	assert_int_equal(cfg.afxdp.queues[1], 5);
+	assert_int_equal(cfg.afxdp.zero_copy, PBOX_AFXDP_ZC_OFF);
+	assert_int_equal(cfg.afxdp.frame_size, 2048);
+	assert_true(cfg.afxdp.busy_poll);
+	pboxd_config_free(&cfg);
+	/* Each mistake named with its line and setting. */
+	assert_int_equal(load("appliance = {\n afxdp = { interface = \"eth1\"; fill_size = "
+			      "1000; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, ":2: appliance.afxdp.fill_size: must be a power of two"));
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { afxdp = { interface = \"eth1\"; rings = 4; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "rings"));
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("appliance = { afxdp = { zero_copy = \"maybe\"; }; };\n", &cfg, err,
+			      sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "zero_copy"));
+	pboxd_config_free(&cfg);
+	assert_int_equal(
+		load("appliance = { afxdp = { queues = [64]; }; };\n", &cfg, err, sizeof(err)),
+		-EINVAL);
+	assert_non_null(strstr(err, "queue 64 out of range"));
+	pboxd_config_free(&cfg);
+	/* The filter may be named, but only on the same interface. */
+	assert_int_equal(load("appliance = { transport = \"afxdp\"; data_address = \"10.0.0.1\"; "
+			      "xdp = { interface = \"eth2\"; }; afxdp = { interface = \"eth1\"; "
+			      "}; };\n",
+			      &cfg, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "differs from afxdp.interface"));
+	pboxd_config_free(&cfg);
+	/* xdp = {...} with transport dpdk stays refused; with afxdp it is allowed. */
+	assert_int_equal(load("appliance = { transport = \"afxdp\"; data_address = \"10.0.0.1\"; "
+			      "xdp = { interface = \"eth1\"; mode = \"generic\"; }; afxdp = { "
+			      "interface = \"eth1\"; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	pboxd_config_free(&cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -297,6 +384,7 @@ int main(void)
 		cmocka_unit_test(test_parse_roundtrip_segments),
 		cmocka_unit_test(test_parse_verdicts),
 		cmocka_unit_test(test_conf_check),
+		cmocka_unit_test(test_conf_file),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

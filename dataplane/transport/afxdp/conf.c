@@ -17,7 +17,7 @@ void pbox_afxdp_conf_defaults(struct pbox_afxdp_cfg *ac)
 	ac->comp_size = 2048;
 	ac->rx_size = 2048;
 	ac->tx_size = 2048;
-	ac->busy_poll = true;
+	ac->busy_poll = false;
 	ac->busy_poll_us = 20;
 	ac->busy_poll_budget = 64;
 }

@@ -13,7 +13,9 @@
  *     frame_size = 4096;       # UMEM frame: 2048 or 4096; larger frames are chained
  *     frames = 8192;           # UMEM frames per core (fill ring + TX)
  *     fill_size = 4096; comp_size = 2048; rx_size = 2048; tx_size = 2048;  # powers of 2
- *     busy_poll = true;        # SO_PREFER_BUSY_POLL + SO_BUSY_POLL on each socket
+ *     busy_poll = false;       # SO_PREFER_BUSY_POLL + SO_BUSY_POLL on each socket, and
+ *                              # a recvfrom per empty poll to drive the driver: for
+ *                              # dedicated cores (measured slower on shared CPUs)
  *     busy_poll_us = 20; busy_poll_budget = 64;
  *   };
  *
