@@ -74,6 +74,8 @@ def main():
                     if tr == "dpdk" and dpdk_why:
                         notes[(tr, mtu)] = dpdk_why
                         continue
+                    if (tr, mtu) in notes and not any(k[:2] == (tr, mtu) for k in res):
+                        continue  # refused to start in an earlier round
                     extra = {"mtu": mtu, "data_address": DATA_IP}
                     if tr == "afxdp":
                         extra["afxdp"] = {"interface": "dp0"}
