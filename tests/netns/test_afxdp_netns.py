@@ -25,6 +25,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -140,11 +141,17 @@ def flood_session(topo, d):
     return sent
 
 
-def refused(topo, extra_app, cores=1):
-    """A pboxd that must refuse to start: (exit status, log)."""
+def refused(topo, extra_app, cores=1, drop_caps=False):
+    """A pboxd that must refuse to start: (exit status, log). drop_caps: without the
+    capabilities AF_XDP and BPF need (capsh)."""
     d = topo.pboxd("afxdp", [CHECK_JOB], cores=cores, extra_app=extra_app)
+    args = d.args
+    if drop_caps:
+        # d.args: ip netns exec NS pboxd ...
+        args = args[:4] + ["capsh", "--drop=cap_net_raw,cap_net_admin,cap_bpf,cap_sys_admin",
+                           "--", "-c", " ".join(args[4:])]
     d.logf = open(d.logpath, "w")
-    r = subprocess.run(d.args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
+    r = subprocess.run(args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
     d.logf.close()
     log = d.log()
     d.remove_dir()
@@ -262,10 +269,14 @@ def main():
         r, log = refused(topo, {"afxdp": {"interface": "ct0"}}, cores=2)
         if r != 69 or "no queue 1" not in log:
             fail("two cores on a one-queue veth: status %d: %s" % (r, log))
+        if shutil.which("capsh"):
+            r, log = refused(topo, {"afxdp": AFXDP}, drop_caps=True)
+            if r != 69 or "Operation not permitted" not in log or "run as root" not in log:
+                fail("without CAP_NET_RAW: status %d: %s" % (r, log))
         if xdp_attached(topo, "ct0"):
             fail("a refused start left the XDP program on ct0")
-    print("refusals: missing interface, queue given twice, too few queues; %.1f s" %
-          (time.time() - t0))
+    print("refusals: missing interface, queue given twice, too few queues, no privileges; "
+          "%.1f s" % (time.time() - t0))
     return 0
 
 

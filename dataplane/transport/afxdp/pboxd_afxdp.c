@@ -605,7 +605,8 @@ static int core_open(struct afx_core *a, const struct pboxd_config *cfg, const c
 		const char *hint = "";
 
 		if (rc == -EPERM || rc == -EACCES) {
-			hint = " (AF_XDP needs CAP_NET_RAW and CAP_BPF / root)";
+			hint = " (AF_XDP sockets need CAP_NET_RAW, the XDP filter CAP_NET_ADMIN "
+			       "and CAP_BPF: run as root)";
 		} else if (rc == -EBUSY) {
 			hint = " (another AF_XDP socket or UMEM is bound to this queue)";
 		} else if (rc == -EINVAL && a->sg) {
