@@ -168,8 +168,12 @@ static void kick(struct afx_core *a)
 		}
 		reap_completions(a);
 		if (xsk_prod_nb_free(&a->tx, a->tx_size) == a->tx_size) {
-			break; /* the kernel took every descriptor */
+			return; /* the kernel took every descriptor */
 		}
+	}
+	/* Descriptors left (tries exhausted, or an error): the next tx hook kicks again. */
+	if (xsk_ring_prod__needs_wakeup(&a->tx)) {
+		a->tx_unkicked = 1;
 	}
 }
 
