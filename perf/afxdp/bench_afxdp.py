@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Comm-only exchanges per second over pboxd's three transports on the same veth pair, side
-by side in one run: kernel UDP, AF_XDP (--transport afxdp: nicfw's filter + one AF_XDP
-socket per core) and DPDK (net_af_xdp on the same veth), at MTU 1500 and 9000.
+by side in one run: kernel UDP (also with pboxd's GSO/GRO off), AF_XDP (--transport afxdp:
+nicfw's filter + one AF_XDP socket per core) and DPDK (net_af_xdp on the same veth), at MTU
+1500 and 9000.
 
 Topology: tests/dpdk/netns.py's (appliance namespace, bridge, two worker namespaces). All
 three transports use the appliance's veth dp0 and its address 10.231.0.1 (a kernel
@@ -28,7 +29,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "dpdk"))
 
-TRANSPORTS = ("udp", "afxdp", "dpdk")
+# "udp1": kernel UDP with pboxd's GSO and GRO off (PBOX_UDP_GSO=0 PBOX_UDP_GRO=0 for
+# pboxd only): one skb per datagram like AF_XDP, to separate batching from the bypass.
+TRANSPORTS = ("udp", "udp1", "afxdp", "dpdk")
 
 
 def set_mtu(topo, sh, mtu):
@@ -69,7 +72,8 @@ def main():
         for mtu in mtus:
             set_mtu(topo, sh, mtu)
             for rnd in range(a.rounds):
-                order = TRANSPORTS[rnd % 3:] + TRANSPORTS[:rnd % 3]
+                k = rnd % len(TRANSPORTS)
+                order = TRANSPORTS[k:] + TRANSPORTS[:k]
                 for tr in order:
                     if tr == "dpdk" and dpdk_why:
                         notes[(tr, mtu)] = dpdk_why
@@ -79,7 +83,11 @@ def main():
                     extra = {"mtu": mtu, "data_address": DATA_IP}
                     if tr == "afxdp":
                         extra["afxdp"] = {"interface": "dp0"}
-                    d = topo.pboxd(tr, jobs, cores=1, extra_app=extra)
+                    d = topo.pboxd("udp" if tr == "udp1" else tr, jobs, cores=1,
+                                   extra_app=extra)
+                    saved = dict(os.environ)
+                    if tr == "udp1":
+                        os.environ.update(PBOX_UDP_GSO="0", PBOX_UDP_GRO="0")
                     try:
                         d.start()
                     except SystemExit:
@@ -88,6 +96,9 @@ def main():
                         notes[(tr, mtu)] = line[-1] if line else "did not start"
                         d.halt()
                         continue
+                    finally:
+                        os.environ.clear()
+                        os.environ.update(saved)
                     try:
                         for n in sizes:
                             cmds = [[worker, "--server", d.control, "--job", "1", "--token",
@@ -107,9 +118,9 @@ def main():
     print("# comm-only push-pull, %d workers in 2 namespaces, 1 data-plane core, one veth "
           "pair (dp0), %.0f s x %d rounds (median); %.0f s in all" %
           (a.workers, a.seconds, a.rounds, time.time() - t0))
-    print("%-5s %-10s %-10s %12s %12s %12s %10s %10s" %
-          ("mtu", "key_floats", "key_bytes", "udp", "afxdp", "dpdk", "afxdp/udp",
-           "dpdk/udp"))
+    print("%-5s %-10s %-10s %12s %12s %12s %12s %10s %10s %10s" %
+          ("mtu", "key_floats", "key_bytes", "udp", "udp-no-gso", "afxdp", "dpdk",
+           "afxdp/udp", "afxdp/u1", "dpdk/udp"))
     rows = []
     for mtu in mtus:
         for n in sizes:
@@ -119,12 +130,13 @@ def main():
             def fmt(x):
                 return "%12.1f" % x if x is not None else "%12s" % "n/a"
 
-            def ratio(x):
-                return "%10.2f" % (x / v["udp"]) if x is not None and v["udp"] else \
+            def ratio(x, base="udp"):
+                return "%10.2f" % (x / v[base]) if x is not None and v[base] else \
                     "%10s" % "-"
-            print("%-5d %-10d %-10d %s %s %s %s %s" % (mtu, n, 4 * n, fmt(v["udp"]),
-                                                     fmt(v["afxdp"]), fmt(v["dpdk"]),
-                                                     ratio(v["afxdp"]), ratio(v["dpdk"])))
+            print("%-5d %-10d %-10d %s %s %s %s %s %s %s" % (
+                mtu, n, 4 * n, fmt(v["udp"]), fmt(v["udp1"]), fmt(v["afxdp"]),
+                fmt(v["dpdk"]), ratio(v["afxdp"]), ratio(v["afxdp"], "udp1"),
+                ratio(v["dpdk"])))
             rows.append({"mtu": mtu, "key_floats": n, "exchanges_per_s": v,
                          "runs": {tr: res.get((tr, mtu, n)) for tr in TRANSPORTS}})
     for (tr, mtu), why in sorted(notes.items()):
