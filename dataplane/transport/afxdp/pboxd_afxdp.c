@@ -611,6 +611,9 @@ static int core_open(struct afx_core *a, const struct pboxd_config *cfg, const c
 		if (rc == -EPERM || rc == -EACCES) {
 			hint = " (AF_XDP sockets need CAP_NET_RAW, the XDP filter CAP_NET_ADMIN "
 			       "and CAP_BPF: run as root)";
+		} else if (rc == -ENOBUFS || rc == -ENOMEM) {
+			hint = " (the UMEM is locked memory: CAP_IPC_LOCK, or a higher "
+			       "RLIMIT_MEMLOCK, or fewer afxdp.frames)";
 		} else if (rc == -EBUSY) {
 			hint = " (another AF_XDP socket or UMEM is bound to this queue)";
 		} else if (rc == -EINVAL && a->sg) {
