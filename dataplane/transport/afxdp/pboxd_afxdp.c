@@ -622,7 +622,8 @@ static int core_open(struct afx_core *a, const struct pboxd_config *cfg, const c
 		} else if (rc == -EOPNOTSUPP && ac->zero_copy == PBOX_AFXDP_ZC_ON) {
 			hint = " (zero_copy = \"on\" but the driver has no zero-copy AF_XDP)";
 		}
-		PBOX_LOG_ERR(TRANSPORT, "core %u: %s queue %u: cannot bind an AF_XDP socket: %s%s",
+		PBOX_LOG_ERR(TRANSPORT,
+			     "core %u: %s queue %u: cannot set up its UMEM and AF_XDP socket: %s%s",
 			     a->idx, ifname, a->queue, strerror(-rc), hint);
 		return rc;
 	}
