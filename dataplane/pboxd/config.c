@@ -189,6 +189,7 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 	snprintf(cfg->xdp.pin_root, sizeof(cfg->xdp.pin_root), "/sys/fs/bpf/pbox");
 	cfg->xdp.max_chunks = 1u << 20;
 	pboxd_shm_cfg_default(&cfg->shm);
+	pbox_afxdp_conf_defaults(&cfg->afxdp);
 	cfg->probe.port = 55001;
 	cfg->probe.max_rate_bps = 1e9;
 	cfg->probe.max_budget_s = 10;
@@ -814,8 +815,16 @@ int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, c
 	return 0;
 }
 
+#ifdef PBOX_HAVE_AFXDP
+#define PBOXD_HAVE_AFXDP            1
+#define PBOXD_TRANSPORT_NAMES_AFXDP ", afxdp"
+#else
+#define PBOXD_HAVE_AFXDP            0
+#define PBOXD_TRANSPORT_NAMES_AFXDP ""
+#endif
+
 #ifdef PBOX_HAVE_DPDK
-#define PBOXD_TRANSPORT_NAMES "udp, dpdk"
+#define PBOXD_TRANSPORT_NAMES "udp, dpdk" PBOXD_TRANSPORT_NAMES_AFXDP
 
 /* Checks of the dpdk transport's settings. */
 static int check_dpdk(const struct pboxd_config *cfg, const char *file, char *err, size_t errlen)
@@ -844,7 +853,7 @@ static int check_dpdk(const struct pboxd_config *cfg, const char *file, char *er
 	return 0;
 }
 #else
-#define PBOXD_TRANSPORT_NAMES "udp"
+#define PBOXD_TRANSPORT_NAMES "udp" PBOXD_TRANSPORT_NAMES_AFXDP
 #endif
 
 int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen)
@@ -868,6 +877,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		"fault",
 		"dpdk",
 		"xdp",
+		"afxdp",
 		"probe",
 		"shm",
 		"worker_timeout",
@@ -1012,6 +1022,10 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 		if (s != NULL && (rc = load_xdp(&c, s, &cfg->xdp)) != 0) {
 			goto out;
 		}
+		s = config_setting_get_member(a, "afxdp");
+		if (s != NULL && (rc = pbox_afxdp_conf_load(&c, s, &cfg->afxdp)) != 0) {
+			goto out;
+		}
 		s = config_setting_get_member(a, "probe");
 		if (s != NULL && (rc = load_probe(&c, s, &cfg->probe)) != 0) {
 			goto out;
@@ -1088,11 +1102,26 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 	const char *file = cfg->path[0] ? cfg->path : "command line";
 	uint32_t frag;
 
-	if (cfg->xdp.interface[0] != '\0' && strcmp(cfg->transport, "udp") != 0) {
+	if (cfg->xdp.interface[0] != '\0' && strcmp(cfg->transport, "udp") != 0 &&
+	    strcmp(cfg->transport, "afxdp") != 0) {
 		/* DPDK's net_af_xdp loads its own XDP program on its interface. */
-		snprintf(err, errlen, "%s: xdp.interface needs transport \"udp\" (got \"%s\")",
+		snprintf(err, errlen,
+			 "%s: xdp.interface needs transport \"udp\" or \"afxdp\" (got \"%s\")",
 			 file, cfg->transport);
 		return -EINVAL;
+	}
+	if (strcmp(cfg->transport, "afxdp") == 0) {
+		if (!PBOXD_HAVE_AFXDP) {
+			snprintf(err, errlen,
+				 "%s: transport 'afxdp' is not available: this pboxd was built "
+				 "without libxdp-dev or XDP support (this build has: %s)",
+				 file, PBOXD_TRANSPORT_NAMES);
+			return -EINVAL;
+		}
+		if (pbox_afxdp_conf_check(&cfg->afxdp, file, cfg->ncores, cfg->data_addr,
+					  cfg->xdp.interface, cfg->mtu, err, errlen) != 0) {
+			return -EINVAL;
+		}
 	}
 #ifdef PBOX_HAVE_DPDK
 	if (strcmp(cfg->transport, "dpdk") == 0) {
@@ -1101,7 +1130,7 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 		}
 	} else
 #endif
-		if (strcmp(cfg->transport, "udp") != 0) {
+		if (strcmp(cfg->transport, "udp") != 0 && strcmp(cfg->transport, "afxdp") != 0) {
 		snprintf(err, errlen, "%s: transport '%s' is not available (this build has: %s)",
 			 file, cfg->transport, PBOXD_TRANSPORT_NAMES);
 		return -EINVAL;

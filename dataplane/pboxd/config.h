@@ -53,6 +53,9 @@
  *       steering = "auto";            # "auto", "flow", "rss" or "software"
  *       zero_copy = true;             # replies reference chunk memory
  *     };
+ *     afxdp = { interface = "eth1"; ... };  # transport = "afxdp": see
+ *                                     # transport/afxdp/conf.h (the filter below goes
+ *                                     # on this interface unless xdp.interface is set)
  *     xdp = {                         # nicfw/ XDP filter in front of the data ports
  *       interface = "eth1";           # attach to this interface ("": no filter)
  *       mode = "auto";                # "native", "generic", or "auto" (native, else
@@ -112,6 +115,7 @@
 #include "common/metrics.h"
 #include "engine/job.h"
 #include "kernels/kernels.h"
+#include "transport/afxdp/conf.h"
 #include "transport/fault.h"
 #include "transport/shm/shm_config.h"
 
@@ -220,6 +224,7 @@ struct pboxd_config {
 	struct pboxd_control_limits limits;
 	struct pboxd_dpdk_cfg dpdk;
 	struct pboxd_xdp_cfg xdp;
+	struct pbox_afxdp_cfg afxdp;
 	struct pboxd_probe_cfg probe;
 	struct pboxd_shm_cfg shm; /* transport/shm/shm_config.h */
 	int log_format;                  /* enum pbox_log_format; -1: not set (environment) */

@@ -39,6 +39,9 @@ const struct pboxd_transport_ops *pboxd_transport_find(const char *name)
 #ifdef PBOX_HAVE_DPDK
 		&pboxd_dpdk_transport,
 #endif
+#ifdef PBOX_HAVE_AFXDP
+		&pboxd_afxdp_transport,
+#endif
 	};
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -321,6 +324,11 @@ void pboxd_dp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t
 			      uint64_t *rx_truncated)
 {
 	dp->ops->transport_stats(dp, core, tx_dropped, rx_truncated);
+}
+
+int pboxd_dp_xdp_attach(struct pboxd_dp *dp, struct pbox_xdp *prog)
+{
+	return dp->ops->xdp_attach != NULL ? dp->ops->xdp_attach(dp, prog) : 0;
 }
 
 json_t *pboxd_dp_transport_json(const struct pboxd_dp *dp)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pboxd's data-plane cores. The transport is an ops table chosen once at start-up:
- * kernel UDP (below, the default) or DPDK (dataplane/dpdk/pboxd_dpdk.c).
+ * kernel UDP (below, the default), AF_XDP (dataplane/transport/afxdp/pboxd_afxdp.c) or
+ * DPDK (dataplane/dpdk/pboxd_dpdk.c).
  *
  * Kernel UDP: one pinned poll-mode thread per core, each with its own socket
  * (base_port + core), its own chunk engine and counters.
@@ -47,6 +48,7 @@
 
 struct pboxd_dp;
 struct pboxd_shm;
+struct pbox_xdp; /* nicfw/loader.h */
 
 /*
  * A data-plane transport: how datagrams reach the cores' engines and leave them. Chosen
@@ -67,6 +69,9 @@ struct pboxd_transport_ops {
 	 * those replies. Any thread; must not block. May be NULL (the transport copies
 	 * payloads before the cores' quiescent state). */
 	void (*retire)(struct pboxd_dp *dp, struct pbox_job_state *st);
+	/* The XDP filter (nicfw) is attached: register the transport's sockets in it (prog
+	 * NULL: no filter). 0 or -errno after logging. May be NULL (nothing to register). */
+	int (*xdp_attach)(struct pboxd_dp *dp, struct pbox_xdp *prog);
 	void (*transport_stats)(const struct pboxd_dp *dp, uint32_t core, uint64_t *tx_dropped,
 				uint64_t *rx_truncated);
 	/* Transport-specific counters as a JSON object (new reference), and as text. May be
@@ -78,6 +83,9 @@ struct pboxd_transport_ops {
 extern const struct pboxd_transport_ops pboxd_udp_transport;
 #ifdef PBOX_HAVE_DPDK
 extern const struct pboxd_transport_ops pboxd_dpdk_transport;
+#endif
+#ifdef PBOX_HAVE_AFXDP
+extern const struct pboxd_transport_ops pboxd_afxdp_transport;
 #endif
 
 struct pboxd_core {
@@ -147,6 +155,9 @@ void pboxd_dp_transport_stats(const struct pboxd_dp *dp, uint32_t core, uint64_t
  * as text (nothing if none). */
 json_t *pboxd_dp_transport_json(const struct pboxd_dp *dp);
 void pboxd_dp_transport_print(FILE *f, const struct pboxd_dp *dp);
+
+/* The XDP filter prog (NULL: none) is attached: the transport's xdp_attach. 0 or -errno. */
+int pboxd_dp_xdp_attach(struct pboxd_dp *dp, struct pbox_xdp *prog);
 
 /* The transport called name in this build, or NULL. */
 const struct pboxd_transport_ops *pboxd_transport_find(const char *name);

@@ -47,7 +47,8 @@ static void usage(FILE *f)
 		"  -c, --config FILE        configuration file (default: none; see\n"
 		"                           dataplane/pboxd/pboxd.conf.example)\n"
 		"      --check-config       validate the configuration and exit\n"
-		"      --transport NAME     data plane: udp (kernel sockets, default) or dpdk\n"
+		"      --transport NAME     data plane: udp (kernel sockets, default), afxdp\n"
+		"                           (AF_XDP sockets, see appliance.afxdp) or dpdk\n"
 		"                           (kernel bypass; arguments after -- go to the DPDK\n"
 		"                           EAL, e.g. -- --vdev net_af_xdp0,iface=eth1 -a\n"
 		"                           0000:01:00.0 --file-prefix pbox --no-huge)\n"
@@ -625,7 +626,9 @@ int main(int argc, char **argv)
 		return rc == -EINVAL ? EX_USAGE : EX_UNAVAILABLE;
 	}
 	/* The filter before the first admission, after the sockets it protects exist. */
-	if (pboxd_xdp_start(&a.cfg, &a.xdp) != 0) {
+	if (pboxd_xdp_start(&a.cfg, &a.xdp) != 0 ||
+	    pboxd_dp_xdp_attach(&a.dp, pboxd_xdp_prog(a.xdp)) != 0) {
+		pboxd_xdp_stop(a.xdp);
 		pboxd_dp_stop(&a.dp);
 		pboxd_config_free(&a.cfg);
 		return EX_UNAVAILABLE;

@@ -10,6 +10,15 @@
 
 #include "common/log.h"
 
+/* The filter's interface: xdp.interface, else the afxdp transport's (which needs it). */
+static const char *pboxd_xdp_interface(const struct pboxd_config *cfg)
+{
+	if (cfg->xdp.interface[0] == '\0' && strcmp(cfg->transport, "afxdp") == 0) {
+		return cfg->afxdp.interface;
+	}
+	return cfg->xdp.interface;
+}
+
 #ifdef PBOX_HAVE_XDP
 #include "loader.h"
 
@@ -23,7 +32,7 @@ struct pboxd_xdp {
 int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out)
 {
 	struct pbox_xdp_opts o = {
-		.ifname = cfg->xdp.interface,
+		.ifname = pboxd_xdp_interface(cfg),
 		.pin_root = cfg->xdp.pin_root,
 		.port_lo = cfg->base_port,
 		.nports = (uint16_t)cfg->ncores,
@@ -33,7 +42,7 @@ int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out)
 	struct in_addr a;
 
 	*out = NULL;
-	if (cfg->xdp.interface[0] == '\0') {
+	if (o.ifname[0] == '\0') {
 		return 0;
 	}
 	if (pbox_xdp_mode_parse(cfg->xdp.mode, &o.mode) != 0) {
@@ -49,7 +58,7 @@ int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out)
 	if (x == NULL) {
 		return -ENOMEM;
 	}
-	snprintf(x->ifname, sizeof(x->ifname), "%s", cfg->xdp.interface);
+	snprintf(x->ifname, sizeof(x->ifname), "%s", o.ifname);
 	x->prog = pbox_xdp_open(&o);
 	if (x->prog == NULL) {
 		free(x);
@@ -57,6 +66,11 @@ int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out)
 	}
 	*out = x;
 	return 0;
+}
+
+struct pbox_xdp *pboxd_xdp_prog(const struct pboxd_xdp *x)
+{
+	return x != NULL ? x->prog : NULL;
 }
 
 void pboxd_xdp_stop(struct pboxd_xdp *x)
@@ -185,14 +199,20 @@ struct pboxd_xdp {
 int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out)
 {
 	*out = NULL;
-	if (cfg->xdp.interface[0] == '\0') {
+	if (pboxd_xdp_interface(cfg)[0] == '\0') {
 		return 0;
 	}
 	PBOX_LOG_ERR(TRANSPORT,
 		     "xdp.interface '%s': this pboxd was built without XDP support (nicfw/ needs "
 		     "clang, bpftool and libbpf-dev at build time)",
-		     cfg->xdp.interface);
+		     pboxd_xdp_interface(cfg));
 	return -ENOTSUP;
+}
+
+struct pbox_xdp *pboxd_xdp_prog(const struct pboxd_xdp *x)
+{
+	(void)x;
+	return NULL;
 }
 
 void pboxd_xdp_stop(struct pboxd_xdp *x)

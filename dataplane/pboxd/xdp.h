@@ -5,6 +5,8 @@
  * ranks' session cookies, their chunks' owner cores), reported in the stats, detached at
  * exit. Without XDP support in the build, a configured interface is an error at start.
  *
+ * With transport "afxdp" and no xdp.interface, the filter goes on afxdp.interface.
+ *
  * Ordering: pboxd_xdp_sync runs from the sessions' publish hook, before the control thread
  * answers the register that drew a new cookie, so a worker's first datagram already finds
  * its cookie in the filter. A job leaves the filter when it leaves the table (its session
@@ -27,6 +29,9 @@ struct pboxd_xdp;
  * logging (no such interface, BPF not permitted, another XDP program there, no XDP in
  * this build: -ENOTSUP). */
 int pboxd_xdp_start(const struct pboxd_config *cfg, struct pboxd_xdp **out);
+
+/* The loader's handle (nicfw/loader.h) for the transport's sockets; NULL when x is. */
+struct pbox_xdp *pboxd_xdp_prog(const struct pboxd_xdp *x);
 
 /* Detach and free (NULL accepted). */
 void pboxd_xdp_stop(struct pboxd_xdp *x);

@@ -154,6 +154,36 @@ static void print_shm(const json_t *t)
 	}
 }
 
+/* The AF_XDP transport's line: frames and datagrams each way, drops, ring stalls. */
+static void print_afxdp(const json_t *t)
+{
+	const json_t *tot = json_object_get(t, "totals"), *k = json_object_get(tot, "kernel");
+	const char *name = json_string_value(json_object_get(t, "name")), *key;
+	const json_t *v;
+	uint64_t bad = 0;
+
+	if (!json_is_object(tot) || name == NULL || strcmp(name, "afxdp") != 0) {
+		return;
+	}
+	json_object_foreach((json_t *)json_object_get(tot, "rx_dropped"), key, v)
+	{
+		bad += (uint64_t)json_integer_value(v);
+	}
+	printf("afxdp %s (%s): rx %" PRIu64 " datagrams in %" PRIu64 " frames, %" PRIu64
+	       " dropped; tx %" PRIu64 " datagrams in %" PRIu64 " frames, %" PRIu64
+	       " dropped (no free frame %" PRIu64 ", ring full %" PRIu64
+	       "); fill ring empty %" PRIu64 ", rx ring full %" PRIu64 "\n",
+	       json_string_value(json_object_get(t, "interface")),
+	       json_string_value(json_object_get(t, "mode")), pbox_cli_json_u64(tot, "rx_pkts"),
+	       pbox_cli_json_u64(tot, "rx_frames"), bad, pbox_cli_json_u64(tot, "tx_pkts"),
+	       pbox_cli_json_u64(tot, "tx_frames"),
+	       pbox_cli_json_u64(tot, "tx_no_frame") + pbox_cli_json_u64(tot, "tx_ring_full") +
+		       pbox_cli_json_u64(tot, "tx_too_big"),
+	       pbox_cli_json_u64(tot, "tx_no_frame"), pbox_cli_json_u64(tot, "tx_ring_full"),
+	       pbox_cli_json_u64(k, "rx_fill_ring_empty_descs"),
+	       pbox_cli_json_u64(k, "rx_ring_full"));
+}
+
 static void print_stats(const char *addr, const json_t *st)
 {
 	const json_t *cores = json_object_get(st, "cores"), *tot = json_object_get(st, "totals");
@@ -189,6 +219,7 @@ static void print_stats(const char *addr, const json_t *st)
 	}
 	print_udp(json_object_get(st, "transport"));
 	print_shm(json_object_get(json_object_get(st, "transport"), "shm"));
+	print_afxdp(json_object_get(st, "transport"));
 	print_control(json_object_get(st, "control"));
 	print_xdp(json_object_get(st, "xdp"));
 	if (json_array_size(jobs) == 0) {

@@ -577,6 +577,50 @@ def dvf_codec_seeds():
     return s
 
 
+# ---- afxdp_frame (fuzz_afxdp_frame.c) ----------------------------------------------------
+
+def inet_sum(b, acc=0):
+    if len(b) % 2:
+        b += b"\0"
+    for i in range(0, len(b), 2):
+        acc += b[i] << 8 | b[i + 1]
+    while acc >> 16:
+        acc = (acc & 0xffff) + (acc >> 16)
+    return acc
+
+
+def afx_frame(payload, dport=7101, ihl=5, udp_csum="full", frag=0x4000, dst=(10, 232, 0, 1)):
+    src = bytes([10, 232, 0, 11])
+    opts = bytes(4 * (ihl - 5))
+    udp = struct.pack(">HHHH", 40000, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x40 | ihl, 0, 4 * ihl + len(udp), 1, frag, 64, 17, 0,
+                     src, bytes(dst)) + opts
+    ip = ip[:10] + struct.pack(">H", ~inet_sum(ip) & 0xffff) + ip[12:]
+    pseudo = inet_sum(src + bytes(dst) + struct.pack(">HH", 17, len(udp)))
+    if udp_csum == "full":
+        c = ~inet_sum(udp, pseudo) & 0xffff or 0xffff
+    elif udp_csum == "partial":
+        c = pseudo
+    else:
+        c = 0
+    udp = udp[:6] + struct.pack(">H", c) + udp[8:]
+    return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + udp
+
+
+def afxdp_frame_seeds():
+    push = xdp_dgram(frag_len=200)
+    return [("one", b"\x00" + afx_frame(push)),
+            ("three-bufs", b"\x02\x00\x10" + afx_frame(xdp_dgram(frag_len=1400))),
+            ("partial-csum", b"\x00" + afx_frame(push, udp_csum="partial")),
+            ("no-csum", b"\x00" + afx_frame(push, udp_csum="none")),
+            ("ihl15", b"\x01\x02" + afx_frame(push, ihl=15)),
+            ("odd", b"\x03\x01\x03\x05" + afx_frame(push + b"\x07")),
+            ("fragment", b"\x00" + afx_frame(push, frag=0x2000)),
+            ("other-port", b"\x00" + afx_frame(push, dport=80)),
+            ("other-addr", b"\x00" + afx_frame(push, dst=(10, 232, 0, 2))),
+            ("arp", b"\x00" + b"\x02" * 6 + b"\x04" * 6 + b"\x08\x06" + bytes(28))]
+
+
 if __name__ == "__main__":
     write("engine", engine_seeds())
     write("node", node_seeds())
@@ -585,3 +629,4 @@ if __name__ == "__main__":
     write("xdp", xdp_seeds())
     write("dvf", dvf_seeds())
     write("dvf_codec", dvf_codec_seeds())
+    write("afxdp_frame", afxdp_frame_seeds())
