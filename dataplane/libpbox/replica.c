@@ -88,8 +88,13 @@ uint32_t pbox_replica_push_wants(const struct pbox_replica *r)
 
 void pbox_replica_apply_key(struct pbox_replica *r, uint32_t k, uint32_t v)
 {
+	pbox_replica_apply_from(r, k, v, r->keys[k].agg);
+}
+
+void pbox_replica_apply_from(struct pbox_replica *r, uint32_t k, uint32_t v, const float *agg)
+{
 	struct pbox_replica_key *rk = &r->keys[k];
-	const float *src[1] = { rk->agg };
+	const float *src[1] = { agg };
 	struct pbox_opt_step st;
 
 	/* The appliance's step for version v -> v + 1 (engine.c finalize_opt). */

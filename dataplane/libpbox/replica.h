@@ -70,4 +70,7 @@ int pbox_replica_apply(struct pbox_replica *r, uint32_t v);
  * advances r->version once every key has it. */
 void pbox_replica_apply_key(struct pbox_replica *r, uint32_t k, uint32_t v);
 
+/* The same with U^v of key k in agg (nelem floats) instead of the key's own buffer. */
+void pbox_replica_apply_from(struct pbox_replica *r, uint32_t k, uint32_t v, const float *agg);
+
 #endif /* PBOX_REPLICA_H */

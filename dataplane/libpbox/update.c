@@ -1,14 +1,24 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Broadcast-update jobs on the worker (pbox_update_* in pbox/pbox.h): a replica
- * (replica.h) driven by the client's operations. An iteration pushes every key's update
- * with the pull of the aggregate the blocking rule needs folded in (a push-pull of
- * iteration t asks the appliance for U^(t - s), engine.h), waits for all keys, and
- * applies that aggregate on the calling thread, so the progress thread never runs the
- * optimizer.
+ * (replica.h) driven by the client's operations. Aggregates are applied on the calling
+ * thread, so the progress thread never runs the optimizer.
+ *
+ * BSP, and SSP with an exact lag: an iteration pushes every key's update with the pull
+ * of the aggregate the blocking rule needs folded in (a push-pull of iteration t asks the
+ * appliance for U^(t - s), engine.h), waits for all keys, and applies that aggregate.
+ *
+ * Opportunistic SSP: every key runs a chain of pulls in one lane while pushes use the
+ * other. A pull of U^v is held by the appliance until iteration v is complete; its
+ * completion callback (progress thread) at once starts the pull of U^(v+1) if the rank
+ * has pushed iteration v + 1, into the next buffer of a ring of s + 2, so each aggregate
+ * is received within a round trip of its completion whatever the caller is doing. A step
+ * pushes, applies every aggregate that has arrived on all keys, in order, and waits only
+ * while clock - version > s.
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +26,31 @@
 #include "replica.h"
 #include "update.h"
 
+/* One key's pull chain (opportunistic SSP); fields under pbox_update.mu. */
+struct chain {
+	struct pbox_update *u;
+	uint32_t idx;  /* key index in the replica */
+	float *ring;   /* nring aggregates of the key */
+	uint32_t next; /* the next aggregate to pull */
+	uint32_t got;  /* aggregates received: U^0 .. U^(got-1) */
+	bool inflight; /* a pull of U^(next-1) is in flight */
+};
+
 struct pbox_update {
 	struct pbox_client *c;
 	struct pbox_replica rep;
 	uint32_t *ids; /* key ids, in the caller's order (the replica's key indices) */
+	bool exact;    /* lagged push-pulls (BSP, PBOX_UPDATE_EXACT_LAG, credits = 1) */
+	/* Opportunistic SSP */
+	struct chain *ch;
+	uint32_t nring;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t pushes_out; /* keys whose push is in flight */
+	uint32_t limit;      /* pull only aggregates below this: the clock (under mu) */
+	uint32_t applied;    /* the replica's version, for the callbacks (under mu) */
+	int err;             /* first failure of an operation (0: none) */
+	char errmsg[512];
 };
 
 int pbox_update_parse_optimizer(const json_t *o, const struct pbox_optimizer_ops **opt,
@@ -57,7 +88,7 @@ int pbox_update_parse_optimizer(const json_t *o, const struct pbox_optimizer_ops
 }
 
 int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys,
-		     float *const *models, struct pbox_update **out)
+		     float *const *models, uint32_t flags, struct pbox_update **out)
 {
 	const struct pbox_optimizer_ops *opt;
 	const struct pbox_jobdesc *d;
@@ -69,6 +100,9 @@ int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, ui
 	int rc;
 
 	*out = NULL;
+	if (flags & ~PBOX_UPDATE_EXACT_LAG) {
+		return pbox_client_error(-EINVAL, "update: unknown flags 0x%x", flags);
+	}
 	rc = pbox_client_update_cfg(c, &opt, &params, &d);
 	if (rc < 0) {
 		return rc;
@@ -96,8 +130,12 @@ int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, ui
 	}
 	u = calloc(1, sizeof(*u));
 	nelem = calloc(nkeys, sizeof(*nelem));
-	if (u == NULL || nelem == NULL || (u->ids = calloc(nkeys, sizeof(*u->ids))) == NULL) {
+	if (u == NULL || nelem == NULL || (u->ids = calloc(nkeys, sizeof(*u->ids))) == NULL ||
+	    (u->ch = calloc(nkeys, sizeof(*u->ch))) == NULL) {
 		free(nelem);
+		if (u != NULL) {
+			free(u->ids);
+		}
 		free(u);
 		return pbox_client_error(-ENOMEM, "update: out of memory");
 	}
@@ -106,8 +144,22 @@ int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, ui
 		nelem[i] = keys[i].nelem;
 	}
 	u->c = c;
+	u->exact = info.staleness == 0 || info.credits < 2 || (flags & PBOX_UPDATE_EXACT_LAG);
+	u->nring = u->exact ? 0 : info.staleness + 2;
+	pthread_mutex_init(&u->mu, NULL);
+	pthread_cond_init(&u->cv, NULL);
 	rc = pbox_replica_init(&u->rep, opt, &params, NULL, info.staleness, nkeys, models, nelem,
 			       err, sizeof(err));
+	for (uint32_t i = 0; rc == 0 && i < nkeys && !u->exact; i++) {
+		size_t bytes = PBOX_ALIGN_UP((size_t)u->nring * nelem[i] * sizeof(float), 64);
+
+		u->ch[i] = (struct chain){ .u = u, .idx = i, .ring = aligned_alloc(64, bytes) };
+		if (u->ch[i].ring == NULL) {
+			snprintf(err, sizeof(err), "out of memory for %u aggregates of key %u",
+				 u->nring, keys[i].id);
+			rc = -ENOMEM;
+		}
+	}
 	free(nelem);
 	if (rc < 0) {
 		pbox_update_close(u);
@@ -131,7 +183,8 @@ static int finish(struct pbox_update *u, int rc)
 	return w;
 }
 
-int pbox_update_step(struct pbox_update *u, const float *const *updates)
+/* BSP / exact lag: the push-pull of t brings U^(t - s). */
+static int exact_step(struct pbox_update *u, const float *const *updates)
 {
 	struct pbox_replica *r = &u->rep;
 	uint32_t want = pbox_replica_push_wants(r);
@@ -151,7 +204,7 @@ int pbox_update_step(struct pbox_update *u, const float *const *updates)
 	return want == UINT32_MAX ? 0 : pbox_replica_apply(r, want);
 }
 
-int pbox_update_sync(struct pbox_update *u)
+static int exact_sync(struct pbox_update *u)
 {
 	struct pbox_replica *r = &u->rep;
 
@@ -171,6 +224,174 @@ int pbox_update_sync(struct pbox_update *u)
 	return 0;
 }
 
+/* ---- opportunistic SSP ----------------------------------------------------------------- */
+
+static float *ring_slot(const struct pbox_update *u, const struct chain *k, uint32_t v)
+{
+	return k->ring + (size_t)(v % u->nring) * u->rep.keys[k->idx].nelem;
+}
+
+static void pull_done(uint32_t key, int status, void *arg);
+
+/* Record the first failure (mu held). */
+static void note_error(struct pbox_update *u, int err)
+{
+	if (u->err == 0) {
+		u->err = err;
+		snprintf(u->errmsg, sizeof(u->errmsg), "%s", pbox_last_error());
+	}
+}
+
+/* Start the key's next pull if there is one to make and room for it (mu held). Runs on
+ * the caller's thread and on the progress thread (from pull_done). */
+static void chain_kick(struct pbox_update *u, struct chain *k)
+{
+	int rc;
+
+	if (k->inflight || u->err != 0 || k->next >= u->limit || k->next - u->applied >= u->nring) {
+		return;
+	}
+	rc = pbox_pull_async(u->c, u->ids[k->idx], k->next, ring_slot(u, k, k->next), pull_done, k);
+	if (rc < 0) {
+		note_error(u, rc);
+		pthread_cond_broadcast(&u->cv);
+		return;
+	}
+	k->inflight = true;
+	k->next++;
+}
+
+/* Progress thread: U^(next-1) of a key arrived (or its pull failed). */
+static void pull_done(uint32_t key, int status, void *arg)
+{
+	struct chain *k = arg;
+	struct pbox_update *u = k->u;
+
+	(void)key;
+	pthread_mutex_lock(&u->mu);
+	k->inflight = false;
+	if (status < 0) {
+		note_error(u, status);
+	} else {
+		k->got++;
+		chain_kick(u, k);
+	}
+	pthread_cond_broadcast(&u->cv);
+	pthread_mutex_unlock(&u->mu);
+}
+
+static void push_done(uint32_t key, int status, void *arg)
+{
+	struct pbox_update *u = arg;
+
+	(void)key;
+	pthread_mutex_lock(&u->mu);
+	if (status < 0) {
+		note_error(u, status);
+	}
+	u->pushes_out--;
+	pthread_cond_broadcast(&u->cv);
+	pthread_mutex_unlock(&u->mu);
+}
+
+/* Aggregates every key has received (mu held). */
+static uint32_t all_got(const struct pbox_update *u)
+{
+	uint32_t g = UINT32_MAX;
+
+	for (uint32_t i = 0; i < u->rep.nkeys; i++) {
+		g = PBOX_MIN(g, u->ch[i].got);
+	}
+	return g;
+}
+
+/*
+ * Apply every aggregate all keys have, in order; with block, first wait until there is
+ * at least one more than applied. Returns 0 or the first failure.
+ */
+static int apply_arrived(struct pbox_update *u, bool block)
+{
+	struct pbox_replica *r = &u->rep;
+	uint32_t upto;
+
+	pthread_mutex_lock(&u->mu);
+	while (block && u->err == 0 && all_got(u) <= r->version) {
+		pthread_cond_wait(&u->cv, &u->mu);
+	}
+	upto = all_got(u);
+	pthread_mutex_unlock(&u->mu);
+	/* The slots of [version, upto) are not written meanwhile: pulls in flight are for
+	 * later aggregates, at most nring - 1 ahead of the version. */
+	for (; r->version < upto; r->version++) {
+		for (uint32_t i = 0; i < r->nkeys; i++) {
+			pbox_replica_apply_from(r, i, r->version,
+						ring_slot(u, &u->ch[i], r->version));
+		}
+	}
+	pthread_mutex_lock(&u->mu);
+	u->applied = r->version;
+	for (uint32_t i = 0; i < r->nkeys; i++) {
+		chain_kick(u, &u->ch[i]); /* room in the ring again */
+	}
+	pthread_mutex_unlock(&u->mu);
+	return u->err != 0 ? pbox_client_error(u->err, "%s", u->errmsg) : 0;
+}
+
+static int ssp_step(struct pbox_update *u, const float *const *updates)
+{
+	struct pbox_replica *r = &u->rep;
+	int rc;
+
+	pthread_mutex_lock(&u->mu);
+	u->pushes_out = r->nkeys;
+	for (uint32_t i = 0; i < r->nkeys; i++) {
+		rc = pbox_push_async(u->c, u->ids[i], r->clock, updates[i], push_done, u);
+		if (rc < 0) {
+			u->pushes_out -= r->nkeys - i; /* never started */
+			note_error(u, rc);
+			break;
+		}
+	}
+	/* NOTIFY-ACK: the updates are the caller's again once acknowledged. */
+	while (u->pushes_out != 0) {
+		pthread_cond_wait(&u->cv, &u->mu);
+	}
+	if (u->err == 0) {
+		r->clock++;
+		u->limit = r->clock;
+		for (uint32_t i = 0; i < r->nkeys; i++) {
+			chain_kick(u, &u->ch[i]);
+		}
+	}
+	pthread_mutex_unlock(&u->mu);
+	/* Apply what has arrived; wait only while the blocking rule says so. */
+	rc = apply_arrived(u, false);
+	while (rc == 0 && r->clock - r->version > r->lag) {
+		rc = apply_arrived(u, true);
+	}
+	return rc;
+}
+
+static int ssp_sync(struct pbox_update *u)
+{
+	int rc = 0;
+
+	while (rc == 0 && u->rep.version < u->rep.clock) {
+		rc = apply_arrived(u, true);
+	}
+	return rc;
+}
+
+int pbox_update_step(struct pbox_update *u, const float *const *updates)
+{
+	return u->exact ? exact_step(u, updates) : ssp_step(u, updates);
+}
+
+int pbox_update_sync(struct pbox_update *u)
+{
+	return u->exact ? exact_sync(u) : ssp_sync(u);
+}
+
 uint32_t pbox_update_clock(const struct pbox_update *u)
 {
 	return u->rep.clock;
@@ -186,7 +407,21 @@ void pbox_update_close(struct pbox_update *u)
 	if (u == NULL) {
 		return;
 	}
+	/* Callbacks of operations in flight point into u. */
+	pthread_mutex_lock(&u->mu);
+	for (uint32_t i = 0; u->ch != NULL && i < u->rep.nkeys; i++) {
+		while (u->ch[i].inflight) {
+			pthread_cond_wait(&u->cv, &u->mu);
+		}
+	}
+	pthread_mutex_unlock(&u->mu);
+	pthread_mutex_destroy(&u->mu);
+	pthread_cond_destroy(&u->cv);
+	for (uint32_t i = 0; u->ch != NULL && i < u->rep.nkeys; i++) {
+		free(u->ch[i].ring);
+	}
 	pbox_replica_fini(&u->rep);
+	free(u->ch);
 	free(u->ids);
 	free(u);
 }

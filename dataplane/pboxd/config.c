@@ -357,6 +357,13 @@ static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct 
 	if (j->sync->folds_late && j->credits != 1) {
 		return pbox_conf_bad(c, g, "sync model '%s' needs flow credits = 1", j->sync->name);
 	}
+	if (j->mode == PBOX_MODE_BROADCAST && j->sync_cfg.model == PBOX_SYNC_SSP &&
+	    (config_setting_get_member(g, "flow") == NULL ||
+	     config_setting_get_member(config_setting_get_member(g, "flow"), "credits") == NULL)) {
+		/* A worker keeps the pull of its next aggregate in flight while it pushes
+		 * (pbox_update_step): two operations per key. */
+		j->credits = 2;
+	}
 	min_window = pbox_job_min_window(j->mode, j->sync, &j->sync_cfg, j->credits);
 	if (config_setting_get_member(g, "window") != NULL && j->window < min_window) {
 		return pbox_conf_bad(c, config_setting_get_member(g, "window"),

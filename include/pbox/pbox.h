@@ -203,7 +203,7 @@ void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
  *
  *   pbox_register(c, keys, nkeys);
  *   init(models);                          // W^0, the same on every rank (one seed)
- *   pbox_update_open(c, keys, nkeys, models, &u);
+ *   pbox_update_open(c, keys, nkeys, models, 0, &u);
  *   for (t = 0; t < steps; t++) {
  *           compute(models, g);            // this rank's update of every key
  *           pbox_update_step(u, g);        // push it, apply what the sync rule needs
@@ -212,23 +212,36 @@ void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
  *   pbox_update_close(u);
  *
  * Synchronisation, with clock = updates pushed and version = aggregates applied:
- *   bsp      pbox_update_step of iteration t returns with the model W^(t+1);
- *   ssp(s)   it returns once the model is W^(t+1-s), so clock - version never exceeds s
- *            (Parameter Flow's blocking rule at its bound) and a rank runs at most s
- *            iterations ahead of the slowest. The aggregate of iteration u is the sum of
- *            every rank's iteration-u update (never mixed with later ones), and every
- *            rank applies U^0, U^1, ... in that order: the same view everywhere.
+ *   bsp      pbox_update_step of iteration t returns with the model W^(t+1) (one
+ *            fused push-pull per key);
+ *   ssp(s)   it pushes, then applies every aggregate that has arrived, and blocks only
+ *            while clock - version > s (Parameter Flow's blocking rule): a rank runs at
+ *            most s iterations ahead of the slowest and otherwise computes on the newest
+ *            model the appliance has completed. Between steps a pull of its next
+ *            aggregate stays in flight, which takes two operations per key: the job's
+ *            flow credits >= 2 (pboxd's default for broadcast ssp jobs). With
+ *            PBOX_UPDATE_EXACT_LAG (or credits = 1) a step applies exactly the
+ *            aggregates the rule requires, U^(t-s) folded into the push as a push-pull:
+ *            the model at clock t is always W^(t-s), which makes a deterministic job
+ *            bit-reproducible under SSP too, at the price of gradients always s
+ *            aggregates stale (less stable with high momentum).
+ *            Either way the aggregate of iteration u is the sum of every rank's
+ *            iteration-u update (never mixed with later ones), and every rank applies
+ *            U^0, U^1, ... in that order: the same view everywhere.
  * Threading: one thread uses a struct pbox_update at a time; while it exists, the
  * registered keys must not be used with the other operations of the client.
  */
 struct pbox_update;
 
+#define PBOX_UPDATE_EXACT_LAG 0x1u
+
 /* After pbox_register, with the same keys in the same order: models[i] is key
- * keys[i]'s model (keys[i].nelem floats, W^0). The library keeps the optimizer state
- * and writes the models only inside pbox_update_step / pbox_update_sync. Fails with
- * -EINVAL (not a broadcast job, keys differ from the registered ones), -ENOMEM. */
+ * keys[i]'s model (keys[i].nelem floats, W^0). flags: 0 or PBOX_UPDATE_EXACT_LAG. The
+ * library keeps the optimizer state and writes the models only inside pbox_update_step /
+ * pbox_update_sync. Fails with -EINVAL (not a broadcast job, keys differ from the
+ * registered ones, unknown flags), -ENOMEM. */
 int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys,
-		     float *const *models, struct pbox_update **out);
+		     float *const *models, uint32_t flags, struct pbox_update **out);
 /* Push updates[i] (key i's update of iteration pbox_update_clock(u)) and apply the
  * aggregates the sync rule requires before the next iteration (above). The updates
  * are read until it returns. Errors as pbox_push_pull's; after one, the replica is no
@@ -240,7 +253,8 @@ int pbox_update_sync(struct pbox_update *u);
 /* Iterations pushed, and aggregates applied (the model is W^version). */
 uint32_t pbox_update_clock(const struct pbox_update *u);
 uint32_t pbox_update_version(const struct pbox_update *u);
-/* Free the optimizer state (not the models). NULL is a no-op. */
+/* Wait for its operations still in flight (a pull, after an error), then free the
+ * optimizer state (not the models). Before pbox_close of the client. NULL is a no-op. */
 void pbox_update_close(struct pbox_update *u);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.

@@ -224,7 +224,8 @@ static void test_broadcast(void **state)
 		     &cfg, err, sizeof(err)),
 		0);
 	assert_int_equal(cfg.jobs[0].mode, PBOX_MODE_BROADCAST);
-	assert_int_equal(cfg.jobs[0].window, 6); /* 2s + 1 + credits */
+	assert_int_equal(cfg.jobs[0].credits, 2); /* a pull in flight beside each push */
+	assert_int_equal(cfg.jobs[0].window, 7);  /* 2s + 1 + credits */
 	assert_string_equal(cfg.jobs[0].opt->name, "adam");
 	assert_false(cfg.jobs[0].checkpoint);
 	pboxd_config_free(&cfg);
@@ -232,7 +233,8 @@ static void test_broadcast(void **state)
 		     " sync = { model = \"asp\"; }; } );\n",
 		     "a broadcast job runs under bsp or ssp");
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
-		     " window = 5; sync = { model = \"ssp\"; staleness = 2; }; } );\n",
+		     " window = 5; flow = { credits = 1; };\n"
+		     " sync = { model = \"ssp\"; staleness = 2; }; } );\n",
 		     "window: must be at least 6");
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
 		     " sync = { release = \"eager\"; }; } );\n",
