@@ -133,9 +133,10 @@ static void usage(FILE *f)
 		"\n"
 		"Train Fashion-MNIST end to end on this machine: start pboxd (with a generated\n"
 		"configuration on free loopback ports) and N worker processes that train a\n"
-		"784-256-128-10 MLP through it, the optimizer running on the appliance. Shows a\n"
-		"progress bar per epoch, train loss and accuracy over all ranks, test accuracy,\n"
-		"bytes on the wire, and at the end the final test accuracy and the throughput.\n"
+		"784-256-128-10 MLP through it, the optimizer running on the appliance (with\n"
+		"--mode broadcast: on every worker). Shows a progress bar per epoch, train loss\n"
+		"and accuracy over all ranks, test accuracy, bytes on the wire, and at the end\n"
+		"the final test accuracy and the throughput.\n"
 		"\n"
 		"Options:\n"
 		"      --workers N        worker processes (default %u)\n"
@@ -1765,12 +1766,13 @@ int pbox_cmd_demo(int argc, char **argv)
 			snprintf(mom, sizeof(mom), " momentum %g", d.o.momentum);
 		}
 		fprintf(d.out,
-			"pbox demo: %u worker%s, %u epoch%s, global batch %u, %s lr %g%s, "
+			"pbox demo: %s%u worker%s, %u epoch%s, global batch %u, %s lr %g%s, "
 			"%sdeterministic, pboxd on %u core%s%s%s\n",
-			d.o.workers, d.o.workers == 1 ? "" : "s", d.o.epochs,
-			d.o.epochs == 1 ? "" : "s", d.o.batch, d.o.optimizer, d.o.lr, mom,
-			d.o.deterministic ? "" : "not ", d.o.cores, d.o.cores == 1 ? "" : "s",
-			d.o.fault ? ", faults " : "", d.o.fault ? d.o.fault : "");
+			broadcast(&d) ? "broadcast job, " : "", d.o.workers,
+			d.o.workers == 1 ? "" : "s", d.o.epochs, d.o.epochs == 1 ? "" : "s",
+			d.o.batch, d.o.optimizer, d.o.lr, mom, d.o.deterministic ? "" : "not ",
+			d.o.cores, d.o.cores == 1 ? "" : "s", d.o.fault ? ", faults " : "",
+			d.o.fault ? d.o.fault : "");
 		fflush(d.out);
 		rc = start_pboxd(&d);
 	}

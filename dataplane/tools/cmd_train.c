@@ -32,7 +32,9 @@ static void usage(FILE *f)
 		"Train a 784-256-128-10 MLP (ReLU, softmax cross-entropy) on Fashion-MNIST with\n"
 		"synchronous data-parallel steps. By default this process is one rank of a pbox\n"
 		"server-optimizer job: the appliance sums the ranks' gradients and runs the\n"
-		"optimizer. With --local one process computes the gradients of all N ranks and\n"
+		"optimizer; or of a broadcast job: every rank keeps the model and runs the\n"
+		"job's optimizer on the sums the appliance sends back. With --local one process "
+		"computes the gradients of all N ranks and\n"
 		"applies the optimizer exactly as pboxd does in deterministic mode, so its final\n"
 		"model is bit-identical to a distributed run with deterministic = true.\n"
 		"\n"
@@ -232,8 +234,8 @@ static int parse(int argc, char **argv, struct train_args *a)
 		if (a->opt_given) {
 			fprintf(stderr,
 				"pbox train: --optimizer, --lr, --momentum and --wd are for "
-				"--local; a job's optimizer runs on the appliance and is set "
-				"in pboxd's job configuration\n");
+				"--local; a job's optimizer is set in pboxd's job "
+				"configuration\n");
 			return -EINVAL;
 		}
 		if (c->client.token == NULL) {

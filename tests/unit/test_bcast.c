@@ -405,6 +405,64 @@ static void test_replica_wants(void **state)
 	worker_fini(&wk);
 }
 
+/* The engine, spoken to directly (broadcast, SSP(2), 2 ranks, one fragment): a push-pull
+ * of t < s is only acknowledged; one of t >= s is answered with the aggregate of t - s
+ * once that iteration is complete, and that aggregate is the sum of iteration t - s. */
+static void test_engine_lagged_answers(void **state)
+{
+	static const struct pbox_keyspec key[] = { { 1, 16 } };
+	struct sim_job_cfg c = job(2, "sgd");
+	float g[16], out[16];
+	struct sim s;
+
+	(void)state;
+	c.nranks = 2;
+	c.ncores = 1;
+	c.keys = key;
+	c.nkeys = 1;
+	c.no_nodes = true;
+	assert_int_equal(sim_init(&s, &c), 0);
+	for (uint32_t t = 0; t < 4; t++) {
+		for (uint32_t r = 0; r < 2; r++) {
+			struct pbox_msg m = { .type = PBOX_MSG_PUSH,
+					      .flags = PBOX_F_WANT_REPLY,
+					      .iter = t,
+					      .frag_len = sizeof(g) },
+					reply;
+			bool data = false, ack = false;
+
+			for (uint32_t i = 0; i < 16; i++) {
+				g[i] = (float)(1 + r * 10 + t * 100 + i);
+			}
+			sim_send_msg(&s, r, &m, g);
+			while (sim_take_reply(&s, r, &reply, (uint8_t *)out)) {
+				assert_int_not_equal(reply.type, PBOX_MSG_ERROR);
+				if (reply.type == PBOX_MSG_DATA) {
+					uint32_t u = t - 2;
+
+					assert_true(t >= 2);
+					assert_int_equal(reply.iter, u);
+					for (uint32_t i = 0; i < 16; i++) {
+						assert_true(out[i] ==
+							    (float)(2 + 10 + 200 * u + 2 * i));
+					}
+					data = true;
+				}
+				ack |= reply.type == PBOX_MSG_ACK;
+			}
+			/* Both ranks pushed every iteration before t: U^(t-2) is complete
+			 * whenever t >= 2, so the answer comes at once. */
+			if (t < 2) {
+				assert_false(data);
+				assert_true(ack);
+			} else {
+				assert_true(data);
+			}
+		}
+	}
+	sim_fini(&s);
+}
+
 static void test_windows_and_refusals(void **state)
 {
 	const struct pbox_sync_ops *ssp = pbox_sync_ops(PBOX_SYNC_SSP);
@@ -438,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_ssp_same_view),
 		cmocka_unit_test(test_ssp_same_view_lossy),
 		cmocka_unit_test(test_replica_wants),
+		cmocka_unit_test(test_engine_lagged_answers),
 		cmocka_unit_test(test_windows_and_refusals),
 	};
 
