@@ -60,6 +60,7 @@ struct demo_opts {
 	double lr, momentum, wd;
 	const char *optimizer;
 	const char *mode; /* "server-optimizer" or "broadcast" */
+	bool exact_lag;   /* broadcast: the workers' --exact-lag */
 	bool deterministic, det_given, json, keep_logs;
 	const char *fault, *save_model, *data_dir;
 	/* synchronisation (see pboxd.conf's sync group) */
@@ -151,6 +152,8 @@ static void usage(FILE *f)
 		"                         optimizer) or broadcast (every worker keeps the model\n"
 		"                         and runs it on the aggregates: Parameter Flow's UCC;\n"
 		"                         --sync bsp or ssp)\n"
+		"      --exact-lag        broadcast under ssp(s): every step on exactly the model\n"
+		"                         s aggregates old (bit-reproducible; default: newest)\n"
 		"      --deterministic    sum gradients in rank order: bit-reproducible (default)\n"
 		"      --no-deterministic sum gradients in arrival order\n"
 		"      --sync MODEL       bsp (default), ssp, asp, pssp, pssp-dyn, "
@@ -223,6 +226,7 @@ enum {
 	OPT_SLOW_FACTOR,
 	OPT_KILL_AT,
 	OPT_MODE,
+	OPT_EXACT_LAG,
 };
 
 static const struct option g_opts[] = {
@@ -235,6 +239,7 @@ static const struct option g_opts[] = {
 	{ "wd", required_argument, NULL, OPT_WD },
 	{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "exact-lag", no_argument, NULL, OPT_EXACT_LAG },
 	{ "deterministic", no_argument, NULL, OPT_DET },
 	{ "no-deterministic", no_argument, NULL, OPT_NO_DET },
 	{ "cores", required_argument, NULL, OPT_CORES },
@@ -314,6 +319,9 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			break;
 		case OPT_MODE:
 			o->mode = optarg;
+			break;
+		case OPT_EXACT_LAG:
+			o->exact_lag = true;
 			break;
 		case OPT_DET:
 			o->deterministic = true;
@@ -412,6 +420,10 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 		fprintf(stderr,
 			"pbox demo: --mode broadcast runs under --sync bsp or ssp, not %s\n",
 			o->sync);
+		return -EINVAL;
+	}
+	if (o->exact_lag && strcmp(o->mode, "broadcast") != 0) {
+		fprintf(stderr, "pbox demo: --exact-lag is for --mode broadcast\n");
 		return -EINVAL;
 	}
 	if (strcmp(o->mode, "broadcast") == 0 &&
@@ -1000,6 +1012,9 @@ static int start_workers(struct demo *d)
 			snprintf(slow, sizeof(slow), "%g", d->o.slow_factor);
 			argv[n++] = "--slow-factor";
 			argv[n++] = slow;
+		}
+		if (d->o.exact_lag) {
+			argv[n++] = "--exact-lag";
 		}
 		argv[n] = NULL;
 		if (pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -1637,6 +1652,7 @@ static void print_json(struct demo *d, int rc, const char *error)
 	json_object_set_new(o, "batch", json_integer(d->o.batch));
 	json_object_set_new(o, "optimizer", json_string(d->o.optimizer));
 	json_object_set_new(o, "mode", json_string(d->o.mode));
+	json_object_set_new(o, "exact_lag", json_boolean(d->o.exact_lag));
 	{
 		json_t *crcs = json_array();
 

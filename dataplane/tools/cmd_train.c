@@ -57,6 +57,8 @@ static void usage(FILE *f)
 		"      --timeout-ms MS    deadline of each pbox operation (default 30000)\n"
 		"      --slow-factor F    make this rank a straggler: each step's compute takes\n"
 		"                         F times as long (default 1)\n"
+		"      --exact-lag        broadcast jobs under ssp(s): compute step t on exactly\n"
+		"                         W^(t-s), not on the newest model (bit-reproducible)\n"
 		"  Environment: PBOX_FAULT injects faults on this worker's sends (tests).\n"
 		"\n"
 		"Single-process reference:\n"
@@ -92,6 +94,7 @@ enum {
 	OPT_MOMENTUM,
 	OPT_WD,
 	OPT_SLOW,
+	OPT_EXACT_LAG,
 };
 
 static const struct option g_opts[] = {
@@ -114,6 +117,7 @@ static const struct option g_opts[] = {
 	{ "momentum", required_argument, NULL, OPT_MOMENTUM },
 	{ "wd", required_argument, NULL, OPT_WD },
 	{ "slow-factor", required_argument, NULL, OPT_SLOW },
+	{ "exact-lag", no_argument, NULL, OPT_EXACT_LAG },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -203,6 +207,9 @@ static int parse(int argc, char **argv, struct train_args *a)
 		case OPT_SLOW:
 			rc = pbox_arg_double("pbox train", "--slow-factor", optarg, 1, 1000,
 					     &c->slow_factor);
+			break;
+		case OPT_EXACT_LAG:
+			c->exact_lag = true;
 			break;
 		case 'h':
 			usage(stdout);

@@ -501,7 +501,8 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 		for (unsigned k = 0; k < t.lay->ntensors; k++) {
 			models[k] = t.w + t.lay->off[k];
 		}
-		rc = pbox_update_open(c, keys, t.lay->ntensors, models, 0, &u);
+		rc = pbox_update_open(c, keys, t.lay->ntensors, models,
+				      cfg->exact_lag ? PBOX_UPDATE_EXACT_LAG : 0, &u);
 		if (rc < 0) {
 			rc = pbox_fail(&t, rc, "opening the model replica");
 			goto out;

@@ -54,6 +54,7 @@ struct pbox_train_cfg {
 	/* pbox_train_rank only */
 	struct pbox_client_opts client; /* server, job, token, rank, timeout, ... */
 	double slow_factor;             /* >= 1: stretch each step's compute (a straggler) */
+	bool exact_lag;                 /* broadcast jobs: PBOX_UPDATE_EXACT_LAG */
 
 	/* pbox_train_local only: what the appliance job would be configured with */
 	const struct pbox_optimizer_ops *opt;

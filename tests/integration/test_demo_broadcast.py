@@ -8,7 +8,9 @@ broadcast`:
      model saved is byte for byte the single-process reference (`pbox train --local`);
      under packet faults (drop, duplicate, reorder; 30 steps) the reference's bytes too;
   2. SSP (staleness 1) with a straggler rank: the run completes and every rank ends with
-     the same model (the same aggregates applied in the same order);
+     the same model (the same aggregates applied in the same order); with --exact-lag
+     (every step on exactly W^(t-s)) the run is bit-reproducible: a straggler changes
+     the timing, not one bit of the model;
   3. two epochs reach at least 85 % test accuracy on Fashion-MNIST, and the bytes on the
      wire are reported: every step each worker sends its update and receives the
      aggregate."""
@@ -82,6 +84,16 @@ def main():
             fail("the SSP run did not run 60 steps under ssp: %s" % ssp)
         print("SSP(1) with a straggler: every rank's model identical (crc32c %08x)"
               % ssp["model_crcs"][0])
+
+        exact = ["--workers", "3", "--epochs", "1", "--max-steps", "40", "--sync", "ssp",
+                 "--staleness", "1", "--exact-lag"]
+        a = demo(exact)
+        b = demo(exact + ["--slow-rank", "0", "--slow-factor", "3"])
+        if a["model_crcs"] != b["model_crcs"]:
+            fail("SSP with --exact-lag is not reproducible: %s vs %s (with a straggler)"
+                 % (a["model_crcs"], b["model_crcs"]))
+        print("SSP(1) --exact-lag: the same model with and without a straggler (crc32c %08x)"
+              % a["model_crcs"][0])
 
     res = demo(["--epochs", "2"], timeout=300)
     acc = res["final_test_acc"]
