@@ -30,6 +30,7 @@
  * only and read relaxed.
  */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -124,6 +125,8 @@ struct afx_core {
 	pthread_t thread;
 	bool started;
 } PBOX_CACHE_ALIGNED;
+static_assert(_Alignof(struct afx_core) == PBOX_CACHE_LINE,
+	      "a core's AF_XDP state starts its own cache line");
 
 struct afx {
 	char ifname[IF_NAMESIZE];
