@@ -40,12 +40,22 @@ enum pboxd_chunk_read pboxd_chunk_read(const struct pbox_chunk_state *cs, uint32
 				pc += (uint32_t)__builtin_popcountll(done[i]);
 			}
 			if (partial != NULL) {
+				/* Only the ranks not done: usually few once an iteration waits. */
 				pbox_bitmap_zero(partial, nworkers);
-				for (uint32_t r = 0; r < nworkers; r++) {
-					uint16_t c = LOAD(&sl->wcnt[r]);
+				for (size_t i = 0; i < words; i++) {
+					uint64_t rest = ~done[i];
 
-					if (c != 0 && c != nfrags) {
-						pbox_bit_set(partial, r);
+					if (i == words - 1 && nworkers % 64 != 0) {
+						rest &= (1ull << (nworkers % 64)) - 1;
+					}
+					for (; rest != 0; rest &= rest - 1) {
+						uint32_t r = (uint32_t)(i * 64) +
+							     (uint32_t)__builtin_ctzll(rest);
+						uint16_t c = LOAD(&sl->wcnt[r]);
+
+						if (c != 0 && c != nfrags) {
+							pbox_bit_set(partial, r);
+						}
 					}
 				}
 			}
@@ -151,6 +161,7 @@ struct scan {
 	struct group *groups;
 	uint32_t ngroups;
 	uint64_t waiting, changing, uninit, idle, ungrouped;
+	uint32_t scanned;  /* chunks read (all of them unless the time budget ran out) */
 	uint32_t iter_min; /* lowest version among waiting chunks */
 	uint32_t vmin, vmax;
 	uint64_t vsum;
@@ -205,8 +216,14 @@ static int scan_job(struct scan *sc, bool with_groups)
 			sc->next[r] = UINT32_MAX;
 		}
 	}
-	for (uint32_t c = 0; c < d->nchunks; c++) {
+	uint64_t deadline = pboxd_now_ms() + PBOXD_STATUS_SCAN_BUDGET_MS;
+
+	for (uint32_t c = 0; c < d->nchunks; c++, sc->scanned = c) {
 		const struct pbox_chunk_desc *cd = &d->chunks[c];
+
+		if (c % 4096 == 4095 && pboxd_now_ms() >= deadline) {
+			break; /* the control thread has other work: report what was read */
+		}
 		const struct pbox_chunk_state *cs = &v->state->core[cd->core].chunks[cd->local];
 		uint32_t it;
 		enum pboxd_chunk_read k = pboxd_chunk_read(cs, v->window, nw, cd->nfrags, done,
@@ -283,6 +300,7 @@ static json_t *waiting_json(struct scan *sc)
 	json_object_set_new(o, "changing", json_integer((json_int_t)sc->changing));
 	json_object_set_new(o, "uninitialized", json_integer((json_int_t)sc->uninit));
 	json_object_set_new(o, "idle", json_integer((json_int_t)sc->idle));
+	json_object_set_new(o, "scanned", json_integer(sc->scanned));
 	json_object_set_new(o, "ungrouped", json_integer((json_int_t)sc->ungrouped));
 	for (uint32_t i = 0; i < sc->ngroups; i++) {
 		struct group *g = &sc->groups[i];
@@ -385,6 +403,7 @@ static int job_status(struct pboxd_sessions *s, json_t *o, const struct pboxd_st
 		json_object_set_new(o, "waiting", waiting_json(&sc));
 	} else {
 		json_object_set_new(o, "waiting_chunks", json_integer((json_int_t)sc.waiting));
+		json_object_set_new(o, "scanned_chunks", json_integer(sc.scanned));
 		json_object_set_new(o, "changing_chunks", json_integer((json_int_t)sc.changing));
 	}
 	scan_free(&sc);

@@ -142,6 +142,13 @@ static void print_waiting(uint64_t id, const json_t *st)
 	if (!json_is_object(w)) {
 		return;
 	}
+	if (json_is_integer(json_object_get(w, "scanned")) &&
+	    pbox_cli_json_u64(w, "scanned") < pbox_cli_json_u64(st, "chunks")) {
+		printf("  (only the first %" PRIu64 " of %" PRIu64
+		       " chunks were read: pboxd bounds "
+		       "the time one status takes)\n",
+		       pbox_cli_json_u64(w, "scanned"), pbox_cli_json_u64(st, "chunks"));
+	}
 	if (pbox_cli_json_u64(w, "chunks") == 0) {
 		if (pbox_cli_json_u64(w, "changing") != 0) {
 			printf("  %" PRIu64 " chunks advancing while read (not waiting)\n",
