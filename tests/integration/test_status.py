@@ -146,9 +146,19 @@ def ctrld_status():
                 if time.time() > deadline:
                     fail("status does not list the measured pair: %s" % bwl)
                 time.sleep(0.2)
-            text = status(d, where=where, env=env)
+            # The plan is recomputed once the probe's result is in: compare the text with
+            # the JSON of the same revision.
+            deadline = time.time() + 20
+            while True:
+                tree = json.loads(status(d, "--json", where=where, env=env))
+                tree = [x for x in tree["jobs"] if x["id"] == 9][0]["plan"]["tree"]
+                text = status(d, where=where, env=env)
+                if "tree: rev %d" % tree["revision"] in text or time.time() > deadline:
+                    break
             print(text)
-            for want in ("bandwidth matrix:", "a            " + peer, "plan: tree rev",
+            for want in ("bandwidth matrix:", "a            " + peer,
+                         "tree: rev %d" % tree["revision"],
+                         "parents [%s]" % " ".join(str(x) for x in tree["parent"]),
                          "thresholds: broadcast", "rank 2 missing on chunks",
                          "on pboxd a"):
                 if want not in text:
