@@ -577,6 +577,21 @@ def dvf_codec_seeds():
     return s
 
 
+# ---- status requests (fuzz_statusmsg.c) -------------------------------------------------
+
+def statusmsg_seeds():
+    return [
+        ("min", b'{"op":"status"}'),
+        ("full", b'{"op":"status","job":7,"max_groups":3,"max_ranges":4,"max_ranks":5,'
+                 b'"admin_token":"x"}'),
+        ("bad-job", b'{"op":"status","job":-1}'),
+        ("bad-groups", b'{"op":"status","max_groups":0}'),
+        ("types", b'{"op":"status","max_ranges":"9","admin_token":3}'),
+        ("null-job", b'{"op":"status","job":null,"max_ranks":1024}'),
+        ("array", b'[1,2]'),
+    ]
+
+
 if __name__ == "__main__":
     write("engine", engine_seeds())
     write("node", node_seeds())
@@ -585,3 +600,4 @@ if __name__ == "__main__":
     write("xdp", xdp_seeds())
     write("dvf", dvf_seeds())
     write("dvf_codec", dvf_codec_seeds())
+    write("statusmsg", statusmsg_seeds())
