@@ -8,8 +8,10 @@
  * Reading the cores' chunk state from the control thread. The chunk state is written by
  * its owning core only, with plain stores (the hot path has no atomics and no locks), and
  * this module never writes it, never takes a lock a core takes and never waits for a
- * core: a status request costs the cores nothing but the cache lines it reads. To report
- * only states a chunk really was in, every chunk is read like a seqlock whose sequence is
+ * core: a status request costs the cores only the cache lines it reads (a core's next
+ * store to a line read here takes it back from the shared state once: a few hundred
+ * nanoseconds per chunk and request, no more). To report only states a chunk really was
+ * in, every chunk is read like a seqlock whose sequence is
  * the chunk's own monotonic progress:
  *   1. v = version (acquire; the core stores it with release), slot = slot[v % window];
  *      open, iter and ndone of the slot, then its `done` bitmap over ranks, each word with
