@@ -263,17 +263,41 @@ static void *sweeper_main(void *arg)
 	return NULL;
 }
 
+/* libmicrohttpd's messages (mostly about clients: bad requests, oversized headers), at
+ * most LOG_BURST lines per LOG_WINDOW_MS so that clients cannot flood the daemon's log. */
+#define LOG_BURST     10u
+#define LOG_WINDOW_MS 10000u
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t window_ms, left_out;
+	static uint32_t n_in_window;
+	uint64_t now = mono_ms(), skipped = 0;
 	char msg[512];
 	size_t n;
 
+	pthread_mutex_lock(&lock);
+	if (now - window_ms >= LOG_WINDOW_MS) {
+		window_ms = now;
+		n_in_window = 0;
+	}
+	if (n_in_window >= LOG_BURST) {
+		left_out++;
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	n_in_window++;
+	skipped = left_out;
+	left_out = 0;
+	pthread_mutex_unlock(&lock);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n > 0 && msg[n - 1] == '\n') {
 		msg[--n] = '\0';
 	}
-	PBOX_LOG_WARN(ADMIN, "metrics %s: %s", (const char *)cls, msg);
+	PBOX_LOG_WARN(ADMIN, "metrics %s: %s%s", (const char *)cls, msg,
+		      skipped ? " (similar messages left out)" : "");
 }
 
 struct pbox_metrics *pbox_metrics_start(const struct pbox_metrics_cfg *cfg, const char *daemon)

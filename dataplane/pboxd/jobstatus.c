@@ -40,12 +40,22 @@ enum pboxd_chunk_read pboxd_chunk_read(const struct pbox_chunk_state *cs, uint32
 				pc += (uint32_t)__builtin_popcountll(done[i]);
 			}
 			if (partial != NULL) {
+				/* Only the ranks not done: usually few once an iteration waits. */
 				pbox_bitmap_zero(partial, nworkers);
-				for (uint32_t r = 0; r < nworkers; r++) {
-					uint16_t c = LOAD(&sl->wcnt[r]);
+				for (size_t i = 0; i < words; i++) {
+					uint64_t rest = ~done[i];
 
-					if (c != 0 && c != nfrags) {
-						pbox_bit_set(partial, r);
+					if (i == words - 1 && nworkers % 64 != 0) {
+						rest &= (1ull << (nworkers % 64)) - 1;
+					}
+					for (; rest != 0; rest &= rest - 1) {
+						uint32_t r = (uint32_t)(i * 64) +
+							     (uint32_t)__builtin_ctzll(rest);
+						uint16_t c = LOAD(&sl->wcnt[r]);
+
+						if (c != 0 && c != nfrags) {
+							pbox_bit_set(partial, r);
+						}
 					}
 				}
 			}
@@ -94,10 +104,25 @@ struct progress {
 	uint64_t session;
 	uint64_t vsum;
 	uint64_t changed_ms;
+	uint64_t sweep; /* the last listing of every job that saw it */
 };
 
 static struct progress *g_progress;
 static uint32_t g_nprogress, g_capprogress;
+static uint64_t g_sweep;
+
+/* After a listing of every job: forget the clocks of jobs it did not see (removed). */
+static void progress_sweep(void)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < g_nprogress; i++) {
+		if (g_progress[i].sweep == g_sweep) {
+			g_progress[k++] = g_progress[i];
+		}
+	}
+	g_nprogress = k;
+}
 
 /* ms since (id, session)'s version sum last changed; starts the clock at the first call. */
 static uint64_t progress_age(uint32_t id, uint64_t session, uint64_t vsum, uint64_t now_ms)
@@ -126,6 +151,7 @@ static uint64_t progress_age(uint32_t id, uint64_t session, uint64_t vsum, uint6
 			.id = id, .session = session, .vsum = vsum, .changed_ms = now_ms
 		};
 	}
+	p->sweep = g_sweep;
 	if (p->session != session || p->vsum != vsum) {
 		p->session = session;
 		p->vsum = vsum;
@@ -151,7 +177,9 @@ struct scan {
 	struct group *groups;
 	uint32_t ngroups;
 	uint64_t waiting, changing, uninit, idle, ungrouped;
+	uint32_t scanned;  /* chunks read (all of them unless the time budget ran out) */
 	uint32_t iter_min; /* lowest version among waiting chunks */
+	uint32_t idle_min; /* lowest version among idle chunks */
 	uint32_t vmin, vmax;
 	uint64_t vsum;
 	uint32_t *next; /* per rank: first iteration some chunk still needs from it */
@@ -195,6 +223,7 @@ static int scan_job(struct scan *sc, bool with_groups)
 	sc->words = pbox_bitmap_words(nw);
 	sc->vmin = UINT32_MAX;
 	sc->iter_min = UINT32_MAX;
+	sc->idle_min = UINT32_MAX;
 	if (with_groups) {
 		sc->groups = calloc(sc->lim->max_groups, sizeof(*sc->groups));
 		sc->next = malloc(nw * sizeof(uint32_t));
@@ -205,8 +234,14 @@ static int scan_job(struct scan *sc, bool with_groups)
 			sc->next[r] = UINT32_MAX;
 		}
 	}
-	for (uint32_t c = 0; c < d->nchunks; c++) {
+	uint64_t deadline = pboxd_now_ms() + PBOXD_STATUS_SCAN_BUDGET_MS;
+
+	for (uint32_t c = 0; c < d->nchunks; c++, sc->scanned = c) {
 		const struct pbox_chunk_desc *cd = &d->chunks[c];
+
+		if (c % 4096 == 4095 && pboxd_now_ms() >= deadline) {
+			break; /* the control thread has other work: report what was read */
+		}
 		const struct pbox_chunk_state *cs = &v->state->core[cd->core].chunks[cd->local];
 		uint32_t it;
 		enum pboxd_chunk_read k = pboxd_chunk_read(cs, v->window, nw, cd->nfrags, done,
@@ -224,11 +259,7 @@ static int scan_job(struct scan *sc, bool with_groups)
 			continue;
 		case PBOXD_CHUNK_IDLE:
 			sc->idle++;
-			if (with_groups) {
-				for (uint32_t r = 0; r < nw; r++) {
-					sc->next[r] = PBOX_MIN(sc->next[r], it);
-				}
-			}
+			sc->idle_min = PBOX_MIN(sc->idle_min, it);
 			continue;
 		case PBOXD_CHUNK_WAITING:
 			break;
@@ -261,6 +292,10 @@ static int scan_job(struct scan *sc, bool with_groups)
 	if (sc->vmin == UINT32_MAX) {
 		sc->vmin = 0;
 	}
+	/* An idle chunk needs its version from every rank. */
+	for (uint32_t r = 0; with_groups && r < nw; r++) {
+		sc->next[r] = PBOX_MIN(sc->next[r], sc->idle_min);
+	}
 	return 0;
 }
 
@@ -283,6 +318,7 @@ static json_t *waiting_json(struct scan *sc)
 	json_object_set_new(o, "changing", json_integer((json_int_t)sc->changing));
 	json_object_set_new(o, "uninitialized", json_integer((json_int_t)sc->uninit));
 	json_object_set_new(o, "idle", json_integer((json_int_t)sc->idle));
+	json_object_set_new(o, "scanned", json_integer(sc->scanned));
 	json_object_set_new(o, "ungrouped", json_integer((json_int_t)sc->ungrouped));
 	for (uint32_t i = 0; i < sc->ngroups; i++) {
 		struct group *g = &sc->groups[i];
@@ -367,9 +403,12 @@ static int job_status(struct pboxd_sessions *s, json_t *o, const struct pboxd_st
 			scan_free(&sc);
 			return rc;
 		}
-		json_object_set_new(
-			o, "progress_ms_ago",
-			json_integer((json_int_t)progress_age(id, v.sessions, sc.vsum, now_ms)));
+		/* A scan cut short sums a different prefix each time: no clock then. */
+		json_object_set_new(o, "progress_ms_ago",
+				    sc.scanned == v.desc->nchunks
+					    ? json_integer((json_int_t)progress_age(
+						      id, v.sessions, sc.vsum, now_ms))
+					    : json_null());
 	} else {
 		json_object_set_new(o, "progress_ms_ago", json_null());
 	}
@@ -385,6 +424,7 @@ static int job_status(struct pboxd_sessions *s, json_t *o, const struct pboxd_st
 		json_object_set_new(o, "waiting", waiting_json(&sc));
 	} else {
 		json_object_set_new(o, "waiting_chunks", json_integer((json_int_t)sc.waiting));
+		json_object_set_new(o, "scanned_chunks", json_integer(sc.scanned));
 		json_object_set_new(o, "changing_chunks", json_integer((json_int_t)sc.changing));
 	}
 	scan_free(&sc);
@@ -398,6 +438,7 @@ json_t *pboxd_jobstatus(struct pboxd_sessions *s, int64_t job,
 	size_t i;
 
 	*err = 0;
+	g_sweep++;
 	json_array_foreach(all, i, o)
 	{
 		if (job >= 0 && json_integer_value(json_object_get(o, "id")) != job) {
@@ -412,6 +453,9 @@ json_t *pboxd_jobstatus(struct pboxd_sessions *s, int64_t job,
 		json_array_append(jobs, o);
 	}
 	json_decref(all);
+	if (*err == 0 && job < 0) {
+		progress_sweep();
+	}
 	if (*err == 0 && job >= 0 && json_array_size(jobs) == 0) {
 		*err = ENOENT;
 	}
@@ -428,11 +472,13 @@ json_t *pboxd_jobstatus_metrics(struct pboxd_sessions *s, uint64_t now_ms)
 	json_t *all = pboxd_sessions_status(s), *o;
 	size_t i;
 
+	g_sweep++;
 	json_array_foreach(all, i, o)
 	{
 		if (job_status(s, o, &lim, now_ms, false) != 0) {
 			json_object_set_new(o, "waiting_chunks", json_integer(0));
 		}
 	}
+	progress_sweep();
 	return all;
 }

@@ -121,6 +121,9 @@ static void jobs(struct pbox_prom *p, const json_t *arr)
 		  "(pbox status names the missing ranks)" },
 		{ "changing_chunks", "pboxd_job_changing_chunks",
 		  "chunks that advanced while being read" },
+		{ "scanned_chunks", "pboxd_job_scanned_chunks",
+		  "chunks read for this rendering (fewer than chunks when the time bound cut the "
+		  "scan short)" },
 	};
 	static const char *const states[] = { "idle", "active", "aborted", "starting" };
 	const json_t *o, *v;

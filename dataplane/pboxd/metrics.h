@@ -8,7 +8,8 @@
  *   pboxd_job_<value>{job="id"}               workers, connected, registered, live,
  *                                             version_min/max, chunks, bytes, state_bytes,
  *                                             pulls_waiting, waiting_chunks, changing_chunks,
- *                                             progress_age_seconds (jobstatus.h)
+ *                                             scanned_chunks, progress_age_seconds
+ *                                             (jobstatus.h)
  *   pboxd_job_state{job,state}                1 for the job's state
  *   pboxd_control_<counter>_total, pboxd_lifetime_<counter>_total, pboxd_probe_<..>_total
  *

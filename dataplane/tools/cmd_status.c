@@ -142,6 +142,13 @@ static void print_waiting(uint64_t id, const json_t *st)
 	if (!json_is_object(w)) {
 		return;
 	}
+	if (json_is_integer(json_object_get(w, "scanned")) &&
+	    pbox_cli_json_u64(w, "scanned") < pbox_cli_json_u64(st, "chunks")) {
+		printf("  (only the first %" PRIu64 " of %" PRIu64
+		       " chunks were read: pboxd bounds "
+		       "the time one status takes)\n",
+		       pbox_cli_json_u64(w, "scanned"), pbox_cli_json_u64(st, "chunks"));
+	}
 	if (pbox_cli_json_u64(w, "chunks") == 0) {
 		if (pbox_cli_json_u64(w, "changing") != 0) {
 			printf("  %" PRIu64 " chunks advancing while read (not waiting)\n",
@@ -178,35 +185,58 @@ static void print_waiting(uint64_t id, const json_t *st)
 	}
 }
 
+/* At most this many parents / ranks are printed per plan line. */
+#define PLAN_LIST_MAX 32u
+
 static void print_plan(const json_t *plan)
 {
 	const json_t *t = json_object_get(plan, "tree"), *th = json_object_get(plan, "thresholds");
+	const json_t *w;
+	size_t i, n;
 
 	if (!json_is_object(t) && !json_is_object(th)) {
 		return;
 	}
-	printf("  plan:");
 	if (json_is_object(t)) {
-		printf(" tree rev %" PRIu64 " (%s, objective %.3f)",
+		const json_t *parent = json_object_get(t, "parent");
+
+		printf("  tree: rev %" PRIu64 " (%s, objective %.3f), parents [",
 		       pbox_cli_json_u64(t, "revision"), str(t, "method"),
 		       json_number_value(json_object_get(t, "objective")));
+		n = json_array_size(parent);
+		json_array_foreach(parent, i, w)
+		{
+			if (i == PLAN_LIST_MAX) {
+				printf(" ... +%zu", n - i);
+				break;
+			}
+			printf("%s%" JSON_INTEGER_FORMAT, i ? " " : "", json_integer_value(w));
+		}
+		printf("] (-1: the appliance)\n");
 	}
 	if (json_is_object(th)) {
-		const json_t *b = json_object_get(th, "broadcast"), *w;
-		size_t i, up = 0;
+		const json_t *b = json_object_get(th, "broadcast");
+		size_t up = 0;
 
-		json_array_foreach(json_object_get(th, "workers"), i, w)
-		{
-			up += strcmp(str(w, "push"), "delta_up") == 0;
-		}
-		printf("; thresholds: broadcast %s", str(b, "select"));
+		printf("  thresholds: broadcast %s", str(b, "select"));
 		if (json_is_number(json_object_get(b, "delta"))) {
 			printf(" (%g)", json_number_value(json_object_get(b, "delta")));
 		}
-		printf(", %zu of %zu ranks push with delta_up", up,
-		       json_array_size(json_object_get(th, "workers")));
+		printf("; delta_up pushes from ranks [");
+		json_array_foreach(json_object_get(th, "workers"), i, w)
+		{
+			if (strcmp(str(w, "push"), "delta_up") != 0) {
+				continue;
+			}
+			if (up == PLAN_LIST_MAX) {
+				printf(" ...");
+				break;
+			}
+			printf("%s%zu (%s)", up ? " " : "", i, str(w, "link"));
+			up++;
+		}
+		printf("] of %zu\n", json_array_size(json_object_get(th, "workers")));
 	}
-	printf("\n");
 }
 
 /* One job: st is pboxd's status object (for pbox-ctrld, the job's "status" member). */

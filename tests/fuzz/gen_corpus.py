@@ -619,6 +619,19 @@ def afxdp_frame_seeds():
             ("other-port", b"\x00" + afx_frame(push, dport=80)),
             ("other-addr", b"\x00" + afx_frame(push, dst=(10, 232, 0, 2))),
             ("arp", b"\x00" + b"\x02" * 6 + b"\x04" * 6 + b"\x08\x06" + bytes(28))]
+# ---- status requests (fuzz_statusmsg.c) -------------------------------------------------
+
+def statusmsg_seeds():
+    return [
+        ("min", b'{"op":"status"}'),
+        ("full", b'{"op":"status","job":7,"max_groups":3,"max_ranges":4,"max_ranks":5,'
+                 b'"admin_token":"x"}'),
+        ("bad-job", b'{"op":"status","job":-1}'),
+        ("bad-groups", b'{"op":"status","max_groups":0}'),
+        ("types", b'{"op":"status","max_ranges":"9","admin_token":3}'),
+        ("null-job", b'{"op":"status","job":null,"max_ranks":1024}'),
+        ("array", b'[1,2]'),
+    ]
 
 
 if __name__ == "__main__":
@@ -630,3 +643,4 @@ if __name__ == "__main__":
     write("dvf", dvf_seeds())
     write("dvf_codec", dvf_codec_seeds())
     write("afxdp_frame", afxdp_frame_seeds())
+    write("statusmsg", statusmsg_seeds())

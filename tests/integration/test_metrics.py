@@ -10,7 +10,8 @@
  - hostile clients: other methods get 405 with Allow, other paths 404, a huge request
    header is refused, connections past max_connections are refused and do not stop a
    later scrape, a slowloris connection (a byte every 0.3 s, never idle) is cut after the
-   timeout; the control channel answers throughout;
+   timeout; the control channel answers throughout; libmicrohttpd's messages about
+   refused requests are rate-limited in the log;
  - structured logs: pboxd runs with log_format = "json" and every log line is a JSON
    object with ts, level, daemon, object and msg."""
 import json
@@ -201,6 +202,9 @@ def hostile(d, port):
     if r.startswith(b"HTTP/1.1 200"):
         fail("a 20 KB request header was served")
     print("bad methods: 405; bad paths: 404; huge header: %r" % r[:40])
+    # libmicrohttpd logs each refused request: rate-limited (at most 10 lines per 10 s).
+    for _ in range(30):
+        http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
 
     # Connection limit: MAX_CONN idle connections, then more are refused at once.
     idle = hold_connections(port, MAX_CONN)
@@ -333,6 +337,10 @@ def main():
         if o["daemon"] != "pboxd" or not re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$",
                                                  o["ts"]):
             fail("bad log line %s" % ln)
+    mhd = [ln for ln in lines if json.loads(ln)["msg"].startswith("metrics pboxd:")]
+    if not 1 <= len(mhd) <= 12:
+        fail("%d libmicrohttpd lines in the log for 31 refused requests (expected 1..12)"
+             % len(mhd))
     if not any(json.loads(ln)["object"] == "job 4" for ln in lines):
         fail("no log line names its object (job 4)")
     print("%d JSON log lines, each with ts, level, daemon, object, msg" % len(lines))

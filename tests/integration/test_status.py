@@ -5,6 +5,7 @@
  - a 3-rank job whose rank 2 stops pushing at iteration 5: status names rank 2 as missing
    on every chunk of the job (all waiting at iteration 5), ranks 0 and 1 at iteration 6,
    rank 2 at 5, within a bounded time, in the JSON and in the text output;
+ - a rank that never connected: status names it missing and "not connected";
  - the answer is bounded (--max-ranks) and refused without the admin token (EACCES), for
    malformed limits (EINVAL) and an unknown job (ENOENT);
  - through pbox-ctrld (a job created there with a placement, a probe pair measured on
@@ -146,9 +147,19 @@ def ctrld_status():
                 if time.time() > deadline:
                     fail("status does not list the measured pair: %s" % bwl)
                 time.sleep(0.2)
-            text = status(d, where=where, env=env)
+            # The plan is recomputed once the probe's result is in: compare the text with
+            # the JSON of the same revision.
+            deadline = time.time() + 20
+            while True:
+                tree = json.loads(status(d, "--json", where=where, env=env))
+                tree = [x for x in tree["jobs"] if x["id"] == 9][0]["plan"]["tree"]
+                text = status(d, where=where, env=env)
+                if "tree: rev %d" % tree["revision"] in text or time.time() > deadline:
+                    break
             print(text)
-            for want in ("bandwidth matrix:", "a            " + peer, "plan: tree rev",
+            for want in ("bandwidth matrix:", "a            " + peer,
+                         "tree: rev %d" % tree["revision"],
+                         "parents [%s]" % " ".join(str(x) for x in tree["parent"]),
                          "thresholds: broadcast", "rank 2 missing on chunks",
                          "on pboxd a"):
                 if want not in text:
@@ -188,7 +199,8 @@ def ctrld_status():
 
 def main():
     test_runtime_jobs.W = build_path("tests/integration/pbox-check-worker")
-    jobs = [{"id": 7, "token": "t7", "workers": 3, "mode": "aggregate"}]
+    jobs = [{"id": 7, "token": "t7", "workers": 3, "mode": "aggregate"},
+            {"id": 8, "token": "t8", "workers": 3, "mode": "aggregate"}]
     with Pboxd(jobs, cores=2, chunk_bytes=8192, worker_timeout=60,
                control_socket="/tmp/pboxtest-status-%d.sock" % time.time_ns()) as d:
         ws = [worker(d, 7, "t7", r, 3, "--iters", "100000", "--expect-fail",
@@ -264,8 +276,32 @@ def main():
             refused(control_request(sock, {"op": "status", "job": 99}), ENOENT, "job 99",
                     "unknown job")
             r = control_request(d.control, {"op": "status", "admin_token": d.admin_token})
-            if r.get("ok") is not True or r["jobs"][0]["id"] != 7:
+            if r.get("ok") is not True or [j["id"] for j in r["jobs"]] != [7, 8]:
                 fail("status with the admin token: %s" % r)
+            # A rank that never started: job 8's ranks 0 and 1 wait for it at iteration 0.
+            ws += [worker(d, 8, "t8", r, 3, "--iters", "100000", "--expect-fail",
+                          timeout_ms=40000) for r in range(2)]
+
+            def get8():
+                return json.loads(status(d, "--json", "--job", "8"))["jobs"][0]
+            t0 = time.time()
+            while True:
+                job = get8()
+                groups = (job.get("waiting") or {}).get("groups", [])
+                if len(groups) == 1 and groups[0]["missing"] == "2" and \
+                        groups[0]["iteration"] == 0:
+                    break
+                if time.time() - t0 > BOUND_S:
+                    fail("job 8: rank 2 (never connected) not named: %s" % json.dumps(job))
+                time.sleep(0.2)
+            r2 = job["ranks"][2]
+            if r2["connected"] or r2["registered"] or r2["peer"] is not None or \
+                    r2["last_seen_ms_ago"] is not None or not r2["live"]:
+                fail("job 8 rank 2: %s" % r2)
+            text = status(d, "--job", "8")
+            if "rank 2 missing on chunks" not in text or "rank 2 is not connected" not in text:
+                fail("the text does not say rank 2 is missing and not connected:\n" + text)
+            print([ln for ln in text.splitlines() if "waiting" in ln][0])
         finally:
             for p in ws:
                 p.kill()
