@@ -877,6 +877,10 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 		}
 	}
 	j->nregistered++;
+	/* A rank that waited for its answer (the job's state allocated off the control thread,
+	 * seconds for a large key set) sent nothing meanwhile: liveness counts from now, or
+	 * the next tick would declare it dead as soon as it is registered. */
+	ref->last_seen_ms = PBOX_MAX(ref->last_seen_ms, pboxd_now_ms());
 	if (publish(s) != 0) {
 		m->cookie = 0;
 		j->nregistered--;
