@@ -357,6 +357,9 @@ static int ssp_step(struct pbox_update *u, const float *const *updates)
 		pthread_cond_wait(&u->cv, &u->mu);
 	}
 	if (u->err == 0) {
+		/* Only now may the chain ask for the aggregate of this iteration: a pull the
+		 * appliance holds stays in the node's send window until answered, so one that
+		 * waited for this rank's own queued push could deadlock it. */
 		r->clock++;
 		u->limit = r->clock;
 		for (uint32_t i = 0; i < r->nkeys; i++) {
