@@ -313,6 +313,7 @@ static int apply_arrived(struct pbox_update *u, bool block)
 {
 	struct pbox_replica *r = &u->rep;
 	uint32_t upto;
+	int rc;
 
 	pthread_mutex_lock(&u->mu);
 	while (block && u->err == 0 && all_got(u) <= r->version) {
@@ -333,8 +334,9 @@ static int apply_arrived(struct pbox_update *u, bool block)
 	for (uint32_t i = 0; i < r->nkeys; i++) {
 		chain_kick(u, &u->ch[i]); /* room in the ring again */
 	}
+	rc = u->err != 0 ? pbox_client_error(u->err, "%s", u->errmsg) : 0;
 	pthread_mutex_unlock(&u->mu);
-	return u->err != 0 ? pbox_client_error(u->err, "%s", u->errmsg) : 0;
+	return rc;
 }
 
 static int ssp_step(struct pbox_update *u, const float *const *updates)
