@@ -703,14 +703,17 @@ static uint32_t push_wants_lagged(const struct ctx *x, uint32_t t)
 static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t ndone)
 {
 	uint32_t want = want_of_push(x, iter);
-	bool reply = (x->m->flags & PBOX_F_WANT_REPLY) && want != PBOX_PULL_NONE;
 
-	if (reply && want_ready(x, w, want)) {
+	if (want == PBOX_PULL_NONE) {
+		send_ack(x, w, iter, ndone, 0); /* nothing asked for yet (broadcast, t < s) */
+		return;
+	}
+	if ((x->m->flags & PBOX_F_WANT_REPLY) && want_ready(x, w, want)) {
 		answer(x, w, want, false);
 		return;
 	}
 	send_ack(x, w, iter, ndone, 0);
-	if (reply) {
+	if (x->m->flags & PBOX_F_WANT_REPLY) {
 		hold(x, w, want);
 	}
 }

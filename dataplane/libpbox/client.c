@@ -82,9 +82,6 @@ struct pbox_client {
 	bool crc; /* stamp fragments with CRC32C version words */
 	uint32_t heartbeat_ms;
 	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
-	/* broadcast jobs: the optimizer every worker runs (from the hello reply) */
-	const struct pbox_optimizer_ops *bc_opt;
-	struct pbox_opt_params bc_params;
 	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
@@ -101,7 +98,10 @@ struct pbox_client {
 	pthread_cond_t cond;
 	struct cop *sub_head, *sub_tail;
 	struct pbox_client_stats stats; /* snapshot, under lock */
-	int fail_err;                   /* set once the job / connection failed */
+	/* broadcast jobs: the optimizer every worker runs (from the hello reply) */
+	const struct pbox_optimizer_ops *bc_opt;
+	struct pbox_opt_params bc_params;
+	int fail_err; /* set once the job / connection failed */
 	char fail_msg[256];
 	bool node_failed; /* progress thread: fail_err applied to the node */
 };

@@ -1670,7 +1670,6 @@ static void print_json(struct demo *d, int rc, const char *error)
 	json_object_set_new(o, "batch", json_integer(d->o.batch));
 	json_object_set_new(o, "optimizer", json_string(d->o.optimizer));
 	json_object_set_new(o, "mode", json_string(d->o.mode));
-	json_object_set_new(o, "exact_lag", json_boolean(d->o.exact_lag));
 	{
 		json_t *crcs = json_array();
 
@@ -1685,6 +1684,7 @@ static void print_json(struct demo *d, int rc, const char *error)
 	json_object_set_new(o, "sync", json_string(d->o.sync));
 	json_object_set_new(o, "release", json_string(d->o.release));
 	json_object_set_new(o, "staleness", json_integer(d->o.staleness));
+	json_object_set_new(o, "exact_lag", json_boolean(d->o.exact_lag));
 	json_object_set_new(o, "slow_rank",
 			    d->o.slow_rank == UINT32_MAX ? json_null()
 							 : json_integer(d->o.slow_rank));
