@@ -108,6 +108,28 @@ class ShmConn:
         self.ring_core(k)
         return True
 
+    def pop_all(self, k):
+        """An honest consumer: every datagram core k published (bytes each), room given
+        back, and the core woken if it waits for room."""
+        ctl, data = self.a2w(k)
+        if not hasattr(self, "head"):
+            self.head = [0] * self.ncores
+        out = []
+        tail = self.u64(ctl)
+        while self.head[k] != tail:
+            pos = self.head[k] % self.ring
+            w = self.u64(data + pos)
+            if w >> 32 == WRAP:
+                self.head[k] += self.ring - pos
+                continue
+            ln = w & 0xFFFFFFFF
+            out.append(bytes(self.mem[data + pos + 64:data + pos + 64 + ln]))
+            self.head[k] += 64 + (ln + 63) // 64 * 64
+        self.set_u64(ctl + 64, self.head[k])
+        if struct.unpack_from("<I", self.mem, ctl + 8)[0]:
+            self.ring_core(k)
+        return out
+
     def ended(self, timeout=10):
         """Whether pboxd closed the connection within timeout s."""
         self.sock.settimeout(timeout)
@@ -185,6 +207,10 @@ def part_hostile():
         name = ten.reg.get("shm")
         if not name:
             fail("pboxd's register answer offers no shm socket: %s" % ten.reg)
+        # A connection that never says hello holds a slot only for a while.
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        silent.connect("\0" + name[1:])
+        t_silent = time.time()
 
         # A wrong cookie: refused before any memory is handed out.
         c = ShmConn(name, 1, 0, ten.cookie ^ 1)
@@ -233,6 +259,39 @@ def part_hostile():
             c.ring_core(0)
         hostile("overrun", "overrun", overrun)
 
+        # A slow worker: it pushes two iterations of a key larger than its rings before
+        # reading any result. pboxd holds what does not fit (its backlog) and moves it
+        # in as the worker frees room: every fragment arrives, none is dropped.
+        before = shm_stats(d)
+        c = ShmConn(name, 1, 0, ten.cookie)
+        nchunks = (keys[0][1] * 4 + ten.chunk_bytes - 1) // ten.chunk_bytes
+        want = 0
+        for it in range(2):
+            for ch in range(nchunks):
+                for dg in ten.push_dgrams(it, bytes(ten.chunk_len(ch)), ch,
+                                          flags=spoof.F_WANT_REPLY):
+                    if not c.push(ten.core_map[ch], dg):
+                        fail("slow worker: pboxd stopped reading its ring")
+                want += len(ten.frags(ch))
+        time.sleep(0.5)
+        got, deadline = 0, time.time() + 20
+        while got < want and time.time() < deadline:
+            for k in range(c.ncores):
+                got += sum(1 for dg in c.pop_all(k)
+                           if spoof.parse_hdr(dg)["type"] == spoof.DATA)
+            time.sleep(0.01)
+        after = shm_stats(d)
+        if got != want or after["tx_full"] != before["tx_full"]:
+            fail("slow worker: %d of %d result fragments, %d dropped on a full ring" %
+                 (got, want, after["tx_full"] - before["tx_full"]))
+        if after["backlogged"] == before["backlogged"]:
+            fail("slow worker: its rings never overflowed (the test needs them to)")
+        print("slow worker: %d result fragments; %d datagrams held back by pboxd, none dropped" %
+              (got, after["backlogged"] - before["backlogged"]))
+        c.close()
+        ten.close()
+        ten = spoof.Tenant(d.control, 1, 0, "evil", keys, "127.0.0.1", "127.0.0.1")
+
         def bad_head(c):
             # Fill the worker's rings with results it never consumes (job 1 has one
             # worker: a push with WANT_REPLY is answered at once), then move its
@@ -265,6 +324,15 @@ def part_hostile():
             sys.stdout.write(out)
             if p.returncode != 0:
                 fail("worker %d of jobs 2 / 4 failed beside the hostile connections" % r)
+        silent.settimeout(max(1.0, t_silent + 15 - time.time()))
+        try:
+            closed = silent.recv(64) == b""
+        except socket.timeout:
+            closed = False
+        if not closed or shm_stats(d)["bad_hello"] < 1:
+            fail("a connection without a hello was not closed: %s" % shm_stats(d))
+        silent.close()
+        print("silent connection closed after %.1f s" % (time.time() - t_silent))
         ten.close()
         wait_for("every connection ended", lambda: shm_stats(d)["conns_live"] == 0, 30)
         st = shm_stats(d)

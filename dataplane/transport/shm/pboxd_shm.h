@@ -27,7 +27,8 @@
  * the worker sees it), counted per reason (pbox stats: shm.broken.<reason>), and never
  * touches another connection, core or job. Datagrams are validated by the engine exactly
  * as UDP ones (the cookie authenticates each); the hello is checked against the job
- * table before any memory is given out, and max_conns bounds connections.
+ * table before any memory is given out (a connection silent for 5 s is closed), and
+ * max_conns bounds connections.
  *
  * Lifetime: the listener thread owns the connections. Adding or ending one bumps a
  * generation; each core notices it at its next poll (the listener rings the cores'
