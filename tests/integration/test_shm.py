@@ -351,7 +351,28 @@ def part_hostile():
         print("\n".join(shm_lines))
 
 
+def part_config():
+    """appliance.shm is checked like the rest of the configuration."""
+    from pboxtest import to_libconfig
+    d = tempfile.mkdtemp(prefix="pbox-shm-conf-")
+    conf = os.path.join(d, "pboxd.conf")
+    for shm, ok in (({"ring_kb": 300}, False), ({"ring_kb": 128}, False),
+                    ({"max_conns": 0}, False), ({"bogus": 1}, False),
+                    ({"enabled": False, "socket": "/run/pbox/shm.sock", "ring_kb": 1024}, True)):
+        with open(conf, "w") as f:
+            f.write(to_libconfig({"shm": shm}, []))
+        p = subprocess.run([build_path("dataplane/pboxd"), "-c", conf, "--check-config"],
+                           capture_output=True, text=True, timeout=30)
+        if (p.returncode == 0) != ok or (not ok and "shm" not in p.stdout + p.stderr):
+            fail("pboxd --check-config with shm = %s: exit %d, %s" %
+                 (shm, p.returncode, (p.stdout + p.stderr).strip()))
+    os.unlink(conf)
+    os.rmdir(d)
+    print("config: appliance.shm checked")
+
+
 def main():
+    part_config()
     part_equivalence()
     part_hostile()
     print("shm: OK")
