@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The shared-memory transport (dataplane/transport/shm/) end to end.
 
+0. appliance.shm is validated like the rest of pboxd's configuration; with fault
+   injection (pboxd's `fault` or a worker's PBOX_FAULT) workers stay on UDP.
 1. Selection and equivalence: `pbox demo` picks shm by itself on one host ("transport:
    shm"), and PBOX_TRANSPORT=udp forces kernel UDP; the two runs train the bit-identical
    model (deterministic summation), with pboxd's shm counters showing the traffic.
@@ -371,8 +373,32 @@ def part_config():
     print("config: appliance.shm checked")
 
 
+def part_fault_stays_udp():
+    """Fault injection is the UDP socket's: with it on either side, workers use UDP."""
+    jobs = [{"id": 1, "token": "t", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=1, fault="drop=0.01,seed=3") as d:
+        ten = spoof.Tenant(d.control, 1, 0, "t", [(0, 1000)], "127.0.0.1", "127.0.0.1")
+        offered = ten.reg.get("shm")
+        ten.close()
+        if offered:
+            fail("pboxd with fault injection offers shm (%s)" % offered)
+    with Pboxd(jobs, cores=1) as d:
+        env = dict(os.environ, PBOX_FAULT="drop=0.001,seed=5")
+        env.pop("PBOX_TRANSPORT", None)
+        p = subprocess.run([build_path("tests/integration/pbox-check-worker"), "--server",
+                            d.control, "--job", "1", "--token", "t", "--rank", "0",
+                            "--workers", "1", "--keys", "1000", "--iters", "3"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        if p.returncode != 0:
+            fail("worker with PBOX_FAULT failed: %s" % (p.stdout + p.stderr))
+        if shm_stats(d)["accepted"] != 0:
+            fail("a worker with PBOX_FAULT chose shm: %s" % shm_stats(d))
+    print("fault injection: pboxd does not offer shm, a worker with PBOX_FAULT uses udp")
+
+
 def main():
     part_config()
+    part_fault_stays_udp()
     part_equivalence()
     part_hostile()
     print("shm: OK")
