@@ -633,6 +633,20 @@ static void heartbeat(struct pbox_client *c)
 	}
 }
 
+/* pboxd closed the shared-memory connection: if it went away (its control connection
+ * closes too, a moment later), say that; otherwise it ended only this connection. */
+static void shm_ended(struct pbox_client *c)
+{
+	if (c->ctl_fd >= 0) {
+		struct pollfd p = { .fd = c->ctl_fd, .events = POLLIN };
+
+		(void)poll(&p, 1, 200);
+		ctl_events(c);
+	}
+	record_failure(c, -ECONNRESET,
+		       "pboxd ended the shared-memory connection (see pboxd's log: shm)");
+}
+
 /* Results from the shared-memory rings, read in place by the node; their room goes back
  * after the burst. Returns the count. */
 static unsigned shm_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts)
@@ -720,8 +734,7 @@ static void *progress_main(void *arg)
 					ctl_events(c);
 				}
 				if (p[4].revents & (POLLIN | POLLHUP | POLLERR)) {
-					record_failure(c, -ECONNRESET,
-						       "pboxd ended the shared-memory connection");
+					shm_ended(c);
 				}
 			}
 			if (c->shm != NULL) {
