@@ -63,6 +63,11 @@ struct pbox_core_stats {
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
 	uint64_t membership_changes; /* reconciliations after ranks left */
 	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
+	uint64_t dvf_blocks;         /* DVF blocks received and decoded (engine/encoding.h) */
+	uint64_t dvf_rejects[PBOX_DVF_REJ_COUNT_REASONS]; /* why blocks were refused */
+	uint64_t dvf_out_frags; /* result fragments filtered (jobs with DVF) */
+	uint64_t dvf_out_bytes; /* their bytes as sent */
+	uint64_t dvf_out_dense; /* their bytes dense */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */
@@ -87,7 +92,14 @@ struct pbox_engine {
 	 * table may be allocated where a freed one was). */
 	const struct pbox_jobtab *seen_tab;
 	uint64_t seen_tab_generation;
+	/* Decoders' and encoders' scratch (engine/encoding.h): created on the first DVF
+	 * payload, freed by pbox_engine_fini. Zero-initialise it with the rest. */
+	struct pbox_enc_core *enc;
 };
+
+/* Free what the engine allocated for itself (the encodings' scratch); the engine may be
+ * used again afterwards (it allocates anew). */
+void pbox_engine_fini(struct pbox_engine *e);
 
 /*
  * Handle one datagram of len bytes received from peer `from`, against job table tab

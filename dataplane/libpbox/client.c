@@ -29,6 +29,7 @@
 #include "common/ctlproto.h"
 #include "common/jobdesc.h"
 #include "common/log.h"
+#include "dvf/dvf_job.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/udp.h"
@@ -68,7 +69,8 @@ struct pbox_client {
 	uint32_t staleness;
 	uint32_t credits;
 	bool plain, folds_late;
-	bool crc; /* stamp fragments with CRC32C version words */
+	bool crc;                /* stamp fragments with CRC32C version words */
+	struct pbox_dvf_job dvf; /* the job's DVF settings (enabled: pushes are filtered) */
 	uint32_t heartbeat_ms;
 	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
 	uint64_t next_ping_ns;
@@ -645,6 +647,12 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		 * A plain push resends from the node's own copy, which cannot change. */
 		c->crc = !c->plain || json_is_true(json_object_get(resp, "crc"));
 		c->folds_late = json_is_true(json_object_get(resp, "folds_late"));
+		memset(&c->dvf, 0, sizeof(c->dvf));
+		if (json_object_get(resp, "dvf") != NULL &&
+		    pbox_dvf_job_from_json(json_object_get(resp, "dvf"), &c->dvf, err,
+					   sizeof(err)) != 0) {
+			return fail(-EPROTO, "register: pboxd sent bad DVF settings: %s", err);
+		}
 		c->heartbeat_ms =
 			(uint32_t)json_integer_value(json_object_get(resp, "heartbeat_ms"));
 		c->resume_version =
@@ -727,6 +735,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.credits = c->credits;
 	ncfg.plain = c->plain;
 	ncfg.crc = c->crc;
+	ncfg.dvf = &c->dvf;
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);

@@ -146,6 +146,9 @@ struct pbox_node_stats {
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
+struct pbox_dvf_job;
+struct pbox_dvf_push;
+
 struct pbox_node_cfg {
 	const struct pbox_jobdesc *desc;
 	uint32_t job;
@@ -168,6 +171,9 @@ struct pbox_node_cfg {
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
 	bool plain;            /* pushes complete when sent (node keeps a copy) */
 	bool crc;              /* stamp fragments with CRC32C version words */
+	/* The job's DVF settings (NULL or not enabled: none): pushes are filtered with this
+	 * worker's residual and results may come as DVF blocks (libpbox/dvf_push.h). */
+	const struct pbox_dvf_job *dvf;
 	pbox_op_done_fn done;
 	void *done_arg;
 };
@@ -206,6 +212,9 @@ void pbox_node_fail(struct pbox_node *n, int err, const char *msg);
 uint32_t pbox_node_inflight(const struct pbox_node *n);
 
 const struct pbox_node_stats *pbox_node_stats(const struct pbox_node *n);
+
+/* The node's DVF filter (pushes and results), or NULL if the job has no DVF. */
+struct pbox_dvf_push *pbox_node_dvf(const struct pbox_node *n);
 
 /* CLOCK_MONOTONIC in ns (the default clock). */
 uint64_t pbox_clock_ns(void *arg);

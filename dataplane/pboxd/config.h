@@ -88,6 +88,8 @@
  *              memory_budget = "4G";    # this job's chunk state at most (default: only
  *                                       # the appliance's budget applies)
  *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
+ *              dvf = { low = 0.001; up = 0.01; codec = "snappy"; };  # Parameter Flow's
+ *                                       # filter on pushes and aggregates (dvf/dvf_job.h)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -130,6 +132,7 @@ struct pboxd_job_cfg {
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
 	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 	enum pbox_non_finite non_finite;
+	struct pbox_dvf_job dvf; /* enabled: the job has a dvf group */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

@@ -16,6 +16,7 @@
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "dvf/dvf_job.h"
 #include "budget.h"
 #include "checkpoint.h"
 
@@ -398,6 +399,8 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->verify_crc = c->verify_crc;
 	pj->checkpoint = c->checkpoint;
 	pj->non_finite = c->non_finite;
+	pj->dvf = c->dvf;
+	pj->wire.accepts_dvf = c->dvf.enabled;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
@@ -721,7 +724,7 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			       struct pboxd_member_ref *ref)
 {
 	struct member *m = &j->members[ref->rank];
-	json_t *ports, *map;
+	json_t *ports, *map, *resp;
 	char cookie[17];
 	uint32_t st;
 
@@ -750,7 +753,7 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 		      j->nregistered, j->cfg->workers);
 	st = j->cfg->sync->worker_staleness(&j->cfg->sync_cfg);
 	/* resume_version: the resume contract (README, "Checkpoints and restart"). */
-	return json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
+	resp = json_pack("{s:b, s:s, s:s, s:o, s:i, s:i, s:i, s:o, s:s, s:I, s:i, s:s, "
 			 "s:b, s:b, s:i, s:I}",
 			 "ok", 1, "cookie", cookie, "data_addr", s->cfg->data_addr, "ports", ports,
 			 "chunk_bytes", (json_int_t)j->desc.chunk_bytes, "frag_bytes",
@@ -762,6 +765,10 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
 			 (json_int_t)pboxd_sessions_heartbeat_ms(s), "resume_version",
 			 (json_int_t)j->resume_version);
+	if (resp != NULL && j->cfg->dvf.enabled) {
+		json_object_set_new(resp, "dvf", pbox_dvf_job_to_json(&j->cfg->dvf));
+	}
+	return resp;
 }
 
 static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,

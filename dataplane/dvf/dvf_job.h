@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * A job's DVF settings (struct pbox_dvf_job, dvf.h) in the two forms they travel in:
+ * the `dvf` group of a job's definition (pboxd's configuration file, or a runtime job's
+ * JSON description turned into the same group) and the "dvf" object of pboxd's answer
+ * to a worker's register request.
+ *
+ *   dvf = {
+ *     low = 0.001;          # delta_low: threshold numerator on sufficient links
+ *     up = 0.01;            # delta_up (>= low): on insufficient links
+ *     codec = "snappy";     # none, lz4, zstd[:1..3], snappy, igzip[:0..3]
+ *     link = "sufficient";  # the link state until the control plane's plan says
+ *                           # otherwise ("insufficient": delta_up from the start)
+ *     sparse = 0.8;         # sparse blocks above this sparsity (PF: 0.8; 0.5..1)
+ *     bitmap = true;        # other blocks: values + presence bitmap (false: PF's dense)
+ *   };
+ *
+ * Thread safety: pure functions over the caller's data.
+ */
+#ifndef PBOX_DVF_JOB_H
+#define PBOX_DVF_JOB_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "dvf.h"
+
+/* Default thresholds: the numerators pbox-ctrld's plans use by default. */
+#define PBOX_DVF_DEFAULT_LOW 0.001f
+#define PBOX_DVF_DEFAULT_UP  0.01f
+
+/* The settings a `dvf` group without members gives (enabled). */
+void pbox_dvf_job_default(struct pbox_dvf_job *j);
+
+/* The JSON object of pboxd's register answer. New reference, NULL if out of memory. */
+json_t *pbox_dvf_job_to_json(const struct pbox_dvf_job *j);
+
+/*
+ * Decode that object (untrusted: from the control channel) into *j (enabled). 0, or
+ * -EPROTO with a message in err (a member missing or out of range, an unknown codec or
+ * link).
+ */
+int pbox_dvf_job_from_json(const json_t *o, struct pbox_dvf_job *j, char *err, size_t errlen);
+
+#endif /* PBOX_DVF_JOB_H */
