@@ -131,7 +131,9 @@ const struct pbox_enc_ops *pbox_enc_ops_of(uint8_t encoding)
 
 bool pbox_enc_job_filters_results(const struct pbox_job *job)
 {
-	return job->dvf.enabled && job->mode == PBOX_MODE_AGGREGATE;
+	/* Aggregate and broadcast-update results are sums of updates; a server-optimizer
+	 * result is the model itself, which is not filtered. */
+	return job->dvf.enabled && job->mode != PBOX_MODE_SERVER_OPT;
 }
 
 enum pbox_dvf_link pbox_enc_result_link(const struct pbox_job *job)

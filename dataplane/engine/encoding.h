@@ -24,7 +24,8 @@
  *    and the same contribution sent dense (the filtered values, PBOX_ENC_F32) give
  *    bit-identical results, whatever the arrival order.
  *
- * Results (jobs whose results are filtered: aggregate mode with DVF): when a fragment of
+ * Results (jobs whose results are filtered: aggregate and broadcast-update modes with
+ * DVF; PF filters its broadcasts): when a fragment of
  * an iteration is final (its sum or mean in the slot's accumulator), it is filtered once
  * with the chunk's appliance residual at the threshold of that iteration and encoded
  * into the slot's result buffer; every answer to every worker, first or resent, sends
@@ -82,8 +83,8 @@ struct pbox_enc_core {
 
 void pbox_enc_core_free(struct pbox_enc_core *ec);
 
-/* Whether the job's results are filtered and sent as DVF blocks (aggregate mode with a
- * dvf group). */
+/* Whether the job's results are filtered and sent as DVF blocks (aggregate and
+ * broadcast-update modes with a dvf group). */
 bool pbox_enc_job_filters_results(const struct pbox_job *job);
 
 /*

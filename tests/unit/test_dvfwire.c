@@ -14,7 +14,8 @@
  *    under loss and duplication (resends are the same bytes: the residual is applied
  *    once) the results are bit-identical to the loss-free run;
  *  - a non-finite value inside a block is refused like a dense one (EDOM);
- *  - server-optimizer jobs: pushes filtered, models sent dense.
+ *  - server-optimizer jobs: pushes filtered, models sent dense; broadcast-update jobs:
+ *    the broadcasts filtered like aggregates.
  */
 #include <errno.h>
 #include <math.h>
@@ -436,6 +437,10 @@ static void test_invariants(void **state)
 	/* delta_up, no codec, arrival order: the same invariants */
 	cfg = base_cfg(2, &up);
 	cfg.deterministic = false;
+	train(&cfg, &R, 0);
+	/* broadcast-update (PF's UCC, BSP): the broadcasts are filtered alike */
+	cfg = base_cfg(3, &dvf);
+	cfg.mode = PBOX_MODE_BROADCAST;
 	train(&cfg, &R, 0);
 }
 
