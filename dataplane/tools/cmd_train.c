@@ -307,6 +307,7 @@ static void event_json(const struct pbox_train_event *ev)
 		break;
 	case PBOX_TRAIN_EV_DONE:
 		json_object_set_new(o, "train_s", json_real(ev->train_s));
+		json_object_set_new(o, "model_crc", json_integer(ev->model_crc));
 		json_object_set_new(o, "net", net_json(&ev->net));
 		break;
 	}
