@@ -127,6 +127,14 @@ const struct pbox_enc_ops *pbox_enc_ops_of(uint8_t encoding)
 	return encoding <= PBOX_ENC_MAX ? enc_ops[encoding] : NULL;
 }
 
+void pbox_enc_count_push(struct pbox_engine *e, const struct pbox_msg *m,
+			 const struct pbox_enc_msg *em, uint32_t n)
+{
+	PBOX_STAT_ADD(e->stats, dvf_in_bytes, m->frag_len);
+	PBOX_STAT_ADD(e->stats, dvf_in_dense, (uint64_t)n * 4);
+	PBOX_STAT_ADD(e->stats, dvf_in_vals, em != NULL ? em->view.count : n);
+}
+
 /* ---- filtered results ---------------------------------------------------------------- */
 
 bool pbox_enc_job_filters_results(const struct pbox_job *job)
@@ -166,11 +174,13 @@ void pbox_enc_result_final(struct pbox_engine *e, const struct pbox_job *job,
 		pbox_kernels_get()->add(out, resid, n);
 		memset(resid, 0, (size_t)n * 4);
 		len = (int)(n * 4);
+		info.sent = n;
 	}
 	sl->enc_len[f] = (uint16_t)len;
 	PBOX_STAT_ADD(e->stats, dvf_out_frags, 1);
 	PBOX_STAT_ADD(e->stats, dvf_out_bytes, sl->enc_len[f]);
 	PBOX_STAT_ADD(e->stats, dvf_out_dense, (uint64_t)n * 4);
+	PBOX_STAT_ADD(e->stats, dvf_out_vals, info.sent);
 }
 
 const void *pbox_enc_result_frag(const struct pbox_job *job, const struct pbox_slot *sl, uint32_t f,

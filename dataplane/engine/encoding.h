@@ -74,6 +74,11 @@ struct pbox_enc_ops {
  * path) and for encodings without ops (pbox_wire_decode refuses those). */
 const struct pbox_enc_ops *pbox_enc_ops_of(uint8_t encoding);
 
+/* Count a PUSH payload of n elements of a job with DVF (em: its decoded block, NULL for
+ * a dense fragment) in the engine's dvf_in_* counters. */
+void pbox_enc_count_push(struct pbox_engine *e, const struct pbox_msg *m,
+			 const struct pbox_enc_msg *em, uint32_t n);
+
 /* Per-engine state of the encodings: created on first use, freed by pbox_engine_fini. */
 struct pbox_enc_core {
 	struct pbox_dvf_scratch *dvf;

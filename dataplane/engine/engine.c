@@ -1397,6 +1397,11 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 			return;
 		}
 	}
+	if (x.job->dvf.enabled && m.type == PBOX_MSG_PUSH) {
+		pbox_enc_count_push(e, &m, x.enc != NULL ? &x.em : NULL,
+				    pbox_frag_len(x.d, x.cd->bytes, m.frag_off / x.d->frag_bytes) /
+					    4);
+	}
 	switch (m.type) {
 	case PBOX_MSG_PUSH:
 		x.fused = x.enc == NULL && push_fusable(&x);

@@ -81,9 +81,13 @@ struct pbox_core_stats {
 	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
 	uint64_t dvf_blocks;         /* DVF blocks received and decoded (engine/encoding.h) */
 	uint64_t dvf_rejects[PBOX_DVF_REJ_COUNT_REASONS]; /* why blocks were refused */
+	uint64_t dvf_in_bytes;  /* PUSH payload bytes of jobs with DVF (blocks or dense) */
+	uint64_t dvf_in_dense;  /* the bytes they stand for, dense */
+	uint64_t dvf_in_vals;   /* values they carry (a dense fragment: all) */
 	uint64_t dvf_out_frags; /* result fragments filtered (jobs with DVF) */
 	uint64_t dvf_out_bytes; /* their bytes as sent */
 	uint64_t dvf_out_dense; /* their bytes dense */
+	uint64_t dvf_out_vals;  /* values they carry (the rest stays in the residual) */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */

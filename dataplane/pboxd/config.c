@@ -339,7 +339,8 @@ static int load_dvf(struct pbox_confkit *c, const config_setting_t *g, struct pb
 		return 0;
 	}
 	if (!config_setting_is_group(s)) {
-		return pbox_conf_bad(c, s, "must be a group { low = 0.001; up = 0.01; }");
+		return pbox_conf_bad(
+			c, s, "must be a group { low = 2.0; up = 8.0; codec = \"snappy\"; }");
 	}
 	pbox_dvf_job_default(&j->dvf);
 	if ((rc = pbox_conf_only(c, s, keys)) != 0 ||

@@ -88,7 +88,7 @@
  *              memory_budget = "4G";    # this job's chunk state at most (default: only
  *                                       # the appliance's budget applies)
  *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
- *              dvf = { low = 0.001; up = 0.01; codec = "snappy"; };  # Parameter Flow's
+ *              dvf = { low = 2.0; up = 8.0; codec = "snappy"; };  # Parameter Flow's
  *                                       # filter on pushes and aggregates (dvf/dvf_job.h)
  *            } );
  *

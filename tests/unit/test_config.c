@@ -16,6 +16,7 @@
 
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
+#include "dvf/dvf_job.h"
 
 static char g_path[PATH_MAX];
 
@@ -368,6 +369,67 @@ static void test_memory_budget(void **state)
 
 /* non_finite: per job, "reject" by default, "propagate" accepted, anything else (another
  * word, another type, the appliance group) refused with the setting named. */
+/* A job's dvf group (Parameter Flow's filter): defaults, every setting, and mistakes. */
+static void test_dvf(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 2; },\n"
+			      "         { id = 2; token = \"u\"; workers = 2; dvf = { }; },\n"
+			      "         { id = 3; token = \"v\"; workers = 2; dvf = { low = 0.5; "
+			      "up = 3; codec = \"zstd:2\"; link = \"insufficient\"; sparse = 0.9; "
+			      "bitmap = false; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_false(cfg.jobs[0].dvf.enabled);
+	assert_true(cfg.jobs[1].dvf.enabled);
+	assert_true(cfg.jobs[1].dvf.params.delta_low == PBOX_DVF_DEFAULT_LOW);
+	assert_true(cfg.jobs[1].dvf.params.delta_up == PBOX_DVF_DEFAULT_UP);
+	assert_string_equal(cfg.jobs[1].dvf.enc.codec->name, "snappy");
+	assert_int_equal(cfg.jobs[1].dvf.link, PBOX_DVF_LINK_SUFFICIENT);
+	assert_true(cfg.jobs[2].dvf.params.delta_low == 0.5f);
+	assert_true(cfg.jobs[2].dvf.params.delta_up == 3.0f);
+	assert_string_equal(cfg.jobs[2].dvf.enc.codec->name, "zstd");
+	assert_int_equal(cfg.jobs[2].dvf.enc.level, 2);
+	assert_int_equal(cfg.jobs[2].dvf.link, PBOX_DVF_LINK_INSUFFICIENT);
+	assert_int_equal(cfg.jobs[2].dvf.enc.sparse_permille, 900);
+	assert_false(cfg.jobs[2].dvf.enc.dense_bitmap);
+	/* What a worker is told at registration decodes to the same settings. */
+	{
+		json_t *o = pbox_dvf_job_to_json(&cfg.jobs[2].dvf);
+		struct pbox_dvf_job back;
+
+		assert_int_equal(pbox_dvf_job_from_json(o, &back, err, sizeof(err)), 0);
+		assert_true(back.params.delta_low == 0.5f && back.params.delta_up == 3.0f);
+		assert_true(back.enc.codec == cfg.jobs[2].dvf.enc.codec && back.enc.level == 2);
+		assert_int_equal(back.link, PBOX_DVF_LINK_INSUFFICIENT);
+		assert_int_equal(back.enc.sparse_permille, 900);
+		assert_false(back.enc.dense_bitmap);
+		json_object_set_new(o, "codec", json_string("zip"));
+		assert_int_equal(pbox_dvf_job_from_json(o, &back, err, sizeof(err)), -EPROTO);
+		assert_non_null(strstr(err, "unknown codec 'zip'"));
+		json_decref(o);
+	}
+	pboxd_config_free(&cfg);
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { low = 2; up = 1; }; "
+		     "} );\n",
+		     "jobs[0].dvf: low (2) must not exceed up (1)");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { codec = \"zstd:9\"; "
+		     "}; } );\n",
+		     "unknown codec or level 'zstd:9'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { lo = 1; }; } );\n",
+		     "lo");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { low = -1; }; } );\n",
+		     "low: must be between 0");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { link = \"slow\"; }; "
+		     "} );\n",
+		     "slow");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = 1; } );\n",
+		     "must be a group");
+}
+
 static void test_non_finite(void **state)
 {
 	struct pboxd_config cfg;
@@ -491,7 +553,7 @@ int main(void)
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
 		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
 		cmocka_unit_test(test_xdp),           cmocka_unit_test(test_probe),
-		cmocka_unit_test(test_broadcast),
+		cmocka_unit_test(test_broadcast),     cmocka_unit_test(test_dvf),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
