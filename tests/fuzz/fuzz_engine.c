@@ -66,6 +66,11 @@ struct fix {
 };
 
 static struct fix *g_fix; /* for the transport callbacks */
+/* The DVF scratches (codec contexts: costly to make) outlive an input: the engines' and
+ * the harness's own, handed from one input to the next (they hold no state between
+ * calls). */
+static struct pbox_enc_core *g_enc[NCORES_MAX];
+static struct pbox_dvf_scratch *g_dvf;
 
 static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
 		   void *arg)
@@ -252,7 +257,10 @@ static void setup(struct fix *x, struct fz *in)
 	a->dvf.params.delta_up = 2.0f;
 	a->dvf.link = (c2 & 1) ? PBOX_DVF_LINK_INSUFFICIENT : PBOX_DVF_LINK_SUFFICIENT;
 	a->wire.accepts_dvf = true;
-	x->dvf = pbox_dvf_scratch_new(64);
+	if (g_dvf == NULL) {
+		g_dvf = pbox_dvf_scratch_new(64);
+	}
+	x->dvf = g_dvf;
 	FUZZ_CHECK(x->dvf != NULL, "dvf scratch");
 
 	a->state = pbox_job_state_create(a);
@@ -271,15 +279,15 @@ static void setup(struct fix *x, struct fz *in)
 		x->eng[k].tx = &g_tx;
 		x->eng[k].tx_ctx = (void *)(uintptr_t)k;
 		x->eng[k].stats = &x->stats[k];
+		x->eng[k].enc = g_enc[k];
 	}
 }
 
 static void teardown(struct fix *x)
 {
 	for (uint32_t k = 0; k < x->ncores; k++) {
-		pbox_engine_fini(&x->eng[k]);
+		g_enc[k] = x->eng[k].enc; /* the next input's (see g_enc) */
 	}
-	pbox_dvf_scratch_free(x->dvf);
 	pbox_job_state_free(x->a.job.state);
 	pbox_job_state_free(x->b.job.state);
 	pbox_jobdesc_free(&x->a.desc);
