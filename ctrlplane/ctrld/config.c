@@ -105,7 +105,8 @@ static int add_pair(struct pbox_confkit *ck, struct ctrld_config *cfg, const con
 /* The bandwidth = { ... } group (after the pboxds: pairs name them). */
 static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const config_setting_t *g)
 {
-	static const char *const keys[] = { "interval", "cap", "budget", "pairs", "all_to", NULL };
+	static const char *const keys[] = { "interval", "cap",  "budget", "pairs",
+					    "all_to",   "jobs", NULL };
 	static const char *const pkeys[] = { "from", "to", NULL };
 	struct ctrld_bw_cfg *bc = &cfg->bw;
 	const config_setting_t *where, *l;
@@ -120,6 +121,13 @@ static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const conf
 	    (rc = pbox_conf_u32(ck, g, "budget", 1, 3600, &bc->budget_s)) != 0 ||
 	    (rc = pbox_conf_str(ck, g, "cap", rate, sizeof(rate), &where)) != 0) {
 		return rc;
+	}
+	if (config_setting_get_member(g, "jobs") != NULL) { /* bw.h: the jobs' own pairs */
+		if (config_setting_type(config_setting_get_member(g, "jobs")) != CONFIG_TYPE_BOOL) {
+			return pbox_conf_bad(ck, config_setting_get_member(g, "jobs"),
+					     "must be true or false");
+		}
+		bc->jobs = config_setting_get_bool(config_setting_get_member(g, "jobs"));
 	}
 	if (where != NULL && !pboxd_parse_rate(rate, &bc->cap_bps)) {
 		return pbox_conf_bad(ck, where,
@@ -173,8 +181,8 @@ static int load_bw(struct pbox_confkit *ck, struct ctrld_config *cfg, const conf
 			}
 		}
 	}
-	if (bc->npairs == 0) {
-		return pbox_conf_bad(ck, g, "no probe pairs (pairs or all_to)");
+	if (bc->npairs == 0 && !bc->jobs) {
+		return pbox_conf_bad(ck, g, "no probe pairs (pairs, all_to or jobs = true)");
 	}
 	return 0;
 }

@@ -35,6 +35,7 @@
  *     pairs = ( { from = "a"; to = "10.0.0.2:55001"; } );  # pboxd `from` probes the
  *                                     # responder at `to` (numeric address[:port])
  *     all_to = [ "10.0.0.3:55001" ];  # every managed pboxd probes each of these
+ *     jobs = true;                    # and the paths of each job's tree (bw.h)
  *   };
  *   plan = { degree = 5; depth = 3; ... };  # broadcast trees and DVF thresholds (plan.h)
  *
@@ -80,6 +81,7 @@ struct ctrld_bw_cfg {
 	uint32_t budget_s;
 	struct ctrld_bw_pair *pairs; /* owned */
 	uint32_t npairs;
+	bool jobs; /* also probe the pairs each job's tree needs (bw.h) */
 };
 
 struct ctrld_config {

@@ -78,6 +78,7 @@ struct cjob {
 	bool plan_given;   /* the client's plan: kept as given, not computed (plan.h) */
 	int64_t plan_sent; /* plan revision its pboxd acknowledged (-1: none yet) */
 	json_t *placement; /* host name per rank (plan.h) or NULL */
+	json_t *agents;    /* its pboxd's job_list entry (probe agents; bw.h) or NULL */
 	bool from_config;
 	int where; /* index of the pboxd holding it; -1: not placed */
 	char note[512];
@@ -211,7 +212,7 @@ static void compute_plan(struct ctrld *d, struct cjob *j, uint32_t w, const json
 	}
 	rc = ctrld_plan_compute(&d->cfg.plan, d->cfg.pboxds[w].name,
 				(uint32_t)json_integer_value(json_object_get(j->desc, "workers")),
-				j->placement, bw, j->plan, &np, err, sizeof(err));
+				j->placement, bw, j->agents, j->plan, &np, err, sizeof(err));
 	json_decref(own);
 	if (rc != 0) {
 		snprintf(j->note, sizeof(j->note), "plan: %s", err);
@@ -447,8 +448,26 @@ static int remove_job(struct ctrld *d, uint32_t id, char *why, size_t len)
 	json_decref(j->desc);
 	json_decref(j->plan);
 	json_decref(j->placement);
+	json_decref(j->agents);
 	*j = d->jobs[--d->njobs];
 	return 0;
+}
+
+/* The probe agents of job j on pboxd w (its job_list entry o): the matrix's pairs for
+ * the job (bw.h), and a new plan when they changed. */
+static void job_agents(struct ctrld *d, struct cjob *j, uint32_t w, json_t *o)
+{
+	if (j->agents == NULL ||
+	    !json_equal(json_object_get(j->agents, "agents"), json_object_get(o, "agents")) ||
+	    !json_equal(json_object_get(j->agents, "probe"), json_object_get(o, "probe"))) {
+		json_decref(j->agents);
+		j->agents = json_incref(o);
+		compute_plan(d, j, w, NULL);
+	} else {
+		json_decref(j->agents);
+		j->agents = json_incref(o); /* its progress (version_max) for the matrix */
+	}
+	ctrld_bw_job(d->bw, w, j->id, j->agents, j->plan);
 }
 
 /* Every pboxd: what should be there and is not is published again (a restarted pboxd),
@@ -457,6 +476,7 @@ static void reconcile(struct ctrld *d)
 {
 	char why[1024];
 
+	ctrld_bw_jobs_begin(d->bw);
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
 		struct ctrld_pboxd *p = &d->cfg.pboxds[w];
 		json_t *req = pbox_jobmsg_list(NULL), *reply = NULL, *there, *o;
@@ -495,8 +515,11 @@ static void reconcile(struct ctrld *d)
 			}
 			json_array_foreach(there, k, o)
 			{
-				found |= json_integer_value(json_object_get(o, "id")) ==
-					 (json_int_t)j->id;
+				if (!found && json_integer_value(json_object_get(o, "id")) ==
+						      (json_int_t)j->id) {
+					found = true;
+					job_agents(d, j, w, o);
+				}
 			}
 			if (found) {
 				continue;
@@ -517,6 +540,7 @@ static void reconcile(struct ctrld *d)
 		}
 		json_decref(reply);
 	}
+	ctrld_bw_jobs_end(d->bw);
 	for (uint32_t i = 0; i < d->njobs; i++) {
 		if (d->jobs[i].where < 0 && place(d, &d->jobs[i], why, sizeof(why)) != 0) {
 			snprintf(d->jobs[i].note, sizeof(d->jobs[i].note), "%s", why);
@@ -1128,6 +1152,7 @@ out:
 		json_decref(d.jobs[i].desc);
 		json_decref(d.jobs[i].plan);
 		json_decref(d.jobs[i].placement);
+		json_decref(d.jobs[i].agents);
 	}
 	if (d.lfd >= 0) {
 		close(d.lfd);

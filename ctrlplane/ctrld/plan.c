@@ -27,6 +27,9 @@ void ctrld_plan_defaults(struct ctrld_plan_cfg *pc)
 	pc->hysteresis = 0.1;
 	pc->delta_low = 0.001;
 	pc->delta_up = 0.01;
+	pc->phub_core_bps = 40e9;
+	pc->phub_appliance_bps = 100e9;
+	pc->phub_worker_bps = 10e9;
 }
 
 /* Member name of g as a double (pbox_conf_float checked it; libconfig ints too), else def. */
@@ -48,8 +51,9 @@ int ctrld_plan_load(struct pbox_confkit *ck, struct ctrld_plan_cfg *pc, const co
 	static const char *const keys[] = {
 		"degree",     "depth",    "alpha",      "exact_max_workers",
 		"time_limit", "min_rate", "hysteresis", "delta_low",
-		"delta_up",   "hosts",    NULL
+		"delta_up",   "hosts",    "phub",       NULL
 	};
+	static const char *const phkeys[] = { "core_rate", "appliance_rate", "worker_rate", NULL };
 	static const char *const hkeys[] = { "name", "addr", "edge", "agg", NULL };
 	const config_setting_t *where, *l;
 	float alpha = 0.1f, hyst = 0.1f, dlow = 0.001f, dup = 0.01f;
@@ -84,6 +88,29 @@ int ctrld_plan_load(struct pbox_confkit *ck, struct ctrld_plan_cfg *pc, const co
 	pc->hysteresis = num(g, "hysteresis", pc->hysteresis);
 	pc->delta_low = num(g, "delta_low", pc->delta_low);
 	pc->delta_up = num(g, "delta_up", pc->delta_up);
+	l = config_setting_get_member(g, "phub");
+	if (l != NULL) {
+		static const char *const names[] = { "core_rate", "appliance_rate", "worker_rate" };
+		double *dst[] = { &pc->phub_core_bps, &pc->phub_appliance_bps,
+				  &pc->phub_worker_bps };
+
+		if (!config_setting_is_group(l) || (rc = pbox_conf_only(ck, l, phkeys)) != 0) {
+			return config_setting_is_group(l)
+				       ? rc
+				       : pbox_conf_bad(ck, l,
+						       "must be a group { core_rate = ...; }");
+		}
+		for (unsigned k = 0; k < 3; k++) {
+			if ((rc = pbox_conf_str(ck, l, names[k], rate, sizeof(rate), &where)) !=
+			    0) {
+				return rc;
+			}
+			if (where != NULL && !pboxd_parse_rate(rate, dst[k])) {
+				return pbox_conf_bad(ck, where,
+						     "expected a rate (e.g. \"40gbit\")");
+			}
+		}
+	}
 	l = config_setting_get_member(g, "hosts");
 	if (l == NULL) {
 		return 0;
@@ -174,7 +201,7 @@ static double measured(const json_t *bw, const char *from, const char *addr)
 	size_t i;
 	const json_t *p;
 
-	if (bw == NULL || addr == NULL || addr[0] == '\0') {
+	if (bw == NULL || from == NULL || addr == NULL || addr[0] == '\0') {
 		return 0;
 	}
 	json_array_foreach(json_object_get(bw, "pairs"), i, p)
@@ -186,7 +213,20 @@ static double measured(const json_t *bw, const char *from, const char *addr)
 		    strcmp(json_string_value(json_object_get(p, "to")) ?: "", addr) == 0) {
 			double lo = json_number_value(json_object_get(e, "r_min_bps")),
 			       hi = json_number_value(json_object_get(e, "r_max_bps"));
+			bool conv = false;
+			size_t k;
+			const json_t *f;
 
+			json_array_foreach(json_object_get(e, "flags"), k, f)
+			{
+				conv |= json_string_value(f) != NULL &&
+					strcmp(json_string_value(f), "converged") == 0;
+			}
+			/* A search cut short (budget, sender limit) left a wide range: its
+			 * lower bound is what was established. */
+			if (!conv) {
+				return lo > 0 ? lo : 0;
+			}
 			return (lo + hi) / 2 > 0 ? (lo + hi) / 2 : 0;
 		}
 	}
@@ -248,13 +288,101 @@ static bool prev_tree(const json_t *prev, uint32_t n, uint32_t *parent)
 	return true;
 }
 
+/* The responder address of rank r: the agent's (pboxd's job entry), else its placed
+ * host's (NULL: none). */
+static const char *rank_addr(const json_t *agents, const struct ctrld_plan_host *h, uint32_t r)
+{
+	size_t i;
+	const json_t *a;
+
+	json_array_foreach(json_object_get(agents, "agents"), i, a)
+	{
+		if (json_integer_value(json_object_get(a, "rank")) == (json_int_t)r &&
+		    json_string_value(json_object_get(a, "probe")) != NULL) {
+			return json_string_value(json_object_get(a, "probe"));
+		}
+	}
+	return h != NULL && h->addr[0] != '\0' ? h->addr : NULL;
+}
+
+static double min_known(double a, double b)
+{
+	return a > 0 && b > 0 ? fmin(a, b) : a > 0 ? a : b;
+}
+
+/* PHub's hierarchy rule (papers/phub.md §6): with R racks (edge switches) of N workers
+ * each, reduce hierarchically (one appliance per rack, then across racks) when the flat
+ * cross-rack time N(R-1)/(R B_core) exceeds max(N/B_pbox, 1/B_wkr) + (R-1)/(R B_bn),
+ * B_bn = min(B_pbox, B_core); times per byte of model. B_wkr: the slowest measured worker
+ * link, else the configured one. */
+static json_t *phub_decision(const struct ctrld_plan_cfg *pc, const struct ctrld_plan_host **wh,
+			     uint32_t n, const double *link)
+{
+	uint32_t racks = 0, per = 0;
+	uint32_t *edges = calloc(n + 1, sizeof(*edges)), *count = calloc(n + 1, sizeof(*count));
+	double bw = pc->phub_worker_bps, flat, hier, bbn;
+	bool measured = false, placed = true;
+	json_t *o;
+
+	if (edges == NULL || count == NULL) {
+		free(edges);
+		free(count);
+		return NULL;
+	}
+	for (uint32_t j = 1; j <= n; j++) {
+		/* Unplaced ranks count as one rack of their own. */
+		uint32_t k = 0, e = wh[j] != NULL ? wh[j]->edge : UINT32_MAX;
+
+		placed &= wh[j] != NULL;
+		while (k < racks && edges[k] != e) {
+			k++;
+		}
+		if (k == racks) {
+			edges[racks++] = e;
+		}
+		count[k]++;
+		per = count[k] > per ? count[k] : per;
+		if (link[j] > 0 && (!measured || link[j] < bw)) {
+			bw = link[j];
+			measured = true;
+		}
+	}
+	free(edges);
+	free(count);
+	bbn = fmin(pc->phub_appliance_bps, pc->phub_core_bps);
+	flat = racks > 1 ? (double)per * (racks - 1) / (racks * pc->phub_core_bps) : 0;
+	hier = fmax((double)per / pc->phub_appliance_bps, 1.0 / bw) +
+	       (racks > 1 ? (double)(racks - 1) / (racks * bbn) : 0);
+	o = json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:b, s:f, s:f}", "recommend",
+		      racks > 1 && flat > hier ? "hierarchical" : "single", "racks",
+		      (json_int_t)racks, "workers_per_rack", (json_int_t)per, "core_bps",
+		      pc->phub_core_bps, "appliance_bps", pc->phub_appliance_bps, "worker_bps", bw,
+		      "worker_bps_measured", measured, "flat_s_per_bit", flat,
+		      "hierarchical_s_per_bit", hier);
+	if (o != NULL) {
+		json_object_set_new(
+			o, "reason",
+			json_string(!placed       ? "ranks without a placement count as one "
+						    "rack"
+				    : racks <= 1  ? "the job's workers share one rack"
+				    : flat > hier ? "cross-rack traffic through the core "
+						    "takes longer than rack-local reduction "
+						    "plus the exchange between racks"
+						  : "the core carries the flat traffic faster "
+						    "than a hierarchy would"));
+	}
+	return o;
+}
+
 int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32_t workers,
-		       const json_t *placement, const json_t *bw, json_t *prev, json_t **out,
-		       char *err, size_t errlen)
+		       const json_t *placement, const json_t *bw, const json_t *agents,
+		       json_t *prev, json_t **out, char *err, size_t errlen)
 {
 	uint32_t n = workers, N = n + 1, nmeasured = 0, ninsuff = 0;
 	const struct ctrld_plan_host *rh = find_host(pc, root), **wh = NULL;
-	double *cost = NULL, *bps = NULL;
+	const char *app = json_string_value(json_object_get(agents, "probe"));
+	double *cost = NULL, *bps = NULL, *up = NULL, *down = NULL;
+	const char **addr = NULL;
 	uint32_t *parent = NULL, *old = NULL;
 	struct pbox_tree_problem p = {
 		.n = n, .max_degree = pc->degree, .max_depth = pc->depth, .alpha = pc->alpha
@@ -262,7 +390,7 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 	struct pbox_tree_opts o = { .exact_max_workers = pc->exact_max_workers,
 				    .time_limit_ms = pc->time_limit_ms };
 	struct pbox_tree_result r;
-	json_t *tree = NULL, *thr = NULL, *pa, *wa, *plan = NULL;
+	json_t *tree = NULL, *thr = NULL, *pa, *wa, *plan = NULL, *phub = NULL;
 	bool changed = prev == NULL, kept = false;
 	int rc = -ENOMEM;
 
@@ -272,7 +400,11 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 	parent = calloc(N, sizeof(*parent));
 	old = calloc(N, sizeof(*old));
 	wh = calloc(N, sizeof(*wh));
-	if (cost == NULL || bps == NULL || parent == NULL || old == NULL || wh == NULL) {
+	up = calloc(N, sizeof(*up));
+	down = calloc(N, sizeof(*down));
+	addr = calloc(N, sizeof(*addr));
+	if (cost == NULL || bps == NULL || parent == NULL || old == NULL || wh == NULL ||
+	    up == NULL || down == NULL || addr == NULL) {
 		snprintf(err, errlen, "plan: out of memory for %u workers", n);
 		goto out;
 	}
@@ -280,7 +412,12 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 		wh[j] = placement != NULL
 				? find_host(pc, json_string_value(json_array_get(placement, j - 1)))
 				: NULL;
-		bps[j] = wh[j] != NULL ? measured(bw, root, wh[j]->addr) : 0;
+		addr[j] = rank_addr(agents, wh[j], j - 1);
+		/* A rank's link: its access link as the appliance's probe towards it (the
+		 * broadcast) and its own towards the appliance (the push) see it. */
+		down[j] = measured(bw, root, addr[j]);
+		up[j] = app != NULL ? measured(bw, addr[j], app) : 0;
+		bps[j] = min_known(down[j], up[j]);
 		nmeasured += bps[j] > 0;
 	}
 	for (uint32_t i = 0; i <= n; i++) {
@@ -289,8 +426,17 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 		for (uint32_t j = 1; j <= n; j++) {
 			const struct ctrld_plan_host *b = wh[j];
 
-			if (i == 0 && bps[j] > 0) {
-				cost[i * N + j] = 1e9 / bps[j];
+			double ij = i > 0 ? measured(bw, addr[i], addr[j]) : 0;
+
+			/* Unmeasured worker -> worker: the path through i's and j's access
+			 * links (one switch between workers: the access links bound it). */
+			if (i > 0 && ij <= 0 && up[i] > 0 && down[j] > 0) {
+				ij = fmin(up[i], down[j]);
+			}
+			if (i == 0 && down[j] > 0) {
+				cost[i * N + j] = 1e9 / down[j];
+			} else if (ij > 0) {
+				cost[i * N + j] = 1e9 / ij;
 			} else if (a != NULL && b != NULL) {
 				cost[i * N + j] =
 					pbox_tree_tier_cost(a->edge, a->agg, b->edge, b->agg);
@@ -349,6 +495,12 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 		if (w != NULL && bps[j] > 0) {
 			json_object_set_new(w, "bw_bps", json_real(bps[j]));
 		}
+		if (w != NULL && down[j] > 0) {
+			json_object_set_new(w, "down_bps", json_real(down[j]));
+		}
+		if (w != NULL && up[j] > 0) {
+			json_object_set_new(w, "up_bps", json_real(up[j]));
+		}
 		if (ls != prev_link(prev, j - 1)) {
 			changed = true;
 		}
@@ -363,12 +515,21 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 		rc = -ENOMEM;
 		goto out;
 	}
+	phub = phub_decision(pc, wh, n, bps);
+	if (phub != NULL && prev != NULL &&
+	    !json_equal(json_object_get(phub, "recommend"),
+			json_object_get(json_object_get(prev, "phub"), "recommend"))) {
+		changed = true;
+	}
 	if (!changed) {
 		*out = json_incref(prev);
 		rc = 0;
 		goto out;
 	}
 	plan = json_pack("{s:O, s:O}", "tree", tree, "thresholds", thr);
+	if (plan != NULL && phub != NULL) {
+		json_object_set(plan, "phub", phub);
+	}
 	if (plan == NULL) {
 		rc = -ENOMEM;
 		goto out;
@@ -382,6 +543,10 @@ int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32
 out:
 	json_decref(tree);
 	json_decref(thr);
+	json_decref(phub);
+	free(up);
+	free(down);
+	free(addr);
 	free(cost);
 	free(bps);
 	free(parent);

@@ -27,7 +27,20 @@
  *     PF's tier costs — else the tier cost of the two hosts;
  *   worker -> worker: the tier cost (the matrix measures paths from pboxds only);
  *   unplaced ranks or hosts: 1.0 (different aggregation switches).
- * The estimate used is the middle of SLoPS's [r_min, r_max].
+ * The estimate used is the middle of SLoPS's [r_min, r_max]. With the ranks' own probe
+ * agents (libpbox, bandwidth.jobs; bw.h) a rank's address is its responder's, measured
+ * in both directions (pboxd -> rank and rank -> pboxd: its link is the lower of the two),
+ * and worker -> worker edges cost 1e9 / (the measured i -> j bandwidth, else the lower of
+ * i's upload and j's download, the access links that bound a path through one switch).
+ *
+ * PHub (papers/phub.md §6): every plan carries "phub": {"recommend": "single" or
+ * "hierarchical", "racks", "workers_per_rack", "core_bps", "appliance_bps", "worker_bps",
+ * "worker_bps_measured", "flat_s_per_bit", "hierarchical_s_per_bit", "reason"}: racks are
+ * the placement's edge switches, core/appliance/worker rates come from
+ *   plan = { phub = { core_rate = "40gbit"; appliance_rate = "100gbit";
+ *                     worker_rate = "10gbit"; }; }   (the defaults)
+ * and the slowest measured rank link replaces worker_rate. A job is held by one pboxd:
+ * "hierarchical" is a recommendation to split it per rack, not acted upon.
  *
  * Thresholds: each rank's link is "sufficient", "insufficient" (measured, with the
  * hysteresis above) or "unknown" (no estimate). A worker pushes with delta_low unless its
@@ -70,7 +83,8 @@ struct ctrld_plan_host {
 struct ctrld_plan_cfg {
 	uint32_t degree, depth, exact_max_workers, time_limit_ms;
 	double alpha, min_rate_bps, hysteresis, delta_low, delta_up;
-	struct ctrld_plan_host *hosts; /* owned */
+	double phub_core_bps, phub_appliance_bps, phub_worker_bps; /* PHub's rule (below) */
+	struct ctrld_plan_host *hosts;                             /* owned */
 	uint32_t nhosts;
 };
 
@@ -87,12 +101,14 @@ int ctrld_plan_check_placement(const struct ctrld_plan_cfg *pc, const json_t *pl
 /*
  * The plan {"tree": {...}, "thresholds": {...}} of a job of `workers` ranks held by the
  * pboxd named root, with placement (NULL or checked), bw (ctrld_bw_list's answer or NULL)
- * and prev (the job's previous computed plan or NULL). *out: a new reference, which is
+ * agents (the pboxd's job_list entry of the job or NULL: its ranks' probe responders in
+ * "agents" and its own in "probe"; bw.h) and prev (the job's previous computed plan or
+ * NULL). *out: a new reference, which is
  * prev itself (with a reference taken) when nothing changed. 0, -ENOSPC, -EINVAL, -ENOMEM
  * with err.
  */
 int ctrld_plan_compute(const struct ctrld_plan_cfg *pc, const char *root, uint32_t workers,
-		       const json_t *placement, const json_t *bw, json_t *prev, json_t **out,
-		       char *err, size_t errlen);
+		       const json_t *placement, const json_t *bw, const json_t *agents,
+		       json_t *prev, json_t **out, char *err, size_t errlen);
 
 #endif /* PBOX_CTRLD_PLAN_H */

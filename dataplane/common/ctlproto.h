@@ -16,6 +16,21 @@
  *   errors                         -> {"ok":false,"errno":E,"error":"what and why"}
  *   events                            {"event":"abort","errno":E,"reason":"..."}
  *
+ * Control-plane messages (issue 11), typed below:
+ *   register's answer may carry "plan": {rank plan}, and pboxd pushes every new one:
+ *                                     {"event":"plan","plan":{rank plan}}
+ *   a rank plan is this rank's slice of pbox-ctrld's job plan (pbox.h struct pbox_plan):
+ *     {"revision":R,"delta":D,"push":"delta_low"|"delta_up",
+ *      "link":"unknown"|"sufficient"|"insufficient","link_bps":B,
+ *      "broadcast":{"select":"delta_low"|"delta_up","delta":D},"delta_low":D,"delta_up":D,
+ *      "min_rate_bps":B,"parent":P,"depth":H,"children":[rank,...],"phub":"single"|...}
+ *   register may carry "probe":"a.b.c.d:port" (the worker's SLoPS responder), and pboxd
+ *   forwards pbox-ctrld's probes towards a rank:
+ *                                     {"event":"probe","id":N,"request":{probe_msg.h}}
+ *   which the worker answers (no reply to this line):
+ *     {"op":"probe_result","id":N,"result":{probe_msg.h}}
+ *     {"op":"probe_result","id":N,"errno":E,"error":"why"}
+ *
  * Thread safety: a line buffer belongs to one connection and one thread.
  */
 #ifndef PBOX_CTLPROTO_H
@@ -128,6 +143,35 @@ static inline bool pbox_ratelog_ok(struct pbox_ratelog *rl, uint64_t now_ms, uin
 	rl->suppressed = 0;
 	return true;
 }
+
+/* ---- control-plane messages (above) ---- */
+
+struct pbox_plan;
+
+/* Encode a rank plan (NULL: out of memory). */
+json_t *pbox_ctl_plan_encode(const struct pbox_plan *p);
+/* Decode a rank plan (untrusted: the appliance's) into *out, strictly: every member
+ * present with its type, no unknown member, numbers finite and >= 0, revision >= 1,
+ * delta_low <= delta_up, delta and push consistent with them, parent >= -1, depth >= 1,
+ * at most PBOX_PLAN_MAX_CHILDREN distinct children, none equal to parent. 0 or -EINVAL
+ * with err naming the member. */
+int pbox_ctl_plan_decode(const json_t *j, struct pbox_plan *out, char *err, size_t errlen);
+/* Rank `rank`'s slice of a job plan ({"tree":{"parent":[...],"revision":R},
+ * "thresholds":{...},"phub":{...}}, common/jobspec.h) of a job of `workers` ranks;
+ * thresholds it lacks count as link unknown and deltas 0. 0, or -EINVAL (no tree of that
+ * size, a cycle, thresholds out of range) with err. */
+int pbox_ctl_plan_slice(const json_t *plan, uint32_t rank, uint32_t workers, struct pbox_plan *out,
+			char *err, size_t errlen);
+
+/* {"event":"probe","id":N,"request":R}: *id (1..2^53) and *request (borrowed from j; the
+ * caller decodes it with probe_msg.h). 0 or -EINVAL with err. */
+int pbox_ctl_probe_event_decode(const json_t *j, uint64_t *id, const json_t **request, char *err,
+				size_t errlen);
+/* {"op":"probe_result","id":N, "result":R | "errno":E,"error":S}: *id, and either
+ * *result (borrowed; *errno_out 0) or *errno_out (1..4095) and *error (borrowed). Only
+ * these members. 0 or -EINVAL with err. */
+int pbox_ctl_probe_result_decode(const json_t *j, uint64_t *id, const json_t **result,
+				 int *errno_out, const char **error, char *err, size_t errlen);
 
 /* Build {"ok":false,"errno":err,"error":msg}. err is positive. */
 json_t *pbox_ctl_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -319,8 +319,9 @@ json_t *pbox_jobmsg_list(const char *admin_token)
 	return with_token(json_pack("{s:s}", "op", "job_list"), admin_token);
 }
 
-/* The plan member of job_create / job_plan: {"tree": object|null, "thresholds": object|null}
- * and, in the tree, an optional "revision" (an integer >= 0). */
+/* The plan member of job_create / job_plan: {"tree": object|null, "thresholds": object|null,
+ * "phub": object|null (pbox-ctrld's PHub recommendation, optional)} and, in the tree, an
+ * optional "revision" (an integer >= 0). */
 static int check_plan(const json_t *plan, const char *op, char *err, size_t errlen)
 {
 	const char *key;
@@ -332,11 +333,12 @@ static int check_plan(const json_t *plan, const char *op, char *err, size_t errl
 	}
 	json_object_foreach((json_t *)plan, key, pv)
 	{
-		if ((strcmp(key, "tree") != 0 && strcmp(key, "thresholds") != 0) ||
+		if ((strcmp(key, "tree") != 0 && strcmp(key, "thresholds") != 0 &&
+		     strcmp(key, "phub") != 0) ||
 		    !(json_is_object(pv) || json_is_null(pv))) {
 			snprintf(err, errlen,
-				 "%s: plan.%.64s: a plan has \"tree\" and "
-				 "\"thresholds\" (objects or null) only",
+				 "%s: plan.%.64s: a plan has \"tree\", \"thresholds\" and "
+				 "\"phub\" (objects or null) only",
 				 op, key);
 			return -EINVAL;
 		}

@@ -32,6 +32,7 @@
 #include "dvf/dvf_job.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
+#include "probe.h"
 #include "transport/udp.h"
 #include "update.h"
 
@@ -61,6 +62,11 @@ struct pbox_client {
 	char token[256];
 	char local_addr[64]; /* copies of opts' strings: the caller's may not outlive connect */
 	char fault[256];
+	char probe_spec[80];
+	struct pbox_wprobe *probe;    /* the SLoPS agent (libpbox/probe.h); NULL: off */
+	struct pbox_plan plan;        /* the control plane's plan for this rank, under lock */
+	int64_t plan_rev;             /* plan.revision (atomic reads) */
+	struct pbox_ratelog plan_log; /* plan change lines (progress thread) */
 	int ctl_fd;
 	struct pbox_linebuf ctl_in;
 	struct pbox_job_info info;
@@ -299,6 +305,10 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 		snprintf(c->fault, sizeof(c->fault), "%s", o->fault);
 		c->opts.fault = c->fault;
 	}
+	if (o->probe != NULL) {
+		snprintf(c->probe_spec, sizeof(c->probe_spec), "%s", o->probe);
+		c->opts.probe = c->probe_spec;
+	}
 	if (split_hostport(o->server ? o->server : "127.0.0.1:7000", c->server_host,
 			   sizeof(c->server_host), &c->server_port) != 0) {
 		rc = fail(-EINVAL, "server address '%s': expected host:port", o->server);
@@ -417,6 +427,106 @@ static void record_failure(struct pbox_client *c, int err, const char *msg)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* A rank plan from pboxd (register answer or plan event): decode strictly, publish, log
+ * what changed. A malformed one is logged and ignored (the previous plan stays). */
+static void plan_event(struct pbox_client *c, const json_t *j)
+{
+	struct pbox_plan *np = malloc(sizeof(*np));
+	char err[192], ch[96] = "";
+	uint64_t sup;
+	int64_t old;
+
+	if (np == NULL) {
+		return;
+	}
+	if (pbox_ctl_plan_decode(j, np, err, sizeof(err)) != 0) {
+		PBOX_LOG_WARN(CLIENT, "job %u rank %u: ignoring a malformed plan from pboxd: %s",
+			      c->info.job, c->info.rank, err);
+		free(np);
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	old = c->plan.revision;
+	if (np->revision > old) {
+		c->plan = *np;
+		__atomic_store_n(&c->plan_rev, np->revision, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (np->revision <= old) {
+		free(np);
+		return;
+	}
+	if (!pbox_ratelog_ok(&c->plan_log, pbox_clock_ns(NULL) / 1000000, &sup)) {
+		free(np); /* a control plane that changes plans very often is not logged each time
+			   */
+		return;
+	}
+	for (uint32_t i = 0, off = 0; i < np->nchildren && off + 12 < sizeof(ch); i++) {
+		off += (uint32_t)snprintf(ch + off, sizeof(ch) - off, "%s%u", i ? "," : "",
+					  np->children[i]);
+	}
+	PBOX_LOG_INFO(CLIENT,
+		      "job %u rank %u: plan revision %lld: push delta %g (%s; link %s, %.1f "
+		      "Mbit/s), broadcast delta %g (%s), parent %d, depth %u, children [%s]%s%s%s",
+		      c->info.job, c->info.rank, (long long)np->revision, np->delta,
+		      np->push_up ? "delta_up" : "delta_low",
+		      np->link == PBOX_PLAN_LINK_SUFFICIENT     ? "sufficient"
+		      : np->link == PBOX_PLAN_LINK_INSUFFICIENT ? "insufficient"
+								: "unknown",
+		      np->link_bps / 1e6, np->broadcast_delta,
+		      np->broadcast_up ? "delta_up" : "delta_low", np->parent, np->depth, ch,
+		      np->phub[0] ? ", phub " : "", np->phub,
+		      sup ? " (earlier plan changes not logged)" : "");
+	free(np);
+}
+
+/* Send a control line from the progress thread (small: waits at most 1 s for room). */
+static void ctl_answer(struct pbox_client *c, json_t *ans)
+{
+	int rc;
+
+	if (ans == NULL || c->ctl_fd < 0) {
+		json_decref(ans);
+		return;
+	}
+	rc = pbox_ctl_send(c->ctl_fd, ans, 1000);
+	if (rc != 0) {
+		PBOX_LOG_WARN(CLIENT, "job %u rank %u: cannot answer a probe request: %s",
+			      c->info.job, c->info.rank, strerror(-rc));
+	}
+	json_decref(ans);
+}
+
+/* pbox-ctrld asks (through pboxd) for a probe from this worker. */
+static void probe_event(struct pbox_client *c, const json_t *o)
+{
+	json_int_t id = json_integer_value(json_object_get(o, "id"));
+
+	if (c->probe != NULL) {
+		ctl_answer(c, pbox_wprobe_start(c->probe, o));
+	} else if (id >= 1 && id <= (1LL << 53)) {
+		ctl_answer(c, json_pack("{s:s, s:I, s:i, s:s}", "op", "probe_result", "id", id,
+					"errno", EOPNOTSUPP, "error",
+					"the worker's probe agent is off (PBOX_PROBE=off)"));
+	}
+}
+
+int pbox_plan_get(struct pbox_client *c, struct pbox_plan *out)
+{
+	if (c == NULL || out == NULL) {
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	*out = c->plan;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int64_t pbox_plan_revision(const struct pbox_client *c)
+{
+	return c != NULL ? __atomic_load_n(&c->plan_rev, __ATOMIC_ACQUIRE) : 0;
+}
+
 /* Read control events (abort) and notice a closed control connection, without blocking.
  * Returns true if a failure is now recorded. */
 static bool ctl_read_events(struct pbox_client *c)
@@ -440,6 +550,10 @@ static bool ctl_read_events(struct pbox_client *c)
 			snprintf(msg, sizeof(msg), "the appliance removed rank %u from job %u: %s",
 				 c->info.rank, c->info.job, why ? why : "no reason given");
 			record_failure(c, -ETIMEDOUT, msg);
+		} else if (ev != NULL && strcmp(ev, "plan") == 0) {
+			plan_event(c, json_object_get(o, "plan"));
+		} else if (ev != NULL && strcmp(ev, "probe") == 0) {
+			probe_event(c, o);
 		}
 		json_decref(o);
 	}
@@ -467,6 +581,9 @@ static void apply_failure(struct pbox_client *c)
 static void ctl_events(struct pbox_client *c)
 {
 	ctl_read_events(c);
+	if (c->probe != NULL) {
+		ctl_answer(c, pbox_wprobe_poll(c->probe));
+	}
 	apply_failure(c);
 }
 
@@ -567,6 +684,9 @@ static void *progress_main(void *arg)
 
 					if (read(c->wake_fd, &v, sizeof(v)) < 0) {
 						/* nothing: the eventfd is only a doorbell */
+					}
+					if (c->probe != NULL && c->ctl_fd >= 0) {
+						ctl_answer(c, pbox_wprobe_poll(c->probe));
 					}
 				}
 				if (c->ctl_fd >= 0 &&
@@ -694,6 +814,23 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 	return 0;
 }
 
+/* The probe agent on the address pboxd sees this worker at (opts.local_addr, else the
+ * control connection's local address). */
+static int start_probe_agent(struct pbox_client *c)
+{
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	char addr[INET_ADDRSTRLEN] = "";
+
+	if (c->opts.local_addr != NULL) {
+		snprintf(addr, sizeof(addr), "%s", c->opts.local_addr);
+	} else if (getsockname(c->ctl_fd, (struct sockaddr *)&sin, &len) == 0 &&
+		   sin.sin_family == AF_INET) {
+		inet_ntop(AF_INET, &sin.sin_addr, addr, sizeof(addr));
+	}
+	return pbox_wprobe_create(c->opts.probe, addr, c->wake_fd, &c->probe);
+}
+
 int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys)
 {
 	struct pbox_keyspec *ks;
@@ -723,13 +860,32 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 		json_array_append_new(arr, json_pack("[I, I]", (json_int_t)keys[i].id,
 						     (json_int_t)keys[i].nelem));
 	}
-	rc = ctl_call(c, json_pack("{s:s, s:o}", "op", "register", "keys", arr), &resp);
+	if (c->wake_fd < 0) { /* a register refused earlier may have made both */
+		c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	}
+	rc = c->wake_fd < 0 ? -errno : c->probe == NULL ? start_probe_agent(c) : 0;
+	if (rc < 0) {
+		json_decref(arr);
+		rc = fail(rc,
+			  "register: cannot start the probe agent (PBOX_PROBE=off turns it "
+			  "off): %s",
+			  strerror(-rc));
+		goto out;
+	}
+	rc = ctl_call(c,
+		      c->probe != NULL ? json_pack("{s:s, s:o, s:s}", "op", "register", "keys", arr,
+						   "probe", pbox_wprobe_addr(c->probe))
+				       : json_pack("{s:s, s:o}", "op", "register", "keys", arr),
+		      &resp);
 	if (rc < 0) {
 		goto out;
 	}
 	rc = parse_register(c, resp, ks, nkeys);
 	if (rc < 0) {
 		goto out;
+	}
+	if (json_object_get(resp, "plan") != NULL) {
+		plan_event(c, json_object_get(resp, "plan"));
 	}
 	fault = c->opts.fault ? c->opts.fault : getenv("PBOX_FAULT");
 	if (pbox_fault_parse(fault, &ucfg.fault, err, sizeof(err)) != 0) {
@@ -740,8 +896,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	c->udp = pbox_udp_open(&ucfg);
 	/* One operation slot per unacknowledged contribution the job allows per chunk. */
 	c->ops = calloc((size_t)nkeys * c->credits, sizeof(*c->ops));
-	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (c->udp == NULL || c->ops == NULL || c->wake_fd < 0) {
+	if (c->udp == NULL || c->ops == NULL) {
 		rc = fail(-ENOMEM, "register: cannot set up the data socket (see log)");
 		goto out;
 	}
@@ -1114,6 +1269,7 @@ void pbox_close(struct pbox_client *c)
 		}
 		close(c->ctl_fd);
 	}
+	pbox_wprobe_destroy(c->probe); /* before the doorbell it rings goes */
 	if (c->wake_fd >= 0) {
 		close(c->wake_fd);
 	}

@@ -596,6 +596,15 @@ static json_t *do_probe(struct pboxd_control *ctl, struct conn *c, const json_t 
 		ctl->n.probe_refused++;
 		return resp;
 	}
+	if (json_object_get(req, "via") != NULL) { /* by a worker: answered when it ends */
+		rc = pboxd_sessions_probe_via(ctl->sessions, req, &c->ref, err, sizeof(err));
+		if (rc != 0) {
+			ctl->n.probe_refused++;
+			refuse_log(&ctl->log_job, c->ref.peer, err);
+			return pbox_ctl_error(-rc, "%s", err);
+		}
+		return NULL;
+	}
 	rc = pboxd_probe_start(ctl->probe, json_object_get(req, "request"), c, err, sizeof(err));
 	if (rc != 0) {
 		ctl->n.probe_refused++;
@@ -667,6 +676,8 @@ static void handle_line(struct pboxd_control *ctl, struct conn *c, const char *l
 		resp = do_stats(ctl, c, req);
 	} else if (strcmp(op, "probe") == 0) {
 		resp = do_probe(ctl, c, req);
+	} else if (strcmp(op, "probe_result") == 0) {
+		resp = pboxd_sessions_probe_result(ctl->sessions, &c->ref, req);
 	} else if (strcmp(op, "auth") == 0) {
 		const json_t *tok = json_object_get(req, "admin_token");
 

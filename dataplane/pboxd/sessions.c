@@ -12,6 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <pbox/pbox.h>
+
 #include "common/bitmap.h"
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
@@ -31,7 +34,19 @@ struct member {
 	struct pboxd_member_ref *ref; /* NULL: rank not connected */
 	uint64_t cookie;              /* 0 until registered */
 	bool waiting;                 /* registered while the session was starting */
+	char probe[64];               /* its SLoPS responder "a.b.c.d:port" ("": none) */
 };
+
+/* A probe pbox-ctrld asked a rank to make (pboxd_sessions_probe_via), waiting for the
+ * rank's probe_result. */
+struct via_probe {
+	uint64_t id; /* 0: free slot */
+	uint32_t job, rank;
+	struct pboxd_member_ref *owner; /* the admin connection to answer */
+	uint64_t deadline_ms;
+};
+
+#define PBOXD_VIA_MAX 16u
 
 /* One allocation of a session's chunk state, handed to the allocator thread and back. */
 struct alloc_req {
@@ -103,6 +118,8 @@ struct pboxd_sessions {
 	struct pboxd_ckpt *ckpt; /* NULL: checkpoints off */
 	pboxd_publish_hook_fn publish_hook;
 	void *publish_hook_arg;
+	struct via_probe via[PBOXD_VIA_MAX];
+	uint64_t via_next_id;
 };
 
 static uint64_t mono_ns(void)
@@ -740,6 +757,108 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 
 /* The answer to a rank's accepted register in a running session: its cookie and the data
  * plane's geometry. Publishes the new cookie. */
+/* "a.b.c.d:port" with a port 1..65535. */
+static bool probe_addr_ok(const char *a)
+{
+	const char *colon = a != NULL ? strrchr(a, ':') : NULL;
+	char host[INET_ADDRSTRLEN], *end;
+	struct in_addr ia;
+	unsigned long port;
+
+	if (colon == NULL || (size_t)(colon - a) >= sizeof(host) || strlen(a) >= 64) {
+		return false;
+	}
+	memcpy(host, a, (size_t)(colon - a));
+	host[colon - a] = '\0';
+	port = strtoul(colon + 1, &end, 10);
+	return colon[1] != '\0' && *end == '\0' && port >= 1 && port <= 65535 &&
+	       inet_pton(AF_INET, host, &ia) == 1;
+}
+
+/* resp with "plan": rank's slice of j's plan when j holds one that has it (steals resp).
+ * A plan without a tree for the job is not sent (err says why, when given). */
+static json_t *with_plan(const struct job *j, uint32_t rank, json_t *resp, char *err, size_t errlen)
+{
+	struct pbox_plan *p = malloc(sizeof(*p));
+	char e[160];
+
+	if (p != NULL && resp != NULL && j->plan != NULL) {
+		if (pbox_ctl_plan_slice(j->plan->json, rank, j->cfg->workers, p, e, sizeof(e)) ==
+		    0) {
+			json_object_set_new(resp, "plan", pbox_ctl_plan_encode(p));
+		} else if (err != NULL) {
+			snprintf(err, errlen, "%s", e);
+		}
+	}
+	free(p);
+	return resp;
+}
+
+/* Tell every registered rank of j its slice of j's (new) plan. */
+static void push_plan(const struct job *j)
+{
+	uint32_t told = 0;
+	char err[160] = "";
+
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		const struct member *m = &j->members[r];
+		json_t *ev;
+
+		if (m->ref == NULL || m->cookie == 0) {
+			continue; /* not registered: gets it with the register answer */
+		}
+		ev = with_plan(j, r, json_pack("{s:s}", "event", "plan"), err, sizeof(err));
+		if (ev != NULL && json_object_get(ev, "plan") != NULL) {
+			m->ref->send_event(m->ref, ev);
+			told++;
+		}
+		json_decref(ev);
+	}
+	if (told > 0) {
+		PBOX_LOG_DEBUG(ADMIN, "job %u: plan revision %lld sent to %u rank(s)", j->cfg->id,
+			       (long long)j->plan->revision, told);
+	} else if (err[0] != '\0') {
+		/* Once per plan (not per rank): the ranks keep what they had. */
+		PBOX_LOG_WARN(ADMIN, "job %u: plan revision %lld not sent to the workers: %s",
+			      j->cfg->id, (long long)j->plan->revision, err);
+	}
+}
+
+static json_t *agents_of(const struct job *j)
+{
+	json_t *a = json_array();
+
+	for (uint32_t r = 0; a != NULL && r < j->cfg->workers; r++) {
+		if (j->members[r].ref != NULL && j->members[r].cookie != 0 &&
+		    j->members[r].probe[0] != '\0') {
+			json_array_append_new(a, json_pack("{s:I, s:s}", "rank", (json_int_t)r,
+							   "probe", j->members[r].probe));
+		}
+	}
+	return a;
+}
+
+/* Answer the owner of via-probe slot v with obj (stolen) and free the slot. */
+static void via_answer(struct via_probe *v, json_t *obj)
+{
+	if (obj != NULL && v->owner != NULL) {
+		v->owner->send_event(v->owner, obj);
+	}
+	json_decref(obj);
+	v->id = 0;
+}
+
+static void via_fail_rank(struct pboxd_sessions *s, uint32_t job, uint32_t rank, const char *why)
+{
+	for (uint32_t v = 0; v < PBOXD_VIA_MAX; v++) {
+		if (s->via[v].id != 0 && s->via[v].job == job && s->via[v].rank == rank) {
+			via_answer(&s->via[v],
+				   pbox_ctl_error(ECONNRESET, "probe via job %u rank %u: %s", job,
+						  rank, why));
+		}
+	}
+}
+
 static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			       struct pboxd_member_ref *ref)
 {
@@ -788,7 +907,8 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 	if (resp != NULL && j->cfg->dvf.enabled) {
 		json_object_set_new(resp, "dvf", pbox_dvf_job_to_json(&j->cfg->dvf));
 	}
-	return resp;
+	/* "plan": the rank's slice of the control plane's plan (common/ctlproto.h). */
+	return with_plan(j, ref->rank, resp, NULL, 0);
 }
 
 static void log_register_refusal(struct pboxd_sessions *s, const struct pboxd_member_ref *ref,
@@ -827,10 +947,17 @@ json_t *pboxd_sessions_register(struct pboxd_sessions *s, struct pboxd_member_re
 		return pbox_ctl_error(ECONNABORTED, "job %u was aborted: %s", j->cfg->id,
 				      j->abort_reason);
 	}
+	if (json_object_get(req, "probe") != NULL &&
+	    !probe_addr_ok(json_string_value(json_object_get(req, "probe")))) {
+		return pbox_ctl_error(EINVAL, "register: \"probe\" must be a numeric IPv4 "
+					      "\"a.b.c.d:port\" (the worker's probe responder)");
+	}
 	n = parse_keys(json_object_get(req, "keys"), s->cfg->limits.max_register_keys, &ks, &resp);
 	if (n < 0) {
 		return resp;
 	}
+	snprintf(m->probe, sizeof(m->probe), "%s",
+		 json_string_value(json_object_get(req, "probe")) ?: "");
 	if (j->st == SESS_IDLE) {
 		if (j->cfg->keys != NULL) {
 			resp = keys_differ(j, ks, (uint32_t)n, j->cfg->keys, j->cfg->nkeys,
@@ -1004,6 +1131,8 @@ static void remove_member(struct pboxd_sessions *s, struct job *j, uint32_t rank
 	m->ref = NULL;
 	m->cookie = 0;
 	m->waiting = false;
+	m->probe[0] = '\0';
+	via_fail_rank(s, j->cfg->id, rank, "the rank left the job");
 	j->nconnected--;
 	if (j->st == SESS_STARTING) {
 		return; /* the allocation's completion ends the session if nobody is left */
@@ -1040,6 +1169,11 @@ void pboxd_sessions_disconnect(struct pboxd_sessions *s, struct pboxd_member_ref
 	struct job *j;
 	char why[192];
 
+	for (uint32_t v = 0; v < PBOXD_VIA_MAX; v++) {
+		if (s->via[v].id != 0 && s->via[v].owner == ref) {
+			s->via[v].id = 0; /* nobody to answer any more */
+		}
+	}
 	if (!ref->joined) {
 		return;
 	}
@@ -1308,6 +1442,7 @@ static void evict_members(struct job *j, const char *reason)
 		ref->kick(ref);
 		j->members[r].ref = NULL;
 		j->members[r].waiting = false;
+		j->members[r].probe[0] = '\0';
 	}
 	j->nconnected = 0;
 	j->nregistered = 0;
@@ -1326,6 +1461,9 @@ int pboxd_sessions_job_remove(struct pboxd_sessions *s, uint32_t id, const char 
 		return -ENOENT;
 	}
 	snprintf(reason, sizeof(reason), "job %u was removed from the appliance (%s)", id, why);
+	for (uint32_t r = 0; r < j->cfg->workers; r++) {
+		via_fail_rank(s, id, r, "the job was removed");
+	}
 	evict_members(j, reason);
 	s->jobs_removed++;
 	if (j->st == SESS_STARTING) {
@@ -1370,6 +1508,16 @@ json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s)
 			json_object_set(o, "plan", j->plan->json);
 			json_object_set_new(o, "plan_revision", json_integer(j->plan->revision));
 		}
+		json_object_set_new(o, "agents", agents_of(j));
+		if (s->cfg->probe.enabled) { /* the appliance's own responder, for the workers */
+			char a[96];
+
+			snprintf(a, sizeof(a), "%s:%u",
+				 s->cfg->probe.address[0] ? s->cfg->probe.address
+							  : s->cfg->data_addr,
+				 (unsigned)s->cfg->probe.port);
+			json_object_set_new(o, "probe", json_string(a));
+		}
 	}
 	return arr;
 }
@@ -1402,6 +1550,7 @@ int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t 
 	s->plans_swapped++;
 	*held = rev;
 	PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld swapped in", id, (long long)rev);
+	push_plan(j);
 	return 0;
 }
 
@@ -1416,4 +1565,111 @@ void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created
 {
 	*created = s->jobs_created;
 	*removed = s->jobs_removed;
+}
+
+int pboxd_sessions_probe_via(struct pboxd_sessions *s, const json_t *req,
+			     struct pboxd_member_ref *owner, char *err, size_t errlen)
+{
+	const json_t *via = json_object_get(req, "via"), *rq = json_object_get(req, "request");
+	json_int_t jid = json_integer_value(json_object_get(via, "job")),
+		   rank = json_integer_value(json_object_get(via, "rank"));
+	uint64_t now = pboxd_now_ms(), budget;
+	struct via_probe *slot = NULL;
+	const struct member *m;
+	struct job *j;
+	json_t *ev;
+
+	if (!json_is_object(via) || json_object_size(via) != 2 ||
+	    !json_is_integer(json_object_get(via, "job")) ||
+	    !json_is_integer(json_object_get(via, "rank")) || !json_is_object(rq)) {
+		snprintf(err, errlen,
+			 "probe: \"via\" must be {\"job\": J, \"rank\": R} with a "
+			 "\"request\" object");
+		return -EINVAL;
+	}
+	j = jid >= 0 && jid <= UINT32_MAX ? find_job(s, (uint32_t)jid) : NULL;
+	if (j == NULL || rank < 0 || rank >= j->cfg->workers) {
+		snprintf(err, errlen, "probe via job %lld rank %lld: no such job or rank",
+			 (long long)jid, (long long)rank);
+		return -ENOENT;
+	}
+	m = &j->members[rank];
+	if (m->ref == NULL || m->cookie == 0 || m->probe[0] == '\0') {
+		snprintf(
+			err, errlen,
+			"probe via job %u rank %lld: the rank is not registered with a probe agent",
+			j->cfg->id, (long long)rank);
+		return -ENOENT;
+	}
+	for (uint32_t v = 0; v < PBOXD_VIA_MAX; v++) {
+		if (s->via[v].id != 0 && s->via[v].deadline_ms <= now) {
+			via_answer(&s->via[v],
+				   pbox_ctl_error(ETIMEDOUT,
+						  "probe via job %u rank %u: no answer in time",
+						  s->via[v].job, s->via[v].rank));
+		}
+		if (s->via[v].id == 0 && slot == NULL) {
+			slot = &s->via[v];
+		}
+	}
+	if (slot == NULL) {
+		snprintf(err, errlen, "probe via job %u rank %lld: %u probes wait already",
+			 j->cfg->id, (long long)rank, PBOXD_VIA_MAX);
+		return -EBUSY;
+	}
+	/* The worker decodes the request against its own limits; its budget bounds the wait
+	 * (plus the report timeouts and slack). */
+	budget = (uint64_t)json_integer_value(json_object_get(rq, "budget_ms"));
+	slot->id = ++s->via_next_id;
+	slot->job = j->cfg->id;
+	slot->rank = (uint32_t)rank;
+	slot->owner = owner;
+	slot->deadline_ms = now + (budget < 60000 ? budget : 60000) + 5000;
+	ev = json_pack("{s:s, s:I, s:O}", "event", "probe", "id", (json_int_t)slot->id, "request",
+		       rq);
+	if (ev == NULL) {
+		slot->id = 0;
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	m->ref->send_event(m->ref, ev);
+	json_decref(ev);
+	PBOX_LOG_INFO(ADMIN, "job %u: rank %lld asked to probe %s (probe %llu)", j->cfg->id,
+		      (long long)rank, json_string_value(json_object_get(rq, "peer")) ?: "?",
+		      (unsigned long long)slot->id);
+	return 0;
+}
+
+json_t *pboxd_sessions_probe_result(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+				    const json_t *req)
+{
+	const json_t *result;
+	const char *error;
+	uint64_t id;
+	int e;
+	char err[256];
+
+	if (!ref->joined) {
+		return pbox_ctl_error(EPROTO, "probe_result: say hello first");
+	}
+	if (pbox_ctl_probe_result_decode(req, &id, &result, &e, &error, err, sizeof(err)) != 0) {
+		return pbox_ctl_error(EINVAL, "%s", err);
+	}
+	for (uint32_t v = 0; v < PBOXD_VIA_MAX; v++) {
+		struct via_probe *vp = &s->via[v];
+
+		if (vp->id != id || vp->job != ref->job || vp->rank != ref->rank) {
+			continue;
+		}
+		if (result != NULL) {
+			/* pbox-ctrld validates the result (probe_msg.h) as it does pboxd's own. */
+			via_answer(vp, json_pack("{s:b, s:O}", "ok", 1, "result", result));
+		} else {
+			via_answer(vp, pbox_ctl_error(e, "job %u rank %u: %s", ref->job, ref->rank,
+						      error));
+		}
+		return NULL;
+	}
+	/* Late (timed out, or its asker left): dropped. */
+	return NULL;
 }

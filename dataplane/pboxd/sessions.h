@@ -161,8 +161,27 @@ int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t 
 			    int64_t *held, char *err, size_t errlen);
 struct pboxd_job_plan *const *pboxd_sessions_plan_slot(struct pboxd_sessions *s, uint32_t id);
 
+/*
+ * Probes by workers (issue 11; libpbox/probe.h): pbox-ctrld's admin request {"op":"probe",
+ * "via":{"job":J,"rank":R},"request":{...}} is forwarded to rank R of job J as
+ * {"event":"probe","id":N,"request":{...}} (the rank checks the request against its own
+ * limits). pboxd_sessions_probe_via returns 0 when it was forwarded: the answer
+ * ({"ok":true,"result":{...}} or the rank's refusal) goes to owner->send_event when the
+ * rank's probe_result arrives, or ETIMEDOUT / ECONNRESET when it does not in time or the
+ * rank leaves; nothing when the owner has disconnected first. Errors (nothing sent):
+ * -EINVAL (malformed), -ENOENT (no such job or rank, or no probe agent registered), -EBUSY
+ * (PBOXD_VIA_MAX wait already), -ENOMEM, with err. pboxd_sessions_probe_result handles a
+ * rank's {"op":"probe_result"}: NULL (no reply), or an error object when malformed.
+ * Control thread only.
+ */
+int pboxd_sessions_probe_via(struct pboxd_sessions *s, const json_t *req,
+			     struct pboxd_member_ref *owner, char *err, size_t errlen);
+json_t *pboxd_sessions_probe_result(struct pboxd_sessions *s, struct pboxd_member_ref *ref,
+				    const json_t *req);
+
 /* Every job with its definition's main settings and its session (and its plan with
- * "plan_revision" when it holds one): a JSON array. */
+ * "plan_revision" when it holds one, and "agents": [{"rank","probe"}], the registered
+ * ranks' probe responders): a JSON array. */
 json_t *pboxd_sessions_job_list(const struct pboxd_sessions *s);
 /* Jobs created and removed at run time so far. */
 void pboxd_sessions_job_counts(const struct pboxd_sessions *s, uint64_t *created,

@@ -101,6 +101,23 @@ static void print_plan(const json_t *plan)
 		}
 	}
 	printf("\n");
+	if (json_is_object(json_object_get(plan, "phub"))) {
+		const json_t *ph = json_object_get(plan, "phub");
+
+		/* PHub's rule (ctrlplane/ctrld/plan.h): the recommendation and its inputs. */
+		printf("  phub: %s (%" PRIu64 " rack(s) x %" PRIu64 " workers; core %.0f, "
+		       "appliance %.0f, worker %.0f%s Mbit/s; flat %.3g s/Gbit, hierarchical "
+		       "%.3g s/Gbit): %s\n",
+		       json_string_value(json_object_get(ph, "recommend")) ?: "-",
+		       pbox_cli_json_u64(ph, "racks"), pbox_cli_json_u64(ph, "workers_per_rack"),
+		       json_number_value(json_object_get(ph, "core_bps")) / 1e6,
+		       json_number_value(json_object_get(ph, "appliance_bps")) / 1e6,
+		       json_number_value(json_object_get(ph, "worker_bps")) / 1e6,
+		       json_is_true(json_object_get(ph, "worker_bps_measured")) ? " measured" : "",
+		       json_number_value(json_object_get(ph, "flat_s_per_bit")) * 1e9,
+		       json_number_value(json_object_get(ph, "hierarchical_s_per_bit")) * 1e9,
+		       json_string_value(json_object_get(ph, "reason")) ?: "");
+	}
 }
 
 static void print_list(const json_t *jobs)

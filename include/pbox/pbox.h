@@ -80,6 +80,14 @@ struct pbox_client_opts {
 	uint32_t window_bytes;  /* ... and their bytes (0: 4 MiB; one chunk may always go) */
 	const char *fault;      /* fault injection spec, see PBOX_FAULT (NULL: env / none) */
 	bool busy_poll;         /* progress thread spins instead of sleeping when idle */
+	/* The SLoPS probe agent (pbox-ctrld measures this worker's paths through it): "off",
+	 * or the UDP "ADDR:PORT" its responder listens on (port 0: any free port). NULL: env
+	 * PBOX_PROBE, else on (the data socket's address, any free port). The agent probes
+	 * only when pbox-ctrld asks through pboxd, at most at PBOX_PROBE_MAX_RATE (env, e.g.
+	 * "200mbit"; default 1gbit) for PBOX_PROBE_MAX_BUDGET_S seconds (default 10);
+	 * PBOX_PROBE_REALTIME=1 paces its streams from a SCHED_FIFO thread (needs
+	 * CAP_SYS_NICE; a busy training process otherwise disturbs them). */
+	const char *probe;
 };
 
 enum pbox_job_mode_public {
@@ -242,6 +250,56 @@ uint32_t pbox_update_clock(const struct pbox_update *u);
 uint32_t pbox_update_version(const struct pbox_update *u);
 /* Free the optimizer state (not the models). NULL is a no-op. */
 void pbox_update_close(struct pbox_update *u);
+
+/*
+ * The control plane's plan for this rank (pbox-ctrld computes it, pboxd forwards it over
+ * the control channel: with the register answer and whenever it changes; see README
+ * "Broadcast trees and DVF thresholds"). Consumers: the DVF filter (which threshold to
+ * push with) and TSB relaying (whom to forward the broadcast to). Without a control plane
+ * no plan ever arrives (revision 0): push with the job's own delta_low and take results
+ * from the appliance, as before.
+ */
+enum pbox_plan_link {
+	PBOX_PLAN_LINK_UNKNOWN = 0,  /* not measured (counts as sufficient) */
+	PBOX_PLAN_LINK_SUFFICIENT,   /* available bandwidth >= min_rate (with hysteresis) */
+	PBOX_PLAN_LINK_INSUFFICIENT, /* below it */
+};
+
+#define PBOX_PLAN_MAX_CHILDREN 1024u /* pbox-ctrld's largest tree degree */
+#define PBOX_PLAN_PARENT_ROOT  (-1)  /* parent: the appliance */
+
+struct pbox_plan {
+	int64_t revision; /* of the tree; 0: no plan received (every other field zero) */
+	/* DVF thresholds (Parameter Flow): this rank pushes with `delta`, which is delta_up
+	 * when its link is insufficient (push_up), else delta_low. */
+	double delta;
+	bool push_up;
+	enum pbox_plan_link link;
+	double link_bps; /* the estimate the link state came from (0: none) */
+	/* what the appliance (root) broadcasts with: delta_up when any rank's link is
+	 * insufficient */
+	double broadcast_delta;
+	bool broadcast_up;
+	double delta_low, delta_up, min_rate_bps;
+	/* Tree position (ranks; the appliance is PBOX_PLAN_PARENT_ROOT): this rank gets the
+	 * broadcast from parent and relays it to children[0 .. nchildren-1]. depth: 1 for a
+	 * child of the appliance. */
+	int32_t parent;
+	uint32_t depth;
+	uint32_t nchildren;
+	uint32_t children[PBOX_PLAN_MAX_CHILDREN];
+	/* PHub's recommendation for the job (papers/phub.md): "single" (one appliance),
+	 * "hierarchical" (rack-local reduction first), "" (not computed). */
+	char phub[16];
+};
+
+/* Copy the current plan into *out (revision 0: none yet). Any thread; 0, or -EINVAL (NULL
+ * argument). A plan change is logged by the library (INFO, "job J rank R: plan revision
+ * N: ..."). */
+int pbox_plan_get(struct pbox_client *c, struct pbox_plan *out);
+/* The current plan's revision (0: none), without copying: a cheap check per iteration
+ * before calling pbox_plan_get. Any thread. */
+int64_t pbox_plan_revision(const struct pbox_client *c);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.
  * Operations still in flight, or submitted and not yet started, fail with -ECANCELED

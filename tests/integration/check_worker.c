@@ -35,6 +35,7 @@ struct opts {
 	int stall_iter; /* this rank stops responding (sleeps) at this iteration */
 	int exit_iter;  /* this rank exits abruptly at this iteration */
 	unsigned sleep_ms;
+	const char *stop_file; /* holds T: end after iteration T (all ranks read the same) */
 	float lr;
 	const char *opt;
 	uint32_t timeout_ms;
@@ -55,7 +56,7 @@ static void usage(void)
 	printf("Usage: pbox-check-worker --server H:P --job J --token T --rank R --workers N\n"
 	       "         --keys N1,N2,... [--iters K] [--server-opt] [--sum] [--lr X]\n"
 	       "         [--optimizer NAME] [--timeout-ms MS] [--async] [--expect-fail]\n"
-	       "         [--exit-at T] [--stall-at T]\n"
+	       "         [--exit-at T] [--stall-at T] [--stop-file F] [--sleep-ms MS]\n"
 	       "Pushes known gradients and checks every result exactly.\n");
 }
 
@@ -70,6 +71,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "optimizer", 1, NULL, 'O' }, { "timeout-ms", 1, NULL, 'T' },
 		{ "async", 0, NULL, 'A' },     { "expect-fail", 0, NULL, 'F' },
 		{ "exit-at", 1, NULL, 'X' },   { "stall-at", 1, NULL, 'Z' },
+		{ "stop-file", 1, NULL, 'Q' }, { "sleep-ms", 1, NULL, 'P' },
 		{ "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
 	};
 	uint32_t at;
@@ -145,6 +147,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'Z':
 			rc = pbox_arg_u32(PROG, "--stall-at", optarg, 0, INT32_MAX, &at);
 			o->stall_iter = (int)at;
+			break;
+		case 'Q':
+			o->stop_file = optarg;
+			break;
+		case 'P':
+			rc = pbox_arg_u32(PROG, "--sleep-ms", optarg, 0, 60000, &o->sleep_ms);
 			break;
 		case 'h':
 			usage();
@@ -307,6 +315,22 @@ int main(int argc, char **argv)
 		}
 	}
 	for (uint32_t t = 0; t < o.iters; t++) {
+		if (o.stop_file != NULL && t % 8 == 0) {
+			/* A test ends a long run: every rank stops after the same iteration T
+			 * (it writes a T that no rank has reached yet). */
+			FILE *f = fopen(o.stop_file, "r");
+			unsigned long stop;
+
+			if (f != NULL && fscanf(f, "%lu", &stop) == 1 && stop < o.iters) {
+				o.iters = stop > t ? (uint32_t)stop : t + 1;
+			}
+			if (f != NULL) {
+				fclose(f);
+			}
+		}
+		if (o.sleep_ms > 0 && t > 0) { /* "compute" time: a lighter load on the links */
+			usleep(o.sleep_ms * 1000u);
+		}
 		if ((int)t == o.exit_iter) {
 			fprintf(stderr, "rank %u: exiting abruptly at iteration %u\n", o.rank, t);
 			_exit(3);

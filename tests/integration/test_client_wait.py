@@ -18,7 +18,7 @@ class Opts(ctypes.Structure):
                 ("local_addr", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
                 ("rto_ms", ctypes.c_uint32), ("max_inflight", ctypes.c_uint32),
                 ("window_bytes", ctypes.c_uint32), ("fault", ctypes.c_char_p),
-                ("busy_poll", ctypes.c_bool)]
+                ("busy_poll", ctypes.c_bool), ("probe", ctypes.c_char_p)]
 
 
 class KeyInfo(ctypes.Structure):

@@ -8,7 +8,11 @@
  *  - an unchanged matrix gives back the previous plan itself; a change of state gives a new
  *    revision; the tree is valid for the placement;
  *  - placements of the wrong length or with unknown hosts are refused, and a job larger
- *    than degree and depth allow is -ENOSPC.
+ *    than degree and depth allow is -ENOSPC;
+ *  - with the ranks' own probe agents (the pboxd's job entry): both directions are read,
+ *    a rank's link is the lower, an unconverged estimate counts as its r_min, a measured
+ *    worker -> worker edge costs 1e9 / its bandwidth; PHub's rule recommends a hierarchy
+ *    across racks exactly when the core is the bottleneck.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -18,6 +22,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <math.h>
+#include <stdbool.h>
 
 #include "plan.h"
 
@@ -83,7 +89,8 @@ static json_t *step(const struct ctrld_plan_cfg *pc, const json_t *pl, double bp
 	json_t *bw = matrix(bps0, bps1), *out = NULL;
 	char err[256];
 
-	assert_int_equal(ctrld_plan_compute(pc, "a", 3, pl, bw, prev, &out, err, sizeof(err)), 0);
+	assert_int_equal(ctrld_plan_compute(pc, "a", 3, pl, bw, NULL, prev, &out, err, sizeof(err)),
+			 0);
 	json_decref(bw);
 	json_decref(prev);
 	return out;
@@ -143,6 +150,81 @@ static void test_links_and_hysteresis(void **state)
 	json_decref(pl);
 }
 
+/* A matrix entry from -> to with [lo, hi], converged or not. */
+static void entry(json_t *pairs, const char *from, const char *to, double lo, double hi, bool conv)
+{
+	json_array_append_new(pairs,
+			      json_pack("{s:s, s:s, s:I, s:{s:f, s:f, s:[s]}}", "from", from, "to",
+					to, "probes", 1, "estimate", "r_min_bps", lo, "r_max_bps",
+					hi, "flags", conv ? "converged" : "budget"));
+}
+
+static double wnum(const json_t *plan, size_t rank, const char *name)
+{
+	return json_number_value(json_object_get(
+		json_array_get(json_object_get(json_object_get(plan, "thresholds"), "workers"),
+			       rank),
+		name));
+}
+
+static void test_agents_and_phub(void **state)
+{
+	(void)state;
+	struct ctrld_plan_cfg pc;
+	json_t *pairs = json_array(), *bw, *ag, *out = NULL, *ph;
+	json_t *pl = json_pack("[s, s, s]", "w0", "w1", "w2");
+	char err[256];
+
+	cfg(&pc);
+	ag = json_pack("{s:s, s:[{s:i, s:s}, {s:i, s:s}, {s:i, s:s}]}", "probe", "10.0.0.1:9",
+		       "agents", "rank", 0, "probe", "10.0.0.2:5", "rank", 1, "probe", "10.0.0.3:5",
+		       "rank", 2, "probe", "10.0.0.4:5");
+	entry(pairs, "a", "10.0.0.2:5", 99e6, 101e6, true);         /* down 100 */
+	entry(pairs, "10.0.0.2:5", "10.0.0.1:9", 39e6, 41e6, true); /* up 40: the link */
+	entry(pairs, "a", "10.0.0.3:5", 60e6, 300e6, false);        /* unconverged: 60 */
+	entry(pairs, "10.0.0.2:5", "10.0.0.4:5", 19e6, 21e6, true); /* worker -> worker */
+	bw = json_pack("{s:b, s:o}", "ok", 1, "pairs", pairs);
+	assert_int_equal(ctrld_plan_compute(&pc, "a", 3, pl, bw, ag, NULL, &out, err, sizeof(err)),
+			 0);
+	assert_true(fabs(wnum(out, 0, "down_bps") - 100e6) < 1);
+	assert_true(fabs(wnum(out, 0, "up_bps") - 40e6) < 1);
+	assert_true(fabs(wnum(out, 0, "bw_bps") - 40e6) < 1);
+	assert_string_equal(link_of(out, 0), "insufficient"); /* 40 < 45 */
+	assert_true(fabs(wnum(out, 1, "bw_bps") - 60e6) < 1);
+	assert_string_equal(link_of(out, 1), "sufficient");
+	assert_string_equal(link_of(out, 2), "unknown");
+	assert_string_equal(broadcast(out), "delta_up");
+	/* Placement w0 (edge 0), w1 (edge 1), w2 (edge 2): three racks of one worker; with
+	 * 40 Gbit/s of core the flat exchange wins. */
+	ph = json_object_get(out, "phub");
+	assert_string_equal(json_string_value(json_object_get(ph, "recommend")), "single");
+	assert_int_equal(json_integer_value(json_object_get(ph, "racks")), 3);
+	assert_true(json_is_true(json_object_get(ph, "worker_bps_measured")));
+	json_decref(out);
+	/* A core far slower than the workers' links: reduce per rack first. N(R-1)/(R B_core)
+	 * = 2/(3 * 1e6) against max(1/1e11, 1/40e6) + 2/(3 * 1e6). */
+	pc.phub_core_bps = 1e6;
+	assert_int_equal(ctrld_plan_compute(&pc, "a", 3, pl, bw, ag, NULL, &out, err, sizeof(err)),
+			 0);
+	ph = json_object_get(out, "phub");
+	/* One worker per rack: the hierarchy saves nothing (equal core terms, plus the local
+	 * step): still single. */
+	assert_string_equal(json_string_value(json_object_get(ph, "recommend")), "single");
+	json_decref(out);
+	json_decref(pl);
+	/* Two racks of two: the flat exchange pushes 2 workers' data across the core. */
+	pl = json_pack("[s, s, s, s]", "w0", "w0", "w1", "w1");
+	assert_int_equal(
+		ctrld_plan_compute(&pc, "a", 4, pl, bw, NULL, NULL, &out, err, sizeof(err)), 0);
+	ph = json_object_get(out, "phub");
+	assert_string_equal(json_string_value(json_object_get(ph, "recommend")), "hierarchical");
+	assert_int_equal(json_integer_value(json_object_get(ph, "workers_per_rack")), 2);
+	json_decref(out);
+	json_decref(pl);
+	json_decref(bw);
+	json_decref(ag);
+}
+
 static void test_placement_and_size(void **state)
 {
 	(void)state;
@@ -158,11 +240,12 @@ static void test_placement_and_size(void **state)
 	assert_non_null(strstr(err, "placement[1]"));
 	pc.degree = 2;
 	pc.depth = 2; /* 6 workers at most */
-	assert_int_equal(ctrld_plan_compute(&pc, "a", 7, NULL, NULL, NULL, &out, err, sizeof(err)),
-			 -ENOSPC);
+	assert_int_equal(
+		ctrld_plan_compute(&pc, "a", 7, NULL, NULL, NULL, NULL, &out, err, sizeof(err)),
+		-ENOSPC);
 	assert_null(out);
-	assert_int_equal(ctrld_plan_compute(&pc, "a", 6, NULL, NULL, NULL, &out, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		ctrld_plan_compute(&pc, "a", 6, NULL, NULL, NULL, NULL, &out, err, sizeof(err)), 0);
 	assert_string_equal(
 		json_string_value(json_object_get(json_object_get(out, "tree"), "costs")),
 		"uniform");
@@ -176,6 +259,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_links_and_hysteresis),
 		cmocka_unit_test(test_placement_and_size),
+		cmocka_unit_test(test_agents_and_phub),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
