@@ -30,6 +30,7 @@
 #include "common/jobdesc.h"
 #include "common/log.h"
 #include "dvf/dvf_job.h"
+#include "dvf_push.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "probe.h"
@@ -427,6 +428,19 @@ static void record_failure(struct pbox_client *c, int err, const char *msg)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* The DVF push filter's delta_low / delta_up switch follows the plan's push_up (called
+ * with c->lock held, whenever the plan or the node changes). */
+static void dvf_plan(struct pbox_client *c)
+{
+	struct pbox_dvf_push *p = c->node != NULL ? pbox_node_dvf(c->node) : NULL;
+
+	if (p != NULL) {
+		pbox_dvf_push_set_plan(p, c->plan.revision == 0 ? PBOX_DVF_PLAN_NONE
+					  : c->plan.push_up     ? PBOX_DVF_PLAN_UP
+								: PBOX_DVF_PLAN_LOW);
+	}
+}
+
 /* A rank plan from pboxd (register answer or plan event): decode strictly, publish, log
  * what changed. A malformed one is logged and ignored (the previous plan stays). */
 static void plan_event(struct pbox_client *c, const json_t *j)
@@ -450,6 +464,7 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 	if (np->revision > old) {
 		c->plan = *np;
 		__atomic_store_n(&c->plan_rev, np->revision, __ATOMIC_RELEASE);
+		dvf_plan(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (np->revision <= old) {
@@ -926,6 +941,9 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 		rc = fail(-ENOMEM, "register: out of memory for the worker node");
 		goto out;
 	}
+	pthread_mutex_lock(&c->lock);
+	dvf_plan(c); /* a plan that came with the register answer */
+	pthread_mutex_unlock(&c->lock);
 	fcntl(c->ctl_fd, F_SETFL, fcntl(c->ctl_fd, F_GETFL) | O_NONBLOCK);
 	rc = pthread_create(&c->thread, NULL, progress_main, c);
 	if (rc != 0) {

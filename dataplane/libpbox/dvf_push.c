@@ -22,6 +22,7 @@ struct pbox_dvf_push {
 	uint16_t *len;     /* per (chunk, lane, fragment): bytes of the encoded fragment */
 	uint64_t *len_off; /* per chunk: its first entry in len (lane-major inside) */
 	uint64_t total;    /* model bytes */
+	uint32_t plan;     /* enum pbox_dvf_plan (atomic: set by the client's threads) */
 	struct pbox_dvf_push_stats st;
 };
 
@@ -83,7 +84,19 @@ void pbox_dvf_push_destroy(struct pbox_dvf_push *p)
 
 enum pbox_dvf_link pbox_dvf_push_link(const struct pbox_dvf_push *p)
 {
-	return p->cfg.link;
+	switch (__atomic_load_n(&p->plan, __ATOMIC_RELAXED)) {
+	case PBOX_DVF_PLAN_LOW:
+		return PBOX_DVF_LINK_SUFFICIENT;
+	case PBOX_DVF_PLAN_UP:
+		return PBOX_DVF_LINK_INSUFFICIENT;
+	default:
+		return p->cfg.link;
+	}
+}
+
+void pbox_dvf_push_set_plan(struct pbox_dvf_push *p, enum pbox_dvf_plan plan)
+{
+	__atomic_store_n(&p->plan, (uint32_t)plan, __ATOMIC_RELAXED);
 }
 
 float pbox_dvf_push_threshold(const struct pbox_dvf_push *p, uint32_t t)

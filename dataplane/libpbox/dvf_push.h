@@ -47,10 +47,21 @@ void pbox_dvf_push_destroy(struct pbox_dvf_push *p);
 
 /*
  * The link state pushes are filtered for: the switch between delta_low and delta_up. The
- * job's configured state until the control plane's plan is delivered to libpbox (then
- * its thresholds for this rank decide here).
+ * control plane's plan for this rank decides once one arrived (pbox_dvf_push_set_plan:
+ * its push_up); until then the job's configured `link`. The numerators stay the job's:
+ * the plan's are in pbox-ctrld's units, not necessarily the job's values'.
  */
 enum pbox_dvf_link pbox_dvf_push_link(const struct pbox_dvf_push *p);
+
+/* What the plan says of this rank's push links (libpbox's client, on a plan change):
+ * PBOX_DVF_PLAN_NONE (no plan: the job's link), _LOW (sufficient or not measured),
+ * _UP (insufficient). Any thread (an atomic store read by the next filter). */
+enum pbox_dvf_plan {
+	PBOX_DVF_PLAN_NONE = 0,
+	PBOX_DVF_PLAN_LOW,
+	PBOX_DVF_PLAN_UP,
+};
+void pbox_dvf_push_set_plan(struct pbox_dvf_push *p, enum pbox_dvf_plan plan);
 
 /* The threshold of a push of iteration t: pbox_dvf_threshold(params, link, t). */
 float pbox_dvf_push_threshold(const struct pbox_dvf_push *p, uint32_t t);

@@ -500,6 +500,29 @@ static void test_nonfinite_block(void **state)
 	sim_fini(&s);
 }
 
+/* The delta_low / delta_up switch: the job's link until a plan says (push_up). */
+static void test_plan_switch(void **state)
+{
+	struct pbox_dvf_job dvf = dvf_cfg("none", PBOX_DVF_LINK_INSUFFICIENT);
+	struct sim_job_cfg cfg = base_cfg(1, &dvf);
+	struct pbox_dvf_push *p;
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	p = pbox_node_dvf(s.node[0]);
+	assert_int_equal(pbox_dvf_push_link(p), PBOX_DVF_LINK_INSUFFICIENT); /* the job's */
+	assert_true(pbox_dvf_push_threshold(p, 3) == dvf.params.delta_up / 2.0f);
+	pbox_dvf_push_set_plan(p, PBOX_DVF_PLAN_LOW);
+	assert_int_equal(pbox_dvf_push_link(p), PBOX_DVF_LINK_SUFFICIENT);
+	assert_true(pbox_dvf_push_threshold(p, 3) == dvf.params.delta_low / 2.0f);
+	pbox_dvf_push_set_plan(p, PBOX_DVF_PLAN_UP);
+	assert_true(pbox_dvf_push_threshold(p, 0) == dvf.params.delta_up);
+	pbox_dvf_push_set_plan(p, PBOX_DVF_PLAN_NONE);
+	assert_int_equal(pbox_dvf_push_link(p), PBOX_DVF_LINK_INSUFFICIENT);
+	sim_fini(&s);
+}
+
 /* Server-optimizer jobs: pushes are filtered blocks, models come back dense. */
 static void test_server_opt(void **state)
 {
@@ -557,7 +580,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_wire_forms),      cmocka_unit_test(test_bad_blocks),
 		cmocka_unit_test(test_invariants),      cmocka_unit_test(test_sparse_dense_lossy),
-		cmocka_unit_test(test_nonfinite_block), cmocka_unit_test(test_server_opt),
+		cmocka_unit_test(test_nonfinite_block), cmocka_unit_test(test_plan_switch),
+		cmocka_unit_test(test_server_opt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
