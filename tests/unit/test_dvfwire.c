@@ -422,6 +422,7 @@ static void train(const struct sim_job_cfg *cfg, struct run *R, uint64_t chaos_s
 		assert_true(SIM_STAT(&s, dvf_out_bytes) < SIM_STAT(&s, dvf_out_dense));
 	}
 	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_BLOCK]), 0);
+	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_BAD_CHECKSUM]), 0);
 	sim_fini(&s);
 }
 
@@ -433,6 +434,7 @@ static void test_invariants(void **state)
 	struct sim_job_cfg cfg = base_cfg(3, &dvf);
 
 	(void)state;
+	cfg.verify_crc = true; /* the version words cover the blocks' bytes */
 	train(&cfg, &R, 0);
 	/* delta_up, no codec, arrival order: the same invariants */
 	cfg = base_cfg(2, &up);
