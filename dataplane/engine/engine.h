@@ -37,6 +37,10 @@
  * A worker at most s iterations ahead of the slowest needs U^u kept until the slowest has
  * it: broadcast jobs need window >= 2s + 2 (pboxd enforces it).
  *
+ * Payloads are dense floats or, for jobs with DVF, DVF blocks: engine/encoding.h says how
+ * blocks are validated, aggregated (deterministic mode included) and how the results of
+ * such jobs are filtered.
+ *
  * Addresses: a rank's first valid datagram to a core under its current cookie pins the
  * address replies go to; datagrams with that cookie from anywhere else are dropped
  * (bad_source) and never answered, so a valid cookie cannot aim replies at a victim.

@@ -37,7 +37,11 @@
  *    buffer while the push was in flight) fails the operation instead of sending torn
  *    data, and an appliance that verifies the words drops corrupted fragments;
  *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
- *    and a message saying what was and was not received.
+ *    and a message saying what was and was not received;
+ *  - jobs with DVF (cfg.dvf): a chunk of a push is filtered and encoded once, when it
+ *    starts sending, and every resend sends those bytes (libpbox/dvf_push.h: the
+ *    residual is applied once per push); result fragments may come as DVF blocks,
+ *    decoded in full before any lane takes them (bad ones counted as bad_block).
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
  * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
  * it consumed the data, so the caller's buffer is free exactly then.
