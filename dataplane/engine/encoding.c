@@ -60,12 +60,17 @@ static enum pbox_drop_reason dvf_decode(struct pbox_engine *e, const struct pbox
 {
 	struct pbox_enc_core *ec = enc_core(e);
 	enum pbox_dvf_reject why = PBOX_DVF_REJ_TRUNCATED;
-	const void *buf = pay[0].base;
-	size_t len = npay > 0 ? pay[0].len : 0;
+	const void *buf;
+	size_t len;
 
 	if (pbox_unlikely(ec == NULL)) {
 		return PBOX_DROP_BAD_BLOCK;
 	}
+	if (pbox_unlikely(npay == 0)) {
+		goto reject;
+	}
+	buf = pay[0].base;
+	len = pay[0].len;
 	if (npay > 1) {
 		/* A block in pieces (a segmented receive): make it contiguous. The wire check
 		 * bounded it by the fragment's dense length. */
