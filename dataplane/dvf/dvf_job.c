@@ -29,6 +29,20 @@ json_t *pbox_dvf_job_to_json(const struct pbox_dvf_job *j)
 			 j->enc.dense_bitmap);
 }
 
+enum pbox_dvf_link pbox_dvf_plan_broadcast_link(const json_t *plan, enum pbox_dvf_link dflt)
+{
+	const char *sel = json_string_value(json_object_get(
+		json_object_get(json_object_get(plan, "thresholds"), "broadcast"), "select"));
+
+	if (sel != NULL && strcmp(sel, "delta_up") == 0) {
+		return PBOX_DVF_LINK_INSUFFICIENT;
+	}
+	if (sel != NULL && strcmp(sel, "delta_low") == 0) {
+		return PBOX_DVF_LINK_SUFFICIENT;
+	}
+	return dflt;
+}
+
 int pbox_dvf_job_from_json(const json_t *o, struct pbox_dvf_job *j, char *err, size_t errlen)
 {
 	const json_t *low = json_object_get(o, "low"), *up = json_object_get(o, "up");

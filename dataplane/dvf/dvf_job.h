@@ -47,4 +47,12 @@ json_t *pbox_dvf_job_to_json(const struct pbox_dvf_job *j);
  */
 int pbox_dvf_job_from_json(const json_t *o, struct pbox_dvf_job *j, char *err, size_t errlen);
 
+/*
+ * The link state the appliance filters a job's broadcasts with, from the control plane's
+ * plan ({"thresholds": {"broadcast": {"select": "delta_low" | "delta_up"}}}: PF's rule,
+ * delta_up when some link of the job is insufficient): dflt (the job's own `link`) when
+ * plan is NULL or does not say.
+ */
+enum pbox_dvf_link pbox_dvf_plan_broadcast_link(const json_t *plan, enum pbox_dvf_link dflt);
+
 #endif /* PBOX_DVF_JOB_H */

@@ -93,9 +93,10 @@ void pbox_enc_core_free(struct pbox_enc_core *ec);
 bool pbox_enc_job_filters_results(const struct pbox_job *job);
 
 /*
- * The link state the appliance filters results with: the job's configured one (the
- * switch point for the control plane's plan: pbox-ctrld's thresholds broadcast with
- * delta_low unless some rank's link is insufficient).
+ * The link state the appliance filters results with: job->dvf.link, which pboxd sets
+ * from the control plane's plan when it has one (broadcast select: delta_up when some
+ * link of the job is insufficient) and from the job's `link` otherwise, republishing the
+ * table when a new plan arrives.
  */
 enum pbox_dvf_link pbox_enc_result_link(const struct pbox_job *job);
 

@@ -421,6 +421,8 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->checkpoint = c->checkpoint;
 	pj->non_finite = c->non_finite;
 	pj->dvf = c->dvf;
+	pj->dvf.link = pbox_dvf_plan_broadcast_link(j->plan != NULL ? j->plan->json : NULL,
+						    c->dvf.link); /* the plan's, if it says */
 	pj->wire.accepts_dvf = c->dvf.enabled;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
@@ -1548,6 +1550,9 @@ int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t 
 	}
 	plan_swap(s, j, np);
 	s->plans_swapped++;
+	if (j->cfg->dvf.enabled && is_published(j)) {
+		publish(s); /* the cores filter broadcasts by the new plan (fill_job) */
+	}
 	*held = rev;
 	PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld swapped in", id, (long long)rev);
 	push_plan(j);
