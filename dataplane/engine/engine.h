@@ -39,6 +39,10 @@
  * slowest, with `credits` operations per key, needs U^u kept until the slowest has it:
  * broadcast jobs need window >= 2s + 1 + credits (pbox_job_min_window, enforced by pboxd).
  *
+ * Payloads are dense floats or, for jobs with DVF, DVF blocks: engine/encoding.h says how
+ * blocks are validated, aggregated (deterministic mode included) and how the results of
+ * such jobs are filtered.
+ *
  * Addresses: a rank's first valid datagram to a core under its current cookie pins the
  * address replies go to; datagrams with that cookie from anywhere else are dropped
  * (bad_source) and never answered, so a valid cookie cannot aim replies at a victim.
@@ -81,6 +85,15 @@ struct pbox_core_stats {
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
 	uint64_t membership_changes; /* reconciliations after ranks left */
 	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
+	uint64_t dvf_blocks;         /* DVF blocks received and decoded (engine/encoding.h) */
+	uint64_t dvf_rejects[PBOX_DVF_REJ_COUNT_REASONS]; /* why blocks were refused */
+	uint64_t dvf_in_bytes;  /* PUSH payload bytes of jobs with DVF (blocks or dense) */
+	uint64_t dvf_in_dense;  /* the bytes they stand for, dense */
+	uint64_t dvf_in_vals;   /* values they carry (a dense fragment: all) */
+	uint64_t dvf_out_frags; /* result fragments filtered (jobs with DVF) */
+	uint64_t dvf_out_bytes; /* their bytes as sent */
+	uint64_t dvf_out_dense; /* their bytes dense */
+	uint64_t dvf_out_vals;  /* values they carry (the rest stays in the residual) */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */
@@ -105,7 +118,14 @@ struct pbox_engine {
 	 * table may be allocated where a freed one was). */
 	const struct pbox_jobtab *seen_tab;
 	uint64_t seen_tab_generation;
+	/* Decoders' and encoders' scratch (engine/encoding.h): created on the first DVF
+	 * payload, freed by pbox_engine_fini. Zero-initialise it with the rest. */
+	struct pbox_enc_core *enc;
 };
+
+/* Free what the engine allocated for itself (the encodings' scratch); the engine may be
+ * used again afterwards (it allocates anew). */
+void pbox_engine_fini(struct pbox_engine *e);
 
 /*
  * Handle one datagram of len bytes received from peer `from`, against job table tab
