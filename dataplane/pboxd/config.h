@@ -229,7 +229,7 @@ struct pboxd_config {
 	struct pboxd_xdp_cfg xdp;
 	struct pbox_afxdp_cfg afxdp;
 	struct pboxd_probe_cfg probe;
-	struct pboxd_shm_cfg shm; /* transport/shm/shm_config.h */
+	struct pboxd_shm_cfg shm;        /* transport/shm/shm_config.h */
 	int log_format;                  /* enum pbox_log_format; -1: not set (environment) */
 	struct pbox_metrics_cfg metrics; /* top-level `metrics` group (common/metrics.h) */
 	struct pboxd_job_cfg *jobs;

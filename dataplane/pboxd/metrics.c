@@ -87,6 +87,29 @@ static void cores(struct pbox_prom *p, const json_t *arr)
 				      (uint64_t)json_integer_value(v));
 		}
 	}
+	/* DVF counters (`dvf` object of each core, jobs with a dvf group): one family per
+	 * integer member, pboxd_core_dvf_<member>_total{core}. */
+	{
+		json_t *dv = json_array();
+
+		json_array_foreach(arr, i, o)
+		{
+			const json_t *d = json_object_get(o, "dvf");
+			json_t *c;
+
+			if (dv == NULL || !json_is_object(d) ||
+			    (c = json_copy((json_t *)d)) == NULL) {
+				continue;
+			}
+			json_object_set(c, "core", json_object_get(o, "core"));
+			json_array_append_new(dv, c);
+		}
+		if (json_array_size(dv) > 0) {
+			counters(p, "pboxd_core_dvf", "data-plane core DVF counter", dv, NULL,
+				 "core", "core");
+		}
+		json_decref(dv);
+	}
 	pbox_prom_family(p, "pboxd_core_busy_ratio", "gauge",
 			 "share of a data-plane core's cycles spent in polls that did work");
 	json_array_foreach(arr, i, o)

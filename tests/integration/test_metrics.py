@@ -295,6 +295,12 @@ def main():
             for k, v in c.items():
                 if k in ("core", "cpu", "busy_pct", "drops"):
                     continue
+                if k == "dvf":  # pboxd_core_dvf_<member>_total, integer members
+                    for dk, dv in v.items():
+                        if isinstance(dv, int) and \
+                                value(fams, "pboxd_core_dvf_%s_total" % dk, core=c["core"]) != dv:
+                            fail("core %d dvf %s differs" % (c["core"], dk))
+                    continue
                 got = value(fams, "pboxd_core_%s_total" % k, core=c["core"])
                 if k in ("busy_cycles", "idle_cycles", "polls"):
                     # Clocks, not events: they move while the core waits; scraped after

@@ -249,7 +249,10 @@ def test_appliance_dies_during_training(appliance, tmp_path):
     d.stop()
     for r, (rc, text) in enumerate(outs):
         assert rc == 3, "rank %d exited with %d:\n%s" % (r, rc, text)
-        assert "ERROR after" in text and "closed the control connection" in text, text
+        # Over kernel UDP the control connection reports it; over shared memory (the
+        # default on one host) the ring's connection goes first.
+        assert "ERROR after" in text and ("closed the control connection" in text or
+                                          "ended the shared-memory connection" in text), text
     assert took < 20
 
 
