@@ -13,6 +13,7 @@
 #include "common/compiler.h"
 #include "common/crc.h"
 #include "common/log.h"
+#include "relay.h"
 
 enum phase {
 	PH_IDLE = 0,
@@ -99,6 +100,7 @@ struct pbox_node {
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
 	char failmsg[256];
+	struct pbox_relay *relay; /* TSB: NULL unless the session has a broadcast tree */
 	struct pbox_node_stats stats;
 };
 
@@ -236,6 +238,7 @@ void pbox_node_destroy(struct pbox_node *n)
 	free(n->pending_tail);
 	free(n->bits_arena);
 	free(n->crc_arena);
+	free(n->relay);
 	free(n);
 }
 
@@ -1224,6 +1227,55 @@ static bool from_appliance(const struct pbox_node *n, const struct pbox_peer *fr
 	return false;
 }
 
+int pbox_node_tsb_key(struct pbox_node *n, const struct pbox_tsb_key *key)
+{
+	if (n->relay == NULL) {
+		n->relay = malloc(sizeof(*n->relay));
+		if (n->relay == NULL) {
+			return -ENOMEM;
+		}
+	}
+	pbox_relay_init(n->relay, n->cfg.job, n->d, key);
+	return 0;
+}
+
+int pbox_node_tsb_position(struct pbox_node *n, const struct pbox_tsb_pos *pos)
+{
+	if (n->relay == NULL) {
+		return -EINVAL;
+	}
+	n->relay->pos = *pos;
+	n->relay->positioned = true;
+	return 0;
+}
+
+/* A broadcast fragment (relay.h): check it, forward it to the children, then take our
+ * own copy as any result fragment. */
+static void tree_rx(struct pbox_node *n, const void *pkt, uint32_t len,
+		    const struct pbox_peer *from)
+{
+	enum pbox_drop_reason r;
+	struct pbox_msg m;
+
+	r = pbox_relay_check(n->relay, pkt, len, &m);
+	if (r != PBOX_DROP_NONE) {
+		n->stats.drops[r]++;
+		return;
+	}
+	if (!pbox_relay_from_parent(n->relay, from) &&
+	    !from_appliance(n, from, n->d->chunks[m.chunk].core)) {
+		n->stats.tsb_not_parent++;
+		return;
+	}
+	if (!pbox_relay_verify(n->relay, pkt, len)) {
+		n->stats.tsb_bad_mac++;
+		return;
+	}
+	n->stats.tsb_rx++;
+	n->stats.tsb_fwd += pbox_relay_forward(n->relay, pkt, len, n->cfg.tx, n->cfg.tx_ctx);
+	on_data(n, m.chunk, &m);
+}
+
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
 {
 	const struct pbox_wire_job *j;
@@ -1232,6 +1284,10 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 
 	n->stats.rx_pkts++;
 	n->stats.rx_bytes += len;
+	if (n->relay != NULL && pbox_relay_is_tree(pkt, len)) {
+		tree_rx(n, pkt, len, from);
+		return;
+	}
 	/* Only the appliance talks to a worker: anything from elsewhere is dropped unread
 	 * (then, once the chunk is known, anything not from the core that owns it). */
 	if (!from_appliance(n, from, UINT32_MAX)) {
