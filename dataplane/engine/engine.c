@@ -10,10 +10,13 @@
 #include "common/crc.h"
 #include "common/log.h"
 
+struct pbox_mode_ops;
+
 /* Everything one datagram's handling needs, resolved once. */
 struct ctx {
 	struct pbox_engine *e;
 	const struct pbox_job *job;
+	const struct pbox_mode_ops *mode; /* the job's */
 	const struct pbox_jobdesc *d;
 	struct pbox_core_job *cj;
 	struct pbox_chunk_state *cs;
@@ -44,10 +47,36 @@ void pbox_engine_flush(struct pbox_engine *e)
 	e->tx->flush(e->tx_ctx);
 }
 
-static bool server_opt(const struct ctx *x)
-{
-	return x->job->mode == PBOX_MODE_SERVER_OPT;
-}
+/*
+ * What a job mode does with its chunks' iterations (LAYOUT.md seam 3): what a pull or a
+ * push-pull asks for, when it can be answered and with what, and what finalising a
+ * fragment computes. One table per enum pbox_job_mode (mode_ops[], below the handlers);
+ * the handlers call through it instead of testing the mode.
+ */
+struct pbox_mode_ops {
+	const char *name;
+	/* A push of iteration t asks for t + want_step: the model version after t
+	 * (server-optimizer, 1) or t's own result (aggregate, 0). A probe for want reports on
+	 * iteration want - want_step. */
+	uint32_t want_step;
+	/* Answers are iterations' results kept in the window's slots, gone once the window
+	 * moves past them (a request for one no longer or not yet in the window fails), rather
+	 * than the chunk's current model. */
+	bool slot_results;
+	/* Held pulls may be released at the next advance whatever they want (the sync
+	 * model's soft barrier, release = "eager"). */
+	bool eager_release;
+	/* May a request for `want` from rank be answered now (the sync model's condition)? */
+	bool (*ready)(const struct ctx *x, uint32_t rank, uint32_t want);
+	/* Is want's own iteration complete (the lazy release of a held pull)? */
+	bool (*complete)(const struct ctx *x, uint32_t want);
+	/* Send rank the answer to a ready request for want. */
+	void (*answer)(struct ctx *x, uint32_t rank, uint32_t want, bool resend);
+	/* Finalise fragment f of slot sl (the current iteration) from its nsrc
+	 * fragment-local sources (see finalize_frag). */
+	void (*finalize)(struct ctx *x, struct pbox_slot *sl, uint32_t f, const float *const *src,
+			 unsigned nsrc);
+};
 
 static struct pbox_slot *slot_of(const struct ctx *x, uint32_t iter)
 {
@@ -189,21 +218,39 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
  * of an iteration) can be answered now under the job's synchronisation model. */
 static bool want_ready(const struct ctx *x, uint32_t rank, uint32_t want)
 {
-	const struct pbox_chunk_state *cs = x->cs;
-
-	if (server_opt(x)) {
-		return cs->initialized && x->job->sync->ready(&x->job->sync_cfg, x->job->wire.id,
-							      rank, want, cs->version);
-	}
-	return want < cs->version;
+	return x->mode->ready(x, rank, want);
 }
 
-/* Answer a ready request: the current model, or the retained result of iteration want
- * (the newest one, for drop-stragglers, if want's is no longer kept). */
+/* Server-optimizer: want is a model version, gated by the sync model. */
+static bool ready_model(const struct ctx *x, uint32_t rank, uint32_t want)
+{
+	const struct pbox_chunk_state *cs = x->cs;
+
+	return cs->initialized &&
+	       x->job->sync->ready(&x->job->sync_cfg, x->job->wire.id, rank, want, cs->version);
+}
+
+static bool complete_model(const struct ctx *x, uint32_t want)
+{
+	return x->cs->initialized && want <= x->cs->version;
+}
+
+/* Aggregate: want is an iteration, whose result exists once it is complete. */
+static bool complete_result(const struct ctx *x, uint32_t want)
+{
+	return want < x->cs->version;
+}
+
+static bool ready_result(const struct ctx *x, uint32_t rank, uint32_t want)
+{
+	(void)rank;
+	return complete_result(x, want);
+}
+
+/* Answer a ready request (mode ops' answer). */
 static void answer(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
 {
 	struct pbox_chunk_state *cs = x->cs;
-	struct pbox_slot *sl;
 
 	/* A held pull for this very want is answered now (a probe or a resend found it
 	 * ready first): forget it, or its later release would send the rank an unasked
@@ -213,12 +260,26 @@ static void answer(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
 		cs->pull_want[rank] = PBOX_PULL_NONE;
 		cs->nheld--;
 	}
+	x->mode->answer(x, rank, want, resend);
+}
 
-	if (server_opt(x)) {
-		send_result(x, rank, cs->version, cs->model[cs->version & 1],
-			    &cs->model_ref[cs->version & 1], resend);
-		return;
-	}
+/* Server-optimizer: the current model. */
+static void answer_model(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
+{
+	struct pbox_chunk_state *cs = x->cs;
+
+	(void)want;
+	send_result(x, rank, cs->version, cs->model[cs->version & 1],
+		    &cs->model_ref[cs->version & 1], resend);
+}
+
+/* Aggregate: the retained result of iteration want (the newest one, for drop-stragglers,
+ * if want's is no longer kept). */
+static void answer_result(struct ctx *x, uint32_t rank, uint32_t want, bool resend)
+{
+	struct pbox_chunk_state *cs = x->cs;
+	struct pbox_slot *sl;
+
 	sl = slot_of(x, want);
 	if (!slot_holds(sl, want) && x->job->sync->folds_late && cs->version > 0) {
 		want = cs->version - 1;
@@ -310,7 +371,7 @@ static void tree_broadcast(struct ctx *x, struct pbox_slot *sl)
 static void release_held(struct ctx *x)
 {
 	struct pbox_chunk_state *cs = x->cs;
-	bool eager = x->job->sync_cfg.eager && server_opt(x);
+	bool eager = x->job->sync_cfg.eager && x->mode->eager_release;
 
 	for (uint32_t w = 0; w < x->d->nworkers && cs->nheld > 0; w++) {
 		uint32_t want = cs->pull_want[w];
@@ -318,8 +379,7 @@ static void release_held(struct ctx *x)
 		if (want == PBOX_PULL_NONE) {
 			continue;
 		}
-		if ((eager && cs->initialized) ||
-		    (server_opt(x) ? cs->initialized && want <= cs->version : want < cs->version)) {
+		if ((eager && cs->initialized) || x->mode->complete(x, want)) {
 			cs->pull_want[w] = PBOX_PULL_NONE;
 			cs->nheld--;
 			answer(x, w, want, false);
@@ -349,41 +409,51 @@ static void unblock(struct ctx *x)
 static void finalize_frag(struct ctx *x, struct pbox_slot *sl, uint32_t f, const float *const *src,
 			  unsigned nsrc)
 {
-	uint32_t off = f * x->d->frag_bytes / 4;
-	uint32_t n = pbox_frag_len(x->d, x->cd->bytes, f) / 4;
-
-	if (server_opt(x)) {
-		struct pbox_opt_step st;
-		struct pbox_chunk_state *cs = x->cs;
-		uint32_t in = cs->version & 1, out = in ^ 1;
-		const float *sum[1] = { sl->acc + off };
-
-		if (nsrc > 4) {
-			/* Deterministic mode, many workers: sum the staged copies first with the
-			 * reduce kernel, which reads them source by source (the optimizer
-			 * kernels read every source for every vector: a cache and TLB miss
-			 * each). The same additions in the same order: bit-identical. The
-			 * accumulator is free: deterministic slots sum only in the stage. */
-			x->e->kern->reduce(sl->acc + off, src, nsrc, n, 1.0f);
-			src = sum;
-			nsrc = 1;
-		}
-
-		/* Version v + 1 is written over version v - 1, which replies may still
-		 * reference on a zero-copy transport. */
-		reclaim(x->e, cs->model_ref[out]);
-		x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
-		x->job->opt->kernel(x->e->kern)(
-			cs->model[out] + off, cs->model[in] + off, cs->s0 ? cs->s0 + off : NULL,
-			cs->s1 ? cs->s1 + off : NULL, src, nsrc, n, &x->job->opt_params, &st);
-	} else {
-		float div =
-			x->job->reduce == PBOX_REDUCE_MEAN ? (float)PBOX_MAX(sl->fcnt[f], 1) : 1.0f;
-
-		x->e->kern->reduce(sl->acc + off, src, nsrc, n, div);
-	}
+	x->mode->finalize(x, sl, f, src, nsrc);
 	sl->need[f] = PBOX_FRAG_FINAL;
 	sl->nfinal++;
+}
+
+/* Server-optimizer: run the optimizer into the next model version. */
+static void finalize_opt(struct ctx *x, struct pbox_slot *sl, uint32_t f, const float *const *src,
+			 unsigned nsrc)
+{
+	struct pbox_opt_step st;
+	struct pbox_chunk_state *cs = x->cs;
+	uint32_t in = cs->version & 1, out = in ^ 1;
+	uint32_t off = f * x->d->frag_bytes / 4;
+	uint32_t n = pbox_frag_len(x->d, x->cd->bytes, f) / 4;
+	const float *sum[1] = { sl->acc + off };
+
+	if (nsrc > 4) {
+		/* Deterministic mode, many workers: sum the staged copies first with the
+		 * reduce kernel, which reads them source by source (the optimizer
+		 * kernels read every source for every vector: a cache and TLB miss
+		 * each). The same additions in the same order: bit-identical. The
+		 * accumulator is free: deterministic slots sum only in the stage. */
+		x->e->kern->reduce(sl->acc + off, src, nsrc, n, 1.0f);
+		src = sum;
+		nsrc = 1;
+	}
+
+	/* Version v + 1 is written over version v - 1, which replies may still
+	 * reference on a zero-copy transport. */
+	reclaim(x->e, cs->model_ref[out]);
+	x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
+	x->job->opt->kernel(x->e->kern)(cs->model[out] + off, cs->model[in] + off,
+					cs->s0 ? cs->s0 + off : NULL, cs->s1 ? cs->s1 + off : NULL,
+					src, nsrc, n, &x->job->opt_params, &st);
+}
+
+/* Aggregate: write the sum / mean into the accumulator. */
+static void finalize_reduce(struct ctx *x, struct pbox_slot *sl, uint32_t f,
+			    const float *const *src, unsigned nsrc)
+{
+	uint32_t off = f * x->d->frag_bytes / 4;
+	uint32_t n = pbox_frag_len(x->d, x->cd->bytes, f) / 4;
+	float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)PBOX_MAX(sl->fcnt[f], 1) : 1.0f;
+
+	x->e->kern->reduce(sl->acc + off, src, nsrc, n, div);
 }
 
 /* Deterministic mode: the staged copies of the ranks that contributed fragment f, in rank
@@ -657,7 +727,7 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 
 static uint32_t want_of_push(const struct ctx *x, uint32_t iter)
 {
-	return server_opt(x) ? iter + 1 : iter;
+	return iter + x->mode->want_step;
 }
 
 /* Rank w's contribution is complete and consumed: answer its pull or acknowledge it. */
@@ -907,7 +977,7 @@ static void on_push(struct ctx *x)
 		/* Every member completed t: this is a retransmission. Retained or not, the
 		 * answer (current model / ACK) does not depend on the old data. */
 		sl = slot_of(x, t);
-		if (!server_opt(x) && (m->flags & PBOX_F_WANT_REPLY) && !slot_holds(sl, t)) {
+		if (x->mode->slot_results && (m->flags & PBOX_F_WANT_REPLY) && !slot_holds(sl, t)) {
 			PBOX_STAT_ADD(x->e->stats, dups, 1);
 			drop(x->e, PBOX_DROP_STALE_ITER);
 			if ((m->flags & PBOX_F_RETRANSMIT) && ends_round(x, f)) {
@@ -979,13 +1049,13 @@ static void on_pull(struct ctx *x)
 		answer(x, w, want, probe);
 		return;
 	}
-	if (!server_opt(x) && want >= cs->version + x->job->window) {
+	if (x->mode->slot_results && want >= cs->version + x->job->window) {
 		drop(x->e, PBOX_DROP_FUTURE_ITER);
 		return;
 	}
 	if (probe) {
 		/* A worker's probe while it waits: tell it how far the iteration got. */
-		uint32_t it = server_opt(x) ? want - 1 : want;
+		uint32_t it = want - x->mode->want_step;
 		const struct pbox_slot *sl = slot_of(x, it);
 
 		send_ack(x, w, it, slot_holds(sl, it) ? sl->ndone : 0, PBOX_F_STATUS);
@@ -1023,6 +1093,40 @@ static void on_init(struct ctx *x)
 	cs->initialized = true;
 	send_ack(x, 0, 0, 1, PBOX_F_OF_INIT);
 	release_held(x);
+}
+
+/* ---- modes ------------------------------------------------------------------------------ */
+
+static const struct pbox_mode_ops mode_aggregate = {
+	.name = "aggregate",
+	.want_step = 0,
+	.slot_results = true,
+	.eager_release = false,
+	.ready = ready_result,
+	.complete = complete_result,
+	.answer = answer_result,
+	.finalize = finalize_reduce,
+};
+
+static const struct pbox_mode_ops mode_server_opt = {
+	.name = "server-optimizer",
+	.want_step = 1,
+	.slot_results = false,
+	.eager_release = true,
+	.ready = ready_model,
+	.complete = complete_model,
+	.answer = answer_model,
+	.finalize = finalize_opt,
+};
+
+static const struct pbox_mode_ops *const mode_ops[] = {
+	[PBOX_MODE_AGGREGATE] = &mode_aggregate,
+	[PBOX_MODE_SERVER_OPT] = &mode_server_opt,
+};
+
+static const struct pbox_mode_ops *mode_of(const struct pbox_job *job)
+{
+	return mode_ops[job->mode];
 }
 
 /* ---- membership ------------------------------------------------------------------------ */
@@ -1087,7 +1191,7 @@ static void reconcile(struct pbox_engine *e, const struct pbox_job *job, struct 
 	uint64_t gone[PBOX_MAX_WORKERS / 64];
 	uint32_t nw = job->wire.desc->nworkers;
 	size_t wwords = pbox_bitmap_words(nw);
-	struct ctx x = { .e = e, .job = job, .d = job->wire.desc, .cj = cj };
+	struct ctx x = { .e = e, .job = job, .mode = mode_of(job), .d = job->wire.desc, .cj = cj };
 
 	for (size_t i = 0; i < wwords; i++) {
 		gone[i] = cj->seen_live[i] & ~job->live[i];
@@ -1246,6 +1350,7 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	x.fused = false;
 	x.data_done = false;
 	x.job = pbox_container_of(wj, struct pbox_job, wire);
+	x.mode = mode_of(x.job);
 	x.d = wj->desc;
 	x.cd = &x.d->chunks[m.chunk];
 	if (pbox_unlikely(x.cd->core != e->core)) {
