@@ -326,7 +326,7 @@ static bool tree_on(const struct ctx *x)
 /* Whether `want` is the result the last advance sent down the tree. */
 static bool tree_sent(const struct ctx *x, uint32_t want)
 {
-	return x->cs->version > 0 && want == (server_opt(x) ? x->cs->version : x->cs->version - 1);
+	return x->cs->version > 0 && want == x->cs->version - 1 + x->mode->want_step;
 }
 
 /* The chunk just advanced: send its result once down the tree, and forget the held pulls
@@ -334,8 +334,11 @@ static bool tree_sent(const struct ctx *x, uint32_t want)
 static void tree_broadcast(struct ctx *x, struct pbox_slot *sl)
 {
 	struct pbox_chunk_state *cs = x->cs;
-	uint32_t label = server_opt(x) ? cs->version : sl->iter;
-	const uint8_t *p = (const uint8_t *)(server_opt(x) ? cs->model[cs->version & 1] : sl->acc);
+	/* The result the advance produced: the slot's (results kept in slots) or the new
+	 * model version. */
+	bool in_slot = x->mode->slot_results;
+	uint32_t label = in_slot ? sl->iter : cs->version;
+	const uint8_t *p = (const uint8_t *)(in_slot ? sl->acc : cs->model[cs->version & 1]);
 
 	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
 		struct pbox_msg m = {
@@ -353,10 +356,10 @@ static void tree_broadcast(struct ctx *x, struct pbox_slot *sl)
 		pbox_tsb_send_frag(x->job->tsb, x->e->core, x->job->live, x->cj->peers, x->e->tx,
 				   x->e->tx_ctx, &m, p + m.frag_off, x->e->stats);
 	}
-	if (server_opt(x)) {
-		cs->model_ref[cs->version & 1] = x->e->tx->queued(x->e->tx_ctx);
-	} else {
+	if (in_slot) {
 		sl->acc_ref = x->e->tx->queued(x->e->tx_ctx);
+	} else {
+		cs->model_ref[cs->version & 1] = x->e->tx->queued(x->e->tx_ctx);
 	}
 	for (uint32_t w = 0; w < x->d->nworkers && cs->nheld > 0; w++) {
 		if (cs->pull_want[w] == label && pbox_bit_test(x->job->live, w)) {
