@@ -29,7 +29,9 @@ struct pbox_tsb *pbox_tsb_create(const uint32_t *parent, uint32_t nworkers, uint
 	for (uint32_t k = 0; k < ncores; k++) {
 		t->core[k].bypass = calloc(words, sizeof(uint64_t));
 		t->core[k].misses = calloc(nworkers, sizeof(uint32_t));
-		if (t->core[k].bypass == NULL || t->core[k].misses == NULL) {
+		t->core[k].miss_label = calloc(nworkers, sizeof(uint32_t));
+		if (t->core[k].bypass == NULL || t->core[k].misses == NULL ||
+		    t->core[k].miss_label == NULL) {
 			goto oom;
 		}
 	}
@@ -52,6 +54,7 @@ void pbox_tsb_free(struct pbox_tsb *t)
 	for (uint32_t k = 0; t->core != NULL && k < t->ncores; k++) {
 		free(t->core[k].bypass);
 		free(t->core[k].misses);
+		free(t->core[k].miss_label);
 	}
 	free(t->core);
 	free(t->parent);
@@ -93,7 +96,8 @@ uint32_t pbox_tsb_send_frag(struct pbox_tsb *t, uint32_t core, const uint64_t *l
 	return n;
 }
 
-void pbox_tsb_note_repair(struct pbox_tsb *t, uint32_t core, const uint64_t *live, uint32_t w)
+void pbox_tsb_note_repair(struct pbox_tsb *t, uint32_t core, const uint64_t *live, uint32_t w,
+			  uint32_t label, bool got_some)
 {
 	struct pbox_tsb_core *tc = &t->core[core];
 	uint32_t p;
@@ -106,13 +110,21 @@ void pbox_tsb_note_repair(struct pbox_tsb *t, uint32_t core, const uint64_t *liv
 	if (p == PBOX_TSB_ROOT) {
 		return; /* fed by the appliance: a loss on that hop, not a stalled relay */
 	}
+	if (got_some) {
+		tc->misses[p] = 0; /* the relay forwards: a loss below it */
+		return;
+	}
+	if (tc->misses[p] != 0 && tc->miss_label[p] == label) {
+		return; /* counted for this iteration already */
+	}
+	tc->miss_label[p] = label;
 	if (++tc->misses[p] < PBOX_TSB_STALL_PULLS) {
 		return;
 	}
 	pbox_bit_set(tc->bypass, p);
 	__atomic_store_n(&tc->bypasses, tc->bypasses + 1, __ATOMIC_RELAXED);
 	PBOX_LOG_WARN(ENGINE,
-		      "core %u: relay rank %u bypassed: its children asked %u times for results "
-		      "sent down the tree; this core feeds them itself",
+		      "core %u: relay rank %u bypassed: in %u iterations in a row its children got "
+		      "nothing of results sent down the tree; this core feeds them itself",
 		      core, p, tc->misses[p]);
 }

@@ -11,9 +11,12 @@
  * Re-parenting: a rank that left the session (the job's live bitmap) is skipped and the
  * appliance adopts its children (pbox_tsb_feeder): relays forward only to the children
  * pboxd told them about, so a grandparent cannot take them over without a new position. A relay
- * that stalls (alive, but its children keep asking the appliance for results it broadcast) is
- * bypassed by the core that sees PBOX_TSB_STALL_PULLS such repair requests from its children: from
- * then on that core feeds the relay's children itself.
+ * that stalls (alive, but its children get nothing of the results it should forward and
+ * ask the appliance for them) is bypassed by the core that sees that happen in
+ * PBOX_TSB_STALL_PULLS different iterations in a row: from then on that core feeds the
+ * relay's children itself. A child's request that shows it got part of a result through
+ * the tree (a selective PULL) proves the relay forwards, and restarts the count, so loss on
+ * a hop, or a relay late under CPU load, is repaired without dismantling the tree.
  *
  * Ownership and threading: struct pbox_tsb is created by the control thread for a
  * session and referenced by the published job (job->tsb); its tree and key are immutable.
@@ -36,9 +39,10 @@
 
 struct pbox_tsb_core {
 	uint64_t *bypass; /* ranks whose children this core feeds (stalled relays) */
-	uint32_t *misses; /* per rank as a relay: repair requests from its children */
-	uint64_t sent;    /* broadcast fragments sent (read by stats, relaxed) */
-	uint64_t repairs; /* repair requests for broadcast results */
+	uint32_t *misses; /* per rank as a relay: iterations in a row its children got nothing */
+	uint32_t *miss_label; /* the result label last counted in misses */
+	uint64_t sent;        /* broadcast fragments sent (read by stats, relaxed) */
+	uint64_t repairs;     /* repair requests for broadcast results */
 	uint64_t bypasses;
 } PBOX_CACHE_ALIGNED;
 
@@ -69,8 +73,10 @@ uint32_t pbox_tsb_send_frag(struct pbox_tsb *t, uint32_t core, const uint64_t *l
 			    void *tx_ctx, struct pbox_msg *m, const void *payload,
 			    struct pbox_core_stats *st);
 
-/* Rank w asked core `core` again for a result that went down the tree: count it against
- * the relay feeding w, and bypass that relay after PBOX_TSB_STALL_PULLS. */
-void pbox_tsb_note_repair(struct pbox_tsb *t, uint32_t core, const uint64_t *live, uint32_t w);
+/* Rank w asked core `core` for the result `label` that went down the tree; got_some: the
+ * request says it holds part of it. Counts against (or clears) the relay feeding w, and
+ * bypasses that relay after PBOX_TSB_STALL_PULLS iterations in a row. */
+void pbox_tsb_note_repair(struct pbox_tsb *t, uint32_t core, const uint64_t *live, uint32_t w,
+			  uint32_t label, bool got_some);
 
 #endif /* PBOX_ENGINE_BCAST_H */

@@ -1044,10 +1044,10 @@ static void on_pull(struct ctx *x)
 		return;
 	}
 	if (want_ready(x, w, want)) {
-		if (tree_on(x) && tree_sent(x, want) &&
-		    !((m->flags & PBOX_F_SACK) && m->arg0 == want)) {
-			/* Nothing of a result sent down the tree arrived: its relay may stall. */
-			pbox_tsb_note_repair(x->job->tsb, x->e->core, x->job->live, w);
+		if (tree_on(x) && tree_sent(x, want)) {
+			/* A result sent down the tree is asked for: a loss, or a stalled relay. */
+			pbox_tsb_note_repair(x->job->tsb, x->e->core, x->job->live, w, want,
+					     (m->flags & PBOX_F_SACK) && m->arg0 == want);
 		}
 		answer(x, w, want, probe);
 		return;

@@ -29,6 +29,7 @@
 #include "common/ctlproto.h"
 #include "common/jobdesc.h"
 #include "common/log.h"
+#include "common/tsbmsg.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/udp.h"
@@ -70,7 +71,9 @@ struct pbox_client {
 	bool plain, folds_late;
 	bool crc; /* stamp fragments with CRC32C version words */
 	uint32_t heartbeat_ms;
-	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
+	uint32_t resume_version;     /* from the register reply: a restored checkpoint's version */
+	struct pbox_tsb_key tsb_key; /* TSB: the session key from the register reply */
+	bool tsb;
 	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
@@ -388,6 +391,24 @@ static void record_failure(struct pbox_client *c, int err, const char *msg)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* TSB: pboxd told this rank its place in the broadcast tree (progress thread). */
+static void tsb_event(struct pbox_client *c, const json_t *o)
+{
+	struct pbox_tsb_pos pos;
+	char err[160];
+
+	if (!c->tsb ||
+	    pbox_tsb_pos_decode(o, c->info.workers, c->info.rank, &pos, err, sizeof(err)) != 0) {
+		PBOX_LOG_WARN(CLIENT, "job %u rank %u: tree position ignored: %s", c->info.job,
+			      c->info.rank, c->tsb ? err : "the job has no broadcast tree");
+		return;
+	}
+	pbox_node_tsb_position(c->node, &pos);
+	PBOX_LOG_INFO(CLIENT, "job %u rank %u: broadcast tree: parent %d, %u children", c->info.job,
+		      c->info.rank, pos.parent == PBOX_TSB_ROOT ? -1 : (int)pos.parent,
+		      pos.nchildren);
+}
+
 /* Read control events (abort) and notice a closed control connection, without blocking.
  * Returns true if a failure is now recorded. */
 static bool ctl_read_events(struct pbox_client *c)
@@ -411,6 +432,8 @@ static bool ctl_read_events(struct pbox_client *c)
 			snprintf(msg, sizeof(msg), "the appliance removed rank %u from job %u: %s",
 				 c->info.rank, c->info.job, why ? why : "no reason given");
 			record_failure(c, -ETIMEDOUT, msg);
+		} else if (ev != NULL && strcmp(ev, "tsb") == 0) {
+			tsb_event(c, o);
 		}
 		json_decref(o);
 	}
@@ -656,6 +679,14 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		c->info.staleness = c->staleness;
 		c->info.credits = c->credits;
 	}
+	/* TSB: the job's results come down a broadcast tree (common/tsbmsg.h). */
+	if (json_object_get(resp, "tsb_key") != NULL) {
+		if (pbox_tsb_key_parse(json_string_value(json_object_get(resp, "tsb_key")),
+				       &c->tsb_key) != 0) {
+			return fail(-EPROTO, "register: the appliance sent a malformed tsb_key");
+		}
+		c->tsb = true;
+	}
 	return 0;
 }
 
@@ -730,6 +761,10 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);
+	if (c->node != NULL && c->tsb && pbox_node_tsb_key(c->node, &c->tsb_key) != 0) {
+		pbox_node_destroy(c->node);
+		c->node = NULL;
+	}
 	if (c->node == NULL) {
 		rc = fail(-ENOMEM, "register: out of memory for the worker node");
 		goto out;

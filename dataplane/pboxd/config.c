@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd configuration file: libconfig parsing and validation (see config.h). */
 #include "config.h"
+#include "tsbd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -365,6 +366,12 @@ static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct 
 		return rc;
 	}
 	j->abort_on_loss = loss == 0;
+	if (j->tree && (j->sync_cfg.model != PBOX_SYNC_BSP || j->sync_cfg.eager)) {
+		return pbox_conf_bad(
+			c, config_setting_get_member(g, "tree"),
+			"a broadcast tree needs sync model 'bsp' with lazy release (the "
+			"one model whose results are the same for every rank)");
+	}
 	return 0;
 }
 
@@ -374,7 +381,8 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 	static const char *const job_keys[] = {
 		"id",        "token",          "workers",       "mode",          "reduce",
 		"optimizer", "keys",           "window",        "deterministic", "sync",
-		"flow",      "on_worker_loss", "memory_budget", "non_finite",    NULL
+		"flow",      "on_worker_loss", "memory_budget", "non_finite",    "tree",
+		NULL
 	};
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
@@ -478,6 +486,9 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 		return rc;
 	}
 	j->checkpoint = cfg->checkpoint_dir[0] != '\0' && j->mode == PBOX_MODE_SERVER_OPT;
+	if ((rc = pboxd_tsb_load(c, g, j)) != 0) {
+		return rc;
+	}
 	return finish_job(c, g, j);
 }
 
@@ -520,6 +531,8 @@ void pboxd_job_cfg_free(struct pboxd_job_cfg *j)
 	free(j->keys);
 	j->keys = NULL;
 	j->nkeys = 0;
+	free(j->tree_parent);
+	j->tree_parent = NULL;
 }
 
 /* The appliance's control_limits = { ... } group. */

@@ -88,6 +88,7 @@
  *              memory_budget = "4G";    # this job's chunk state at most (default: only
  *                                       # the appliance's budget applies)
  *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
+ *              tree = { degree = 2; depth = 3; };  # TSB broadcast (pboxd/tsbd.h)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -130,6 +131,10 @@ struct pboxd_job_cfg {
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
 	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 	enum pbox_non_finite non_finite;
+	/* tree = { ... } (pboxd/tsbd.h): results go down a broadcast tree (TSB) */
+	bool tree;
+	uint32_t tree_degree, tree_depth;
+	uint32_t *tree_parent; /* workers entries (PBOX_TSB_ROOT: the appliance); owned */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */
