@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "common/tsb.h"
+
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
 
@@ -449,14 +451,54 @@ static void test_probe(void **state)
 	expect_error("appliance = { probe = true; };\n", "probe: must be a group");
 }
 
+/* TSB: a job's tree = { degree; depth; parent } (pboxd/tsbd.h). */
+static void test_tree(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 6;\n"
+			      "  tree = { degree = 2; depth = 3; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_true(cfg.jobs[0].tree);
+	assert_int_equal(cfg.jobs[0].tree_parent[0], PBOX_TSB_ROOT);
+	assert_int_equal(cfg.jobs[0].tree_parent[5], 1);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+			      "  tree = { degree = 1; depth = 3; parent = [ -1, 0, 1 ]; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.jobs[0].tree_parent[2], 1);
+	pboxd_config_free(&cfg);
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 15;\n"
+		     "  tree = { degree = 2; depth = 3; }; } );\n",
+		     "15 workers do not fit a tree of degree 2 and depth 3");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; depth = 3; parent = [ -1, 2, 1 ]; }; } );\n",
+		     "deeper than 3");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; parent = [ -1, 0 ]; }; } );\n",
+		     "parent of each of the 3 ranks");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; width = 3; }; } );\n",
+		     "width");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3; mode = \"server-optimizer\";\n"
+		     "  sync = { model = \"ssp\"; staleness = 1; };\n"
+		     "  tree = { degree = 2; depth = 3; }; } );\n",
+		     "needs sync model 'bsp'");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid),         cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_sync_and_flow), cmocka_unit_test(test_sync_errors),
-		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
-		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
-		cmocka_unit_test(test_xdp),           cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_valid),       cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_tree),        cmocka_unit_test(test_sync_and_flow),
+		cmocka_unit_test(test_sync_errors), cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_parsers),     cmocka_unit_test(test_memory_budget),
+		cmocka_unit_test(test_non_finite),  cmocka_unit_test(test_xdp),
+		cmocka_unit_test(test_probe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
