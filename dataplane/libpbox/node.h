@@ -149,6 +149,8 @@ struct pbox_node_stats {
 	uint64_t tsb_fwd;
 	uint64_t tsb_bad_mac;
 	uint64_t tsb_not_parent;
+	uint64_t tsb_parent_pulls; /* repairs asked from the parent (then the appliance) */
+	uint64_t tsb_served;       /* fragments re-sent to children from the repair cache */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -174,6 +176,7 @@ struct pbox_node_cfg {
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
 	bool plain;            /* pushes complete when sent (node keeps a copy) */
 	bool crc;              /* stamp fragments with CRC32C version words */
+	size_t relay_cache_bytes; /* TSB relay's repair cache (0: PBOX_RELAY_CACHE_BYTES) */
 	pbox_op_done_fn done;
 	void *done_arg;
 };

@@ -1230,6 +1230,22 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 			json_object_set_new(o, "pulls_waiting", json_integer(held));
 			json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
 		}
+		if (j->tsb != NULL) {
+			/* TSB (engine/bcast.h): per-core counters, read relaxed. */
+			uint64_t sent = 0, repairs = 0, bypasses = 0;
+
+			for (uint32_t k = 0; k < j->tsb->ncores; k++) {
+				sent += pbox_stat_read(&j->tsb->core[k].sent);
+				repairs += pbox_stat_read(&j->tsb->core[k].repairs);
+				bypasses += pbox_stat_read(&j->tsb->core[k].bypasses);
+			}
+			json_object_set_new(
+				o, "tsb",
+				json_pack("{s:b, s:s, s:I, s:I, s:I}", "live", j->tsb_live, "tree",
+					  j->tsb_from_plan ? "plan" : "job", "sent",
+					  (json_int_t)sent, "repairs", (json_int_t)repairs,
+					  "bypasses", (json_int_t)bypasses));
+		}
 		json_object_set_new(o, "live", json_integer(j->st == SESS_IDLE ? 0 : j->nlive));
 		json_object_set_new(o, "removed", json_integer((json_int_t)j->ranks_removed));
 		json_object_set_new(o, "origin", json_string(j->owned_cfg ? "runtime" : "config"));

@@ -44,6 +44,8 @@ struct fix {
 	uint32_t last_len;
 	bool last_ok; /* it must verify */
 	uint32_t fwd; /* forwards seen for it */
+	bool serving; /* it is a child's PULL: answers come from the cache */
+	uint32_t served;
 	uint64_t now_ns;
 };
 
@@ -65,17 +67,37 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 		   const void *payload, uint32_t len)
 {
 	struct fix *x = ctx;
+	uint8_t buf[MAXDG];
+	struct pbox_msg m;
 
 	if (to->port == x->core.port) {
 		return 0; /* the node's own requests (pulls): fuzz_node checks those */
 	}
-	FUZZ_CHECK(x->last != NULL, "a datagram to port %u outside a receive", ntohs(to->port));
-	FUZZ_CHECK(x->last_ok, "a fragment forwarded that must not be");
+	FUZZ_CHECK(len <= MAXDG - PBOX_WIRE_HDR_LEN, "a %u-byte payload", len);
+	memcpy(buf, hdr, PBOX_WIRE_HDR_LEN);
+	if (len != 0) {
+		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, len);
+	}
+	FUZZ_CHECK(pbox_wire_decode(buf, PBOX_WIRE_HDR_LEN + len, &m) == PBOX_DROP_NONE,
+		   "an undecodable datagram to port %u", ntohs(to->port));
+	if (to->port == x->parent.port && to->ip == x->parent.ip) {
+		/* a repair request to the parent */
+		FUZZ_CHECK(m.type == PBOX_MSG_PULL && m.cookie == pbox_tsb_cookie(&g_key),
+			   "type %u to the parent", m.type);
+		return 0;
+	}
 	FUZZ_CHECK(to->port == x->child[0].port || to->port == x->child[1].port,
-		   "forwarded to port %u, not a child", ntohs(to->port));
+		   "sent to port %u, not a child", ntohs(to->port));
+	FUZZ_CHECK(pbox_tsb_verify(&g_key, buf, PBOX_WIRE_HDR_LEN + len),
+		   "a fragment without a valid MAC sent to a child");
+	FUZZ_CHECK(x->last != NULL, "a datagram to a child outside a receive");
+	if (x->serving) {
+		x->served++;
+		return 0;
+	}
+	FUZZ_CHECK(x->last_ok, "a fragment forwarded that must not be");
 	FUZZ_CHECK(len + PBOX_WIRE_HDR_LEN == x->last_len &&
-			   memcmp(hdr, x->last, PBOX_WIRE_HDR_LEN) == 0 &&
-			   memcmp(payload, x->last + PBOX_WIRE_HDR_LEN, len) == 0,
+			   memcmp(buf, x->last, PBOX_WIRE_HDR_LEN + len) == 0,
 		   "the forwarded datagram is not the one received");
 	x->fwd++;
 	return 0;
@@ -221,6 +243,38 @@ static void fuzz_relay(struct fz *f)
 			break;
 		}
 		src_ok = how % 3 != 2 || (from.ip == x.core.ip && from.port == x.core.port);
+		if ((how & 0x88) == 0x08) {
+			/* a child's repair request, from a child's address or not */
+			uint32_t c = fz_u8(f) % x.desc.nchunks;
+			struct pbox_msg m = {
+				.type = PBOX_MSG_PULL,
+				.flags = PBOX_F_RETRANSMIT,
+				.job = JOB,
+				.sender = 2 + fz_u8(f) % 2u,
+				.cookie = fz_u8(f) & 7 ? cookie : fz_u64(f),
+				.chunk = c,
+				.iter = fz_u8(f) % 3u,
+				.chunk_len = x.desc.chunks[c].bytes,
+			};
+
+			if (fz_u8(f) & 1) {
+				m.flags |= PBOX_F_SACK;
+				m.arg0 = m.iter;
+				m.sack = fz_u8(f);
+			}
+			if (fz_u8(f) & 1) {
+				from = x.child[m.sender - 2];
+			}
+			pbox_wire_encode(&m, (struct pbox_wire_hdr *)dg);
+			x.last = dg;
+			x.last_len = PBOX_WIRE_HDR_LEN;
+			x.last_ok = false;
+			x.serving = true;
+			pbox_node_rx(x.node, dg, PBOX_WIRE_HDR_LEN, &from);
+			x.serving = false;
+			x.last = NULL;
+			continue;
+		}
 		if (how & 0x80) {
 			/* raw bytes */
 			len = PBOX_MIN((uint32_t)fz_u16(f) % MAXDG, (uint32_t)f->n);
@@ -262,6 +316,7 @@ static void fuzz_relay(struct fz *f)
 		x.last = dg;
 		x.last_len = len;
 		x.last_ok = mac_ok && src_ok;
+		x.serving = len >= PBOX_WIRE_HDR_LEN && dg[5] == PBOX_MSG_PULL;
 		x.fwd = 0;
 		prev_rx = st->tsb_rx;
 		pbox_node_rx(x.node, dg, len, &from);
@@ -271,9 +326,11 @@ static void fuzz_relay(struct fz *f)
 		FUZZ_CHECK((x.fwd == 2) == (st->tsb_rx == prev_rx + 1),
 			   "accepted and forwarded disagree");
 		x.last = NULL;
+		x.serving = false;
 		if (how & 0x10) {
 			x.now_ns += (uint64_t)fz_u16(f) * 100000;
 			pbox_node_timers(x.node);
+			pbox_node_flush(x.node);
 		}
 	}
 	pbox_node_fail(x.node, -ECANCELED, "end of input");

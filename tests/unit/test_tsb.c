@@ -121,6 +121,7 @@ struct watch {
 	uint64_t from_rank[NRANKS]; /* DATA relayed by a rank, per receiving rank */
 	uint32_t drop_to;           /* drop relayed DATA arriving at this rank ... */
 	uint32_t drop_left;         /* ... this many times */
+	bool drop_tail;             /* ... only fragments after a chunk's first */
 	uint32_t stall_from;        /* drop everything this rank relays (UINT32_MAX: none) */
 	uint64_t dropped;
 };
@@ -138,7 +139,8 @@ static enum sim_verdict watch_fn(struct sim *s, enum sim_dir dir, uint32_t ep,
 		w->dropped++;
 		return SIM_DROP;
 	}
-	if (relayed && ep == w->drop_to && w->drop_left > 0) {
+	if (relayed && ep == w->drop_to && w->drop_left > 0 &&
+	    (!w->drop_tail || m->frag_off != 0)) {
 		w->drop_left--;
 		w->dropped++;
 		return SIM_DROP;
@@ -425,18 +427,22 @@ static void test_forged_refused(void **state)
 	sim_fini(&s);
 }
 
-/* Fragments lost on the hop 1 -> 4: rank 4 asks the appliance for what is missing
- * (selective result PULL), and every result is still exact. */
+/* Fragments lost on the hop 1 -> 4: rank 4 asks its parent, which re-sends them from its
+ * repair cache; the appliance sends nothing again. */
 static void test_lossy_hop_repaired(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg();
 	static struct ranks R;
-	struct watch w = { .drop_to = 4, .drop_left = 5, .stall_from = UINT32_MAX };
+	struct watch w = {
+		.drop_to = 4, .drop_left = 5, .drop_tail = true, .stall_from = UINT32_MAX
+	};
 	struct sim s;
+	uint32_t nf;
 
 	(void)state;
 	assert_int_equal(sim_init(&s, &cfg), 0);
 	assert_int_equal(sim_set_tree(&s, g_tree, &g_key), 0);
+	nf = nfrags_total(&s);
 	s.filter = watch_fn;
 	s.filter_arg = &w;
 	for (uint32_t t = 0; t < 3; t++) {
@@ -444,11 +450,40 @@ static void test_lossy_hop_repaired(void **state)
 		check_sum(&R, 0x3f, t);
 	}
 	assert_int_equal(w.dropped, 5);
-	assert_true(pbox_node_stats(s.node[4])->probes > 0);
-	assert_true(w.from_core[4] >= 5); /* the repairs came from the appliance */
-	assert_true(SIM_STAT(&s, replies_resent) > 0);
+	assert_true(pbox_node_stats(s.node[4])->tsb_parent_pulls > 0);
+	assert_int_equal(pbox_node_stats(s.node[1])->tsb_served, 5);
+	assert_int_equal(w.from_rank[4], 3 * nf); /* every fragment once, 5 of them repaired */
+	assert_int_equal(pbox_node_stats(s.node[4])->probes,
+			 pbox_node_stats(s.node[4])->tsb_parent_pulls);
+	assert_int_equal(w.from_core[4], 0);
+	assert_int_equal(SIM_STAT(&s, replies_resent), 0);
 	/* partial losses are not taken for a stalled relay */
 	assert_int_equal(s.job.tsb->core[0].bypasses + s.job.tsb->core[1].bypasses, 0);
+	sim_fini(&s);
+}
+
+/* The parent cannot repair (its repair answers are lost too): the child's next request
+ * goes to the appliance, which re-sends the rest directly. */
+static void test_repair_falls_back(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg();
+	static struct ranks R;
+	struct watch w = {
+		.drop_to = 4, .drop_left = 12, .drop_tail = true, .stall_from = UINT32_MAX
+	};
+	struct sim s;
+
+	(void)state;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_tree(&s, g_tree, &g_key), 0);
+	s.filter = watch_fn;
+	s.filter_arg = &w;
+	/* the first iteration's fragments 2.. of chunk 0 to rank 4 and their repairs go */
+	run_iter(&s, &R, 0, 0x3f);
+	check_sum(&R, 0x3f, 0);
+	assert_true(pbox_node_stats(s.node[4])->tsb_parent_pulls > 0);
+	assert_true(w.from_core[4] > 0);
+	assert_true(SIM_STAT(&s, replies_resent) > 0);
 	sim_fini(&s);
 }
 
@@ -521,10 +556,11 @@ static void test_relay_stalls(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tree_build_check), cmocka_unit_test(test_mac),
-		cmocka_unit_test(test_fanout_forward),   cmocka_unit_test(test_identical_to_star),
-		cmocka_unit_test(test_forged_refused),   cmocka_unit_test(test_lossy_hop_repaired),
-		cmocka_unit_test(test_relay_left),       cmocka_unit_test(test_relay_stalls),
+		cmocka_unit_test(test_tree_build_check),  cmocka_unit_test(test_mac),
+		cmocka_unit_test(test_fanout_forward),    cmocka_unit_test(test_identical_to_star),
+		cmocka_unit_test(test_forged_refused),    cmocka_unit_test(test_lossy_hop_repaired),
+		cmocka_unit_test(test_repair_falls_back), cmocka_unit_test(test_relay_left),
+		cmocka_unit_test(test_relay_stalls),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
