@@ -5,11 +5,11 @@ on perf/netlab's lab (rate-limited links), a server-optimizer job (`pbox train`,
 deterministic BSP) with tree = { degree = 2; depth = 3; }: the appliance feeds ranks 0
 and 1, which relay to 2, 3 and 4, 5.
 
-  1. Star (no tree) and tree runs of the same training: every rank of each run saves the
-     bit-identical model, the two runs' models are identical, and both equal the
-     single-process reference (`pbox train --local`).
-  2. The tree was used: pboxd says so, and the appliance's link carried much less than in
-     the star run (it sends each result to 2 ranks, not 6).
+  1. A tree run of the training: every rank saves the bit-identical model, equal to the
+     single-process reference (`pbox train --local`), which is what the star run gives
+     (test_demo_equiv and the demo hold the star to it; `--star` here runs it too).
+  2. The tree was used: pboxd says so, and the appliance's link carried much less than
+     the results of a star run would need (it sends each result to 2 ranks, not 6).
   3. A relay (rank 1) killed mid-training (on_worker_loss = "continue") while another
      relay's sends (rank 0: its forwards to 2 and 3 and its pushes) lose 3 % (the
      transport's fault injector): the 5 survivors finish and save identical models.
@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "perf", "netlab"))
 import netlab  # noqa: E402
 
 WORKERS = 6
+# At 500 Mbit/s a star step takes >= 90 ms (6 results of 0.94 MB on the appliance link),
+# so 30 steps outlast the second pboxd needs to put the tree in use.
 STEPS = 30
 KILL_STEPS = 100
 
@@ -63,7 +65,8 @@ def train_cmd(pbox, d, r, steps, out):
 
 
 def run(lab, build, tmp, name, tree, kill=None, fault=None):
-    """One training run; returns (models, appliance link tx bytes, pboxd log)."""
+    """One training run; returns (models, the appliance link's tx / rx bytes once the tree
+    is in use (the whole run without a tree), pboxd log, pboxd's totals)."""
     import netns
     pbox = os.path.join(build, "dataplane", "tools", "pbox")
     models = [os.path.join(tmp, "%s-%d.bin" % (name, r)) for r in range(WORKERS)]
@@ -79,14 +82,18 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
             procs.append(lab.popen(lab.worker_ns[r], train_cmd(pbox, d, r, steps, models[r]),
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True))
-        if kill is not None:
-            # Once the tree is in use (pboxd logs it), kill the relay mid-training.
+        c1 = None
+        if tree:
+            # Once the tree is in use (pboxd logs it): the appliance's traffic from now on.
             deadline = time.time() + 30
             while "broadcast tree" not in d.log() and time.time() < deadline:
-                time.sleep(0.1)
+                time.sleep(0.05)
             if "broadcast tree" not in d.log():
                 d.dump_log()
                 fail("%s: pboxd never put the tree in use" % name)
+            c1 = lab.link_counters()
+        if kill is not None:
+            # Kill the relay mid-training.
             time.sleep(0.3)
             if procs[kill].poll() is not None:
                 fail("%s: rank %d finished before it could be killed (raise KILL_STEPS)" %
@@ -113,7 +120,8 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
             sys.stderr.write(err[-3000:])
             sys.stderr.write(log[-3000:])
             fail("%s: rank %d exited with %d" % (name, r, rc))
-    tx = netlab.counters_delta(c0, lab.link_counters())["app"]["tx_bytes"]
+    app = netlab.counters_delta(c1 or c0, lab.link_counters())["app"]
+    tx = app["tx_bytes"] / max(1, app["rx_bytes"])
     print("test_tsb: %s run: %.1f s" % (name, time.time() - t0), flush=True)
     return models, tx, log, totals
 
@@ -140,19 +148,18 @@ def main():
                             "--save-model", ref], capture_output=True, text=True)
         if r.returncode != 0:
             fail("pbox train --local: %s" % r.stderr)
-        star, star_tx, _, _ = run(lab, build, tmp, "star", tree=False)
-        tree, tree_tx, log, _ = run(lab, build, tmp, "tree", tree=True)
-        identical(star, "star run")
-        identical(tree, "tree run")
-        identical([ref, star[0], tree[0]], "reference vs star vs tree")
-        if "results go down the broadcast tree" not in log:
-            fail("the tree run never used its tree (pboxd's log)")
-        print("appliance link tx: star %.1f MB, tree %.1f MB" % (star_tx / 1e6, tree_tx / 1e6))
-        # Results are most of what the appliance sends; the tree sends each to 2 ranks,
-        # not 6 (the first steps go star, before every rank knows its place).
-        if not tree_tx < 0.6 * star_tx:
-            fail("the appliance sent %d bytes with the tree, %d without: not a tree" %
-                 (tree_tx, star_tx))
+        if "--star" in sys.argv:
+            star, star_ratio, _, _ = run(lab, build, tmp, "star", tree=False)
+            identical(star + [ref], "star run and the reference")
+            print("appliance link tx / rx: star %.2f" % star_ratio)
+        tree, ratio, log, _ = run(lab, build, tmp, "tree", tree=True)
+        identical(tree + [ref], "tree run and the reference")
+        # The appliance receives 6 pushes per step; it sends the result 6 times in a star
+        # (tx / rx about 1), twice down this tree (about 1/3).
+        print("appliance link tx / rx with the tree in use: %.2f" % ratio)
+        if not ratio < 0.6:
+            fail("the appliance sent %.2f bytes per byte received with the tree: not a tree" %
+                 ratio)
         kill, _, log, totals = run(lab, build, tmp, "kill", tree=True, kill=1,
                                    fault="drop=0.03,seed=5")
         identical([m for r, m in enumerate(kill) if r != 1], "survivors of the relay kill")
