@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/tsb.h"
+#include "pboxd/tsbd.h"
 
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
@@ -471,6 +472,29 @@ static void test_tree(void **state)
 			      &cfg, err, sizeof(err)),
 			 0);
 	assert_int_equal(cfg.jobs[0].tree_parent[2], 1);
+	pboxd_config_free(&cfg);
+	/* a session's tree: pbox-ctrld's plan when it fits, else the job's own */
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 6;\n"
+			      "  tree = { degree = 2; depth = 3; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	{
+		static const uint32_t chain[6] = { PBOX_TSB_ROOT, 0, 1, 2, 3, 4 };
+		uint32_t parent[6];
+		json_t *plan = json_pack("{s:{s:[i,i,i,i,i,i], s:i, s:i}}", "tree", "parent", -1, 0,
+					 1, 2, 3, 4, "degree", 1, "depth", 6);
+		json_t *bad = json_pack("{s:{s:[i,i,i,i,i,i], s:i, s:i}}", "tree", "parent", -1, 2,
+					1, 2, 3, 4, "degree", 1, "depth", 6);
+
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], plan, parent), 1);
+		assert_memory_equal(parent, chain, sizeof(chain));
+		/* a plan tree with a cycle (or of another size, or none) is not used */
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], bad, parent), 0);
+		assert_memory_equal(parent, cfg.jobs[0].tree_parent, sizeof(parent));
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], NULL, parent), 0);
+		json_decref(plan);
+		json_decref(bad);
+	}
 	pboxd_config_free(&cfg);
 	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 15;\n"
 		     "  tree = { degree = 2; depth = 3; }; } );\n",
