@@ -5,7 +5,9 @@
  * unsolicited event objects ({"event": ...}) from the appliance.
  *
  *   {"op":"hello","job":J,"rank":R,"token":"...","version":1}
- *       -> {"ok":true,"workers":N,"mode":"aggregate"|"server-optimizer","reduce":"sum"|"mean"}
+ *       -> {"ok":true,"workers":N,"mode":"aggregate"|"server-optimizer"|"broadcast",
+ *           "reduce":"sum"|"mean"} and for broadcast jobs "optimizer":{"name":..,"lr":..,
+ *           "momentum","wd","rescale","clip","beta1","beta2","eps"} (the workers run it)
  *   {"op":"register","keys":[[id,nelem],...]}
  *       -> {"ok":true,"cookie":"<16 hex>","data_addr":"a.b.c.d","ports":[p0,...],
  *           "chunk_bytes":B,"frag_bytes":F,"window":W,"core_map":[k,...]}

@@ -55,9 +55,13 @@ void pbox_engine_flush(struct pbox_engine *e)
  */
 struct pbox_mode_ops {
 	const char *name;
-	/* A push of iteration t asks for t + want_step: the model version after t
-	 * (server-optimizer, 1) or t's own result (aggregate, 0). A probe for want reports on
-	 * iteration want - want_step. */
+	/* What a push-pull of iteration t asks for: the model version after t
+	 * (server-optimizer), t's own result (aggregate), or the aggregate of t - s
+	 * (broadcast under SSP(s)); PBOX_PULL_NONE: nothing (an ACK only). */
+	uint32_t (*push_wants)(const struct ctx *x, uint32_t t);
+	/* A request for want is complete with iteration want - want_step: 1 when wants are
+	 * model versions (server-optimizer), 0 when they are iterations. A probe for want
+	 * reports on that iteration. */
 	uint32_t want_step;
 	/* Answers are iterations' results kept in the window's slots, gone once the window
 	 * moves past them (a request for one no longer or not yet in the window fails), rather
@@ -730,7 +734,29 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 
 static uint32_t want_of_push(const struct ctx *x, uint32_t iter)
 {
-	return iter + x->mode->want_step;
+	return x->mode->push_wants(x, iter);
+}
+
+/* Server-optimizer: the model version after iteration t. */
+static uint32_t push_wants_next(const struct ctx *x, uint32_t t)
+{
+	(void)x;
+	return t + 1;
+}
+
+/* Aggregate: iteration t's own result. */
+static uint32_t push_wants_same(const struct ctx *x, uint32_t t)
+{
+	(void)x;
+	return t;
+}
+
+/* Broadcast: the aggregate the blocking rule makes the worker wait for (engine.h). */
+static uint32_t push_wants_lagged(const struct ctx *x, uint32_t t)
+{
+	uint32_t s = x->job->sync->worker_staleness(&x->job->sync_cfg);
+
+	return t >= s ? t - s : PBOX_PULL_NONE;
 }
 
 /* Rank w's contribution is complete and consumed: answer its pull or acknowledge it. */
@@ -738,6 +764,10 @@ static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t
 {
 	uint32_t want = want_of_push(x, iter);
 
+	if (want == PBOX_PULL_NONE) {
+		send_ack(x, w, iter, ndone, 0); /* nothing asked for yet (broadcast, t < s) */
+		return;
+	}
 	if ((x->m->flags & PBOX_F_WANT_REPLY) && want_ready(x, w, want)) {
 		if (tree_on(x) && tree_sent(x, want)) {
 			send_ack(x, w, iter, ndone, 0); /* the result comes down the tree */
@@ -769,7 +799,7 @@ static void push_duplicate(struct ctx *x, uint32_t f, bool complete, uint32_t nd
 	if (!complete || !(m->flags & PBOX_F_RETRANSMIT) || !ends_round(x, f)) {
 		return;
 	}
-	if (m->flags & PBOX_F_WANT_REPLY) {
+	if ((m->flags & PBOX_F_WANT_REPLY) && want_of_push(x, m->iter) != PBOX_PULL_NONE) {
 		uint32_t want = want_of_push(x, m->iter);
 
 		if (want_ready(x, m->sender, want)) {
@@ -956,7 +986,7 @@ static void on_push(struct ctx *x)
 {
 	const struct pbox_msg *m = x->m;
 	struct pbox_chunk_state *cs = x->cs;
-	uint32_t f = m->frag_off / x->d->frag_bytes, w = m->sender, t = m->iter;
+	uint32_t f = m->frag_off / x->d->frag_bytes, w = m->sender, t = m->iter, want;
 	size_t fwords = pbox_bitmap_words(x->cd->nfrags);
 	struct pbox_slot *sl;
 	uint64_t *row;
@@ -979,8 +1009,9 @@ static void on_push(struct ctx *x)
 		}
 		/* Every member completed t: this is a retransmission. Retained or not, the
 		 * answer (current model / ACK) does not depend on the old data. */
-		sl = slot_of(x, t);
-		if (x->mode->slot_results && (m->flags & PBOX_F_WANT_REPLY) && !slot_holds(sl, t)) {
+		want = want_of_push(x, t);
+		if (x->mode->slot_results && (m->flags & PBOX_F_WANT_REPLY) &&
+		    want != PBOX_PULL_NONE && !slot_holds(slot_of(x, want), want)) {
 			PBOX_STAT_ADD(x->e->stats, dups, 1);
 			drop(x->e, PBOX_DROP_STALE_ITER);
 			if ((m->flags & PBOX_F_RETRANSMIT) && ends_round(x, f)) {
@@ -1102,6 +1133,7 @@ static void on_init(struct ctx *x)
 
 static const struct pbox_mode_ops mode_aggregate = {
 	.name = "aggregate",
+	.push_wants = push_wants_same,
 	.want_step = 0,
 	.slot_results = true,
 	.eager_release = false,
@@ -1113,6 +1145,7 @@ static const struct pbox_mode_ops mode_aggregate = {
 
 static const struct pbox_mode_ops mode_server_opt = {
 	.name = "server-optimizer",
+	.push_wants = push_wants_next,
 	.want_step = 1,
 	.slot_results = false,
 	.eager_release = true,
@@ -1122,9 +1155,24 @@ static const struct pbox_mode_ops mode_server_opt = {
 	.finalize = finalize_opt,
 };
 
+/* Aggregates kept per iteration as for aggregate jobs; only what a push-pull asks for
+ * differs (the lag of SSP, engine.h). */
+static const struct pbox_mode_ops mode_broadcast = {
+	.name = "broadcast",
+	.push_wants = push_wants_lagged,
+	.want_step = 0,
+	.slot_results = true,
+	.eager_release = false,
+	.ready = ready_result,
+	.complete = complete_result,
+	.answer = answer_result,
+	.finalize = finalize_reduce,
+};
+
 static const struct pbox_mode_ops *const mode_ops[] = {
 	[PBOX_MODE_AGGREGATE] = &mode_aggregate,
 	[PBOX_MODE_SERVER_OPT] = &mode_server_opt,
+	[PBOX_MODE_BROADCAST] = &mode_broadcast,
 };
 
 static const struct pbox_mode_ops *mode_of(const struct pbox_job *job)

@@ -21,6 +21,24 @@
  *  When a rank's contribution is complete it gets an ACK unless the reply it asked for
  *  went out at the same moment. Held pulls are answered when their version is reached.
  *
+ * Modes (job.h) differ in what a push-pull of iteration t asks for and what answers it
+ * (engine.c's struct pbox_mode_ops): server-optimizer, model version t + 1; aggregate, the
+ * sum / mean of iteration t; broadcast (Parameter Flow's UCC), the aggregate U^(t - s),
+ * where s is the job's staleness (0 under BSP; a push of t < s asks for nothing and is
+ * only acknowledged); a PULL of u asks for U^u, held until iteration u is complete.
+ * Broadcast jobs run under BSP or SSP only, and SSP keeps per-iteration sums, as the
+ * engine's SSP always does: U^u is the sum of every live worker's iteration-u update,
+ * complete only when all of them are in, never a mix of timestamps (PF's Eq 5 folds fast
+ * workers' updates of u + 1 .. u + s into U^u; this does not, so a run is
+ * bit-reproducible in deterministic mode and no update is applied early or twice). Every
+ * worker receives every U^u, in order of u: the same stream, so the same model. libpbox
+ * (pbox_update_*) gets them either from lagged push-pulls (BSP, and SSP with an exact
+ * lag: the worker computing iteration t holds W^(t - s), PF's blocking rule at its bound)
+ * or, under SSP by default, from plain pushes and a chain of PULLs of U^v, U^(v+1), ...
+ * (it blocks only while clock - version > s). A worker at most s iterations ahead of the
+ * slowest, with `credits` operations per key, needs U^u kept until the slowest has it:
+ * broadcast jobs need window >= 2s + 1 + credits (pbox_job_min_window, enforced by pboxd).
+ *
  * Addresses: a rank's first valid datagram to a core under its current cookie pins the
  * address replies go to; datagrams with that cookie from anywhere else are dropped
  * (bad_source) and never answered, so a valid cookie cannot aim replies at a victim.

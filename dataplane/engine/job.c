@@ -9,6 +9,19 @@
 
 #include "common/log.h"
 
+uint32_t pbox_job_min_window(enum pbox_job_mode mode, const struct pbox_sync_ops *sync,
+			     const struct pbox_sync_cfg *sc, uint32_t credits)
+{
+	uint32_t w = PBOX_MAX(sync->min_window(sc), credits + 1);
+
+	if (mode == PBOX_MODE_BROADCAST) {
+		uint64_t s = sync->worker_staleness(sc), b = 2 * s + 1 + credits;
+
+		w = (uint32_t)PBOX_MAX((uint64_t)w, PBOX_MIN(b, (uint64_t)UINT32_MAX));
+	}
+	return w;
+}
+
 const struct pbox_job *pbox_jobtab_find(const struct pbox_jobtab *tab, uint32_t id)
 {
 	uint32_t lo = 0, hi;

@@ -39,6 +39,13 @@ enum pbox_job_mode {
 	 * and answers with the new model chunk (fused push-pull). Rank 0 sends the initial
 	 * model with INIT. */
 	PBOX_MODE_SERVER_OPT = 1,
+	/* Parameter Flow's update-centric communication (UCC, PF Eq 4/5): every worker keeps
+	 * the full model and runs the job's optimizer itself; the appliance sums (or
+	 * averages) the updates U_i^t pushed for iteration t and sends the aggregate U^t to
+	 * every worker, which all apply the same aggregates in the same order. Chunks are
+	 * laid out as for aggregate jobs. Under SSP with staleness s a push-pull of
+	 * iteration t is answered with U^(t - s) (engine.h). */
+	PBOX_MODE_BROADCAST = 2,
 };
 
 enum pbox_reduce_op {
@@ -267,6 +274,15 @@ const struct pbox_wire_job *pbox_jobtab_lookup(void *arg, uint32_t id);
  */
 void pbox_jobtab_get(struct pbox_jobtab *tab);
 void pbox_jobtab_put(struct pbox_jobtab *tab);
+
+/*
+ * The least window (iterations in flight per chunk) a job needs: the sync model's minimum
+ * (pbox_sync_ops.min_window), one more than its credits, and for broadcast jobs
+ * 2s + 1 + credits with s the worker staleness, so the aggregate of an iteration is kept
+ * until the slowest worker has received it (engine.h). Pure.
+ */
+uint32_t pbox_job_min_window(enum pbox_job_mode mode, const struct pbox_sync_ops *sync,
+			     const struct pbox_sync_cfg *sc, uint32_t credits);
 
 /* Free a table whose job entries were each allocated with malloc (pboxd's tables), and
  * the entries. Drops nothing: the caller handles the states they point at. NULL is a

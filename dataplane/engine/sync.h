@@ -27,6 +27,10 @@
  * gradient (FluentPS's option (b): bit-reproducible in deterministic mode) and only gate
  * the pulls.
  *
+ * Broadcast-update jobs (job.h, PBOX_MODE_BROADCAST) accept bsp and ssp only: the
+ * appliance completes iteration t with every live worker's iteration-t update and the
+ * staleness s becomes a lag, a push-pull of t receiving the aggregate of t - s (engine.h).
+ *
  * The random draw of PSSP is a function of (seed, job, rank, p) only, never of the chunk or
  * the core, so a worker is paused for iteration p on every chunk or on none (FluentPS's
  * independent per-shard draws would pause it almost surely; see papers/fluentps.md).

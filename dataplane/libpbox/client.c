@@ -33,6 +33,7 @@
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/udp.h"
+#include "update.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"
@@ -89,12 +90,25 @@ struct pbox_client {
 	pthread_cond_t cond;
 	struct cop *sub_head, *sub_tail;
 	struct pbox_client_stats stats; /* snapshot, under lock */
-	int fail_err;                   /* set once the job / connection failed */
+	/* broadcast jobs: the optimizer every worker runs (from the hello reply) */
+	const struct pbox_optimizer_ops *bc_opt;
+	struct pbox_opt_params bc_params;
+	int fail_err; /* set once the job / connection failed */
 	char fail_msg[256];
 	bool node_failed; /* progress thread: fail_err applied to the node */
 };
 
 static __thread char g_errmsg[512];
+
+int pbox_client_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g_errmsg, sizeof(g_errmsg), fmt, ap);
+	va_end(ap);
+	return err;
+}
 
 const char *pbox_last_error(void)
 {
@@ -308,7 +322,20 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 	c->info.rank = o->rank;
 	c->info.workers = (uint32_t)json_integer_value(json_object_get(resp, "workers"));
 	c->info.mode = mode && strcmp(mode, "server-optimizer") == 0 ? PBOX_JOB_SERVER_OPTIMIZER
+		       : mode && strcmp(mode, "broadcast") == 0      ? PBOX_JOB_BROADCAST
 								     : PBOX_JOB_AGGREGATE;
+	if (c->info.mode == PBOX_JOB_BROADCAST) {
+		char why[160];
+
+		rc = pbox_update_parse_optimizer(json_object_get(resp, "optimizer"), &c->bc_opt,
+						 &c->bc_params, why, sizeof(why));
+		if (rc < 0) {
+			json_decref(resp);
+			rc = fail(rc, "job %u: hello: %s", o->job, why);
+			goto err;
+		}
+		snprintf(c->info.optimizer, sizeof(c->info.optimizer), "%s", c->bc_opt->name);
+	}
 	c->info.mean = json_string_value(json_object_get(resp, "reduce")) != NULL &&
 		       strcmp(json_string_value(json_object_get(resp, "reduce")), "mean") == 0;
 	json_decref(resp);
@@ -755,6 +782,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.window_bytes = c->opts.window_bytes;
 	ncfg.staleness = c->staleness;
 	ncfg.accept_newer = c->folds_late && c->info.mode != PBOX_JOB_SERVER_OPTIMIZER;
+	ncfg.result_lag = c->info.mode == PBOX_JOB_BROADCAST ? c->staleness : 0;
 	ncfg.credits = c->credits;
 	ncfg.plain = c->plain;
 	ncfg.crc = c->crc;
@@ -1011,6 +1039,22 @@ int pbox_push_pull_async(struct pbox_client *c, uint32_t key, uint32_t iter, con
 			 float *out, pbox_done_fn cb, void *arg)
 {
 	return start(c, PBOX_OP_PUSH_PULL, key, iter, grad, out, cb, arg);
+}
+
+int pbox_client_update_cfg(const struct pbox_client *c, const struct pbox_optimizer_ops **opt,
+			   struct pbox_opt_params *params, const struct pbox_jobdesc **desc)
+{
+	if (c == NULL || c->node == NULL) {
+		return fail(-ENOTCONN, "no keys registered yet (call pbox_register first)");
+	}
+	if (c->info.mode != PBOX_JOB_BROADCAST || c->bc_opt == NULL) {
+		return fail(-EINVAL, "job %u is not a broadcast job (mode = \"broadcast\")",
+			    c->info.job);
+	}
+	*opt = c->bc_opt;
+	*params = c->bc_params;
+	*desc = &c->desc;
+	return 0;
 }
 
 uint32_t pbox_resume_version(const struct pbox_client *c)

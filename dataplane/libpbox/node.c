@@ -434,6 +434,17 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 	return true;
 }
 
+/* What a lane asks the appliance for: a model version (server-optimizer push-pulls: the
+ * one after the iteration), an iteration's result, or for broadcast jobs the aggregate
+ * result_lag iterations back (pbox_node_submit keeps iter >= result_lag). */
+static uint32_t lane_want(const struct pbox_node *n, const struct lane *ln)
+{
+	if (ln->kind != PBOX_OP_PUSH_PULL) {
+		return ln->iter;
+	}
+	return n->cfg.server_opt ? ln->iter + 1 : ln->iter - n->cfg.result_lag;
+}
+
 /* The label a result must have to answer the lane: not older than the staleness bound
  * allows (server-optimizer), or the very iteration (aggregate). */
 static bool label_ok(const struct pbox_node *n, const struct lane *ln, uint32_t label)
@@ -443,7 +454,7 @@ static bool label_ok(const struct pbox_node *n, const struct lane *ln, uint32_t 
 	if (ln->kind != PBOX_OP_PUSH_PULL && ln->kind != PBOX_OP_PULL) {
 		return false;
 	}
-	want = ln->kind == PBOX_OP_PUSH_PULL && n->cfg.server_opt ? ln->iter + 1 : ln->iter;
+	want = lane_want(n, ln);
 	if (!n->cfg.server_opt) {
 		return label == want || (n->cfg.accept_newer && label > want);
 	}
@@ -457,8 +468,7 @@ static void send_probe(struct pbox_node *n, uint32_t i)
 	struct pbox_msg m = {
 		.type = PBOX_MSG_PULL,
 		.flags = PBOX_F_RETRANSMIT,
-		.iter = n->cfg.server_opt && ln->kind == PBOX_OP_PUSH_PULL ? ln->iter + 1
-									   : ln->iter,
+		.iter = lane_want(n, ln),
 	};
 
 	add_result_sack(n, wc_chunk(n, i), &n->ch[i], &m);
@@ -861,6 +871,13 @@ int pbox_node_submit(struct pbox_node *n, struct pbox_op *op)
 		snprintf(op->errmsg, sizeof(op->errmsg),
 			 "init: job %u aggregates gradients; it keeps no model to initialise",
 			 n->cfg.job);
+		return -EINVAL;
+	}
+	if (op->kind == PBOX_OP_PUSH_PULL && op->iter < n->cfg.result_lag) {
+		snprintf(op->errmsg, sizeof(op->errmsg),
+			 "push-pull of iteration %u: job %u answers iteration t with the "
+			 "aggregate of t - %u; push iterations before %u without a pull",
+			 op->iter, n->cfg.job, n->cfg.result_lag, n->cfg.result_lag);
 		return -EINVAL;
 	}
 	if (op->kind == PBOX_OP_INIT && n->cfg.rank != 0) {

@@ -173,6 +173,7 @@ struct pbox_node_cfg {
 	uint32_t window_bytes; /* cap of the congestion window (0: 4 MiB); one chunk always may */
 	uint32_t staleness;    /* oldest acceptable result: want - staleness (UINT32_MAX: any) */
 	bool accept_newer;     /* aggregate jobs with drop-stragglers: newer results do */
+	uint32_t result_lag;   /* broadcast jobs: a push-pull of t wants the aggregate of t - lag */
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
 	bool plain;            /* pushes complete when sent (node keeps a copy) */
 	bool crc;              /* stamp fragments with CRC32C version words */

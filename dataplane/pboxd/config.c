@@ -329,8 +329,16 @@ static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct 
 	uint32_t min_window;
 	int rc, loss;
 
+	if (j->mode == PBOX_MODE_BROADCAST && j->sync_cfg.model != PBOX_SYNC_BSP &&
+	    j->sync_cfg.model != PBOX_SYNC_SSP) {
+		return pbox_conf_bad(
+			c, g,
+			"sync model '%s': a broadcast job runs under bsp or ssp (every "
+			"worker applies every iteration's aggregate)",
+			j->sync->name);
+	}
 	if (j->sync_cfg.model != PBOX_SYNC_BSP && j->sync_cfg.model != PBOX_SYNC_DROP_STRAGGLERS &&
-	    j->mode != PBOX_MODE_SERVER_OPT) {
+	    j->mode == PBOX_MODE_AGGREGATE) {
 		return pbox_conf_bad(
 			c, g,
 			"sync model '%s' needs mode = \"server-optimizer\" (an aggregate job "
@@ -350,7 +358,14 @@ static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct 
 	if (j->sync->folds_late && j->credits != 1) {
 		return pbox_conf_bad(c, g, "sync model '%s' needs flow credits = 1", j->sync->name);
 	}
-	min_window = PBOX_MAX(j->sync->min_window(&j->sync_cfg), j->credits + 1);
+	if (j->mode == PBOX_MODE_BROADCAST && j->sync_cfg.model == PBOX_SYNC_SSP &&
+	    (config_setting_get_member(g, "flow") == NULL ||
+	     config_setting_get_member(config_setting_get_member(g, "flow"), "credits") == NULL)) {
+		/* A worker keeps the pull of its next aggregate in flight while it pushes
+		 * (pbox_update_step): two operations per key. */
+		j->credits = 2;
+	}
+	min_window = pbox_job_min_window(j->mode, j->sync, &j->sync_cfg, j->credits);
 	if (config_setting_get_member(g, "window") != NULL && j->window < min_window) {
 		return pbox_conf_bad(c, config_setting_get_member(g, "window"),
 				     "must be at least %u for sync model '%s' with %u credit(s)",
@@ -386,7 +401,7 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 	};
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
-	static const char *const modes[] = { "aggregate", "server-optimizer", NULL };
+	static const char *const modes[] = { "aggregate", "server-optimizer", "broadcast", NULL };
 	static const char *const reduces[] = { "sum", "mean", NULL };
 	static const char *const non_finites[] = { "reject", "propagate", NULL };
 	const config_setting_t *s, *where;
@@ -426,7 +441,9 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 				     "job needs a non-empty token (the job's secret)");
 	}
 	/* Indexed by enum pbox_job_mode and enum pbox_reduce_op. */
-	_Static_assert(PBOX_MODE_AGGREGATE == 0 && PBOX_MODE_SERVER_OPT == 1, "modes[] order");
+	_Static_assert(PBOX_MODE_AGGREGATE == 0 && PBOX_MODE_SERVER_OPT == 1 &&
+			       PBOX_MODE_BROADCAST == 2,
+		       "modes[] order");
 	_Static_assert(PBOX_REDUCE_SUM == 0 && PBOX_REDUCE_MEAN == 1, "reduces[] order");
 	mode = (int)j->mode;
 	reduce = (int)j->reduce;
@@ -471,10 +488,11 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 		    (rc = pbox_conf_float(c, s, "eps", 0, 1, &j->opt_params.eps)) != 0) {
 			return rc;
 		}
-		if (j->mode != PBOX_MODE_SERVER_OPT) {
+		if (j->mode == PBOX_MODE_AGGREGATE) {
 			return pbox_conf_bad(c, s,
-					     "an optimizer runs on the appliance only with mode = "
-					     "\"server-optimizer\"");
+					     "an optimizer is part of a job only with mode = "
+					     "\"server-optimizer\" (the appliance runs it) or "
+					     "\"broadcast\" (every worker does)");
 		}
 	}
 	s = config_setting_get_member(g, "keys");

@@ -384,7 +384,11 @@ static void unlink_job(struct pboxd_sessions *s, struct job *j)
 
 static const char *mode_name(enum pbox_job_mode m)
 {
-	return m == PBOX_MODE_SERVER_OPT ? "server-optimizer" : "aggregate";
+	static const char *const names[] = { [PBOX_MODE_AGGREGATE] = "aggregate",
+					     [PBOX_MODE_SERVER_OPT] = "server-optimizer",
+					     [PBOX_MODE_BROADCAST] = "broadcast" };
+
+	return names[m];
 }
 
 static void fill_job(struct pbox_job *pj, const struct job *j)
@@ -640,6 +644,22 @@ json_t *pboxd_sessions_hello(struct pboxd_sessions *s, struct pboxd_member_ref *
 	ref->rank = rank;
 	PBOX_LOG_INFO(ADMIN, "job %u: rank %u connected from %s (%u of %u)", j->cfg->id, rank,
 		      ref->peer, j->nconnected, j->cfg->workers);
+	if (j->cfg->mode == PBOX_MODE_BROADCAST) {
+		/* Every worker runs the job's optimizer: the same one, from here. Floats go
+		 * as doubles, which round back exactly. */
+		const struct pbox_opt_params *p = &j->cfg->opt_params;
+
+		return json_pack("{s:b, s:i, s:s, s:s, s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f, "
+				 "s:f, s:f}}",
+				 "ok", 1, "workers", (json_int_t)j->cfg->workers, "mode",
+				 mode_name(j->cfg->mode), "reduce",
+				 j->cfg->reduce == PBOX_REDUCE_MEAN ? "mean" : "sum", "optimizer",
+				 "name", j->cfg->opt->name, "lr", (double)p->lr, "momentum",
+				 (double)p->momentum, "wd", (double)p->wd, "rescale",
+				 (double)p->rescale, "clip", (double)p->clip, "beta1",
+				 (double)p->beta1, "beta2", (double)p->beta2, "eps",
+				 (double)p->eps);
+	}
 	return json_pack("{s:b, s:i, s:s, s:s}", "ok", 1, "workers", (json_int_t)j->cfg->workers,
 			 "mode", mode_name(j->cfg->mode), "reduce",
 			 j->cfg->reduce == PBOX_REDUCE_MEAN ? "mean" : "sum");

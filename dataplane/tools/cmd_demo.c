@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * `pbox demo`: the whole product on one machine. Writes a pboxd configuration with one
- * server-optimizer job into a fresh temporary directory, starts pboxd on free loopback
- * ports, starts N `pbox train` workers (this same executable) as the job's ranks, and
- * follows their JSON event streams: a progress bar per epoch, the loss and accuracy of
+ * server-optimizer (or, --mode broadcast, broadcast) job into a fresh temporary directory, starts
+ * pboxd on free loopback ports, starts N `pbox train` workers (this same executable) as the job's
+ * ranks, and follows their JSON event streams: a progress bar per epoch, the loss and accuracy of
  * each epoch summed over all ranks, the bytes on the wire, and at the end the final test
  * accuracy and the throughput.
  *
@@ -59,6 +59,8 @@ struct demo_opts {
 	uint64_t seed, max_steps;
 	double lr, momentum, wd;
 	const char *optimizer;
+	const char *mode; /* "server-optimizer" or "broadcast" */
+	bool exact_lag;   /* broadcast: the workers' --exact-lag */
 	bool deterministic, det_given, json, keep_logs;
 	const char *fault, *save_model, *data_dir;
 	/* synchronisation (see pboxd.conf's sync group) */
@@ -79,7 +81,8 @@ struct worker {
 	uint64_t total_steps;
 	double train_s;
 	struct pbox_client_stats net;
-	char error[1024]; /* from its error event */
+	uint32_t model_crc; /* CRC32C of its final model (done event) */
+	char error[1024];   /* from its error event */
 };
 
 struct epoch_sum {
@@ -131,9 +134,10 @@ static void usage(FILE *f)
 		"\n"
 		"Train Fashion-MNIST end to end on this machine: start pboxd (with a generated\n"
 		"configuration on free loopback ports) and N worker processes that train a\n"
-		"784-256-128-10 MLP through it, the optimizer running on the appliance. Shows a\n"
-		"progress bar per epoch, train loss and accuracy over all ranks, test accuracy,\n"
-		"bytes on the wire, and at the end the final test accuracy and the throughput.\n"
+		"784-256-128-10 MLP through it, the optimizer running on the appliance (with\n"
+		"--mode broadcast: on every worker). Shows a progress bar per epoch, train loss\n"
+		"and accuracy over all ranks, test accuracy, bytes on the wire, and at the end\n"
+		"the final test accuracy and the throughput.\n"
 		"\n"
 		"Options:\n"
 		"      --workers N        worker processes (default %u)\n"
@@ -144,6 +148,12 @@ static void usage(FILE *f)
 		"      --momentum X       momentum (default %g)\n"
 		"      --wd X             weight decay (default 0)\n"
 		"      --optimizer NAME   %s (default %s)\n"
+		"      --mode MODE        server-optimizer (default: the appliance runs the\n"
+		"                         optimizer) or broadcast (every worker keeps the model\n"
+		"                         and runs it on the aggregates: Parameter Flow's UCC;\n"
+		"                         --sync bsp or ssp)\n"
+		"      --exact-lag        broadcast under ssp(s): every step on exactly the model\n"
+		"                         s aggregates old (bit-reproducible; default: newest)\n"
 		"      --deterministic    sum gradients in rank order: bit-reproducible (default)\n"
 		"      --no-deterministic sum gradients in arrival order\n"
 		"      --sync MODEL       bsp (default), ssp, asp, pssp, pssp-dyn, "
@@ -215,6 +225,8 @@ enum {
 	OPT_SLOW_RANK,
 	OPT_SLOW_FACTOR,
 	OPT_KILL_AT,
+	OPT_MODE,
+	OPT_EXACT_LAG,
 };
 
 static const struct option g_opts[] = {
@@ -226,6 +238,8 @@ static const struct option g_opts[] = {
 	{ "momentum", required_argument, NULL, OPT_MOMENTUM },
 	{ "wd", required_argument, NULL, OPT_WD },
 	{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
+	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "exact-lag", no_argument, NULL, OPT_EXACT_LAG },
 	{ "deterministic", no_argument, NULL, OPT_DET },
 	{ "no-deterministic", no_argument, NULL, OPT_NO_DET },
 	{ "cores", required_argument, NULL, OPT_CORES },
@@ -265,6 +279,7 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 		.lr = PBOX_TRAIN_DEFAULT_LR,
 		.momentum = PBOX_TRAIN_DEFAULT_MOM,
 		.optimizer = PBOX_TRAIN_DEFAULT_OPT,
+		.mode = "server-optimizer",
 		.deterministic = true,
 		.sync = "bsp",
 		.release = "lazy",
@@ -301,6 +316,12 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			break;
 		case OPT_OPTIMIZER:
 			o->optimizer = optarg;
+			break;
+		case OPT_MODE:
+			o->mode = optarg;
+			break;
+		case OPT_EXACT_LAG:
+			o->exact_lag = true;
 			break;
 		case OPT_DET:
 			o->deterministic = true;
@@ -387,6 +408,28 @@ static int parse(int argc, char **argv, struct demo_opts *o)
 			"pbox demo: --sync %s: unknown; choose bsp, ssp, asp, pssp, pssp-dyn or "
 			"drop-stragglers\n",
 			o->sync);
+		return -EINVAL;
+	}
+	if (strcmp(o->mode, "server-optimizer") != 0 && strcmp(o->mode, "broadcast") != 0) {
+		fprintf(stderr, "pbox demo: --mode %s: choose server-optimizer or broadcast\n",
+			o->mode);
+		return -EINVAL;
+	}
+	if (strcmp(o->mode, "broadcast") == 0 && (pbox_sync_parse(o->sync) != PBOX_SYNC_BSP &&
+						  pbox_sync_parse(o->sync) != PBOX_SYNC_SSP)) {
+		fprintf(stderr,
+			"pbox demo: --mode broadcast runs under --sync bsp or ssp, not %s\n",
+			o->sync);
+		return -EINVAL;
+	}
+	if (o->exact_lag && strcmp(o->mode, "broadcast") != 0) {
+		fprintf(stderr, "pbox demo: --exact-lag is for --mode broadcast\n");
+		return -EINVAL;
+	}
+	if (strcmp(o->mode, "broadcast") == 0 &&
+	    (strcmp(o->release, "lazy") != 0 || o->kill_at != 0)) {
+		fprintf(stderr, "pbox demo: --mode broadcast takes neither --release nor "
+				"--kill-appliance-at (the appliance keeps no model)\n");
 		return -EINVAL;
 	}
 	if (strcmp(o->release, "lazy") != 0 && strcmp(o->release, "eager") != 0) {
@@ -634,7 +677,8 @@ static int write_config(struct demo *d)
 		"  id = %u;\n"
 		"  token = \"%s\";\n"
 		"  workers = %u;\n"
-		"  mode = \"server-optimizer\";\n"
+		"  mode = \"%s\";\n"
+		"  reduce = \"sum\";\n"
 		"  deterministic = %s;\n"
 		"  optimizer = { name = \"%s\"; lr = %.17g; momentum = %.17g; wd = %.17g;\n"
 		"                rescale = %.17g; clip = %.17g; beta1 = %.17g; beta2 = %.17g;\n"
@@ -646,11 +690,12 @@ static int write_config(struct demo *d)
 		d->base_port, d->control, d->o.cores, d->o.mtu, det, d->token,
 		d->o.kill_at ? "  checkpoint_interval = 1;\n  checkpoint_dir = \"" : "",
 		d->o.kill_at ? d->ckpt_dir : "", d->o.kill_at ? "\";\n" : "", DEMO_JOB_ID, d->token,
-		d->o.workers, det, d->o.optimizer, (double)p.lr, (double)p.momentum, (double)p.wd,
-		(double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2, (double)p.eps,
-		d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum, d->o.release,
-		(unsigned)(d->o.seed & 0xffffffffu), d->o.on_loss ? "  on_worker_loss = \"" : "",
-		d->o.on_loss ? d->o.on_loss : "", d->o.on_loss ? "\";\n" : "");
+		d->o.workers, d->o.mode, det, d->o.optimizer, (double)p.lr, (double)p.momentum,
+		(double)p.wd, (double)p.rescale, (double)p.clip, (double)p.beta1, (double)p.beta2,
+		(double)p.eps, d->o.sync, d->o.staleness, d->o.probability, d->o.alpha, d->o.quorum,
+		d->o.release, (unsigned)(d->o.seed & 0xffffffffu),
+		d->o.on_loss ? "  on_worker_loss = \"" : "", d->o.on_loss ? d->o.on_loss : "",
+		d->o.on_loss ? "\";\n" : "");
 	if (fclose(f) != 0) {
 		fprintf(stderr, "pbox demo: %s: write failed: %s\n", d->conf, strerror(errno));
 		return -EIO;
@@ -968,6 +1013,9 @@ static int start_workers(struct demo *d)
 			argv[n++] = "--slow-factor";
 			argv[n++] = slow;
 		}
+		if (d->o.exact_lag) {
+			argv[n++] = "--exact-lag";
+		}
 		argv[n] = NULL;
 		if (pipe2(pipefd, O_CLOEXEC) != 0) {
 			fprintf(stderr, "pbox demo: pipe: %s\n", strerror(errno));
@@ -1202,6 +1250,7 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 	} else if (strcmp(ev, "done") == 0) {
 		read_net(o, &w->net);
 		w->train_s = jreal(o, "train_s");
+		w->model_crc = (uint32_t)pbox_cli_json_u64(o, "model_crc");
 		if (!w->done) {
 			w->done = true;
 			if (++d->ndone == d->o.workers) {
@@ -1483,6 +1532,22 @@ static void summarize(const struct demo *d, struct totals *t)
 	}
 }
 
+static bool broadcast(const struct demo *d)
+{
+	return strcmp(d->o.mode, "broadcast") == 0;
+}
+
+/* Whether every rank finished with the same model (its done event's CRC32C). */
+static bool replicas_identical(const struct demo *d)
+{
+	for (uint32_t r = 1; r < d->o.workers; r++) {
+		if (d->w[r].model_crc != d->w[0].model_crc) {
+			return false;
+		}
+	}
+	return true;
+}
+
 static void print_summary(struct demo *d)
 {
 	struct totals t;
@@ -1513,6 +1578,10 @@ static void print_summary(struct demo *d)
 			(unsigned long long)pbox_cli_json_u64(d->appliance, "rx_retransmits"),
 			(unsigned long long)pbox_cli_json_u64(d->appliance, "replies_resent"),
 			(unsigned long long)pbox_cli_json_u64(d->appliance, "dropped"));
+	}
+	if (broadcast(d)) {
+		fprintf(d->out, "broadcast: all %u ranks hold the same model (crc32c %08x)\n",
+			d->o.workers, d->w[0].model_crc);
 	}
 	if (d->o.save_model != NULL) {
 		fprintf(d->out, "model saved to %s\n", d->o.save_model);
@@ -1582,11 +1651,22 @@ static void print_json(struct demo *d, int rc, const char *error)
 	json_object_set_new(o, "workers", json_integer(d->o.workers));
 	json_object_set_new(o, "batch", json_integer(d->o.batch));
 	json_object_set_new(o, "optimizer", json_string(d->o.optimizer));
+	json_object_set_new(o, "mode", json_string(d->o.mode));
+	{
+		json_t *crcs = json_array();
+
+		for (uint32_t r = 0; r < d->o.workers; r++) {
+			json_array_append_new(crcs, json_integer(d->w[r].model_crc));
+		}
+		json_object_set_new(o, "model_crcs", crcs);
+		json_object_set_new(o, "replicas_identical", json_boolean(replicas_identical(d)));
+	}
 	json_object_set_new(o, "lr", json_real(d->o.lr));
 	json_object_set_new(o, "deterministic", json_boolean(d->o.deterministic));
 	json_object_set_new(o, "sync", json_string(d->o.sync));
 	json_object_set_new(o, "release", json_string(d->o.release));
 	json_object_set_new(o, "staleness", json_integer(d->o.staleness));
+	json_object_set_new(o, "exact_lag", json_boolean(d->o.exact_lag));
 	json_object_set_new(o, "slow_rank",
 			    d->o.slow_rank == UINT32_MAX ? json_null()
 							 : json_integer(d->o.slow_rank));
@@ -1702,12 +1782,13 @@ int pbox_cmd_demo(int argc, char **argv)
 			snprintf(mom, sizeof(mom), " momentum %g", d.o.momentum);
 		}
 		fprintf(d.out,
-			"pbox demo: %u worker%s, %u epoch%s, global batch %u, %s lr %g%s, "
+			"pbox demo: %s%u worker%s, %u epoch%s, global batch %u, %s lr %g%s, "
 			"%sdeterministic, pboxd on %u core%s%s%s\n",
-			d.o.workers, d.o.workers == 1 ? "" : "s", d.o.epochs,
-			d.o.epochs == 1 ? "" : "s", d.o.batch, d.o.optimizer, d.o.lr, mom,
-			d.o.deterministic ? "" : "not ", d.o.cores, d.o.cores == 1 ? "" : "s",
-			d.o.fault ? ", faults " : "", d.o.fault ? d.o.fault : "");
+			broadcast(&d) ? "broadcast job, " : "", d.o.workers,
+			d.o.workers == 1 ? "" : "s", d.o.epochs, d.o.epochs == 1 ? "" : "s",
+			d.o.batch, d.o.optimizer, d.o.lr, mom, d.o.deterministic ? "" : "not ",
+			d.o.cores, d.o.cores == 1 ? "" : "s", d.o.fault ? ", faults " : "",
+			d.o.fault ? d.o.fault : "");
 		fflush(d.out);
 		rc = start_pboxd(&d);
 	}
@@ -1716,6 +1797,16 @@ int pbox_cmd_demo(int argc, char **argv)
 	}
 	if (rc == 0) {
 		rc = follow(&d);
+	}
+	if (rc == 0 && broadcast(&d) && !replicas_identical(&d)) {
+		/* Every rank applies the same aggregates in the same order: a difference is a
+		 * defect, not noise. */
+		fprintf(stderr, "pbox demo: broadcast job: the ranks' final models differ:");
+		for (uint32_t r = 0; r < d.o.workers; r++) {
+			fprintf(stderr, " rank %u crc32c %08x", r, d.w[r].model_crc);
+		}
+		fprintf(stderr, "\n");
+		rc = -EPROTO;
 	}
 	if (rc == 0 && d.o.kill_at != 0 && !d.killed) {
 		fprintf(stderr,

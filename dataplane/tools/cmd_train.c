@@ -32,7 +32,9 @@ static void usage(FILE *f)
 		"Train a 784-256-128-10 MLP (ReLU, softmax cross-entropy) on Fashion-MNIST with\n"
 		"synchronous data-parallel steps. By default this process is one rank of a pbox\n"
 		"server-optimizer job: the appliance sums the ranks' gradients and runs the\n"
-		"optimizer. With --local one process computes the gradients of all N ranks and\n"
+		"optimizer; or of a broadcast job: every rank keeps the model and runs the\n"
+		"job's optimizer on the sums the appliance sends back. With --local one process "
+		"computes the gradients of all N ranks and\n"
 		"applies the optimizer exactly as pboxd does in deterministic mode, so its final\n"
 		"model is bit-identical to a distributed run with deterministic = true.\n"
 		"\n"
@@ -55,6 +57,8 @@ static void usage(FILE *f)
 		"      --timeout-ms MS    deadline of each pbox operation (default 30000)\n"
 		"      --slow-factor F    make this rank a straggler: each step's compute takes\n"
 		"                         F times as long (default 1)\n"
+		"      --exact-lag        broadcast jobs under ssp(s): compute step t on exactly\n"
+		"                         W^(t-s), not on the newest model (bit-reproducible)\n"
 		"  Environment: PBOX_FAULT injects faults on this worker's sends (tests).\n"
 		"\n"
 		"Single-process reference:\n"
@@ -90,6 +94,7 @@ enum {
 	OPT_MOMENTUM,
 	OPT_WD,
 	OPT_SLOW,
+	OPT_EXACT_LAG,
 };
 
 static const struct option g_opts[] = {
@@ -112,6 +117,7 @@ static const struct option g_opts[] = {
 	{ "momentum", required_argument, NULL, OPT_MOMENTUM },
 	{ "wd", required_argument, NULL, OPT_WD },
 	{ "slow-factor", required_argument, NULL, OPT_SLOW },
+	{ "exact-lag", no_argument, NULL, OPT_EXACT_LAG },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -202,6 +208,9 @@ static int parse(int argc, char **argv, struct train_args *a)
 			rc = pbox_arg_double("pbox train", "--slow-factor", optarg, 1, 1000,
 					     &c->slow_factor);
 			break;
+		case OPT_EXACT_LAG:
+			c->exact_lag = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -232,8 +241,8 @@ static int parse(int argc, char **argv, struct train_args *a)
 		if (a->opt_given) {
 			fprintf(stderr,
 				"pbox train: --optimizer, --lr, --momentum and --wd are for "
-				"--local; a job's optimizer runs on the appliance and is set "
-				"in pboxd's job configuration\n");
+				"--local; a job's optimizer is set in pboxd's job "
+				"configuration\n");
 			return -EINVAL;
 		}
 		if (c->client.token == NULL) {
@@ -307,6 +316,7 @@ static void event_json(const struct pbox_train_event *ev)
 		break;
 	case PBOX_TRAIN_EV_DONE:
 		json_object_set_new(o, "train_s", json_real(ev->train_s));
+		json_object_set_new(o, "model_crc", json_integer(ev->model_crc));
 		json_object_set_new(o, "net", net_json(&ev->net));
 		break;
 	}

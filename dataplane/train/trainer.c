@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/compiler.h"
+#include "common/crc.h"
 #include "fmnist.h"
 #include "schedule.h"
 
@@ -81,6 +82,10 @@ void pbox_train_opt_params(double lr, double momentum, double wd, uint32_t batch
 static void emit(struct trainer *t, enum pbox_train_event_kind kind)
 {
 	t->ev.kind = kind;
+	if (kind == PBOX_TRAIN_EV_DONE) {
+		/* Lets a caller compare the ranks' models without shipping them. */
+		t->ev.model_crc = pbox_crc32c(t->w, t->lay->nparams * sizeof(float), PBOX_CRC_INIT);
+	}
 	if (t->cb != NULL) {
 		t->cb(&t->ev, t->cb_arg);
 	}
@@ -332,9 +337,39 @@ static int initial_model(struct trainer *t, struct pbox_client *c, uint32_t from
 	return 0;
 }
 
+/* Whether step s of epoch e, not yet counted, ends the run (the last of the last epoch,
+ * or max_steps). */
+static bool last_step(const struct trainer *t, uint32_t e, uint32_t s)
+{
+	return (t->cfg->max_steps != 0 && t->ev.total_steps + 1 >= t->cfg->max_steps) ||
+	       (e + 1 == t->cfg->epochs && s + 1 == t->sched.steps);
+}
+
+/* Broadcast jobs: push the step's gradient of every key and apply the aggregates the
+ * sync rule needs (pbox_update_step); after the run's last step, every one left, so the
+ * final model (tested, saved) is W^steps on every rank. */
+static int update_step(struct trainer *t, struct pbox_update *u, uint32_t e, uint32_t s)
+{
+	const struct pbox_mlp_layout *L = t->lay;
+	const float *g[2 * PBOX_MLP_MAX_LAYERS];
+	int rc;
+
+	for (unsigned k = 0; k < L->ntensors; k++) {
+		g[k] = t->g[0] + L->off[k];
+	}
+	rc = pbox_update_step(u, g);
+	if (rc < 0) {
+		return pbox_fail(t, rc, "update step");
+	}
+	if (last_step(t, e, s) && (rc = pbox_update_sync(u)) < 0) {
+		return pbox_fail(t, rc, "applying the last aggregates");
+	}
+	return 0;
+}
+
 /* from: the first iteration (a resumed run: the restored version; the step count under
- * BSP, where iterations and steps are the same). */
-static int rank_loop(struct trainer *t, struct pbox_client *c, uint32_t from)
+ * BSP, where iterations and steps are the same). u: broadcast jobs' replica (else NULL). */
+static int rank_loop(struct trainer *t, struct pbox_client *c, uint32_t from, struct pbox_update *u)
 {
 	const struct pbox_mlp_layout *L = t->lay;
 	uint32_t rank = t->cfg->client.rank;
@@ -369,6 +404,14 @@ static int rank_loop(struct trainer *t, struct pbox_client *c, uint32_t from)
 				};
 
 				nanosleep(&ts, NULL);
+			}
+			if (u != NULL) {
+				rc = update_step(t, u, e, s);
+				if (rc < 0) {
+					return rc;
+				}
+				step_event(t, s, c);
+				continue;
 			}
 			for (unsigned k = 0; k < L->ntensors; k++) {
 				rc = pbox_push_pull_async(c, k, iter, t->g[0] + L->off[k],
@@ -411,6 +454,8 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 {
 	struct trainer t = { .cfg = cfg, .cb = cb, .cb_arg = arg, .err = err, .errlen = errlen };
 	struct pbox_key_info keys[2 * PBOX_MLP_MAX_LAYERS];
+	float *models[2 * PBOX_MLP_MAX_LAYERS];
+	struct pbox_update *u = NULL;
 	struct pbox_client *c = NULL;
 	struct pbox_job_info info;
 	double t0 = pbox_mono_s();
@@ -424,10 +469,11 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 		return rc;
 	}
 	pbox_job_info(c, &info);
-	if (info.mode != PBOX_JOB_SERVER_OPTIMIZER) {
+	if (info.mode == PBOX_JOB_AGGREGATE) {
 		rc = fail(&t, -EINVAL,
 			  "job %u is an aggregate job; the trainer needs a server-optimizer job "
-			  "(the appliance runs the optimizer)",
+			  "(the appliance runs the optimizer) or a broadcast job (every rank "
+			  "does)",
 			  info.job);
 		goto out;
 	}
@@ -449,16 +495,30 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 		rc = pbox_fail(&t, rc, "registering the model's keys");
 		goto out;
 	}
-	rc = initial_model(&t, c, pbox_resume_version(c));
-	if (rc < 0) {
-		goto out;
+	if (info.mode == PBOX_JOB_BROADCAST) {
+		/* Every rank starts from the same seeded model and keeps its own copy. */
+		pbox_mlp_init_params(t.mlp, t.w, cfg->seed);
+		for (unsigned k = 0; k < t.lay->ntensors; k++) {
+			models[k] = t.w + t.lay->off[k];
+		}
+		rc = pbox_update_open(c, keys, t.lay->ntensors, models,
+				      cfg->exact_lag ? PBOX_UPDATE_EXACT_LAG : 0, &u);
+		if (rc < 0) {
+			rc = pbox_fail(&t, rc, "opening the model replica");
+			goto out;
+		}
+	} else {
+		rc = initial_model(&t, c, pbox_resume_version(c));
+		if (rc < 0) {
+			goto out;
+		}
 	}
 	t.ev.rank = cfg->client.rank;
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
 	t.ev.setup_s = pbox_mono_s() - t0;
 	t.ev.total_steps = pbox_resume_version(c); /* where this rank starts */
 	emit(&t, PBOX_TRAIN_EV_READY);
-	rc = rank_loop(&t, c, pbox_resume_version(c));
+	rc = rank_loop(&t, c, pbox_resume_version(c), u);
 	if (rc < 0) {
 		goto out;
 	}
@@ -471,7 +531,8 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	pbox_client_stats(c, &t.ev.net);
 	emit(&t, PBOX_TRAIN_EV_DONE);
 out:
-	pbox_close(c);
+	pbox_close(c); /* first: cancels a pull still held by the appliance after an error */
+	pbox_update_close(u);
 	teardown(&t);
 	return rc;
 }

@@ -54,6 +54,7 @@ struct pbox_train_cfg {
 	/* pbox_train_rank only */
 	struct pbox_client_opts client; /* server, job, token, rank, timeout, ... */
 	double slow_factor;             /* >= 1: stretch each step's compute (a straggler) */
+	bool exact_lag;                 /* broadcast jobs: PBOX_UPDATE_EXACT_LAG */
 
 	/* pbox_train_local only: what the appliance job would be configured with */
 	const struct pbox_optimizer_ops *opt;
@@ -89,15 +90,21 @@ struct pbox_train_event {
 	double eval_s;                /* EPOCH: seconds testing */
 	struct pbox_client_stats net; /* rank: the client's counters so far (local: zero);
 					 in every event but READY */
+	uint32_t model_crc;           /* DONE: CRC32C of the final model's bytes */
 };
 
 typedef void (*pbox_train_event_fn)(const struct pbox_train_event *ev, void *arg);
 
 /*
- * Run one rank of a server-optimizer job (cfg->client names the appliance and the rank).
+ * Run one rank of a server-optimizer job (cfg->client names the appliance and the rank),
+ * or of a broadcast job: then every rank starts from the seeded model, keeps its own
+ * copy and applies the job's optimizer to the aggregates (pbox_update_*, pbox.h); under
+ * BSP the steps are those of a server-optimizer job, bit for bit, and after the last one
+ * every rank holds the same model (under SSP(s) each step's gradient is taken on the
+ * model s aggregates behind, and the run ends by applying the rest).
  * Returns 0, or a negative errno with a message in err naming what failed: the data
  * (see pbox_fmnist_load), the configuration (-EINVAL: batch out of range, worker count
- * differs from the job's, the job is not server-optimizer) or a pbox operation (its error,
+ * differs from the job's, the job is an aggregate job) or a pbox operation (its error,
  * with pbox_last_error()'s text).
  */
 int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, void *arg, char *err,

@@ -22,7 +22,9 @@
  * Job modes (set on the appliance): "server-optimizer" keeps the model on the appliance
  * and answers a push-pull of iteration t with model version t + 1; "aggregate" answers a
  * push-pull of iteration t with the sum (or mean) of all ranks' iteration-t gradients, and
- * the worker runs its own optimizer.
+ * the worker runs its own optimizer; "broadcast" (Parameter Flow's update-centric
+ * communication) answers it with the aggregate every rank applies to its own copy of the
+ * model with the job's optimizer (pbox_update_*, below).
  *
  * Synchronisation (set on the appliance per job): BSP by default; SSP, ASP, probabilistic
  * SSP and drop-stragglers let a push-pull return before every rank has contributed, with
@@ -83,6 +85,7 @@ struct pbox_client_opts {
 enum pbox_job_mode_public {
 	PBOX_JOB_AGGREGATE = 0,
 	PBOX_JOB_SERVER_OPTIMIZER = 1,
+	PBOX_JOB_BROADCAST = 2,
 };
 
 struct pbox_job_info {
@@ -99,6 +102,7 @@ struct pbox_job_info {
 	char sync[16];        /* synchronisation model: "bsp", "ssp", "asp", ... */
 	uint32_t staleness;   /* oldest model a result may be, in iterations (UINT32_MAX: any) */
 	uint32_t credits;     /* operations per key that may be in flight at once */
+	char optimizer[16];   /* broadcast jobs: the optimizer every rank runs ("" otherwise) */
 };
 
 struct pbox_client_stats {
@@ -186,6 +190,73 @@ uint32_t pbox_resume_version(const struct pbox_client *c);
 /* A snapshot of the client's counters, taken when an operation last completed (the foreign
  * count also whenever it changes). All zero before pbox_register. */
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
+
+/*
+ * ---- Broadcast-update jobs (mode "broadcast") ----
+ *
+ * Every rank keeps the full model and runs the job's optimizer (the optimizer { ... } of
+ * the job definition, pbox_job_info.optimizer) on the aggregates the appliance sends
+ * back, with the appliance's own optimizer kernels: ranks that apply the same aggregates
+ * in the same order hold the same model, bit for bit. The appliance sums (reduce = "sum")
+ * or averages the updates of an iteration; only updates cross the network, never the
+ * model.
+ *
+ *   pbox_register(c, keys, nkeys);
+ *   init(models);                          // W^0, the same on every rank (one seed)
+ *   pbox_update_open(c, keys, nkeys, models, 0, &u);
+ *   for (t = 0; t < steps; t++) {
+ *           compute(models, g);            // this rank's update of every key
+ *           pbox_update_step(u, g);        // push it, apply what the sync rule needs
+ *   }
+ *   pbox_update_sync(u);                   // apply the rest: every rank holds W^steps
+ *   pbox_update_close(u);
+ *
+ * Synchronisation, with clock = updates pushed and version = aggregates applied:
+ *   bsp      pbox_update_step of iteration t returns with the model W^(t+1) (one
+ *            fused push-pull per key);
+ *   ssp(s)   it pushes, then applies every aggregate that has arrived, and blocks only
+ *            while clock - version > s (Parameter Flow's blocking rule): a rank runs at
+ *            most s iterations ahead of the slowest and otherwise computes on the newest
+ *            model the appliance has completed. Between steps a pull of its next
+ *            aggregate stays in flight, which takes two operations per key: the job's
+ *            flow credits >= 2 (pboxd's default for broadcast ssp jobs). With
+ *            PBOX_UPDATE_EXACT_LAG (or credits = 1) a step applies exactly the
+ *            aggregates the rule requires, U^(t-s) folded into the push as a push-pull:
+ *            the model at clock t is always W^(t-s), which makes a deterministic job
+ *            bit-reproducible under SSP too, at the price of gradients always s
+ *            aggregates stale (less stable with high momentum).
+ *            Either way the aggregate of iteration u is the sum of every rank's
+ *            iteration-u update (never mixed with later ones), and every rank applies
+ *            U^0, U^1, ... in that order: the same view everywhere.
+ * Threading: one thread uses a struct pbox_update at a time; while it exists, the
+ * registered keys must not be used with the other operations of the client.
+ */
+struct pbox_update;
+
+#define PBOX_UPDATE_EXACT_LAG 0x1u
+
+/* After pbox_register, with the same keys in the same order: models[i] is key
+ * keys[i]'s model (keys[i].nelem floats, W^0). flags: 0 or PBOX_UPDATE_EXACT_LAG. The
+ * library keeps the optimizer state and writes the models only inside pbox_update_step /
+ * pbox_update_sync. Fails with -EINVAL (not a broadcast job, keys differ from the
+ * registered ones, unknown flags), -ENOMEM. */
+int pbox_update_open(struct pbox_client *c, const struct pbox_key_info *keys, uint32_t nkeys,
+		     float *const *models, uint32_t flags, struct pbox_update **out);
+/* Push updates[i] (key i's update of iteration pbox_update_clock(u)) and apply the
+ * aggregates the sync rule requires before the next iteration (above). The updates
+ * are read until it returns. Errors as pbox_push_pull's; after one, the replica is no
+ * longer in step with the job: close it. */
+int pbox_update_step(struct pbox_update *u, const float *const *updates);
+/* Apply every aggregate not yet applied (version = clock): waits until every rank has
+ * pushed every iteration this one has. Under BSP there is never any. */
+int pbox_update_sync(struct pbox_update *u);
+/* Iterations pushed, and aggregates applied (the model is W^version). */
+uint32_t pbox_update_clock(const struct pbox_update *u);
+uint32_t pbox_update_version(const struct pbox_update *u);
+/* Wait for its operations still in flight (a pull, after an error), then free the
+ * optimizer state (not the models). Before or after pbox_close of the client (which
+ * cancels them at once: after an error, close the client first). NULL is a no-op. */
+void pbox_update_close(struct pbox_update *u);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.
  * Operations still in flight, or submitted and not yet started, fail with -ECANCELED

@@ -1269,6 +1269,13 @@ err:
 
 /* ---- Client: information ------------------------------------------------------------ */
 
+static const char *mode_name(enum pbox_job_mode_public m)
+{
+	return m == PBOX_JOB_SERVER_OPTIMIZER ? "server-optimizer"
+	       : m == PBOX_JOB_BROADCAST      ? "broadcast"
+					      : "aggregate";
+}
+
 /* The synchronisation contract (sync, staleness, credits) comes with registration: None
  * before it. A staleness of -1 means any (no bound). */
 static PyObject *client_get_info(struct client *self, void *unused)
@@ -1292,15 +1299,14 @@ static PyObject *client_get_info(struct client *self, void *unused)
 		credits = PyLong_FromUnsignedLong(i->credits);
 	}
 	if (sync != NULL && stale != NULL && credits != NULL) {
-		d = Py_BuildValue(
-			"{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:K, s:s, s:O, "
-			"s:O, s:O}",
-			"job", i->job, "rank", i->rank, "workers", i->workers, "mode",
-			i->mode == PBOX_JOB_SERVER_OPTIMIZER ? "server-optimizer" : "aggregate",
-			"reduce", i->mean ? "mean" : "sum", "cores", i->cores, "chunk_bytes",
-			i->chunk_bytes, "frag_bytes", i->frag_bytes, "nchunks", i->nchunks,
-			"total_bytes", (unsigned long long)i->total_bytes, "server", self->server,
-			"sync", sync, "staleness", stale, "credits", credits);
+		d = Py_BuildValue("{s:I, s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:K, s:s, s:O, "
+				  "s:O, s:O}",
+				  "job", i->job, "rank", i->rank, "workers", i->workers, "mode",
+				  mode_name(i->mode), "reduce", i->mean ? "mean" : "sum", "cores",
+				  i->cores, "chunk_bytes", i->chunk_bytes, "frag_bytes",
+				  i->frag_bytes, "nchunks", i->nchunks, "total_bytes",
+				  (unsigned long long)i->total_bytes, "server", self->server,
+				  "sync", sync, "staleness", stale, "credits", credits);
 	}
 	Py_XDECREF(sync);
 	Py_XDECREF(stale);

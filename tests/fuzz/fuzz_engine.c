@@ -201,7 +201,18 @@ static void setup(struct fix *x, struct fz *in)
 	a->reduce = (c0 >> 7) ? PBOX_REDUCE_MEAN : PBOX_REDUCE_SUM;
 	/* As pboxd's configuration allows: models that fold late pushes take one credit. */
 	a->credits = a->sync->folds_late ? 1 : 1 + ((c1 >> 4) & 1) + ((c1 >> 5) & 1);
-	a->window = PBOX_MAX(a->sync->min_window(&a->sync_cfg), a->credits + 1);
+	if (a->mode == PBOX_MODE_AGGREGATE && a->sync_cfg.eager) {
+		/* Eager release is server-optimizer only: the bit picks a broadcast job, under
+		 * bsp or ssp as pboxd allows. */
+		a->mode = PBOX_MODE_BROADCAST;
+		a->sync_cfg.eager = false;
+		if (a->sync_cfg.model != PBOX_SYNC_BSP) {
+			a->sync_cfg.model = PBOX_SYNC_SSP;
+			a->sync = pbox_sync_ops(PBOX_SYNC_SSP);
+			a->credits = 1 + ((c1 >> 4) & 1) + ((c1 >> 5) & 1);
+		}
+	}
+	a->window = pbox_job_min_window(a->mode, a->sync, &a->sync_cfg, a->credits);
 	a->window += (c2 >> 4) & 1;
 	a->opt = pbox_optimizer_find(opts[((c2 >> 5) & 7) % 5]);
 	a->opt_params = (struct pbox_opt_params){ .lr = 0.1f,

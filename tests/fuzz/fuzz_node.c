@@ -53,6 +53,7 @@ struct fix {
 	bool server_opt;
 	bool accept_newer;
 	uint32_t staleness;
+	uint32_t result_lag; /* broadcast jobs: push-pulls of t want t - lag */
 	uint64_t now_ns;
 	struct fop ops[NOPS];
 };
@@ -141,7 +142,9 @@ static void on_done(struct pbox_op *op, void *arg)
 	if (op->status == 0 && (op->kind == PBOX_OP_PULL || op->kind == PBOX_OP_PUSH_PULL)) {
 		/* The result is one the node may accept (UINT32_MAX is a label like any other:
 		 * iteration counters wrap). */
-		uint32_t want = op->iter + (x->server_opt && op->kind == PBOX_OP_PUSH_PULL);
+		uint32_t want = op->kind != PBOX_OP_PUSH_PULL ? op->iter
+				: x->server_opt               ? op->iter + 1
+							      : op->iter - x->result_lag;
 
 		if (x->server_opt) {
 			FUZZ_CHECK(x->staleness == UINT32_MAX ||
@@ -174,6 +177,12 @@ static void setup(struct fix *x, struct fz *in)
 	x->now_ns = 1000000000ull;
 	x->staleness = (c1 >> 5) & 1 ? UINT32_MAX : (uint32_t)(c1 >> 6);
 	x->accept_newer = (c0 >> 6) & 1;
+	if (!x->server_opt && x->accept_newer && x->staleness != UINT32_MAX) {
+		/* Newer results are for folding models, whose staleness is unbounded: this
+		 * combination picks a broadcast job instead (results lag by the staleness). */
+		x->accept_newer = false;
+		x->result_lag = x->staleness;
+	}
 	if (pbox_jobdesc_build(&x->desc, keys, 2, nworkers, x->ncores, 256, 64u << ((c0 >> 5) & 1),
 			       NULL, err, sizeof(err)) != 0) {
 		fprintf(stderr, "fuzz_node: %s\n", err);
@@ -201,6 +210,7 @@ static void setup(struct fix *x, struct fz *in)
 		.window_bytes = (c1 >> 4) & 1 ? 512 : 0,
 		.staleness = x->staleness,
 		.accept_newer = x->accept_newer,
+		.result_lag = x->result_lag,
 		.credits = credits,
 		.plain = (c0 >> 7) & 1,
 		.crc = true,

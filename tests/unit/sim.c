@@ -272,8 +272,8 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	s->job.credits = c->credits ? c->credits : 1;
 	s->job.verify_crc = c->verify_crc;
 	s->job.non_finite = c->non_finite;
-	s->job.window = PBOX_MAX(c->window, s->job.sync->min_window(&s->job.sync_cfg));
-	s->job.window = PBOX_MAX(s->job.window, s->job.credits + 1);
+	s->job.window = PBOX_MAX(c->window, pbox_job_min_window(c->mode, s->job.sync,
+								&s->job.sync_cfg, s->job.credits));
 	if (c->nranks == 0 || c->nranks > SIM_MAX_RANKS) {
 		fprintf(stderr, "sim: %u ranks (1..%u)\n", c->nranks, SIM_MAX_RANKS);
 		return -1;
@@ -318,6 +318,9 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 			.timeout_ms = c->timeout_ms ? c->timeout_ms : 2000,
 			.staleness = s->job.sync->worker_staleness(&s->job.sync_cfg),
 			.accept_newer = s->job.sync->folds_late && c->mode != PBOX_MODE_SERVER_OPT,
+			.result_lag = c->mode == PBOX_MODE_BROADCAST
+					      ? s->job.sync->worker_staleness(&s->job.sync_cfg)
+					      : 0,
 			.credits = s->job.credits,
 			.plain = c->plain,
 			.window_bytes = c->window_bytes,

@@ -212,6 +212,41 @@ static void test_sync_errors(void **state)
 		     "probability: must be between 0 and 1");
 }
 
+/* Broadcast-update jobs: bsp / ssp only, an optimizer for the workers, the window the
+ * lagged aggregates need. */
+static void test_broadcast(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(
+		load("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
+		     " reduce = \"sum\"; sync = { model = \"ssp\"; staleness = 2; };\n"
+		     " optimizer = { name = \"adam\"; lr = 0.001; }; } );\n",
+		     &cfg, err, sizeof(err)),
+		0);
+	assert_int_equal(cfg.jobs[0].mode, PBOX_MODE_BROADCAST);
+	assert_int_equal(cfg.jobs[0].credits, 2); /* a pull in flight beside each push */
+	assert_int_equal(cfg.jobs[0].window, 7);  /* 2s + 1 + credits */
+	assert_string_equal(cfg.jobs[0].opt->name, "adam");
+	assert_false(cfg.jobs[0].checkpoint);
+	pboxd_config_free(&cfg);
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
+		     " sync = { model = \"asp\"; }; } );\n",
+		     "a broadcast job runs under bsp or ssp");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
+		     " window = 5; flow = { credits = 1; };\n"
+		     " sync = { model = \"ssp\"; staleness = 2; }; } );\n",
+		     "window: must be at least 6");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; mode = \"broadcast\";\n"
+		     " sync = { release = \"eager\"; }; } );\n",
+		     "needs mode = \"server-optimizer\"");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2;\n"
+		     " optimizer = { name = \"nag\"; }; } );\n",
+		     "\"broadcast\" (every worker does)");
+}
+
 static void test_missing_file(void **state)
 {
 	struct pboxd_config cfg;
@@ -522,7 +557,7 @@ int main(void)
 		cmocka_unit_test(test_sync_errors), cmocka_unit_test(test_missing_file),
 		cmocka_unit_test(test_parsers),     cmocka_unit_test(test_memory_budget),
 		cmocka_unit_test(test_non_finite),  cmocka_unit_test(test_xdp),
-		cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_probe),       cmocka_unit_test(test_broadcast),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
