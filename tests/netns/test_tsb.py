@@ -82,7 +82,7 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
             procs.append(lab.popen(lab.worker_ns[r], train_cmd(pbox, d, r, steps, models[r]),
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True))
-        c1 = None
+        c1 = tsb = None
         if tree:
             # Once the tree is in use (pboxd logs it): the appliance's traffic from now on.
             deadline = time.time() + 30
@@ -92,6 +92,7 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
                 d.dump_log()
                 fail("%s: pboxd never put the tree in use" % name)
             c1 = lab.link_counters()
+            tsb = d.stats()["jobs"][0].get("tsb")  # while the session runs
         if kill is not None:
             # Kill the relay mid-training.
             time.sleep(0.3)
@@ -112,7 +113,9 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
                 fail("%s: rank %d did not finish" % (name, r))
             outs.append((p.returncode, err))
         log = d.log()
-        totals = d.stats()["totals"]
+        st = d.stats()
+        totals = st["totals"]
+        totals["tsb"] = tsb
     for r, (rc, err) in enumerate(outs):
         if r == kill:
             continue
@@ -152,7 +155,11 @@ def main():
             star, star_ratio, _, _ = run(lab, build, tmp, "star", tree=False)
             identical(star + [ref], "star run and the reference")
             print("appliance link tx / rx: star %.2f" % star_ratio)
-        tree, ratio, log, _ = run(lab, build, tmp, "tree", tree=True)
+        tree, ratio, log, totals = run(lab, build, tmp, "tree", tree=True)
+        tsb = totals["tsb"]
+        if not (tsb and tsb["live"] and tsb["tree"] == "job"):
+            fail("pboxd's stats do not show the tree in use: %s" % tsb)
+        print("test_tsb: pboxd's tsb stats: %s" % tsb)
         identical(tree + [ref], "tree run and the reference")
         # The appliance receives 6 pushes per step; it sends the result 6 times in a star
         # (tx / rx about 1), twice down this tree (about 1/3).
