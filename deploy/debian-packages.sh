@@ -19,7 +19,7 @@ packages=(
 	# build
 	meson ninja-build pkg-config gcc clang-format
 	# libraries of the data plane and the control channel
-	liburcu-dev libconfig-dev libjansson-dev libisal-dev zlib1g-dev libsystemd-dev
+	liburcu-dev libconfig-dev libjansson-dev libisal-dev libsodium-dev zlib1g-dev libsystemd-dev
 	# the /metrics endpoint of pboxd and pbox-ctrld
 	libmicrohttpd-dev
 	# the training demo: BLAS and the dataset

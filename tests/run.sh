@@ -111,7 +111,7 @@ fi
 
 if [ $quick = 0 ]; then
 	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each for engine, node, control, half of it for the others (PBOX_FUZZ_SECONDS)"
-	fuzz_names=(engine node config control dvf dvf_codec probe jobspec statusmsg ctlplan afxdp_frame shm)
+	fuzz_names=(engine node config control dvf dvf_codec probe jobspec statusmsg ctlplan afxdp_frame shm tsb)
 	fuzz_setup() {
 		CC=clang meson setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined \
 			-Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link "$@"
@@ -134,6 +134,7 @@ if [ $quick = 0 ]; then
 			# decoders, fast inputs) half of it.
 			case $name in
 			engine | node | control) ;;
+			tsb) secs=$(((secs + 3) / 4)) ;; # small decoders; the relay path is fuzz_node's node
 			*) secs=$(((secs + 1) / 2)) ;;
 			esac
 			step "fuzz_$name" env PBOX_FUZZ_SECONDS="$secs" tests/fuzz/run.sh build-fuzz "$name"

@@ -58,7 +58,7 @@ static const struct {
 			    1 },
 	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT | PBOX_F_SACK, 0, 0 },
 	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1, 0 },
-	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT, 1, 1 },
+	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT | PBOX_F_TREE, 1, 1 },
 	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS | PBOX_F_SACK, 0, 0 },
 	[PBOX_MSG_ERROR] = { 0, 0, 0 },
 };
@@ -86,7 +86,7 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 	}
 	m->type = h.type;
 	m->flags = be16toh(h.flags);
-	if (pbox_unlikely(h.sack != 0 && !(m->flags & PBOX_F_SACK))) {
+	if (pbox_unlikely(h.sack != 0 && !(m->flags & (PBOX_F_SACK | PBOX_F_TREE)))) {
 		return PBOX_DROP_BAD_RESERVED;
 	}
 	m->encoding = h.encoding;
@@ -159,5 +159,5 @@ void pbox_wire_encode(const struct pbox_msg *m, struct pbox_wire_hdr *h)
 	h->seq = htobe32(m->seq);
 	h->arg0 = htobe32(m->arg0);
 	h->arg1 = htobe32(m->arg1);
-	h->sack = m->flags & PBOX_F_SACK ? htobe64(m->sack) : 0;
+	h->sack = m->flags & (PBOX_F_SACK | PBOX_F_TREE) ? htobe64(m->sack) : 0;
 }

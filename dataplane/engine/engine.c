@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "bcast.h"
 #include "common/bitmap.h"
 #include "common/crc.h"
 #include "common/log.h"
@@ -324,6 +325,62 @@ static void hold(struct ctx *x, uint32_t rank, uint32_t want)
 	}
 }
 
+/* ---- TSB: results down the job's broadcast tree (bcast.h) ---------------------------- */
+
+/* Whether the job's results are broadcasts sent down its tree: BSP answers every live
+ * rank with the same result of each iteration, at the advance. */
+static bool tree_on(const struct ctx *x)
+{
+	return x->job->tsb != NULL && x->job->sync_cfg.model == PBOX_SYNC_BSP &&
+	       !x->job->sync_cfg.eager;
+}
+
+/* Whether `want` is the result the last advance sent down the tree. */
+static bool tree_sent(const struct ctx *x, uint32_t want)
+{
+	return x->cs->version > 0 && want == x->cs->version - 1 + x->mode->want_step;
+}
+
+/* The chunk just advanced: send its result once down the tree, and forget the held pulls
+ * it answers (every live rank gets it from its parent or from the appliance). */
+static void tree_broadcast(struct ctx *x, struct pbox_slot *sl)
+{
+	struct pbox_chunk_state *cs = x->cs;
+	/* The result the advance produced: the slot's (results kept in slots) or the new
+	 * model version. */
+	bool in_slot = x->mode->slot_results;
+	uint32_t label = in_slot ? sl->iter : cs->version;
+	const uint8_t *p = (const uint8_t *)(in_slot ? sl->acc : cs->model[cs->version & 1]);
+
+	for (uint32_t f = 0; f < x->cd->nfrags; f++) {
+		struct pbox_msg m = {
+			.type = PBOX_MSG_DATA,
+			.encoding = PBOX_ENC_F32,
+			.job = x->job->wire.id,
+			.chunk = cs->id,
+			.chunk_len = x->cd->bytes,
+			.iter = label,
+			.frag_off = f * x->d->frag_bytes,
+			.frag_len = pbox_frag_len(x->d, x->cd->bytes, f),
+			.arg0 = x->job->nlive,
+		};
+
+		pbox_tsb_send_frag(x->job->tsb, x->e->core, x->job->live, x->cj->peers, x->e->tx,
+				   x->e->tx_ctx, &m, p + m.frag_off, x->e->stats);
+	}
+	if (in_slot) {
+		sl->acc_ref = x->e->tx->queued(x->e->tx_ctx);
+	} else {
+		cs->model_ref[cs->version & 1] = x->e->tx->queued(x->e->tx_ctx);
+	}
+	for (uint32_t w = 0; w < x->d->nworkers && cs->nheld > 0; w++) {
+		if (cs->pull_want[w] == label && pbox_bit_test(x->job->live, w)) {
+			cs->pull_want[w] = PBOX_PULL_NONE;
+			cs->nheld--;
+		}
+	}
+}
+
 /* After an advance: answer held pulls whose condition now holds (lazy: their own
  * iteration is complete; eager: every held pull, at the first advance). */
 static void release_held(struct ctx *x)
@@ -489,6 +546,9 @@ static void advance(struct ctx *x)
 		pbox_chunk_snap(x->job, x->cd, cs); /* a checkpoint wants this version? */
 		moved = true;
 		PBOX_STAT_ADD(x->e->stats, iterations, 1);
+		if (tree_on(x)) {
+			tree_broadcast(x, sl);
+		}
 		release_held(x);
 	}
 	if (moved && pbox_bit_next(cs->blocked, 0, x->d->nworkers) < x->d->nworkers) {
@@ -729,6 +789,10 @@ static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t
 		return;
 	}
 	if ((x->m->flags & PBOX_F_WANT_REPLY) && want_ready(x, w, want)) {
+		if (tree_on(x) && tree_sent(x, want)) {
+			send_ack(x, w, iter, ndone, 0); /* the result comes down the tree */
+			return;
+		}
 		answer(x, w, want, false);
 		return;
 	}
@@ -1031,6 +1095,11 @@ static void on_pull(struct ctx *x)
 		return;
 	}
 	if (want_ready(x, w, want)) {
+		if (tree_on(x) && tree_sent(x, want)) {
+			/* A result sent down the tree is asked for: a loss, or a stalled relay. */
+			pbox_tsb_note_repair(x->job->tsb, x->e->core, x->job->live, w, want,
+					     (m->flags & PBOX_F_SACK) && m->arg0 == want);
+		}
 		answer(x, w, want, probe);
 		return;
 	}

@@ -188,6 +188,7 @@ struct pbox_rank_pin {
 #define PBOX_PIN_SET (1ull << 63)
 
 struct pbox_job_state;
+struct pbox_tsb;
 
 /* What happens when a state's last reference is dropped (runs on that thread). */
 typedef void pbox_job_state_release_fn(struct pbox_job_state *st, void *arg);
@@ -248,6 +249,7 @@ struct pbox_job {
 	bool checkpoint; /* server-optimizer: chunks carry snapshot buffers (pbox_chunk_snap) */
 	struct pbox_dvf_job dvf; /* DVF: pushes may be blocks; aggregates are filtered */
 	struct pbox_job_state *state;
+	struct pbox_tsb *tsb; /* results go down a broadcast tree (engine/bcast.h); NULL: star */
 };
 
 struct pbox_jobtab;

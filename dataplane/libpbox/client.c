@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "dvf/dvf_job.h"
 #include "dvf_push.h"
+#include "common/tsbmsg.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/shm/shm.h"
@@ -84,7 +85,9 @@ struct pbox_client {
 	bool crc;                /* stamp fragments with CRC32C version words */
 	struct pbox_dvf_job dvf; /* the job's DVF settings (enabled: pushes are filtered) */
 	uint32_t heartbeat_ms;
-	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
+	uint32_t resume_version;     /* from the register reply: a restored checkpoint's version */
+	struct pbox_tsb_key tsb_key; /* TSB: the session key from the register reply */
+	bool tsb;
 	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
@@ -547,6 +550,24 @@ int64_t pbox_plan_revision(const struct pbox_client *c)
 	return c != NULL ? __atomic_load_n(&c->plan_rev, __ATOMIC_ACQUIRE) : 0;
 }
 
+/* TSB: pboxd told this rank its place in the broadcast tree (progress thread). */
+static void tsb_event(struct pbox_client *c, const json_t *o)
+{
+	struct pbox_tsb_pos pos;
+	char err[160];
+
+	if (!c->tsb ||
+	    pbox_tsb_pos_decode(o, c->info.workers, c->info.rank, &pos, err, sizeof(err)) != 0) {
+		PBOX_LOG_WARN(CLIENT, "job %u rank %u: tree position ignored: %s", c->info.job,
+			      c->info.rank, c->tsb ? err : "the job has no broadcast tree");
+		return;
+	}
+	pbox_node_tsb_position(c->node, &pos);
+	PBOX_LOG_INFO(CLIENT, "job %u rank %u: broadcast tree: parent %d, %u children", c->info.job,
+		      c->info.rank, pos.parent == PBOX_TSB_ROOT ? -1 : (int)pos.parent,
+		      pos.nchildren);
+}
+
 /* Read control events (abort) and notice a closed control connection, without blocking.
  * Returns true if a failure is now recorded. */
 static bool ctl_read_events(struct pbox_client *c)
@@ -574,6 +595,8 @@ static bool ctl_read_events(struct pbox_client *c)
 			plan_event(c, json_object_get(o, "plan"));
 		} else if (ev != NULL && strcmp(ev, "probe") == 0) {
 			probe_event(c, o);
+		} else if (ev != NULL && strcmp(ev, "tsb") == 0) {
+			tsb_event(c, o);
 		}
 		json_decref(o);
 	}
@@ -876,6 +899,14 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		c->info.staleness = c->staleness;
 		c->info.credits = c->credits;
 	}
+	/* TSB: the job's results come down a broadcast tree (common/tsbmsg.h). */
+	if (json_object_get(resp, "tsb_key") != NULL) {
+		if (pbox_tsb_key_parse(json_string_value(json_object_get(resp, "tsb_key")),
+				       &c->tsb_key) != 0) {
+			return fail(-EPROTO, "register: the appliance sent a malformed tsb_key");
+		}
+		c->tsb = true;
+	}
 	return 0;
 }
 
@@ -1022,6 +1053,10 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);
+	if (c->node != NULL && c->tsb && pbox_node_tsb_key(c->node, &c->tsb_key) != 0) {
+		pbox_node_destroy(c->node);
+		c->node = NULL;
+	}
 	if (c->node == NULL) {
 		rc = fail(-ENOMEM, "register: out of memory for the worker node");
 		goto out;

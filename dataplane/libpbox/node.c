@@ -14,6 +14,7 @@
 #include "common/crc.h"
 #include "common/log.h"
 #include "dvf_push.h"
+#include "relay.h"
 
 enum phase {
 	PH_IDLE = 0,
@@ -100,6 +101,7 @@ struct pbox_node {
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
 	char failmsg[256];
+	struct pbox_relay *relay; /* TSB: NULL unless the session has a broadcast tree */
 	struct pbox_node_stats stats;
 	struct pbox_dvf_push *dvf; /* NULL: the job has no DVF */
 };
@@ -248,6 +250,10 @@ void pbox_node_destroy(struct pbox_node *n)
 	free(n->bits_arena);
 	free(n->crc_arena);
 	pbox_dvf_push_destroy(n->dvf);
+	if (n->relay != NULL) {
+		pbox_relay_fini(n->relay);
+	}
+	free(n->relay);
 	free(n);
 }
 
@@ -497,8 +503,21 @@ static void send_probe(struct pbox_node *n, uint32_t i)
 	};
 
 	add_result_sack(n, wc_chunk(n, i), &n->ch[i], &m);
-	xmit(n, wc_chunk(n, i), &m, NULL);
 	n->stats.probes++;
+	if (n->relay != NULL && n->ch[i].rgot > 0 && n->ch[i].tries == 1 &&
+	    pbox_relay_has_parent(n->relay)) {
+		/* TSB: part of the result came down the tree and the rest not within an RTO: ask
+		 * the parent's repair cache first; the next request goes to the appliance. */
+		m.sender = n->cfg.rank;
+		m.chunk = wc_chunk(n, i);
+		m.chunk_len = n->d->chunks[m.chunk].bytes;
+		m.seq = n->seq++;
+		if (pbox_relay_ask_parent(n->relay, &m, n->cfg.tx, n->cfg.tx_ctx) == 0) {
+			n->stats.tsb_parent_pulls++;
+		}
+		return;
+	}
+	xmit(n, wc_chunk(n, i), &m, NULL);
 }
 
 static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
@@ -1294,6 +1313,66 @@ static bool from_appliance(const struct pbox_node *n, const struct pbox_peer *fr
 	return false;
 }
 
+int pbox_node_tsb_key(struct pbox_node *n, const struct pbox_tsb_key *key)
+{
+	if (n->relay == NULL) {
+		n->relay = calloc(1, sizeof(*n->relay));
+		if (n->relay == NULL) {
+			return -ENOMEM;
+		}
+	} else {
+		pbox_relay_fini(n->relay);
+	}
+	if (pbox_relay_init(n->relay, n->cfg.job, n->d, key, n->cfg.relay_cache_bytes) != 0) {
+		free(n->relay);
+		n->relay = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int pbox_node_tsb_position(struct pbox_node *n, const struct pbox_tsb_pos *pos)
+{
+	if (n->relay == NULL) {
+		return -EINVAL;
+	}
+	if (pbox_relay_set_position(n->relay, pos) != 0) {
+		PBOX_LOG_WARN(CLIENT,
+			      "rank %u: no memory for the relay's repair cache: its children "
+			      "repair from the appliance",
+			      n->cfg.rank);
+	}
+	return 0;
+}
+
+/* A broadcast fragment (relay.h): check it, forward it to the children, then take our
+ * own copy as any result fragment. */
+static void tree_rx(struct pbox_node *n, const void *pkt, uint32_t len,
+		    const struct pbox_peer *from)
+{
+	enum pbox_drop_reason r;
+	struct pbox_msg m;
+
+	r = pbox_relay_check(n->relay, pkt, len, &m);
+	if (r != PBOX_DROP_NONE) {
+		n->stats.drops[r]++;
+		return;
+	}
+	if (!pbox_relay_from_parent(n->relay, from) &&
+	    !from_appliance(n, from, n->d->chunks[m.chunk].core)) {
+		n->stats.tsb_not_parent++;
+		return;
+	}
+	if (!pbox_relay_verify(n->relay, pkt, len)) {
+		n->stats.tsb_bad_mac++;
+		return;
+	}
+	n->stats.tsb_rx++;
+	n->stats.tsb_fwd += pbox_relay_forward(n->relay, pkt, len, n->cfg.tx, n->cfg.tx_ctx);
+	pbox_relay_keep(n->relay, pkt, len, &m);
+	on_data(n, m.chunk, &m);
+}
+
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
 {
 	const struct pbox_wire_job *j;
@@ -1302,6 +1381,25 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 
 	n->stats.rx_pkts++;
 	n->stats.rx_bytes += len;
+	if (n->relay != NULL && pbox_relay_is_tree(pkt, len)) {
+		tree_rx(n, pkt, len, from);
+		return;
+	}
+	if (n->relay != NULL && len >= PBOX_WIRE_HDR_LEN &&
+	    ((const struct pbox_wire_hdr *)pkt)->type == PBOX_MSG_PULL) {
+		/* A child asks for a repair (relay.h). */
+		enum pbox_drop_reason why;
+		int k = pbox_relay_serve(n->relay, pkt, len, from, n->cfg.tx, n->cfg.tx_ctx, &why);
+
+		if (k >= 0) {
+			n->stats.tsb_served += (uint64_t)k;
+		} else if (why != PBOX_DROP_NONE) {
+			n->stats.drops[why]++;
+		} else {
+			n->stats.foreign++;
+		}
+		return;
+	}
 	/* Only the appliance talks to a worker: anything from elsewhere is dropped unread
 	 * (then, once the chunk is known, anything not from the core that owns it). */
 	if (!from_appliance(n, from, UINT32_MAX)) {

@@ -147,6 +147,14 @@ struct pbox_node_stats {
 	uint64_t rto_us;           /* retransmission timeout now */
 	uint64_t timer_waits;      /* timeouts not taken as losses: acknowledgements of
 				      earlier sends still arriving (a queue, not a loss) */
+	/* TSB (relay.h): broadcast fragments accepted, forwarded to children, refused for a
+	 * bad MAC, refused for coming from neither the parent nor the owning core */
+	uint64_t tsb_rx;
+	uint64_t tsb_fwd;
+	uint64_t tsb_bad_mac;
+	uint64_t tsb_not_parent;
+	uint64_t tsb_parent_pulls; /* repairs asked from the parent (then the appliance) */
+	uint64_t tsb_served;       /* fragments re-sent to children from the repair cache */
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
@@ -179,6 +187,7 @@ struct pbox_node_cfg {
 	/* The job's DVF settings (NULL or not enabled: none): pushes are filtered with this
 	 * worker's residual and results may come as DVF blocks (libpbox/dvf_push.h). */
 	const struct pbox_dvf_job *dvf;
+	size_t relay_cache_bytes; /* TSB relay's repair cache (0: PBOX_RELAY_CACHE_BYTES) */
 	pbox_op_done_fn done;
 	void *done_arg;
 };
@@ -212,6 +221,16 @@ uint64_t pbox_node_next_timer(struct pbox_node *n);
 
 /* Fail every operation in flight, and every later submit, with err and msg. */
 void pbox_node_fail(struct pbox_node *n, int err, const char *msg);
+
+/* TSB (relay.h): accept broadcast fragments of the session keyed by key (from the
+ * appliance only, until a position is given). 0 or -ENOMEM. */
+struct pbox_tsb_key;
+struct pbox_tsb_pos;
+int pbox_node_tsb_key(struct pbox_node *n, const struct pbox_tsb_key *key);
+
+/* TSB: this rank's parent and children from now on (pos copied). 0, or -EINVAL before
+ * pbox_node_tsb_key. */
+int pbox_node_tsb_position(struct pbox_node *n, const struct pbox_tsb_pos *pos);
 
 /* Number of operations in flight. */
 uint32_t pbox_node_inflight(const struct pbox_node *n);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd configuration file: libconfig parsing and validation (see config.h). */
 #include "config.h"
+#include "tsbd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -430,18 +431,35 @@ static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct 
 		return rc;
 	}
 	j->abort_on_loss = loss == 0;
+	if (j->tree && (j->sync_cfg.model != PBOX_SYNC_BSP || j->sync_cfg.eager)) {
+		return pbox_conf_bad(
+			c, config_setting_get_member(g, "tree"),
+			"a broadcast tree needs sync model 'bsp' with lazy release (the "
+			"one model whose results are the same for every rank)");
+	}
 	return 0;
 }
 
 static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 		    const struct pboxd_config *cfg, struct pboxd_job_cfg *j)
 {
-	static const char *const job_keys[] = {
-		"id",        "token",          "workers",       "mode",          "reduce",
-		"optimizer", "keys",           "window",        "deterministic", "sync",
-		"flow",      "on_worker_loss", "memory_budget", "non_finite",    "dvf",
-		NULL
-	};
+	static const char *const job_keys[] = { "id",
+						"token",
+						"workers",
+						"mode",
+						"reduce",
+						"optimizer",
+						"keys",
+						"window",
+						"deterministic",
+						"sync",
+						"flow",
+						"on_worker_loss",
+						"memory_budget",
+						"non_finite",
+						"dvf",
+						"tree",
+						NULL };
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
 	static const char *const modes[] = { "aggregate", "server-optimizer", "broadcast", NULL };
@@ -548,6 +566,16 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 		return rc;
 	}
 	j->checkpoint = cfg->checkpoint_dir[0] != '\0' && j->mode == PBOX_MODE_SERVER_OPT;
+	if ((rc = pboxd_tsb_load(c, g, j)) != 0) {
+		return rc;
+	}
+	if (j->tree && j->dvf.enabled) {
+		/* The tree carries the engine's dense results; a DVF-filtered result would
+		 * need its encoding there (README, Known limits). */
+		return pbox_conf_bad(c, config_setting_get_member(g, "tree"),
+				     "a broadcast tree cannot be combined with dvf yet (results "
+				     "go down the tree dense): drop one of them");
+	}
 	return finish_job(c, g, j);
 }
 
@@ -593,6 +621,8 @@ void pboxd_job_cfg_free(struct pboxd_job_cfg *j)
 	free(j->core_map);
 	j->core_map = NULL;
 	j->ncore_map = 0;
+	free(j->tree_parent);
+	j->tree_parent = NULL;
 }
 
 int pboxd_job_cfg_set_assignment(const struct pboxd_config *cfg, struct pboxd_job_cfg *j,

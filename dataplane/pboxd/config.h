@@ -99,6 +99,7 @@
  *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
  *              dvf = { low = 2.0; up = 8.0; codec = "snappy"; };  # Parameter Flow's
  *                                       # filter on pushes and aggregates (dvf/dvf_job.h)
+ *              tree = { degree = 2; depth = 3; };  # TSB broadcast (pboxd/tsbd.h)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -149,6 +150,10 @@ struct pboxd_job_cfg {
 	uint32_t *core_map;
 	uint32_t ncore_map;
 	struct pbox_dvf_job dvf; /* enabled: the job has a dvf group */
+	/* tree = { ... } (pboxd/tsbd.h): results go down a broadcast tree (TSB) */
+	bool tree;
+	uint32_t tree_degree, tree_depth;
+	uint32_t *tree_parent; /* workers entries (PBOX_TSB_ROOT: the appliance); owned */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

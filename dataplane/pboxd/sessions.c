@@ -23,6 +23,9 @@
 #include "budget.h"
 #include "checkpoint.h"
 #include "transport/shm/pboxd_shm.h"
+#include "common/tsbmsg.h"
+#include "engine/bcast.h"
+#include "tsbd.h"
 
 enum sess_state {
 	SESS_IDLE = 0,
@@ -84,6 +87,13 @@ struct job {
 	uint64_t ranks_removed;  /* ranks removed from sessions, all time */
 	uint64_t charged;        /* bytes of the session's state charged to the budget */
 	uint32_t resume_version; /* restored from a checkpoint (0: fresh) */
+	/* TSB (tsbd.h): the session's key (given at register) and tree; the tables carry
+	 * the tree once every rank was told its place (tsb_live). */
+	struct pbox_tsb *tsb;
+	struct pbox_tsb_key tsb_key;
+	bool tsb_keyed;
+	bool tsb_live;
+	bool tsb_from_plan;
 };
 
 /*
@@ -288,6 +298,7 @@ static void job_free(struct job *j)
 	free(j->live);
 	free(j->keys); /* a session's key set (NULL once its session ended) */
 	plan_free(j->plan);
+	pbox_tsb_free(j->tsb);
 	if (j->owned_cfg != NULL) {
 		pboxd_job_cfg_free(j->owned_cfg);
 		free(j->owned_cfg);
@@ -429,6 +440,7 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
 	pj->state = j->state;
+	pj->tsb = j->tsb_live ? j->tsb : NULL;
 }
 
 /* In the cores' job table: a session whose chunk state exists. */
@@ -499,6 +511,46 @@ void pboxd_sessions_set_publish_hook(struct pboxd_sessions *s, pboxd_publish_hoo
 	s->publish_hook_arg = arg;
 }
 
+struct tsb_retired {
+	struct rcu_head rcu;
+	struct pbox_tsb *t;
+};
+
+static void tsb_retired_cb(struct rcu_head *head)
+{
+	struct tsb_retired *r = caa_container_of(head, struct tsb_retired, rcu);
+
+	pbox_tsb_free(r->t);
+	free(r);
+}
+
+/* The session's tree goes after the grace period that retires the tables naming it
+ * (published already without it). */
+static void tsb_retire(struct pboxd_sessions *s, struct job *j)
+{
+	struct tsb_retired *r;
+
+	j->tsb_keyed = false;
+	j->tsb_live = false;
+	if (j->tsb == NULL) {
+		return;
+	}
+	r = s->dp != NULL && s->dp->rcu_registered ? malloc(sizeof(*r)) : NULL;
+	if (r == NULL) {
+		if (s->dp != NULL && s->dp->rcu_registered) {
+			/* No memory for the deferral: wait for the grace period here, once. */
+			synchronize_rcu();
+		}
+		pbox_tsb_free(j->tsb);
+	} else {
+		r->t = j->tsb;
+		rcu_thread_online();
+		call_rcu(&r->rcu, tsb_retired_cb);
+		rcu_thread_offline();
+	}
+	j->tsb = NULL;
+}
+
 static void end_session(struct pboxd_sessions *s, struct job *j)
 {
 	struct pbox_job_state *st = j->state;
@@ -510,6 +562,7 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 	 * the tables that cores may still read are retired and the transport released its
 	 * replies, never sooner (dataplane.h). */
 	publish(s);
+	tsb_retire(s, j);
 	pbox_job_state_put(st);
 	pboxd_budget_release(&s->budget, j->charged);
 	j->charged = 0;
@@ -748,6 +801,7 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	j->keys = ks;
 	j->nkeys = n;
 	j->st = SESS_STARTING;
+	j->tsb_keyed = j->cfg->tree && pbox_tsb_key_new(&j->tsb_key) == 0;
 	/* The request points into j: desc, keys and live do not change while starting. */
 	r->job = j;
 	fill_job(&r->desc, j);
@@ -920,6 +974,12 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 	if (resp != NULL && j->cfg->dvf.enabled) {
 		json_object_set_new(resp, "dvf", pbox_dvf_job_to_json(&j->cfg->dvf));
 	}
+	if (resp != NULL && j->tsb_keyed) {
+		char hex[2 * PBOX_TSB_KEY_BYTES + 1];
+
+		pbox_tsb_key_hex(&j->tsb_key, hex); /* TSB: the session key (common/tsbmsg.h) */
+		json_object_set_new(resp, "tsb_key", json_string(hex));
+	}
 	/* "plan": the rank's slice of the control plane's plan (common/ctlproto.h). */
 	return with_plan(j, ref->rank, resp, NULL, 0);
 }
@@ -1003,6 +1063,87 @@ int pboxd_sessions_fd(const struct pboxd_sessions *s)
 	return s->alloc.efd;
 }
 
+/* TSB: the session's tree (published once every rank knows its place: tsb_tick). */
+static void tsb_start(struct job *j)
+{
+	const struct pboxd_job_plan *plan = j->plan;
+	uint32_t *parent;
+	int src;
+
+	if (!j->tsb_keyed) {
+		return;
+	}
+	parent = calloc(j->cfg->workers, sizeof(*parent));
+	src = parent != NULL ? pboxd_tsb_session_tree(j->cfg, plan ? plan->json : NULL, parent)
+			     : -ENOMEM;
+	if (src >= 0) {
+		j->tsb = pbox_tsb_create(parent, j->cfg->workers, j->desc.ncores, &j->tsb_key);
+	}
+	free(parent);
+	if (j->tsb == NULL) {
+		PBOX_LOG_ERR(ADMIN,
+			     "job %u: no broadcast tree for this session (out of memory): "
+			     "results go to every rank directly",
+			     j->cfg->id);
+		return;
+	}
+	j->tsb_from_plan = src == 1;
+}
+
+/* Every rank of a session with a tree has registered and sent its first datagram (so its
+ * data address is pinned): tell each its place, and publish the tree. */
+static void tsb_tick(struct pboxd_sessions *s)
+{
+	for (uint32_t i = 0; i < s->njobs; i++) {
+		struct job *j = s->jobs[i];
+		struct pbox_peer *addr;
+		bool ready = true;
+
+		if (j->st != SESS_ACTIVE || j->removed || j->tsb == NULL || j->tsb_live ||
+		    j->nregistered != j->cfg->workers || j->nlive != j->cfg->workers) {
+			continue;
+		}
+		addr = calloc(j->cfg->workers, sizeof(*addr));
+		if (addr == NULL) {
+			continue;
+		}
+		for (uint32_t r = 0; r < j->cfg->workers && ready; r++) {
+			const struct pbox_rank_pin *pin = &j->state->pins[r];
+			uint64_t a = __atomic_load_n(&pin->addr, __ATOMIC_ACQUIRE);
+
+			ready = j->members[r].ref != NULL &&
+				__atomic_load_n(&pin->cookie, __ATOMIC_ACQUIRE) ==
+					j->members[r].cookie &&
+				(a & PBOX_PIN_SET);
+			addr[r].ip = (uint32_t)(a >> 16);
+			addr[r].port = (uint16_t)a;
+		}
+		for (uint32_t r = 0; r < j->cfg->workers && ready; r++) {
+			struct pbox_tsb_pos pos;
+			json_t *ev;
+
+			pboxd_tsb_position(j->tsb->parent, j->cfg->workers, r, addr, j->sessions,
+					   &pos);
+			ev = pbox_tsb_pos_encode(&pos);
+			if (ev != NULL) {
+				j->members[r].ref->send_event(j->members[r].ref, ev);
+				json_decref(ev);
+			}
+		}
+		free(addr);
+		if (!ready) {
+			continue;
+		}
+		j->tsb_live = true;
+		publish(s);
+		PBOX_LOG_INFO(ADMIN,
+			      "job %u: results go down the broadcast tree (%s) from now on; every "
+			      "rank was told its place",
+			      j->cfg->id,
+			      j->tsb_from_plan ? "pbox-ctrld's plan" : "the job's tree");
+	}
+}
+
 /* A session's chunk state is ready (or could not be allocated): answer its waiting ranks. */
 static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 {
@@ -1063,6 +1204,7 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 	}
 	j->st = SESS_ACTIVE;
 	j->sessions++;
+	tsb_start(j);
 	PBOX_LOG_INFO(
 		ADMIN,
 		"job %u: session %llu started: %u keys, %.1f MB, %u chunks of <= %u bytes on %u "
@@ -1261,6 +1403,22 @@ json_t *pboxd_sessions_status(const struct pboxd_sessions *s)
 			json_object_set_new(o, "pulls_waiting", json_integer(held));
 			json_object_set_new(o, "nonfinite", json_integer((json_int_t)nonfinite));
 		}
+		if (j->tsb != NULL) {
+			/* TSB (engine/bcast.h): per-core counters, read relaxed. */
+			uint64_t sent = 0, repairs = 0, bypasses = 0;
+
+			for (uint32_t k = 0; k < j->tsb->ncores; k++) {
+				sent += pbox_stat_read(&j->tsb->core[k].sent);
+				repairs += pbox_stat_read(&j->tsb->core[k].repairs);
+				bypasses += pbox_stat_read(&j->tsb->core[k].bypasses);
+			}
+			json_object_set_new(
+				o, "tsb",
+				json_pack("{s:b, s:s, s:I, s:I, s:I}", "live", j->tsb_live, "tree",
+					  j->tsb_from_plan ? "plan" : "job", "sent",
+					  (json_int_t)sent, "repairs", (json_int_t)repairs,
+					  "bypasses", (json_int_t)bypasses));
+		}
 		json_object_set_new(o, "live", json_integer(j->st == SESS_IDLE ? 0 : j->nlive));
 		json_object_set_new(o, "removed", json_integer((json_int_t)j->ranks_removed));
 		json_object_set_new(o, "origin", json_string(j->owned_cfg ? "runtime" : "config"));
@@ -1278,6 +1436,7 @@ void pboxd_sessions_tick(struct pboxd_sessions *s, uint64_t now_ms)
 {
 	uint64_t limit = (uint64_t)s->cfg->worker_timeout * 1000;
 
+	tsb_tick(s);
 	if (limit == 0) {
 		return;
 	}

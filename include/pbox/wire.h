@@ -112,10 +112,14 @@ enum pbox_msg_flags {
 	PBOX_F_STATUS = 1u << 5,     /* ACK: answers a probe; acknowledges nothing */
 	PBOX_F_SACK = 1u << 6,       /* ACK (a NACK), PULL: sack and frag_off hold a bitmap */
 	PBOX_F_LAST = 1u << 7,       /* PUSH, INIT: last datagram of a send round */
+	/* DATA: a broadcast fragment travelling down the job's TSB tree (relays forward it
+	 * unchanged): cookie is the session's broadcast cookie, sack holds the fragment's
+	 * 64-bit MAC (dataplane/common/tsb.h). */
+	PBOX_F_TREE = 1u << 8,
 };
 #define PBOX_F_ALL                                                                            \
 	(PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_RETRY | PBOX_F_OF_INIT | \
-	 PBOX_F_STATUS | PBOX_F_SACK | PBOX_F_LAST)
+	 PBOX_F_STATUS | PBOX_F_SACK | PBOX_F_LAST | PBOX_F_TREE)
 
 /* Fragments one PBOX_F_SACK bitmap describes past its base. */
 #define PBOX_SACK_BITS 64u
@@ -180,7 +184,8 @@ struct pbox_msg {
 	uint32_t seq;
 	uint32_t arg0;
 	uint32_t arg1;
-	uint64_t sack;       /* PBOX_F_SACK: bitmap from fragment frag_off / frag_bytes */
+	uint64_t sack;       /* PBOX_F_SACK: bitmap from fragment frag_off / frag_bytes;
+				PBOX_F_TREE: the MAC */
 	const void *payload; /* frag_len bytes following the header, NULL if none */
 };
 

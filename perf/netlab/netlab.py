@@ -70,7 +70,9 @@ MAX_WORKERS = 200
 GLOO_PORT = 29500
 CROSS_PORT0 = 5201
 TOKEN = "netlab"
-SYSTEMS = ("pbox", "gloo", "ps-lite")
+# pbox-tsb: pbox with the job's results broadcast down a tree of the workers (TSB;
+# tree_degree, tree_depth)
+SYSTEMS = ("pbox", "pbox-tsb", "gloo", "ps-lite")
 PS_LITE_REASON = ("ps-lite is not built: it needs its sources and ZeroMQ fetched from the "
                   "internet, which this machine does not have")
 
@@ -286,6 +288,8 @@ FIELDS = {
     "timeout": (_opt(_float(1, 86400)), None, "seconds per system run (default: from "
                                               "the link-rate bound)"),
     "seed": (_int(0, 1 << 31), 1, "fault-injector seed"),
+    "tree_degree": (_int(1, 64), 2, "pbox-tsb: the broadcast tree's degree T"),
+    "tree_depth": (_int(1, 16), 3, "pbox-tsb: the broadcast tree's depth H"),
 }
 
 
@@ -456,7 +460,7 @@ def cleanup(all_runs=False, run=None):
 class TransportLoss:
     """Loss injected by pbox's own transport: pboxd's `fault` config and PBOX_FAULT for
     each worker drop every datagram they send with probability p. Affects pbox only."""
-    systems = ("pbox",)
+    systems = ("pbox", "pbox-tsb")
 
     def __init__(self, p, seed, build_dir=None):
         self.p = p
@@ -797,11 +801,13 @@ def per_iteration_max(rank_times):
     return [max(t[i] for t in rank_times) for i in range(n)]
 
 
-def run_pbox(lab, sc, build_dir, loss, timeout):
+def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
     import netns  # tests/dpdk/netns.py: pboxd in a namespace, on pboxtest's config writer
     os.environ["PBOX_BUILD_DIR"] = build_dir
     job = {"id": 1, "token": TOKEN, "workers": sc.workers, "mode": "aggregate",
            "reduce": "mean"}
+    if tree:
+        job["tree"] = {"degree": sc.tree_degree, "depth": sc.tree_depth}
     app = {"mtu": sc.mtu}
     if sc.chunk_bytes:
         app["chunk_bytes"] = sc.chunk_bytes
@@ -904,8 +910,14 @@ def bounds(sc, nbytes):
     pbox = max([x for x in (link, app) if x is not None], default=None)
     # A ring allreduce sends (and receives) 2 (n-1)/n of the gradient on each link.
     gloo = link * 2 * (n - 1) / n if link is not None and n > 1 else (0.0 if link else None)
+    # TSB: the appliance receives n pushes and sends T copies of the result; a relay sends
+    # its push and T copies of the result on its own link.
+    t = min(sc.tree_degree, n)
+    tsb_app = 8.0 * nbytes * max(n, t) / a if a else None
+    tsb_relay = link * (1 + t) if link is not None and n > t else link
+    tsb = max([x for x in (tsb_relay, tsb_app) if x is not None], default=None)
     return {"link_bound_s": link, "pbox_bound_s": pbox, "gloo_ring_bound_s": gloo,
-            "appliance_bound_s": app}
+            "appliance_bound_s": app, "tsb_bound_s": tsb}
 
 
 def default_timeout(sc, b):
@@ -950,8 +962,9 @@ def run_scenario(sc, build_dir, log=print):
             before = loss.counters(lab) if counted else None
             try:
                 with Cross(lab, sc.cross) as cross:
-                    if system == "pbox":
-                        r = run_pbox(lab, sc, build_dir, loss, timeout)
+                    if system in ("pbox", "pbox-tsb"):
+                        r = run_pbox(lab, sc, build_dir, loss, timeout,
+                                     tree=system == "pbox-tsb")
                     else:
                         r = run_gloo(lab, sc, timeout)
                     cross.check()
@@ -961,7 +974,8 @@ def run_scenario(sc, build_dir, log=print):
                 r["exchange_bytes"] = nbytes
                 if b["link_bound_s"]:
                     r["over_link_bound"] = r["median_s"] / b["link_bound_s"]
-                own = b["pbox_bound_s" if system == "pbox" else "gloo_ring_bound_s"]
+                own = b["pbox_bound_s" if system == "pbox" else
+                        "tsb_bound_s" if system == "pbox-tsb" else "gloo_ring_bound_s"]
                 if own:
                     r["over_own_bound"] = r["median_s"] / own
             res["systems"][system] = r
@@ -973,8 +987,11 @@ def run_scenario(sc, build_dir, log=print):
                 r["median_s"], r["min_s"], r["max_s"])) if r["status"] == "ok" else
                 r.get("error")))
     p, g = res["systems"].get("pbox", {}), res["systems"].get("gloo", {})
+    t = res["systems"].get("pbox-tsb", {})
     if p.get("status") == "ok" and g.get("status") == "ok":
         res["ratios"] = {"gloo_over_pbox": g["median_s"] / p["median_s"]}
+    if p.get("status") == "ok" and t.get("status") == "ok":
+        res.setdefault("ratios", {})["pbox_over_tsb"] = p["median_s"] / t["median_s"]
     res["host"]["load_after"] = os.getloadavg()[0]
     return res
 
@@ -1048,8 +1065,10 @@ def print_result(r):
                 name, s["median_s"], s["min_s"], s["max_s"], extra))
         else:
             print("  %-7s %s: %s" % (name, s["status"], s.get("reason") or s.get("error")))
-    if "ratios" in r:
+    if "gloo_over_pbox" in r.get("ratios", {}):
         print("  gloo / pbox: %.2f" % r["ratios"]["gloo_over_pbox"])
+    if "pbox_over_tsb" in r.get("ratios", {}):
+        print("  pbox (star) / pbox-tsb: %.2f" % r["ratios"]["pbox_over_tsb"])
 
 
 def cmd_up(args):
@@ -1093,7 +1112,8 @@ def markdown_rows(results):
             links = s["links"]
             wtx = sum(v["tx_bytes"] for k, v in links.items() if k != "app")
             exch = sc["workers"] * (sc["iterations"] + sc["warmup"])
-            own = r["bounds"]["pbox_bound_s" if name == "pbox" else "gloo_ring_bound_s"]
+            own = r["bounds"].get("pbox_bound_s" if name == "pbox" else "tsb_bound_s"
+                                  if name == "pbox-tsb" else "gloo_ring_bound_s")
             if all("tbf_drops_host" in v for v in links.values()):
                 drops = "%d / %d" % (sum(v["tbf_drops_host"] for v in links.values()),
                                      sum(v["tbf_drops_switch"] for v in links.values()))

@@ -120,6 +120,7 @@ static void enqueue(struct sim *s, enum sim_dir dir, uint32_t to, uint32_t from,
 	if (len) {
 		memcpy(buf + PBOX_WIRE_HDR_LEN, payload, len);
 	}
+	s->filter_from = from;
 	if (s->filter != NULL && pbox_wire_decode(buf, total, &m) == PBOX_DROP_NONE) {
 		v = s->filter(s, dir, to, &m, s->filter_arg);
 	}
@@ -195,6 +196,16 @@ static int rank_send(void *ctx, const struct pbox_peer *to, const struct pbox_wi
 	uint32_t rank = ep->idx;
 	uint32_t core = ntohs(to->port) - 10000u;
 
+	if (ntohs(to->port) >= 20000u) {
+		/* A TSB relay forwarding to a child rank. */
+		uint32_t child = ntohs(to->port) - 20000u;
+
+		if (child >= s->nranks) {
+			return -EINVAL;
+		}
+		enqueue(s, SIM_TO_WORKER, child, SIM_FROM_RANK | rank, h, payload, len);
+		return 0;
+	}
 	enqueue(s, SIM_TO_APPLIANCE, core, rank, h, payload, len);
 	return 0;
 }
@@ -352,6 +363,7 @@ void sim_fini(struct sim *s)
 		pbox_engine_fini(&s->eng[k]);
 	}
 	pbox_job_state_free(s->job.state);
+	pbox_tsb_free(s->job.tsb);
 	pbox_jobdesc_free(&s->desc);
 	free(s->tab);
 	free(s->q);
@@ -372,7 +384,8 @@ uint64_t sim_pump(struct sim *s, uint64_t max)
 			pbox_engine_rx(&s->eng[p.to], s->tab, p.data, p.len, &from);
 			pbox_engine_flush(&s->eng[p.to]);
 		} else if (s->node[p.to] != NULL) {
-			from = s->core_peer[p.from];
+			from = p.from & SIM_FROM_RANK ? sim_rank_addr(p.from & ~SIM_FROM_RANK)
+						      : s->core_peer[p.from];
 			pbox_node_rx(s->node[p.to], p.data, p.len, &from);
 			pbox_node_flush(s->node[p.to]);
 		} else {
@@ -545,4 +558,33 @@ bool sim_take_reply(struct sim *s, uint32_t rank, struct pbox_msg *m, uint8_t *p
 		return ok;
 	}
 	return false;
+}
+
+int sim_set_tree(struct sim *s, const uint32_t *parent, const struct pbox_tsb_key *key)
+{
+	s->job.tsb = pbox_tsb_create(parent, s->nranks, s->ncores, key);
+	if (s->job.tsb == NULL) {
+		return -ENOMEM;
+	}
+	for (uint32_t r = 0; r < s->nranks; r++) {
+		struct pbox_tsb_pos pos = { .revision = 1, .parent = parent[r] };
+
+		if (s->node[r] == NULL) {
+			continue;
+		}
+		if (parent[r] != PBOX_TSB_ROOT) {
+			pos.parent_addr = sim_rank_addr(parent[r]);
+		}
+		for (uint32_t c = 0; c < s->nranks; c++) {
+			if (parent[c] == r) {
+				pos.child[pos.nchildren] = c;
+				pos.child_addr[pos.nchildren++] = sim_rank_addr(c);
+			}
+		}
+		if (pbox_node_tsb_key(s->node[r], key) != 0 ||
+		    pbox_node_tsb_position(s->node[r], &pos) != 0) {
+			return -ENOMEM;
+		}
+	}
+	return 0;
 }

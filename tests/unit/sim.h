@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/tsb.h"
+#include "engine/bcast.h"
 #include "engine/engine.h"
 #include "libpbox/node.h"
 
@@ -42,10 +44,13 @@ struct sim;
 typedef enum sim_verdict (*sim_filter_fn)(struct sim *s, enum sim_dir dir, uint32_t endpoint,
 					  const struct pbox_msg *m, void *arg);
 
+/* sim_pkt.from of a datagram a rank relayed to another rank (TSB): SIM_FROM_RANK | rank. */
+#define SIM_FROM_RANK 0x80000000u
+
 struct sim_pkt {
 	enum sim_dir dir;
 	uint32_t to;   /* core or rank */
-	uint32_t from; /* rank (to appliance) or core (to worker) */
+	uint32_t from; /* rank (to appliance), core or SIM_FROM_RANK | rank (to worker) */
 	uint32_t len;
 	uint8_t *data;
 };
@@ -98,6 +103,7 @@ struct sim {
 	uint64_t delivered;
 	sim_filter_fn filter;
 	void *filter_arg;
+	uint32_t filter_from; /* during a filter call: the datagram's sim_pkt.from */
 	/* completions seen by the nodes' callbacks */
 	uint32_t ncompleted;
 	struct pbox_op *completed[4 * SIM_MAX_RANKS];
@@ -174,6 +180,10 @@ uint32_t sim_take_all(struct sim *s,
 /* Take rank out of the counts (as pboxd does when a worker leaves) and let every core
  * reconcile, as it does when it sees the new table. */
 void sim_remove_rank(struct sim *s, uint32_t rank);
+
+/* TSB: results of the job go down the tree parent[] (PBOX_TSB_ROOT: fed by the
+ * appliance) under key; every node gets the key and its position. 0 or -ENOMEM. */
+int sim_set_tree(struct sim *s, const uint32_t *parent, const struct pbox_tsb_key *key);
 
 /* Sum of a counter over cores, e.g. SIM_STAT(s, iterations). */
 #define SIM_STAT(s, field)                                      \

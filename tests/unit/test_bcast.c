@@ -242,8 +242,9 @@ static enum sim_verdict lossy(struct sim *s, enum sim_dir dir, uint32_t ep,
 	return ++*count % 29 == 0 ? SIM_DROP : SIM_PASS;
 }
 
-/* BSP: lock-step; every replica equals the reference after every iteration. */
-static void run_bsp(const char *optname)
+/* BSP: lock-step; every replica equals the reference after every iteration. tree: the
+ * aggregates go down a TSB tree (rank 0 relays to 1 and 2; common/tsb.h). */
+static void run_bsp(const char *optname, bool tree)
 {
 	struct sim_job_cfg c = job(0, optname);
 	struct worker wk[NR];
@@ -252,6 +253,12 @@ static void run_bsp(const char *optname)
 	struct sim s;
 
 	assert_int_equal(sim_init(&s, &c), 0);
+	if (tree) {
+		static const uint32_t parent[NR] = { PBOX_TSB_ROOT, 0, 0 };
+		static const struct pbox_tsb_key key = { { 9, 8, 7 } };
+
+		assert_int_equal(sim_set_tree(&s, parent, &key), 0);
+	}
 	s.filter = lossy;
 	s.filter_arg = &drops;
 	for (uint32_t r = 0; r < NR; r++) {
@@ -280,6 +287,10 @@ static void run_bsp(const char *optname)
 		}
 	}
 	assert_true(drops >= 29); /* losses happened and were repaired */
+	if (tree) {
+		assert_true(pbox_node_stats(s.node[0])->tsb_fwd > 0);
+		assert_true(pbox_node_stats(s.node[2])->tsb_rx > 0);
+	}
 	for (uint32_t r = 0; r < NR; r++) {
 		worker_fini(&wk[r]);
 	}
@@ -290,13 +301,20 @@ static void run_bsp(const char *optname)
 static void test_bsp_nag_identical(void **state)
 {
 	(void)state;
-	run_bsp("nag");
+	run_bsp("nag", false);
 }
 
 static void test_bsp_adam_identical(void **state)
 {
 	(void)state;
-	run_bsp("adam");
+	run_bsp("adam", false);
+}
+
+/* TSB: the same aggregates relayed down a tree, with loss on every hop. */
+static void test_bsp_tree_identical(void **state)
+{
+	(void)state;
+	run_bsp("nag", true);
 }
 
 /* SSP(s): rank 0 starts a step whenever it may, rank 1 every other round, rank 2 every
@@ -607,6 +625,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bsp_nag_identical),
 		cmocka_unit_test(test_bsp_adam_identical),
+		cmocka_unit_test(test_bsp_tree_identical),
 		cmocka_unit_test(test_ssp_same_view),
 		cmocka_unit_test(test_ssp_same_view_lossy),
 		cmocka_unit_test(test_ssp_chained_pulls),

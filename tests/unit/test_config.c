@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "common/log.h"
+#include "common/tsb.h"
+#include "pboxd/tsbd.h"
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
 #include "dvf/dvf_job.h"
@@ -587,6 +589,72 @@ static void test_metrics_and_logs(void **state)
 	expect_error("appliance = { log_format = \"xml\"; };\n", "appliance.log_format");
 }
 
+/* TSB: a job's tree = { degree; depth; parent } (pboxd/tsbd.h). */
+static void test_tree(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 6;\n"
+			      "  tree = { degree = 2; depth = 3; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_true(cfg.jobs[0].tree);
+	assert_int_equal(cfg.jobs[0].tree_parent[0], PBOX_TSB_ROOT);
+	assert_int_equal(cfg.jobs[0].tree_parent[5], 1);
+	pboxd_config_free(&cfg);
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+			      "  tree = { degree = 1; depth = 3; parent = [ -1, 0, 1 ]; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.jobs[0].tree_parent[2], 1);
+	pboxd_config_free(&cfg);
+	/* a session's tree: pbox-ctrld's plan when it fits, else the job's own */
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 6;\n"
+			      "  tree = { degree = 2; depth = 3; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	{
+		static const uint32_t chain[6] = { PBOX_TSB_ROOT, 0, 1, 2, 3, 4 };
+		uint32_t parent[6];
+		json_t *plan = json_pack("{s:{s:[i,i,i,i,i,i], s:i, s:i}}", "tree", "parent", -1, 0,
+					 1, 2, 3, 4, "degree", 1, "depth", 6);
+		json_t *bad = json_pack("{s:{s:[i,i,i,i,i,i], s:i, s:i}}", "tree", "parent", -1, 2,
+					1, 2, 3, 4, "degree", 1, "depth", 6);
+
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], plan, parent), 1);
+		assert_memory_equal(parent, chain, sizeof(chain));
+		/* a plan tree with a cycle (or of another size, or none) is not used */
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], bad, parent), 0);
+		assert_memory_equal(parent, cfg.jobs[0].tree_parent, sizeof(parent));
+		assert_int_equal(pboxd_tsb_session_tree(&cfg.jobs[0], NULL, parent), 0);
+		json_decref(plan);
+		json_decref(bad);
+	}
+	pboxd_config_free(&cfg);
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 15;\n"
+		     "  tree = { degree = 2; depth = 3; }; } );\n",
+		     "15 workers do not fit a tree of degree 2 and depth 3");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; depth = 3; parent = [ -1, 2, 1 ]; }; } );\n",
+		     "deeper than 3");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; parent = [ -1, 0 ]; }; } );\n",
+		     "parent of each of the 3 ranks");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  tree = { degree = 2; width = 3; }; } );\n",
+		     "width");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3; mode = \"server-optimizer\";\n"
+		     "  sync = { model = \"ssp\"; staleness = 1; };\n"
+		     "  tree = { degree = 2; depth = 3; }; } );\n",
+		     "needs sync model 'bsp'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+		     "  dvf = { low = 2.0; up = 8.0; };\n"
+		     "  tree = { degree = 2; depth = 3; }; } );\n",
+		     "cannot be combined with dvf");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -603,6 +671,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_and_logs),
 		cmocka_unit_test(test_broadcast),
 		cmocka_unit_test(test_dvf),
+		cmocka_unit_test(test_tree),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
