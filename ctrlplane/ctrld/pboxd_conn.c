@@ -32,9 +32,9 @@ struct preq {
 enum phase {
 	PH_CLOSED,
 	PH_CONNECTING,
-	PH_AUTH,  /* {"op":"auth"} written / its reply awaited */
-	PH_IDLE,  /* open, nothing in flight */
-	PH_REQ,   /* the head request written / its reply awaited */
+	PH_AUTH, /* {"op":"auth"} written / its reply awaited */
+	PH_IDLE, /* open, nothing in flight */
+	PH_REQ,  /* the head request written / its reply awaited */
 };
 
 struct ctrld_pconn {
@@ -104,8 +104,8 @@ struct ctrld_pconn *ctrld_pconn_new(const char *control, const char *admin_token
 	if (!c->unix_path) {
 		(void)resolve(c); /* retried at connect when it failed */
 		if (c->token[0] != '\0') {
-			json_t *auth = json_pack("{s:s, s:s}", "op", "auth", "admin_token",
-						 c->token);
+			json_t *auth =
+				json_pack("{s:s, s:s}", "op", "auth", "admin_token", c->token);
 
 			c->auth_line = auth ? pbox_ctl_encode(auth, &c->auth_len) : NULL;
 			json_decref(auth);
@@ -443,10 +443,11 @@ void ctrld_pconn_process(struct ctrld_pconn *c, short revents)
 			close_conn(c);
 			fail_head(c, -ETIMEDOUT, "no reply within %u ms", c->timeout_ms);
 		} else {
-			fail_head(c, -ETIMEDOUT,
-				  "no reply within %u ms (it waited behind earlier requests to this "
-				  "pboxd)",
-				  c->timeout_ms);
+			fail_head(
+				c, -ETIMEDOUT,
+				"no reply within %u ms (it waited behind earlier requests to this "
+				"pboxd)",
+				c->timeout_ms);
 		}
 	}
 	if (c->ph == PH_CONNECTING && (revents & (POLLOUT | POLLERR | POLLHUP))) {
