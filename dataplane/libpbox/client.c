@@ -459,9 +459,9 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 		free(np);
 		return;
 	}
+	/* A control plane that changes plans very often is not logged each time. */
 	if (!pbox_ratelog_ok(&c->plan_log, pbox_clock_ns(NULL) / 1000000, &sup)) {
-		free(np); /* a control plane that changes plans very often is not logged each time
-			   */
+		free(np);
 		return;
 	}
 	for (uint32_t i = 0, off = 0; i < np->nchildren && off + 12 < sizeof(ch); i++) {

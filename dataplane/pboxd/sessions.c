@@ -756,8 +756,6 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 	return NULL;
 }
 
-/* The answer to a rank's accepted register in a running session: its cookie and the data
- * plane's geometry. Publishes the new cookie. */
 /* "a.b.c.d:port" with a port 1..65535. */
 static bool probe_addr_ok(const char *a)
 {
@@ -825,6 +823,7 @@ static void push_plan(const struct job *j)
 	}
 }
 
+/* job_list's "agents": the registered ranks' probe responders. */
 static json_t *agents_of(const struct job *j)
 {
 	json_t *a = json_array();
@@ -849,6 +848,7 @@ static void via_answer(struct via_probe *v, json_t *obj)
 	v->id = 0;
 }
 
+/* The probes waiting for rank of job fail with why (the rank left, the job went). */
 static void via_fail_rank(struct pboxd_sessions *s, uint32_t job, uint32_t rank, const char *why)
 {
 	for (uint32_t v = 0; v < PBOXD_VIA_MAX; v++) {
@@ -860,6 +860,8 @@ static void via_fail_rank(struct pboxd_sessions *s, uint32_t job, uint32_t rank,
 	}
 }
 
+/* The answer to a rank's accepted register in a running session: its cookie and the data
+ * plane's geometry. Publishes the new cookie. */
 static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			       struct pboxd_member_ref *ref)
 {

@@ -360,6 +360,8 @@ def start_workers(d):
                 [W, "--server", d.control, "--job", str(job), "--token", token, "--rank",
                  str(r), "--workers", "2", "--keys", "20000,77", "--iters", str(ITERS),
                  "--timeout-ms", "30000"] + extra,
+                # the data socket must be the workers' only UDP socket (worker_ports)
+                env=dict(os.environ, PBOX_PROBE="off"),
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     return procs
 

@@ -6,8 +6,9 @@ own, every link limited by tbf (workers 40 Mbit/s, appliance 120 Mbit/s, MTU 150
 
   1. pbox-ctrld learns the workers' probe agents from the pboxd (libpbox advertises them
      at register), probes the pairs the job's tree needs (pboxd -> worker by the pboxd,
-     worker -> pboxd and worker -> worker by the workers, asked through the pboxd), and
-     builds the job's tree and DVF thresholds;
+     worker -> pboxd and worker -> worker by the workers, asked through the pboxd: at
+     least one estimate per worker), and builds the job's tree and DVF thresholds with
+     every rank's link measured;
   2. the plan reaches the pboxd (job_list) and every worker (libpbox logs each plan it
      gets: rank, revision, push threshold, link state, parent, children), and each
      worker's tree position agrees with the pboxd's tree;
@@ -169,10 +170,15 @@ def main():
                 if len(thr) != NW:
                     return None
                 ranks = range(NW) if rank is None else [rank]
+                # (A plan is republished when a link state or the tree changes, so its
+                # bandwidth figures may predate the latest probes.)
                 for r in ranks:
-                    if thr[r].get("link") != want_link or "up_bps" not in thr[r] or \
-                            "down_bps" not in thr[r]:
+                    if thr[r].get("link") != want_link:
                         return None
+                r = ctl("bw", "list", "--json", control=cctl)
+                pairs = json.loads(r.stdout)["pairs"] if r.returncode == 0 else []
+                if len([p for p in pairs if "via_rank" in p and "estimate" in p]) < NW:
+                    return None  # not yet a probe by every worker
                 rev = plan["tree"]["revision"]
                 for w in workers:
                     _, p = w.last()
@@ -215,9 +221,9 @@ def main():
                         e["rank"], e["bw_bps"] / 1e6, RATE / 1e6))
             r = ctl("bw", "list", "--json", control=cctl)
             pairs = json.loads(r.stdout)["pairs"] if r.returncode == 0 else []
-            via = [p for p in pairs if "via_rank" in p and p.get("state") == "ok"]
-            if not via:
-                fail("no pair was probed by a worker: %s" % pairs)
+            via = [p for p in pairs if "via_rank" in p and "estimate" in p]
+            if len(via) < NW:
+                fail("fewer than %d pairs were probed by workers: %s" % (NW, pairs))
             print("pairs: %d, %d probed by workers, e.g. %s -> %s %.1f..%.1f Mbit/s" % (
                 len(pairs), len(via), via[0]["from"], via[0]["to"],
                 via[0]["estimate"]["r_min_bps"] / 1e6, via[0]["estimate"]["r_max_bps"] / 1e6),
