@@ -926,6 +926,7 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
  * by the reconcile loop once the pboxd answers). c: the client to answer (NULL: none). */
 struct rm_op {
 	uint32_t id;
+	bool retry; /* sent again by the reconcile loop */
 	struct conn *c;
 };
 
@@ -940,7 +941,8 @@ static void rm_done(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *ar
 			continue;
 		}
 		if (rc == 0) {
-			PBOX_LOG_INFO(ADMIN, "job %u: removed from pboxd %s%s", op->id, p->name,
+			PBOX_LOG_INFO(ADMIN, "job %u: %s pboxd %s%s", op->id,
+				      op->retry ? "removal delivered to" : "removed from", p->name,
 				      json_is_true(json_object_get(reply, "ok"))
 					      ? ""
 					      : " (it did not hold it any more)");
@@ -971,7 +973,7 @@ static void rm_done(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *ar
 }
 
 /* Send the removal d->rms[r]. c: the client to answer when it is done. */
-static void send_rm(struct ctrld *d, uint32_t r, struct conn *c)
+static void send_rm(struct ctrld *d, uint32_t r, bool retry, struct conn *c)
 {
 	struct rm_op *op = calloc(1, sizeof(*op));
 	json_t *req;
@@ -980,6 +982,7 @@ static void send_rm(struct ctrld *d, uint32_t r, struct conn *c)
 		return;
 	}
 	op->id = d->rms[r].id;
+	op->retry = retry;
 	op->c = c;
 	if (c != NULL) {
 		c->waiter = &op->c;
@@ -1007,7 +1010,7 @@ static int remove_job(struct ctrld *d, uint32_t id, struct conn *c, char *why, s
 		if (d->nrms < MAX_JOBS) {
 			d->rms[d->nrms++] = (struct pending_rm){ .id = id, .where = j->where };
 			d->state_dirty = true;
-			send_rm(d, d->nrms - 1, c);
+			send_rm(d, d->nrms - 1, false, c);
 			rc = c != NULL ? 1 : 0;
 		}
 	}
@@ -1071,7 +1074,7 @@ static void reconcile_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply,
 		there = json_object_get(reply, "jobs");
 		for (uint32_t r = 0; r < d->nrms; r++) {
 			if (d->rms[r].where == (int)w && !d->rms[r].inflight) {
-				send_rm(d, r, NULL);
+				send_rm(d, r, true, NULL);
 			}
 		}
 		for (uint32_t i = 0; i < d->njobs; i++) {
