@@ -585,11 +585,19 @@ static void pub_send(struct ctrld *d, struct pub *pb)
 
 static void pub_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
 {
-	if (rc == 0) {
-		learn_cores(d, w, reply);
+	struct pub *pb = arg;
+
+	if (rc != 0) {
+		/* Not a second request (and wait) for a pboxd that did not answer this one. */
+		snprintf(pb->why, sizeof(pb->why), "pboxd %s: unreachable (%s)",
+			 d->cfg.pboxds[w].name,
+			 d->cfg.pboxds[w].last_error[0] ? d->cfg.pboxds[w].last_error
+							: strerror(-rc));
+		pb->then(d, pb, rc);
+		return;
 	}
-	/* Unreachable: the job_create says so (or the pboxd is back). */
-	pub_send(d, arg);
+	learn_cores(d, w, reply);
+	pub_send(d, pb);
 }
 
 /* Start publishing job j to pboxd w: its plan made for w, its cores learned first when they
@@ -680,9 +688,9 @@ static void send_plan(struct ctrld *d, struct cjob *j)
 	json_decref(req);
 }
 
-/* Admission of job (id, gen): offered to the pboxds, fewest jobs first, one after the
- * other until one holds it. The client that created it (c; NULL: none, or gone) is
- * answered at the end; a client's job that no pboxd holds is dropped, a configured or
+/* Admission of job (id, gen): offered to the pboxds, reachable ones first, then fewest
+ * jobs first, one after the other until one holds it. The client that created it (c; NULL: none, or
+ * gone) is answered at the end; a client's job that no pboxd holds is dropped, a configured or
  * restored one waits for the next reconcile. */
 struct placing {
 	struct pub pb;
@@ -795,9 +803,14 @@ static void place_next(struct ctrld *d, struct placing *pl)
 		place_finish(d, pl, -ECANCELED);
 		return;
 	}
+	/* Reachable pboxds first (one that did not answer its last request is tried last),
+	 * then the fewest jobs. */
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		const struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+
 		if (!pl->tried[w] &&
-		    (best < 0 || d->cfg.pboxds[w].njobs < d->cfg.pboxds[best].njobs)) {
+		    (best < 0 || (p->up && !d->cfg.pboxds[best].up) ||
+		     (p->up == d->cfg.pboxds[best].up && p->njobs < d->cfg.pboxds[best].njobs))) {
 			best = (int)w;
 		}
 	}
