@@ -25,7 +25,8 @@
  *     control_socket = "";            # Unix socket for operators (admin without token)
  *     admin_token = "";               # job administration over TCP needs it
  *     reconcile_interval = 1000;      # ms between publication checks
- *     request_timeout = 5000;         # ms for one request to a pboxd
+ *     request_timeout = 5000;         # ms a request to a pboxd may take, queued
+ *                                     # included (pboxd_conn.h)
  *     max_connections = 256;
  *     max_per_address = 64;           # connections from one source address
  *     auth_failures_burst = 10;       # wrong admin tokens per address, then
