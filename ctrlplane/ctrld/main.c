@@ -1221,10 +1221,7 @@ static json_t *job_list(struct ctrld *d)
 		const json_t *sync = json_object_get(json_object_get(j->desc, "sync"), "model");
 		json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:O, s:s}", "id", (json_int_t)j->id,
 				      "origin", j->from_config ? "config" : "runtime", "state",
-				      j->where >= 0 ? "published"
-				      : j->busy     ? "placing"
-						    : "unplaced",
-				      "mode",
+				      j->where >= 0 ? "published" : "unplaced", "mode",
 				      json_is_string(mode) ? json_string_value(mode) : "aggregate",
 				      "workers", json_object_get(j->desc, "workers"), "sync",
 				      json_is_string(sync) ? json_string_value(sync) : "bsp");
@@ -1236,6 +1233,10 @@ static json_t *job_list(struct ctrld *d)
 		}
 		if (j->note[0] != '\0') {
 			json_object_set_new(o, "note", json_string(j->note));
+		}
+		if (j->busy) {
+			/* its admission or publication waits for a pboxd's answer */
+			json_object_set_new(o, "in_flight", json_true());
 		}
 		if (j->plan != NULL) {
 			json_object_set(o, "plan", j->plan);
