@@ -111,7 +111,7 @@ fi
 
 if [ $quick = 0 ]; then
 	say "fuzzing: libFuzzer harnesses, ${PBOX_FUZZ_SECONDS:-60} s each for engine, node, control, half of it for the others (PBOX_FUZZ_SECONDS)"
-	fuzz_names=(engine node config control dvf dvf_codec probe jobspec statusmsg ctlplan afxdp_frame)
+	fuzz_names=(engine node config control dvf dvf_codec probe jobspec statusmsg ctlplan afxdp_frame shm)
 	fuzz_setup() {
 		CC=clang meson setup build-fuzz -Dfuzz=enabled -Db_sanitize=address,undefined \
 			-Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link "$@"

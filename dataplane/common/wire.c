@@ -36,6 +36,7 @@ static const char *const g_drop_names[PBOX_DROP_COUNT] = {
 	[PBOX_DROP_BAD_SOURCE] = "bad_source",
 	[PBOX_DROP_NON_FINITE] = "non_finite",
 	[PBOX_DROP_ITER_LIMIT] = "iter_limit",
+	[PBOX_DROP_BAD_BLOCK] = "bad_block",
 };
 
 const char *pbox_drop_reason_name(enum pbox_drop_reason r)
@@ -46,17 +47,20 @@ const char *pbox_drop_reason_name(enum pbox_drop_reason r)
 	return g_drop_names[r];
 }
 
-/* Per message type: flags allowed and whether a float32 payload must be present. */
+/* Per message type: flags allowed, whether a payload must be present, and whether it may
+ * be a DVF block. */
 static const struct {
 	uint16_t flags;
 	uint8_t payload;
+	uint8_t dvf;
 } g_type_rules[PBOX_MSG_TYPE_MAX + 1] = {
-	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1 },
-	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT | PBOX_F_SACK, 0 },
-	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1 },
-	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT, 1 },
-	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS | PBOX_F_SACK, 0 },
-	[PBOX_MSG_ERROR] = { 0, 0 },
+	[PBOX_MSG_PUSH] = { PBOX_F_WANT_REPLY | PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1,
+			    1 },
+	[PBOX_MSG_PULL] = { PBOX_F_RETRANSMIT | PBOX_F_SACK, 0, 0 },
+	[PBOX_MSG_INIT] = { PBOX_F_RETRANSMIT | PBOX_F_CRC | PBOX_F_LAST, 1, 0 },
+	[PBOX_MSG_DATA] = { PBOX_F_RETRANSMIT, 1, 1 },
+	[PBOX_MSG_ACK] = { PBOX_F_RETRY | PBOX_F_OF_INIT | PBOX_F_STATUS | PBOX_F_SACK, 0, 0 },
+	[PBOX_MSG_ERROR] = { 0, 0, 0 },
 };
 
 enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_msg *m)
@@ -96,11 +100,19 @@ enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_
 		return PBOX_DROP_BAD_FLAGS;
 	}
 	if (g_type_rules[h.type].payload) {
-		if (pbox_unlikely(m->encoding != PBOX_ENC_F32)) {
+		if (m->encoding == PBOX_ENC_DVF && g_type_rules[h.type].dvf) {
+			/* A block: any length from its header up; the fragment it stands for
+			 * is checked against the job (pbox_wire_check). */
+			if (pbox_unlikely(m->frag_len < PBOX_WIRE_DVF_MIN_LEN ||
+					  m->frag_off % 4 != 0)) {
+				return PBOX_DROP_BAD_FRAGMENT;
+			}
+		} else if (pbox_unlikely(m->encoding != PBOX_ENC_F32)) {
 			return PBOX_DROP_BAD_ENCODING;
+		} else if (pbox_unlikely(m->frag_len == 0 || m->frag_len % 4 != 0)) {
+			return PBOX_DROP_BAD_FRAGMENT;
 		}
-		if (pbox_unlikely(m->frag_len == 0 || m->frag_len % 4 != 0 || m->chunk_len == 0 ||
-				  m->frag_off > m->chunk_len ||
+		if (pbox_unlikely(m->chunk_len == 0 || m->frag_off > m->chunk_len ||
 				  m->frag_len > m->chunk_len - m->frag_off)) {
 			return PBOX_DROP_BAD_FRAGMENT;
 		}

@@ -45,8 +45,16 @@ enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbo
 	if (m->payload != NULL) {
 		uint32_t f = m->frag_off / d->frag_bytes;
 
-		if (pbox_unlikely(m->frag_off % d->frag_bytes != 0 ||
-				  m->frag_len != pbox_frag_len(d, c->bytes, f))) {
+		if (m->encoding == PBOX_ENC_DVF) {
+			if (pbox_unlikely(!job->accepts_dvf)) {
+				return PBOX_DROP_BAD_ENCODING;
+			}
+			if (pbox_unlikely(m->frag_off % d->frag_bytes != 0 ||
+					  m->frag_len > pbox_frag_len(d, c->bytes, f))) {
+				return PBOX_DROP_BAD_ALIGNMENT;
+			}
+		} else if (pbox_unlikely(m->frag_off % d->frag_bytes != 0 ||
+					 m->frag_len != pbox_frag_len(d, c->bytes, f))) {
 			return PBOX_DROP_BAD_ALIGNMENT;
 		}
 	}

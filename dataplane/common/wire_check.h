@@ -30,6 +30,9 @@ struct pbox_wire_job {
 	const uint64_t *cookies;
 	/* Whether INIT is accepted (server-optimizer jobs, from rank 0 only). */
 	bool accepts_init;
+	/* Whether PBOX_ENC_DVF payloads are accepted (APPLIANCE: in PUSH, jobs with a dvf
+	 * group; WORKER: in DATA, when the job's results are filtered). */
+	bool accepts_dvf;
 };
 
 /* Look up an admitted job by namespace id; NULL if none. */
@@ -38,8 +41,10 @@ typedef const struct pbox_wire_job *(*pbox_wire_lookup_fn)(void *arg, uint32_t j
 /*
  * Check a decoded message against its job for a receiver in role: direction and sender
  * rank, cookie, chunk id and chunk_len, fragment on the job's fragment grid with the exact
- * length that fragment must have, INIT rules, and a PBOX_F_SACK bitmap on the grid with
- * no bit past the chunk's last fragment. Returns PBOX_DROP_NONE or the reason.
+ * length that fragment must have (a PBOX_ENC_DVF block: only if the job accepts them, and
+ * no longer than that length; its contents are the block decoder's), INIT rules, and a PBOX_F_SACK
+ * bitmap on the grid with no bit past the chunk's last fragment. Returns PBOX_DROP_NONE or the
+ * reason.
  */
 enum pbox_drop_reason pbox_wire_check(const struct pbox_msg *m, const struct pbox_wire_job *job,
 				      enum pbox_role role);

@@ -192,6 +192,7 @@ static void free_cores(struct pbox_dpdk *d)
 		rte_ring_free(c->inbox);
 		rte_ring_free(c->retire);
 		rte_free(c->rel_bits);
+		pbox_engine_fini(&c->engine);
 	}
 	rte_free(d->cores);
 	d->cores = NULL;

@@ -221,6 +221,19 @@ void pbox_dvf_enc_cfg_default(struct pbox_dvf_enc_cfg *cfg);
 /* 0, or -EINVAL (level out of range, sparse_permille outside 500..1000, bad idx_mode). */
 int pbox_dvf_enc_cfg_check(const struct pbox_dvf_enc_cfg *cfg);
 
+/* A job's DVF settings, as its definition gives them (the `dvf` group of a job: see
+ * dataplane/pboxd/config.h) and as the appliance tells its workers at registration.
+ * Immutable once the job is admitted. */
+struct pbox_dvf_job {
+	bool enabled;
+	struct pbox_dvf_params params;
+	/* The link state the job's definition gives; used until the control plane's plan
+	 * says otherwise (see pbox_dvf_push_link in libpbox, pbox_enc_result_link in the
+	 * engine). */
+	enum pbox_dvf_link link;
+	struct pbox_dvf_enc_cfg enc;
+};
+
 /* What the encoder did with one block. */
 struct pbox_dvf_enc_info {
 	uint32_t sent;     /* elements sent (not kept in the residual) */
@@ -260,6 +273,21 @@ size_t pbox_dvf_block_bound(uint32_t n);
 int pbox_dvf_encode(struct pbox_dvf_scratch *s, const struct pbox_dvf_enc_cfg *cfg,
 		    const struct pbox_dvf_kernels *k, float *resid, const float *g, uint32_t n,
 		    float thr, void *out, size_t out_cap, struct pbox_dvf_enc_info *info);
+
+/*
+ * One wire fragment (pbox/wire.h PBOX_ENC_DVF): filter g[0..n) with the residual as
+ * pbox_dvf_encode does and write into out (room for 4 n bytes) either a DVF block smaller
+ * than the dense fragment (returns its length, *dense false) or, when no block would be
+ * smaller, the filtered values themselves, dense (returns 4 n, *dense true: the
+ * fragment goes as PBOX_ENC_F32; unsent elements are +0). The residual is updated exactly
+ * once either way, so R + what is sent == R_before + g. A codec failure is logged and
+ * handled like a block that does not fit. Returns -EINVAL only for bad arguments
+ * (as pbox_dvf_encode), with nothing changed. info as pbox_dvf_encode's (wire_len 4 n,
+ * encoding 0 when dense).
+ */
+int pbox_dvf_encode_frag(struct pbox_dvf_scratch *s, const struct pbox_dvf_enc_cfg *cfg,
+			 const struct pbox_dvf_kernels *k, float *resid, const float *g, uint32_t n,
+			 float thr, void *out, bool *dense, struct pbox_dvf_enc_info *info);
 
 /* Why a block was rejected (counted per reason by the receiver). */
 enum pbox_dvf_reject {

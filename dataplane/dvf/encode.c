@@ -435,6 +435,44 @@ static const char *const g_reject_names[PBOX_DVF_REJ_COUNT_REASONS] = {
 	[PBOX_DVF_REJ_PADDING] = "padding",
 };
 
+/* Zeros to filter a residual against (the dense fallback of pbox_dvf_encode_frag). */
+#define ZEROS 4096u
+static const float g_zeros[ZEROS];
+
+int pbox_dvf_encode_frag(struct pbox_dvf_scratch *s, const struct pbox_dvf_enc_cfg *cfg,
+			 const struct pbox_dvf_kernels *k, float *resid, const float *g, uint32_t n,
+			 float thr, void *out, bool *dense, struct pbox_dvf_enc_info *info)
+{
+	size_t sent = 0;
+	int r;
+
+	if (n == 0) {
+		return -EINVAL;
+	}
+	r = pbox_dvf_encode(s, cfg, k, resid, g, n, thr, out, (size_t)n * 4 - 1, info);
+	if (r == 0) {
+		*dense = false;
+		return (int)info->wire_len;
+	}
+	if (r == -EINVAL) {
+		return r;
+	}
+	/* No block smaller than the dense fragment (or the codec failed): the residual holds
+	 * all of U = R + g again; filter it against zeros (U + 0 == U) into out. */
+	for (uint32_t i = 0; i < n; i += ZEROS) {
+		uint32_t m = n - i < ZEROS ? n - i : ZEROS;
+
+		sent += k->filter(resid + i, g_zeros, m, thr, (float *)out + i);
+	}
+	*dense = true;
+	info->sent = (uint32_t)sent;
+	info->encoding = 0;
+	info->codec = PBOX_DVF_CODEC_NONE;
+	info->raw_len = n * 4;
+	info->wire_len = n * 4;
+	return (int)(n * 4);
+}
+
 const char *pbox_dvf_reject_name(enum pbox_dvf_reject why)
 {
 	return (unsigned)why < PBOX_DVF_REJ_COUNT_REASONS ? g_reject_names[why] : "unknown";

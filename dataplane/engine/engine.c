@@ -8,6 +8,7 @@
 #include "common/bitmap.h"
 #include "common/crc.h"
 #include "common/log.h"
+#include "encoding.h"
 
 struct pbox_mode_ops;
 
@@ -25,6 +26,9 @@ struct ctx {
 	unsigned npay;
 	bool fused;     /* PUSH whose non-finite check is fused into its data pass */
 	bool data_done; /* that pass (push_data) has summed the payload into the slot */
+	/* A payload that is not dense f32 (encoding.h): its ops and decoded form. */
+	const struct pbox_enc_ops *enc;
+	struct pbox_enc_msg em;
 };
 
 static void drop(struct pbox_engine *e, enum pbox_drop_reason r)
@@ -182,9 +186,10 @@ static void send_error(struct ctx *x, uint32_t rank, uint32_t iter, int err)
 }
 
 /* Send the whole result buffer of the chunk to rank, labelled with iter/version; *ref
- * records the transport reference of the last datagram pointing into buf. */
+ * records the transport reference of the last datagram pointing into buf. rsl: the slot
+ * whose accumulator buf is (its result may go encoded: encoding.h), or NULL. */
 static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const float *buf,
-			uint64_t *ref, bool resend)
+			uint64_t *ref, bool resend, const struct pbox_slot *rsl)
 {
 	const uint8_t *p = (const uint8_t *)buf;
 	/* A pull that says which fragments of this very result the rank already holds gets
@@ -206,8 +211,11 @@ static void send_result(struct ctx *x, uint32_t rank, uint32_t label, const floa
 			.frag_len = pbox_frag_len(x->d, x->cd->bytes, f),
 			.arg0 = x->job->nlive,
 		};
+		const void *pl = rsl == NULL ? p + m.frag_off
+					     : pbox_enc_result_frag(x->job, rsl, f, m.frag_off,
+								    &m.frag_len, &m.encoding);
 
-		xmit(x, rank, &m, p + m.frag_off);
+		xmit(x, rank, &m, pl);
 	}
 	*ref = x->e->tx->queued(x->e->tx_ctx);
 	if (resend) {
@@ -273,7 +281,7 @@ static void answer_model(struct ctx *x, uint32_t rank, uint32_t want, bool resen
 
 	(void)want;
 	send_result(x, rank, cs->version, cs->model[cs->version & 1],
-		    &cs->model_ref[cs->version & 1], resend);
+		    &cs->model_ref[cs->version & 1], resend, NULL);
 }
 
 /* Aggregate: the retained result of iteration want (the newest one, for drop-stragglers,
@@ -293,7 +301,7 @@ static void answer_result(struct ctx *x, uint32_t rank, uint32_t want, bool rese
 		send_error(x, rank, want, ESTALE);
 		return;
 	}
-	send_result(x, rank, sl->iter, sl->acc, &sl->acc_ref, resend);
+	send_result(x, rank, sl->iter, sl->acc, &sl->acc_ref, resend, sl);
 }
 
 static void hold(struct ctx *x, uint32_t rank, uint32_t want)
@@ -404,6 +412,9 @@ static void finalize_reduce(struct ctx *x, struct pbox_slot *sl, uint32_t f,
 	float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)PBOX_MAX(sl->fcnt[f], 1) : 1.0f;
 
 	x->e->kern->reduce(sl->acc + off, src, nsrc, n, div);
+	if (sl->enc != NULL) {
+		pbox_enc_result_final(x->e, x->job, x->cs, sl, f, off * 4, n);
+	}
 }
 
 /* Deterministic mode: the staged copies of the ranks that contributed fragment f, in rank
@@ -581,6 +592,12 @@ static void accumulate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 
 	if (x->data_done) {
 		/* push_data already copied / added it, with the non-finite check */
+	} else if (x->enc != NULL) {
+		if (sl->fcnt[f] == 0) {
+			x->enc->copy(x->e, &x->em, acc, pbox_frag_len(x->d, x->cd->bytes, f) / 4);
+		} else {
+			x->enc->add(x->e, &x->em, acc);
+		}
 	} else if (sl->fcnt[f] == 0) {
 		gather_copy(x, acc);
 	} else if (x->npay == 1) {
@@ -637,7 +654,10 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	sl->need[f]--;
 	final_now = sl->need[f] == 0 && sl->iter == x->cs->version;
 	if (x->job->deterministic) {
-		if (!x->data_done) {
+		if (x->enc != NULL) {
+			x->enc->copy(x->e, &x->em, sl->stage[m->sender] + off,
+				     pbox_frag_len(x->d, x->cd->bytes, f) / 4);
+		} else if (!x->data_done) {
 			gather_copy(x, sl->stage[m->sender] + off);
 		}
 		sl->fcnt[f]++;
@@ -648,7 +668,7 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		}
 		return;
 	}
-	if (final_now && x->npay == 1) {
+	if (final_now && x->npay == 1 && x->enc == NULL) {
 		/* Payloads are read in place (they may be unaligned; kernels allow that). */
 		const float *src[2] = { sl->acc + off, x->pay[0].base };
 
@@ -703,14 +723,17 @@ static uint32_t push_wants_lagged(const struct ctx *x, uint32_t t)
 static void contribution_done(struct ctx *x, uint32_t w, uint32_t iter, uint32_t ndone)
 {
 	uint32_t want = want_of_push(x, iter);
-	bool reply = (x->m->flags & PBOX_F_WANT_REPLY) && want != PBOX_PULL_NONE;
 
-	if (reply && want_ready(x, w, want)) {
+	if (want == PBOX_PULL_NONE) {
+		send_ack(x, w, iter, ndone, 0); /* nothing asked for yet (broadcast, t < s) */
+		return;
+	}
+	if ((x->m->flags & PBOX_F_WANT_REPLY) && want_ready(x, w, want)) {
 		answer(x, w, want, false);
 		return;
 	}
 	send_ack(x, w, iter, ndone, 0);
-	if (reply) {
+	if (x->m->flags & PBOX_F_WANT_REPLY) {
 		hold(x, w, want);
 	}
 }
@@ -1271,6 +1294,10 @@ static bool finite_ok(struct ctx *x)
 	uint32_t ncarry = 0;
 	size_t n = 0;
 
+	if (x->enc != NULL) {
+		n = x->enc->nonfinite(x->e->kern, &x->em);
+		return n == 0 || nonfinite_found(x, n);
+	}
 	for (unsigned s = 0; s < x->npay; s++) {
 		const uint8_t *p = x->pay[s].base;
 		uint32_t len = x->pay[s].len;
@@ -1328,6 +1355,7 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 	x.npay = npay;
 	x.fused = false;
 	x.data_done = false;
+	x.enc = NULL;
 	x.job = pbox_container_of(wj, struct pbox_job, wire);
 	x.mode = mode_of(x.job);
 	x.d = wj->desc;
@@ -1361,9 +1389,25 @@ static void rx_one(struct pbox_engine *e, const struct pbox_jobtab *tab, const v
 		drop(e, PBOX_DROP_BAD_CHECKSUM);
 		return;
 	}
+	x.enc = pbox_enc_ops_of(m.encoding);
+	if (x.enc != NULL) {
+		/* Decoded and validated in full before anything counts it. */
+		r = x.enc->decode(e, x.pay, x.npay,
+				  pbox_frag_len(x.d, x.cd->bytes, m.frag_off / x.d->frag_bytes) / 4,
+				  &x.em);
+		if (pbox_unlikely(r != PBOX_DROP_NONE)) {
+			drop(e, r);
+			return;
+		}
+	}
+	if (x.job->dvf.enabled && m.type == PBOX_MSG_PUSH) {
+		pbox_enc_count_push(e, &m, x.enc != NULL ? &x.em : NULL,
+				    pbox_frag_len(x.d, x.cd->bytes, m.frag_off / x.d->frag_bytes) /
+					    4);
+	}
 	switch (m.type) {
 	case PBOX_MSG_PUSH:
-		x.fused = push_fusable(&x);
+		x.fused = x.enc == NULL && push_fusable(&x);
 		if (x.fused || finite_ok(&x)) {
 			on_push(&x);
 		}

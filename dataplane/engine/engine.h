@@ -25,17 +25,23 @@
  * (engine.c's struct pbox_mode_ops): server-optimizer, model version t + 1; aggregate, the
  * sum / mean of iteration t; broadcast (Parameter Flow's UCC), the aggregate U^(t - s),
  * where s is the job's staleness (0 under BSP; a push of t < s asks for nothing and is
- * only acknowledged; a PULL of iteration u asks for U^u). Broadcast jobs run under BSP or
- * SSP only, and SSP keeps per-iteration sums, as the engine's SSP always does: U^u is
- * the sum of every live worker's iteration-u update, complete only when all of them are
- * in, never a mix of timestamps (PF's Eq 5 folds fast workers' updates of u + 1 .. u + s
- * into U^u; this does not, so a run is bit-reproducible in deterministic mode and no
- * update is applied early or twice). Every worker receives every U^u, in order of u, by
- * the lagged push-pulls (and PULLs at the end): the same stream, so the same model.
- * A worker computing iteration t holds the model after U^0 .. U^(t - s - 1): clock t,
- * version t - s, exactly PF's blocking rule at its bound (block iff clock - version > s).
- * A worker at most s iterations ahead of the slowest needs U^u kept until the slowest has
- * it: broadcast jobs need window >= 2s + 2 (pboxd enforces it).
+ * only acknowledged); a PULL of u asks for U^u, held until iteration u is complete.
+ * Broadcast jobs run under BSP or SSP only, and SSP keeps per-iteration sums, as the
+ * engine's SSP always does: U^u is the sum of every live worker's iteration-u update,
+ * complete only when all of them are in, never a mix of timestamps (PF's Eq 5 folds fast
+ * workers' updates of u + 1 .. u + s into U^u; this does not, so a run is
+ * bit-reproducible in deterministic mode and no update is applied early or twice). Every
+ * worker receives every U^u, in order of u: the same stream, so the same model. libpbox
+ * (pbox_update_*) gets them either from lagged push-pulls (BSP, and SSP with an exact
+ * lag: the worker computing iteration t holds W^(t - s), PF's blocking rule at its bound)
+ * or, under SSP by default, from plain pushes and a chain of PULLs of U^v, U^(v+1), ...
+ * (it blocks only while clock - version > s). A worker at most s iterations ahead of the
+ * slowest, with `credits` operations per key, needs U^u kept until the slowest has it:
+ * broadcast jobs need window >= 2s + 1 + credits (pbox_job_min_window, enforced by pboxd).
+ *
+ * Payloads are dense floats or, for jobs with DVF, DVF blocks: engine/encoding.h says how
+ * blocks are validated, aggregated (deterministic mode included) and how the results of
+ * such jobs are filtered.
  *
  * Addresses: a rank's first valid datagram to a core under its current cookie pins the
  * address replies go to; datagrams with that cookie from anywhere else are dropped
@@ -79,6 +85,15 @@ struct pbox_core_stats {
 	uint64_t late_contribs;      /* straggler contributions completed (all folded) */
 	uint64_t membership_changes; /* reconciliations after ranks left */
 	uint64_t nonfinite;          /* NaN / Inf gradient values received (either policy) */
+	uint64_t dvf_blocks;         /* DVF blocks received and decoded (engine/encoding.h) */
+	uint64_t dvf_rejects[PBOX_DVF_REJ_COUNT_REASONS]; /* why blocks were refused */
+	uint64_t dvf_in_bytes;  /* PUSH payload bytes of jobs with DVF (blocks or dense) */
+	uint64_t dvf_in_dense;  /* the bytes they stand for, dense */
+	uint64_t dvf_in_vals;   /* values they carry (a dense fragment: all) */
+	uint64_t dvf_out_frags; /* result fragments filtered (jobs with DVF) */
+	uint64_t dvf_out_bytes; /* their bytes as sent */
+	uint64_t dvf_out_dense; /* their bytes dense */
+	uint64_t dvf_out_vals;  /* values they carry (the rest stays in the residual) */
 	uint64_t drops[PBOX_DROP_COUNT];
 	uint64_t busy_cycles; /* TSC cycles of loop iterations that did work */
 	uint64_t idle_cycles; /* TSC cycles of empty polls (and idle sleeps) */
@@ -103,7 +118,14 @@ struct pbox_engine {
 	 * table may be allocated where a freed one was). */
 	const struct pbox_jobtab *seen_tab;
 	uint64_t seen_tab_generation;
+	/* Decoders' and encoders' scratch (engine/encoding.h): created on the first DVF
+	 * payload, freed by pbox_engine_fini. Zero-initialise it with the rest. */
+	struct pbox_enc_core *enc;
 };
+
+/* Free what the engine allocated for itself (the encodings' scratch); the engine may be
+ * used again afterwards (it allocates anew). */
+void pbox_engine_fini(struct pbox_engine *e);
 
 /*
  * Handle one datagram of len bytes received from peer `from`, against job table tab

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "common/log.h"
+#include "encoding.h"
 
 uint32_t pbox_job_min_window(enum pbox_job_mode mode, const struct pbox_sync_ops *sync,
 			     const struct pbox_sync_cfg *sc, uint32_t credits)
@@ -108,6 +109,10 @@ static void layout_slot(const struct pbox_job *job, const struct pbox_chunk_desc
 	sl->need = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->fcnt = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->done = carve(c, wwords * 8);
+	if (pbox_enc_job_filters_results(job)) {
+		sl->enc = carve(c, cd->bytes);
+		sl->enc_len = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
+	}
 	if (job->deterministic) {
 		sl->stage = carve(c, (uint64_t)nw * sizeof(float *));
 		if (c->base == NULL) {
@@ -149,6 +154,9 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 	}
 	cs->pull_want = carve(c, (uint64_t)nw * sizeof(uint32_t));
 	cs->blocked = carve(c, wwords * 8);
+	if (pbox_enc_job_filters_results(job)) {
+		cs->resid = carve(c, cd->bytes); /* zeroed arena: R starts at 0 */
+	}
 	if (job->sync->folds_late) {
 		cs->late_iter = carve(c, (uint64_t)nw * sizeof(uint32_t));
 		cs->late_cnt = carve(c, (uint64_t)nw * sizeof(uint16_t));

@@ -29,6 +29,7 @@
 #include "common/jobdesc.h"
 #include "common/wire_check.h"
 #include "common/xport.h"
+#include "dvf/dvf.h"
 #include "kernels/kernels.h"
 #include "sync.h"
 
@@ -93,6 +94,11 @@ struct pbox_slot {
 	uint16_t *need;   /* per fragment: contributions still needed; FRAG_FINAL once final */
 	uint16_t *fcnt;   /* per fragment: contributions summed into acc (mean divisor) */
 	uint64_t *done;   /* bitmap over ranks: contribution complete */
+	/* Jobs whose results are filtered (engine/encoding.h): the result as sent, fragment
+	 * f at its byte offset, enc_len[f] bytes (< the dense length: a DVF block; equal: the
+	 * filtered values, dense). NULL otherwise. */
+	uint8_t *enc;
+	uint16_t *enc_len;
 };
 
 #define PBOX_FRAG_FINAL UINT16_MAX
@@ -113,6 +119,7 @@ struct pbox_chunk_state {
 	uint32_t *pull_want;   /* per rank: wanted version/iteration of a held pull, or NONE */
 	uint32_t nheld;
 	uint64_t *blocked; /* bitmap over ranks: a push was refused, window full */
+	float *resid;      /* jobs whose results are filtered: the appliance's DVF residual */
 	/* Drop-stragglers: each rank's latest contribution to an iteration already complete
 	 * (folded into a later one), so its retransmissions are recognised. */
 	uint32_t *late_iter;
@@ -239,6 +246,7 @@ struct pbox_job {
 	const struct pbox_optimizer_ops *opt;
 	struct pbox_opt_params opt_params;
 	bool checkpoint; /* server-optimizer: chunks carry snapshot buffers (pbox_chunk_snap) */
+	struct pbox_dvf_job dvf; /* DVF: pushes may be blocks; aggregates are filtered */
 	struct pbox_job_state *state;
 };
 

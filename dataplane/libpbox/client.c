@@ -29,6 +29,8 @@
 #include "common/ctlproto.h"
 #include "common/jobdesc.h"
 #include "common/log.h"
+#include "dvf/dvf_job.h"
+#include "dvf_push.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
 #include "transport/shm/shm.h"
@@ -79,12 +81,10 @@ struct pbox_client {
 	uint32_t staleness;
 	uint32_t credits;
 	bool plain, folds_late;
-	bool crc; /* stamp fragments with CRC32C version words */
+	bool crc;                /* stamp fragments with CRC32C version words */
+	struct pbox_dvf_job dvf; /* the job's DVF settings (enabled: pushes are filtered) */
 	uint32_t heartbeat_ms;
 	uint32_t resume_version; /* from the register reply: a restored checkpoint's version */
-	/* broadcast jobs: the optimizer every worker runs (from the hello reply) */
-	const struct pbox_optimizer_ops *bc_opt;
-	struct pbox_opt_params bc_params;
 	uint64_t next_ping_ns;
 	/* after registration */
 	struct pbox_jobdesc desc;
@@ -101,7 +101,10 @@ struct pbox_client {
 	pthread_cond_t cond;
 	struct cop *sub_head, *sub_tail;
 	struct pbox_client_stats stats; /* snapshot, under lock */
-	int fail_err;                   /* set once the job / connection failed */
+	/* broadcast jobs: the optimizer every worker runs (from the hello reply) */
+	const struct pbox_optimizer_ops *bc_opt;
+	struct pbox_opt_params bc_params;
+	int fail_err; /* set once the job / connection failed */
 	char fail_msg[256];
 	bool node_failed; /* progress thread: fail_err applied to the node */
 };
@@ -430,6 +433,19 @@ static void record_failure(struct pbox_client *c, int err, const char *msg)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* The DVF push filter's delta_low / delta_up switch follows the plan's push_up (called
+ * with c->lock held, whenever the plan or the node changes). */
+static void dvf_plan(struct pbox_client *c)
+{
+	struct pbox_dvf_push *p = c->node != NULL ? pbox_node_dvf(c->node) : NULL;
+
+	if (p != NULL) {
+		pbox_dvf_push_set_plan(p, c->plan.revision == 0 ? PBOX_DVF_PLAN_NONE
+					  : c->plan.push_up     ? PBOX_DVF_PLAN_UP
+								: PBOX_DVF_PLAN_LOW);
+	}
+}
+
 /* A rank plan from pboxd (register answer or plan event): decode strictly, publish, log
  * what changed. A malformed one is logged and ignored (the previous plan stays). */
 static void plan_event(struct pbox_client *c, const json_t *j)
@@ -453,6 +469,7 @@ static void plan_event(struct pbox_client *c, const json_t *j)
 	if (np->revision > old) {
 		c->plan = *np;
 		__atomic_store_n(&c->plan_rev, np->revision, __ATOMIC_RELEASE);
+		dvf_plan(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (np->revision <= old) {
@@ -633,6 +650,20 @@ static void heartbeat(struct pbox_client *c)
 	}
 }
 
+/* pboxd closed the shared-memory connection: if it went away (its control connection
+ * closes too, a moment later), say that; otherwise it ended only this connection. */
+static void shm_ended(struct pbox_client *c)
+{
+	if (c->ctl_fd >= 0) {
+		struct pollfd p = { .fd = c->ctl_fd, .events = POLLIN };
+
+		(void)poll(&p, 1, 200);
+		ctl_events(c);
+	}
+	record_failure(c, -ECONNRESET,
+		       "pboxd ended the shared-memory connection (see pboxd's log: shm)");
+}
+
 /* Results from the shared-memory rings, read in place by the node; their room goes back
  * after the burst. Returns the count. */
 static unsigned shm_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts)
@@ -720,8 +751,7 @@ static void *progress_main(void *arg)
 					ctl_events(c);
 				}
 				if (p[4].revents & (POLLIN | POLLHUP | POLLERR)) {
-					record_failure(c, -ECONNRESET,
-						       "pboxd ended the shared-memory connection");
+					shm_ended(c);
 				}
 			}
 			if (c->shm != NULL) {
@@ -829,6 +859,12 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		 * A plain push resends from the node's own copy, which cannot change. */
 		c->crc = !c->plain || json_is_true(json_object_get(resp, "crc"));
 		c->folds_late = json_is_true(json_object_get(resp, "folds_late"));
+		memset(&c->dvf, 0, sizeof(c->dvf));
+		if (json_object_get(resp, "dvf") != NULL &&
+		    pbox_dvf_job_from_json(json_object_get(resp, "dvf"), &c->dvf, err,
+					   sizeof(err)) != 0) {
+			return fail(-EPROTO, "register: pboxd sent bad DVF settings: %s", err);
+		}
 		c->heartbeat_ms =
 			(uint32_t)json_integer_value(json_object_get(resp, "heartbeat_ms"));
 		c->resume_version =
@@ -982,6 +1018,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 	ncfg.credits = c->credits;
 	ncfg.plain = c->plain;
 	ncfg.crc = c->crc;
+	ncfg.dvf = &c->dvf;
 	ncfg.done = op_done;
 	ncfg.done_arg = c;
 	c->node = pbox_node_create(&ncfg);
@@ -989,6 +1026,9 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 		rc = fail(-ENOMEM, "register: out of memory for the worker node");
 		goto out;
 	}
+	pthread_mutex_lock(&c->lock);
+	dvf_plan(c); /* a plan that came with the register answer */
+	pthread_mutex_unlock(&c->lock);
 	fcntl(c->ctl_fd, F_SETFL, fcntl(c->ctl_fd, F_GETFL) | O_NONBLOCK);
 	rc = pthread_create(&c->thread, NULL, progress_main, c);
 	if (rc != 0) {

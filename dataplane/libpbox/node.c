@@ -13,6 +13,7 @@
 #include "common/compiler.h"
 #include "common/crc.h"
 #include "common/log.h"
+#include "dvf_push.h"
 
 enum phase {
 	PH_IDLE = 0,
@@ -100,6 +101,7 @@ struct pbox_node {
 	int failed;
 	char failmsg[256];
 	struct pbox_node_stats stats;
+	struct pbox_dvf_push *dvf; /* NULL: the job has no DVF */
 };
 
 uint64_t pbox_clock_ns(void *arg)
@@ -185,6 +187,15 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	n->wire.id = cfg->job;
 	n->wire.desc = cfg->desc;
 	n->wire.cookies = n->cookie_store;
+	if (cfg->dvf != NULL && cfg->dvf->enabled) {
+		/* Aggregate results are filtered by the appliance: they may come as blocks. */
+		n->wire.accepts_dvf = !cfg->server_opt;
+		n->dvf = pbox_dvf_push_create(cfg->desc, n->cfg.credits ? n->cfg.credits : 1,
+					      cfg->dvf);
+		if (n->dvf == NULL) {
+			goto oom;
+		}
+	}
 	n->ch = calloc((size_t)n->d->nchunks * n->nlanes, sizeof(*n->ch));
 	n->lanes = calloc((size_t)n->d->nkeys * n->nlanes, sizeof(*n->lanes));
 	n->pending_head = calloc(n->d->nkeys, sizeof(*n->pending_head));
@@ -236,12 +247,24 @@ void pbox_node_destroy(struct pbox_node *n)
 	free(n->pending_tail);
 	free(n->bits_arena);
 	free(n->crc_arena);
+	pbox_dvf_push_destroy(n->dvf);
 	free(n);
 }
 
 const struct pbox_node_stats *pbox_node_stats(const struct pbox_node *n)
 {
 	return &n->stats;
+}
+
+struct pbox_dvf_push *pbox_node_dvf(const struct pbox_node *n)
+{
+	return n->dvf;
+}
+
+/* Whether the wchunk's contribution goes through the DVF filter (pushes of a DVF job). */
+static bool dvf_push(const struct pbox_node *n, const struct lane *ln)
+{
+	return n->dvf != NULL && (ln->kind == PBOX_OP_PUSH || ln->kind == PBOX_OP_PUSH_PULL);
 }
 
 uint32_t pbox_node_inflight(const struct pbox_node *n)
@@ -387,6 +410,14 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 		if (again && pbox_bit_test(w->sacked, f)) {
 			continue;
 		}
+		const uint8_t *pl = src + m.frag_off;
+
+		if (dvf_push(n, ln)) {
+			/* The bytes encoded when the contribution started: a resend is the
+			 * same datagram, the residual is not applied again. */
+			pl = pbox_dvf_push_frag(n->dvf, c, i % n->nlanes, f, &m.frag_len,
+						&m.encoding);
+		}
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
 			m.flags |= PBOX_F_WANT_REPLY;
 		}
@@ -394,7 +425,7 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 			m.flags |= PBOX_F_LAST;
 		}
 		if (w->crc != NULL) {
-			uint32_t crc = pbox_crc32c(src + m.frag_off, m.frag_len, PBOX_CRC_INIT);
+			uint32_t crc = pbox_crc32c(pl, m.frag_len, PBOX_CRC_INIT);
 
 			if (!again) {
 				w->crc[f] = crc;
@@ -414,7 +445,7 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 			m.flags |= PBOX_F_CRC;
 			m.arg1 = crc;
 		}
-		xmit(n, c, &m, src + m.frag_off);
+		xmit(n, c, &m, pl);
 		w->round_seq = m.seq;
 		nsent++;
 		bytes += m.frag_len;
@@ -798,6 +829,11 @@ static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
 	n->inflight_bytes += n->d->chunks[wc_chunk(n, i)].bytes;
 	active_add(n, i);
 	arm(n, w, t);
+	if (dvf_push(n, ln)) {
+		/* Filter once, now: U = R + g, what is not sent stays in R (dvf_push.h). */
+		pbox_dvf_push_encode(n->dvf, wc_chunk(n, i), i % n->nlanes,
+				     ln->src + n->d->chunks[wc_chunk(n, i)].elem_off, ln->iter);
+	}
 	send_chunk(n, i, SEND_FIRST);
 	ln->chunks_unsent--;
 	maybe_complete_early(n, ln);
@@ -1079,6 +1115,18 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
 	uint32_t f = m->frag_off / n->d->frag_bytes;
 	bool asked = false;
+	struct pbox_dvf_view v;
+
+	if (m->encoding == PBOX_ENC_DVF) {
+		/* A filtered result: validated in full before any lane takes it. */
+		enum pbox_dvf_reject why;
+
+		if (pbox_dvf_push_decode(n->dvf, m->payload, m->frag_len,
+					 pbox_frag_len(n->d, cd->bytes, f) / 4, &v, &why) != 0) {
+			n->stats.drops[PBOX_DROP_BAD_BLOCK]++;
+			return;
+		}
+	}
 
 	/* Did another request of ours (an acknowledged push-pull, or a pull) ask for a result
 	 * this label answers? Then it may not answer a push-pull still sending (below). */
@@ -1158,7 +1206,12 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
 		}
 		pbox_bit_set(w->rbits, f);
-		memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload, m->frag_len);
+		if (m->encoding == PBOX_ENC_DVF) {
+			pbox_dvf_push_expand(n->dvf, &v, ln->dst + cd->elem_off + m->frag_off / 4);
+		} else {
+			memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload,
+			       m->frag_len);
+		}
 		if (++w->rgot == cd->nfrags) {
 			if (ln->op != NULL) {
 				ln->op->label = m->iter;

@@ -37,7 +37,11 @@
  *    buffer while the push was in flight) fails the operation instead of sending torn
  *    data, and an appliance that verifies the words drops corrupted fragments;
  *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
- *    and a message saying what was and was not received.
+ *    and a message saying what was and was not received;
+ *  - jobs with DVF (cfg.dvf): a chunk of a push is filtered and encoded once, when it
+ *    starts sending, and every resend sends those bytes (libpbox/dvf_push.h: the
+ *    residual is applied once per push); result fragments may come as DVF blocks,
+ *    decoded in full before any lane takes them (bad ones counted as bad_block).
  * In "plain" flow a push completes as soon as its data is sent (the node keeps a copy for
  * resends); in NOTIFY-ACK flow (default) it completes when the appliance acknowledges that
  * it consumed the data, so the caller's buffer is free exactly then.
@@ -146,6 +150,9 @@ struct pbox_node_stats {
 	uint64_t drops[PBOX_DROP_COUNT];
 };
 
+struct pbox_dvf_job;
+struct pbox_dvf_push;
+
 struct pbox_node_cfg {
 	const struct pbox_jobdesc *desc;
 	uint32_t job;
@@ -169,6 +176,9 @@ struct pbox_node_cfg {
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
 	bool plain;            /* pushes complete when sent (node keeps a copy) */
 	bool crc;              /* stamp fragments with CRC32C version words */
+	/* The job's DVF settings (NULL or not enabled: none): pushes are filtered with this
+	 * worker's residual and results may come as DVF blocks (libpbox/dvf_push.h). */
+	const struct pbox_dvf_job *dvf;
 	pbox_op_done_fn done;
 	void *done_arg;
 };
@@ -207,6 +217,9 @@ void pbox_node_fail(struct pbox_node *n, int err, const char *msg);
 uint32_t pbox_node_inflight(const struct pbox_node *n);
 
 const struct pbox_node_stats *pbox_node_stats(const struct pbox_node *n);
+
+/* The node's DVF filter (pushes and results), or NULL if the job has no DVF. */
+struct pbox_dvf_push *pbox_node_dvf(const struct pbox_node *n);
 
 /* CLOCK_MONOTONIC in ns (the default clock). */
 uint64_t pbox_clock_ns(void *arg);

@@ -313,6 +313,7 @@ static int apply_arrived(struct pbox_update *u, bool block)
 {
 	struct pbox_replica *r = &u->rep;
 	uint32_t upto;
+	int rc;
 
 	pthread_mutex_lock(&u->mu);
 	while (block && u->err == 0 && all_got(u) <= r->version) {
@@ -333,8 +334,9 @@ static int apply_arrived(struct pbox_update *u, bool block)
 	for (uint32_t i = 0; i < r->nkeys; i++) {
 		chain_kick(u, &u->ch[i]); /* room in the ring again */
 	}
+	rc = u->err != 0 ? pbox_client_error(u->err, "%s", u->errmsg) : 0;
 	pthread_mutex_unlock(&u->mu);
-	return u->err != 0 ? pbox_client_error(u->err, "%s", u->errmsg) : 0;
+	return rc;
 }
 
 static int ssp_step(struct pbox_update *u, const float *const *updates)
@@ -357,6 +359,9 @@ static int ssp_step(struct pbox_update *u, const float *const *updates)
 		pthread_cond_wait(&u->cv, &u->mu);
 	}
 	if (u->err == 0) {
+		/* Only now may the chain ask for the aggregate of this iteration: a pull the
+		 * appliance holds stays in the node's send window until answered, so one that
+		 * waited for this rank's own queued push could deadlock it. */
 		r->clock++;
 		u->limit = r->clock;
 		for (uint32_t i = 0; i < r->nkeys; i++) {

@@ -14,6 +14,7 @@
 #include "common/compiler.h"
 #include "common/confkit.h"
 #include "common/jobspec.h"
+#include "dvf/dvf_job.h"
 
 int pboxd_parse_bytes(const char *s, uint64_t *out)
 {
@@ -325,6 +326,51 @@ static int load_flow(struct pbox_confkit *c, const config_setting_t *g, struct p
 	return 0;
 }
 
+/* The job's dvf group (dvf/dvf_job.h); absent: no DVF. */
+static int load_dvf(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_job_cfg *j)
+{
+	static const char *const keys[] = {
+		"low", "up", "codec", "link", "sparse", "bitmap", NULL
+	};
+	static const char *const links[] = { "sufficient", "insufficient", NULL };
+	const config_setting_t *s = config_setting_get_member(g, "dvf"), *where;
+	float sparse = 0.8f;
+	char codec[32];
+	int rc, link = 0;
+
+	memset(&j->dvf, 0, sizeof(j->dvf));
+	if (s == NULL) {
+		return 0;
+	}
+	if (!config_setting_is_group(s)) {
+		return pbox_conf_bad(
+			c, s, "must be a group { low = 2.0; up = 8.0; codec = \"snappy\"; }");
+	}
+	pbox_dvf_job_default(&j->dvf);
+	if ((rc = pbox_conf_only(c, s, keys)) != 0 ||
+	    (rc = pbox_conf_float(c, s, "low", 0.0, 1e30, &j->dvf.params.delta_low)) != 0 ||
+	    (rc = pbox_conf_float(c, s, "up", 0.0, 1e30, &j->dvf.params.delta_up)) != 0 ||
+	    (rc = pbox_conf_float(c, s, "sparse", 0.5, 1.0, &sparse)) != 0 ||
+	    (rc = pbox_conf_bool(c, s, "bitmap", &j->dvf.enc.dense_bitmap)) != 0 ||
+	    (rc = pbox_conf_choice(c, s, "link", "link state", links, &link)) != 0 ||
+	    (rc = pbox_conf_str(c, s, "codec", codec, sizeof(codec), &where)) != 0) {
+		return rc;
+	}
+	if (j->dvf.params.delta_low > j->dvf.params.delta_up) {
+		return pbox_conf_bad(c, s, "low (%g) must not exceed up (%g)",
+				     (double)j->dvf.params.delta_low,
+				     (double)j->dvf.params.delta_up);
+	}
+	if (where != NULL &&
+	    pbox_dvf_codec_parse(codec, &j->dvf.enc.codec, &j->dvf.enc.level) != 0) {
+		return pbox_conf_bad(c, where, "unknown codec or level '%s' (%s; e.g. \"zstd:2\")",
+				     codec, pbox_dvf_codec_names());
+	}
+	j->dvf.link = link == 0 ? PBOX_DVF_LINK_SUFFICIENT : PBOX_DVF_LINK_INSUFFICIENT;
+	j->dvf.enc.sparse_permille = (uint32_t)(sparse * 1000.0f + 0.5f);
+	return 0;
+}
+
 /* Checks across a job's settings, and the values derived from them. */
 static int finish_job(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_job_cfg *j)
 {
@@ -393,7 +439,8 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 	static const char *const job_keys[] = {
 		"id",        "token",          "workers",       "mode",          "reduce",
 		"optimizer", "keys",           "window",        "deterministic", "sync",
-		"flow",      "on_worker_loss", "memory_budget", "non_finite",    NULL
+		"flow",      "on_worker_loss", "memory_budget", "non_finite",    "dvf",
+		NULL
 	};
 	static const char *const opt_keys[] = { "name", "lr",    "momentum", "wd",  "rescale",
 						"clip", "beta1", "beta2",    "eps", NULL };
@@ -496,6 +543,7 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 		return rc;
 	}
 	if ((rc = load_sync(c, g, j)) != 0 || (rc = load_flow(c, g, j)) != 0 ||
+	    (rc = load_dvf(c, g, j)) != 0 ||
 	    (rc = get_bytes(c, g, "memory_budget", false, &j->memory_budget)) != 0) {
 		return rc;
 	}

@@ -97,6 +97,8 @@
  *              memory_budget = "4G";    # this job's chunk state at most (default: only
  *                                       # the appliance's budget applies)
  *              non_finite = "reject";  # NaN/Inf gradients: "reject" or "propagate"
+ *              dvf = { low = 2.0; up = 8.0; codec = "snappy"; };  # Parameter Flow's
+ *                                       # filter on pushes and aggregates (dvf/dvf_job.h)
  *            } );
  *
  * Thread safety: built and read by the control thread; immutable after load.
@@ -146,6 +148,7 @@ struct pboxd_job_cfg {
 	 * pboxd_job_cfg_set_assignment; owned); NULL: pboxd's own LPT at register. */
 	uint32_t *core_map;
 	uint32_t ncore_map;
+	struct pbox_dvf_job dvf; /* enabled: the job has a dvf group */
 };
 
 /* The appliance's dpdk = { ... } group (see the example above). */

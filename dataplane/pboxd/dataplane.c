@@ -316,6 +316,9 @@ void pboxd_dp_stop(struct pboxd_dp *dp)
 	dp->ops->stop(dp);
 	lifetime_stop(dp);
 	close(dp->stop_fd);
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		pbox_engine_fini(&dp->cores[k].engine); /* the cores have stopped */
+	}
 	free(dp->cores);
 	dp->cores = NULL;
 }

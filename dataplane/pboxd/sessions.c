@@ -19,6 +19,7 @@
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
+#include "dvf/dvf_job.h"
 #include "budget.h"
 #include "checkpoint.h"
 #include "transport/shm/pboxd_shm.h"
@@ -420,6 +421,10 @@ static void fill_job(struct pbox_job *pj, const struct job *j)
 	pj->verify_crc = c->verify_crc;
 	pj->checkpoint = c->checkpoint;
 	pj->non_finite = c->non_finite;
+	pj->dvf = c->dvf;
+	pj->dvf.link = pbox_dvf_plan_broadcast_link(j->plan != NULL ? j->plan->json : NULL,
+						    c->dvf.link); /* the plan's, if it says */
+	pj->wire.accepts_dvf = c->dvf.enabled;
 	pj->live = j->live;
 	pj->nlive = j->nlive;
 	pj->generation = j->generation;
@@ -877,6 +882,10 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 		}
 	}
 	j->nregistered++;
+	/* A rank that waited for its answer (the job's state allocated off the control thread,
+	 * seconds for a large key set) sent nothing meanwhile: liveness counts from now, or
+	 * the next tick would declare it dead as soon as it is registered. */
+	ref->last_seen_ms = PBOX_MAX(ref->last_seen_ms, pboxd_now_ms());
 	if (publish(s) != 0) {
 		m->cookie = 0;
 		j->nregistered--;
@@ -908,6 +917,9 @@ static json_t *finish_register(struct pboxd_sessions *s, struct job *j,
 			 j->cfg->sync->folds_late, "crc", j->cfg->verify_crc, "heartbeat_ms",
 			 (json_int_t)pboxd_sessions_heartbeat_ms(s), "resume_version",
 			 (json_int_t)j->resume_version, "shm", pboxd_shm_advertised());
+	if (resp != NULL && j->cfg->dvf.enabled) {
+		json_object_set_new(resp, "dvf", pbox_dvf_job_to_json(&j->cfg->dvf));
+	}
 	/* "plan": the rank's slice of the control plane's plan (common/ctlproto.h). */
 	return with_plan(j, ref->rank, resp, NULL, 0);
 }
@@ -1563,6 +1575,9 @@ int pboxd_sessions_job_plan(struct pboxd_sessions *s, uint32_t id, const json_t 
 	}
 	plan_swap(s, j, np);
 	s->plans_swapped++;
+	if (j->cfg->dvf.enabled && is_published(j)) {
+		publish(s); /* the cores filter broadcasts by the new plan (fill_job) */
+	}
 	*held = rev;
 	PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld swapped in", id, (long long)rev);
 	push_plan(j);

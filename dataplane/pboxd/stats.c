@@ -51,6 +51,26 @@ static json_t *core_json(const struct pbox_core_stats *s, uint64_t tx_dropped, u
 			    json_integer((json_int_t)s->membership_changes));
 	json_object_set_new(o, "nonfinite", json_integer((json_int_t)s->nonfinite));
 	json_object_set_new(o, "nacks", json_integer((json_int_t)s->nacks));
+	{
+		/* DVF payloads (engine/encoding.h): blocks in, rejections by reason, results
+		 * filtered (bytes sent and the dense bytes they stand for) */
+		json_t *rej = json_object();
+
+		for (int r = 1; r < PBOX_DVF_REJ_COUNT_REASONS; r++) {
+			json_object_set_new(rej, pbox_dvf_reject_name(r),
+					    json_integer((json_int_t)s->dvf_rejects[r]));
+		}
+		json_object_set_new(o, "dvf",
+				    json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+					      "blocks", (json_int_t)s->dvf_blocks, "rejects", rej,
+					      "in_bytes", (json_int_t)s->dvf_in_bytes, "in_dense",
+					      (json_int_t)s->dvf_in_dense, "in_vals",
+					      (json_int_t)s->dvf_in_vals, "out_frags",
+					      (json_int_t)s->dvf_out_frags, "out_bytes",
+					      (json_int_t)s->dvf_out_bytes, "out_dense",
+					      (json_int_t)s->dvf_out_dense, "out_vals",
+					      (json_int_t)s->dvf_out_vals));
+	}
 	json_object_set_new(o, "dropped", json_integer((json_int_t)ndrops));
 	json_object_set_new(o, "rx_truncated", json_integer((json_int_t)rx_trunc));
 	json_object_set_new(o, "drops", drops);

@@ -532,8 +532,8 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	pbox_client_stats(c, &t.ev.net);
 	emit(&t, PBOX_TRAIN_EV_DONE);
 out:
+	pbox_close(c); /* first: cancels a pull still held by the appliance after an error */
 	pbox_update_close(u);
-	pbox_close(c);
 	teardown(&t);
 	return rc;
 }

@@ -318,7 +318,8 @@ int pbox_update_sync(struct pbox_update *u);
 uint32_t pbox_update_clock(const struct pbox_update *u);
 uint32_t pbox_update_version(const struct pbox_update *u);
 /* Wait for its operations still in flight (a pull, after an error), then free the
- * optimizer state (not the models). Before pbox_close of the client. NULL is a no-op. */
+ * optimizer state (not the models). Before or after pbox_close of the client (which
+ * cancels them at once: after an error, close the client first). NULL is a no-op. */
 void pbox_update_close(struct pbox_update *u);
 
 /* Leave the job cleanly, stop the progress thread, free everything. NULL is a no-op.

@@ -7,7 +7,9 @@
  *
  * Byte order: every multi-byte header field is big-endian (network order). The payload of
  * PBOX_ENC_F32 is IEEE-754 binary32 in little-endian order (the order of every host pbox
- * runs on; pbox refuses to build for a big-endian host).
+ * runs on; pbox refuses to build for a big-endian host). The payload of PBOX_ENC_DVF is
+ * one DVF block (dataplane/dvf/dvf.h, little-endian) holding the elements of the same
+ * fragment of the grid a dense payload would cover.
  *
  *   off  size  field       meaning
  *     0     4  magic       PBOX_WIRE_MAGIC ("PBOX")
@@ -121,8 +123,18 @@ enum pbox_msg_flags {
 enum pbox_encoding {
 	PBOX_ENC_NONE = 0, /* no payload (PULL, ACK, ERROR) */
 	PBOX_ENC_F32 = 1,  /* dense float32, little-endian */
-	PBOX_ENC_MAX = PBOX_ENC_F32,
+	/* PUSH and DATA of jobs with DVF: one DVF block (PBOX_DVF_HDR_LEN header + compressed
+	 * payload, dataplane/dvf/dvf.h) of the n = dense length / 4 elements of the grid
+	 * fragment at frag_off; frag_len is the block's length, at least the block header
+	 * and at most the dense fragment's length (a block that would not be smaller goes
+	 * as PBOX_ENC_F32). Independently decodable: a block never needs another datagram. */
+	PBOX_ENC_DVF = 2,
+	PBOX_ENC_MAX = PBOX_ENC_DVF,
 };
+
+/* Bytes of a DVF block header (dataplane/dvf/dvf.h PBOX_DVF_HDR_LEN): the least payload
+ * of a PBOX_ENC_DVF fragment. */
+#define PBOX_WIRE_DVF_MIN_LEN 24u
 
 /* The header exactly as it is on the wire. Fields are big-endian: use the accessors. */
 struct pbox_wire_hdr {
@@ -209,6 +221,8 @@ enum pbox_drop_reason {
 	PBOX_DROP_BAD_SOURCE,   /* valid cookie, but not from the rank's pinned address */
 	PBOX_DROP_NON_FINITE,   /* gradient with NaN/Inf refused (non_finite = "reject") */
 	PBOX_DROP_ITER_LIMIT,   /* iteration past the last one a chunk can run (~2^32) */
+	PBOX_DROP_BAD_BLOCK,    /* a PBOX_ENC_DVF payload its decoder rejects (the block's
+				   reason is counted too: pbox_dvf_reject) */
 	PBOX_DROP_COUNT,
 };
 
@@ -221,8 +235,11 @@ const char *pbox_drop_reason_name(enum pbox_drop_reason r);
  * Checks magic, version, type, hdr_len, flags allowed for the type, sack zero unless
  * PBOX_F_SACK, encoding allowed for the type, frag_len == len - 64, frag_off + frag_len
  * <= chunk_len, and frag_off 0 for a message without payload unless PBOX_F_SACK (then
- * frag_off < chunk_len). On success fills *msg (payload points into buf) and returns
- * PBOX_DROP_NONE; otherwise returns the reason and *msg is undefined. Never reads beyond buf + len.
+ * frag_off < chunk_len). PBOX_ENC_F32 payloads are whole floats; PBOX_ENC_DVF (PUSH and
+ * DATA only) at least PBOX_WIRE_DVF_MIN_LEN bytes at a float-aligned frag_off (its
+ * fragment's length and contents are checked by pbox_wire_check and the block decoder). On success
+ * fills *msg (payload points into buf) and returns PBOX_DROP_NONE; otherwise returns the reason and
+ * *msg is undefined. Never reads beyond buf + len.
  */
 enum pbox_drop_reason pbox_wire_decode(const void *buf, size_t len, struct pbox_msg *msg);
 

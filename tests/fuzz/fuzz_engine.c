@@ -17,10 +17,15 @@
  *  - a raw datagram: bytes exactly as given;
  *  - membership changes (a rank leaves: pboxd's new table), a job abort.
  * A second job (aggregate, 2 ranks) is always in the table, so lookups and cross-job
- * cookies are exercised too.
+ * cookies are exercised too. Job A has DVF (pushes may be blocks; its aggregates are
+ * filtered and sent as blocks); job B has not (blocks are refused). A structured push may
+ * carry its payload as a DVF block (bit 6 of its selector; one more byte chooses the
+ * threshold, the codec and the index coding), which the corrupt bits then damage like
+ * any other bytes, so malformed blocks reach the decoder.
  *
  * Invariants checked beyond the sanitizers: every datagram the engine sends passes the
- * worker's validation for the rank it is addressed to; a header that decodes re-encodes
+ * worker's validation for the rank it is addressed to (a DVF result also its block
+ * decoder); a header that decodes re-encodes
  * to the same 64 bytes and its payload lies inside the datagram; chunk versions never go
  * back; held pulls never exceed the ranks.
  */
@@ -29,6 +34,8 @@
 
 #include "common/crc.h"
 #include "common/log.h"
+#include "dvf/dvf_job.h"
+#include "engine/encoding.h"
 #include "engine/engine.h"
 #include "fuzz.h"
 
@@ -54,10 +61,16 @@ struct fix {
 	struct pbox_engine eng[NCORES_MAX];
 	struct pbox_core_stats stats[NCORES_MAX];
 	uint64_t queued[NCORES_MAX];
-	uint32_t *last_version; /* per (job A chunk): version seen last */
+	uint32_t *last_version;       /* per (job A chunk): version seen last */
+	struct pbox_dvf_scratch *dvf; /* encodes the harness's blocks, checks the results' */
 };
 
 static struct fix *g_fix; /* for the transport callbacks */
+/* The DVF scratches (codec contexts: costly to make) outlive an input: the engines' and
+ * the harness's own, handed from one input to the next (they hold no state between
+ * calls). */
+static struct pbox_enc_core *g_enc[NCORES_MAX];
+static struct pbox_dvf_scratch *g_dvf;
 
 static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
 		   void *arg)
@@ -108,6 +121,7 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 		   m.job, core, rank);
 	wj = j->job.wire;
 	wj.cookies = &cookie;
+	wj.accepts_dvf = pbox_enc_job_filters_results(&j->job); /* as libpbox's node */
 	r = cookie != 0 ? pbox_wire_check(&m, &wj, PBOX_ROLE_WORKER) : PBOX_DROP_NONE;
 	FUZZ_CHECK(r == PBOX_DROP_NONE,
 		   "job %u core %u: reply type %u to rank %u fails the "
@@ -116,6 +130,18 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	FUZZ_CHECK(m.chunk < j->desc.nchunks && j->desc.chunks[m.chunk].core == core,
 		   "core %u answered for chunk %u of core %u", core, m.chunk,
 		   j->desc.chunks[m.chunk].core);
+	if (m.encoding == PBOX_ENC_DVF) {
+		struct pbox_dvf_view v;
+		enum pbox_dvf_reject why = PBOX_DVF_OK;
+		uint32_t n = pbox_frag_len(&j->desc, j->desc.chunks[m.chunk].bytes,
+					   m.frag_off / j->desc.frag_bytes) /
+			     4;
+
+		FUZZ_CHECK(pbox_dvf_decode(x->dvf, m.payload, m.frag_len, n, &v, &why) == 0 &&
+				   v.n == n,
+			   "job %u core %u: a result block the worker rejects: %s", m.job, core,
+			   pbox_dvf_reject_name(why));
+	}
 	x->queued[core] += len != 0;
 	return 0;
 }
@@ -236,6 +262,18 @@ static void setup(struct fix *x, struct fz *in)
 	b->window = PBOX_DEFAULT_WINDOW;
 	b->opt = pbox_optimizer_find("sgd");
 
+	/* DVF on job A (thresholds that keep some of the harness's -3..3 values). */
+	pbox_dvf_job_default(&a->dvf);
+	a->dvf.params.delta_low = 1.0f;
+	a->dvf.params.delta_up = 2.0f;
+	a->dvf.link = (c2 & 1) ? PBOX_DVF_LINK_INSUFFICIENT : PBOX_DVF_LINK_SUFFICIENT;
+	a->wire.accepts_dvf = true;
+	if (g_dvf == NULL) {
+		g_dvf = pbox_dvf_scratch_new(64);
+	}
+	x->dvf = g_dvf;
+	FUZZ_CHECK(x->dvf != NULL, "dvf scratch");
+
 	a->state = pbox_job_state_create(a);
 	b->state = pbox_job_state_create(b);
 	FUZZ_CHECK(a->state != NULL && b->state != NULL, "job state allocation failed");
@@ -252,11 +290,15 @@ static void setup(struct fix *x, struct fz *in)
 		x->eng[k].tx = &g_tx;
 		x->eng[k].tx_ctx = (void *)(uintptr_t)k;
 		x->eng[k].stats = &x->stats[k];
+		x->eng[k].enc = g_enc[k];
 	}
 }
 
 static void teardown(struct fix *x)
 {
+	for (uint32_t k = 0; k < x->ncores; k++) {
+		g_enc[k] = x->eng[k].enc; /* the next input's (see g_enc) */
+	}
 	pbox_job_state_free(x->a.job.state);
 	pbox_job_state_free(x->b.job.state);
 	pbox_jobdesc_free(&x->a.desc);
@@ -342,6 +384,38 @@ static void from_rank(struct pbox_peer *p, uint32_t rank, bool elsewhere)
 	p->port = htons((uint16_t)((elsewhere ? ELSEWHERE : RANK_PORT) + rank));
 }
 
+/*
+ * Re-encode the payload of m (dense floats at pay) as a DVF block when one is smaller:
+ * one input byte gives the threshold (0..3: the values are mostly -3..3), the codec and
+ * the index coding. The residual starts at zero for every block.
+ */
+static void dvf_payload(struct fix *x, struct fz *in, uint8_t *pay, struct pbox_msg *m)
+{
+	static const char *const codecs[4] = { "none", "lz4", "snappy", "zstd:1" };
+	uint8_t dv = fz_u8(in);
+	uint32_t n = m->frag_len / 4;
+	float g[64], resid[64] = { 0 }, out[64];
+	struct pbox_dvf_enc_cfg cfg;
+	struct pbox_dvf_enc_info info;
+	bool dense;
+	int len;
+
+	pbox_dvf_enc_cfg_default(&cfg);
+	if (pbox_dvf_codec_parse(codecs[(dv >> 2) & 3], &cfg.codec, &cfg.level) != 0) {
+		abort();
+	}
+	cfg.idx_mode = (enum pbox_dvf_idx_mode)(((dv >> 4) & 3) % 3);
+	cfg.dense_bitmap = !((dv >> 6) & 1);
+	memcpy(g, pay, m->frag_len);
+	len = pbox_dvf_encode_frag(x->dvf, &cfg, pbox_dvf_kernels_get(), resid, g, n,
+				   (float)(dv & 3), out, &dense, &info);
+	if (len > 0 && !dense) {
+		memcpy(pay, out, (size_t)len);
+		m->encoding = PBOX_ENC_DVF;
+		m->frag_len = (uint32_t)len;
+	}
+}
+
 /* A datagram the harness keeps valid except where the input says otherwise. */
 static void structured(struct fix *x, struct fz *in)
 {
@@ -407,6 +481,9 @@ static void structured(struct fix *x, struct fz *in)
 			memcpy(buf + PBOX_WIRE_HDR_LEN + 4 * i, &v, 4);
 		}
 		fz_bytes(in, buf + PBOX_WIRE_HDR_LEN, (bits & 2) ? m.frag_len : 0);
+		if (sel & 0x40) {
+			dvf_payload(x, in, buf + PBOX_WIRE_HDR_LEN, &m);
+		}
 		if (m.flags & PBOX_F_CRC) {
 			m.arg1 = pbox_crc32c(buf + PBOX_WIRE_HDR_LEN, m.frag_len, PBOX_CRC_INIT);
 		}

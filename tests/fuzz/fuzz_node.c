@@ -18,6 +18,11 @@
  *  - the virtual clock advances and the node's timers run (retransmissions, probes,
  *    deadlines);
  *  - the node fails as a whole (pbox_node_fail).
+ * A job byte of 3 in its two low bits (otherwise unused) makes a 2-worker aggregate or
+ * server-optimizer job with DVF: pushes go through the worker's filter and, for aggregate
+ * jobs, a DATA may carry its payload as a DVF block (bit 7 of its bits; one more byte
+ * chooses the threshold, the codec and the index coding), which the corrupt bits damage
+ * like any other bytes.
  *
  * Invariants checked beyond the sanitizers: every datagram the node sends passes the
  * appliance's validation; each accepted operation completes exactly once, and never
@@ -29,7 +34,9 @@
 #include <errno.h>
 
 #include "common/log.h"
+#include "dvf/dvf_job.h"
 #include "fuzz.h"
+#include "libpbox/dvf_push.h"
 #include "libpbox/node.h"
 
 #define NOPS      8
@@ -56,6 +63,8 @@ struct fix {
 	uint32_t result_lag; /* broadcast jobs: push-pulls of t want t - lag */
 	uint64_t now_ns;
 	struct fop ops[NOPS];
+	struct pbox_dvf_job dvf;      /* enabled: the job has DVF */
+	struct pbox_dvf_scratch *enc; /* encodes the harness's result blocks */
 };
 
 static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
@@ -80,9 +89,11 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	struct fix *x = ctx;
 	uint8_t buf[PBOX_WIRE_HDR_LEN + PBOX_WIRE_MAX_PAYLOAD];
 	uint64_t cookies[4] = { 0 };
-	struct pbox_wire_job wj = {
-		.id = JOB, .desc = &x->desc, .cookies = cookies, .accepts_init = x->server_opt
-	};
+	struct pbox_wire_job wj = { .id = JOB,
+				    .desc = &x->desc,
+				    .cookies = cookies,
+				    .accepts_init = x->server_opt,
+				    .accepts_dvf = x->dvf.enabled };
 	struct pbox_msg m;
 	enum pbox_drop_reason r;
 	uint32_t core = ntohs(to->port) - 10000u;
@@ -166,7 +177,7 @@ static void setup(struct fix *x, struct fz *in)
 {
 	static const struct pbox_keyspec keys[] = { { 3, MAX_ELEM }, { 9, 16 } };
 	uint8_t c0 = fz_u8(in), c1 = fz_u8(in);
-	uint32_t nworkers = 1 + (c0 & 3) % 3;
+	uint32_t nworkers = (c0 & 3) == 3 ? 2 : 1 + (c0 & 3);
 	uint32_t credits = 1 + ((c0 >> 2) & 1);
 	char err[256];
 	struct pbox_node_cfg nc;
@@ -214,9 +225,17 @@ static void setup(struct fix *x, struct fz *in)
 		.credits = credits,
 		.plain = (c0 >> 7) & 1,
 		.crc = true,
+		.dvf = &x->dvf,
 		.done = on_done,
 		.done_arg = x,
 	};
+	if ((c0 & 3) == 3) {
+		pbox_dvf_job_default(&x->dvf);
+		x->dvf.params.delta_low = 0.5f;
+		x->dvf.params.delta_up = 1.0f;
+		x->enc = pbox_dvf_scratch_new(64);
+		FUZZ_CHECK(x->enc != NULL, "dvf scratch");
+	}
 	x->node = pbox_node_create(&nc);
 	FUZZ_CHECK(x->node != NULL, "pbox_node_create failed");
 }
@@ -264,6 +283,34 @@ static uint32_t label_near(const struct fix *x, const struct fop *o, int8_t delt
 		want++;
 	}
 	return want + (uint32_t)(int32_t)(delta % 4);
+}
+
+/* Re-encode a DATA payload (dense floats at pay) as a DVF block when one is smaller: one
+ * input byte gives the threshold, the codec and the index coding (zero residual). */
+static void dvf_payload(struct fix *x, struct fz *in, uint8_t *pay, struct pbox_msg *m)
+{
+	static const char *const codecs[4] = { "none", "lz4", "snappy", "zstd:1" };
+	uint8_t dv = fz_u8(in);
+	float g[64], resid[64] = { 0 }, out[64];
+	struct pbox_dvf_enc_cfg cfg;
+	struct pbox_dvf_enc_info info;
+	bool dense;
+	int len;
+
+	pbox_dvf_enc_cfg_default(&cfg);
+	if (pbox_dvf_codec_parse(codecs[(dv >> 2) & 3], &cfg.codec, &cfg.level) != 0) {
+		abort();
+	}
+	cfg.idx_mode = (enum pbox_dvf_idx_mode)(((dv >> 4) & 3) % 3);
+	cfg.dense_bitmap = !((dv >> 6) & 1);
+	memcpy(g, pay, m->frag_len);
+	len = pbox_dvf_encode_frag(x->enc, &cfg, pbox_dvf_kernels_get(), resid, g, m->frag_len / 4,
+				   (float)(dv & 3) * 0.25f, out, &dense, &info);
+	if (len > 0 && !dense) {
+		memcpy(pay, out, (size_t)len);
+		m->encoding = PBOX_ENC_DVF;
+		m->frag_len = (uint32_t)len;
+	}
 }
 
 static void structured(struct fix *x, struct fz *in)
@@ -318,6 +365,9 @@ static void structured(struct fix *x, struct fz *in)
 		m.frag_len = pbox_frag_len(&x->desc, x->desc.chunks[c].bytes, f);
 		memset(buf + PBOX_WIRE_HDR_LEN, 0, m.frag_len);
 		fz_bytes(in, buf + PBOX_WIRE_HDR_LEN, (bits & 2) ? m.frag_len : 0);
+		if ((bits & 128) && x->enc != NULL) {
+			dvf_payload(x, in, buf + PBOX_WIRE_HDR_LEN, &m);
+		}
 	}
 	if (bits & 4) {
 		switch (fz_u8(in) % 6) {
@@ -427,8 +477,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			events, (unsigned long long)st->ops_done,
 			(unsigned long long)st->ops_failed, (unsigned long long)st->tx_pkts,
 			(unsigned long long)st->retransmits);
+		if (pbox_node_dvf(x.node) != NULL) {
+			const struct pbox_dvf_push_stats *d =
+				pbox_dvf_push_stats(pbox_node_dvf(x.node));
+
+			fprintf(stderr,
+				"dvf: %llu fragments filtered (%llu blocks), %llu result "
+				"blocks, %llu bad blocks\n",
+				(unsigned long long)d->frags, (unsigned long long)d->blocks,
+				(unsigned long long)d->results,
+				(unsigned long long)st->drops[PBOX_DROP_BAD_BLOCK]);
+		}
 	}
 	pbox_node_destroy(x.node);
+	pbox_dvf_scratch_free(x.enc);
 	pbox_jobdesc_free(&x.desc);
 	return 0;
 }

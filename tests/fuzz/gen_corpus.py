@@ -9,7 +9,7 @@ harness's header comment): real sessions (a job's ranks say hello and register; 
 rank pushes every fragment of every chunk for two iterations; a worker's push-pull gets
 its result), so the fuzzer starts from inputs that already reach the deep code.
 
-Usage: tests/fuzz/gen_corpus.py
+Usage: tests/fuzz/gen_corpus.py [HARNESS...]   (default: all)
 """
 import ast
 import json
@@ -57,12 +57,17 @@ def engine_cfg(server_opt=False, det=False, model=0, eager=False, verify=False, 
     return bytes([c0, c1, c2])
 
 
-def eng_msg(typ, sender, chunk, frag=0, flags=0, delta=0, job_b=False, seq=0, mode=0):
-    """A structured datagram event (ev 0): valid header, payload from the harness."""
-    sel = (7 if job_b else 0) | typ << 3
+def eng_msg(typ, sender, chunk, frag=0, flags=0, delta=0, job_b=False, seq=0, mode=0,
+            dvf=None):
+    """A structured datagram event (ev 0): valid header, payload from the harness; dvf
+    (a byte: threshold 0..3, codec << 2, index coding << 4, no bitmap << 6) re-encodes a
+    payload as a DVF block."""
+    sel = (7 if job_b else 0) | typ << 3 | (0x40 if dvf is not None else 0)
     out = bytes([0, sel, 0, flags, sender, chunk, delta & 0xff, seq])
     if typ in (PUSH, INIT, DATA):
         out += bytes([frag])
+        if dvf is not None:
+            out += bytes([dvf])
     return out + bytes([mode])
 
 
@@ -74,7 +79,8 @@ def eng_pull_sack(sender, chunk, base, sack, back=0, flags=F_SACK | F_RETRANSMIT
             struct.pack("<Q", sack) + bytes([back, 0]))
 
 
-def engine_session(nranks, frag, server_opt, iters=2, flags=F_WANT_REPLY | F_CRC, order=None):
+def engine_session(nranks, frag, server_opt, iters=2, flags=F_WANT_REPLY | F_CRC, order=None,
+                   dvf=None):
     nfrags = engine_geometry(frag)
     out = b""
     if server_opt:
@@ -85,7 +91,8 @@ def engine_session(nranks, frag, server_opt, iters=2, flags=F_WANT_REPLY | F_CRC
         for r in (order or range(nranks)):
             for c, n in enumerate(nfrags):
                 for f in range(n):
-                    out += eng_msg(PUSH, r, c, f, flags, seq=it)
+                    d = None if dvf is None else dvf[(r + c + f + it) % len(dvf)]
+                    out += eng_msg(PUSH, r, c, f, flags, seq=it, dvf=d)
         for r in range(nranks):
             out += eng_msg(PULL, r, 0, delta=0xff)  # the iteration just completed
     return out
@@ -153,6 +160,24 @@ def engine_seeds():
                      for f in range(4))
     body += eng_pull_sack(0, 0, 1, 0b100, delta=0xff)
     seeds.append(("agg-nack-sack-pull", engine_cfg() + body))
+    # DVF blocks: every codec (none, lz4, snappy, zstd), index coding (auto, varint,
+    # bitpack) and threshold (0..3), the bitmap on and off; aggregate (filtered results),
+    # deterministic on 2 cores, server optimizer, multi-piece delivery.
+    codes = [t | c << 2 | i << 4 | b << 6 for c in range(4) for i in range(3)
+             for t, b in ((2, 0), (3, 0), (1, 1))]
+    for label, kw in [("dvf-agg", dict()), ("dvf-det-2cores-mean", dict(det=True, cores2=True,
+                                                                     mean=True)),
+                      ("dvf-sopt-nag", dict(server_opt=True, opt=2))]:
+        seeds.append((label, engine_cfg(**kw) + engine_session(
+            2, 64, kw.get("server_opt", False), dvf=codes)))
+    body = b""
+    for r in range(2):
+        body += eng_msg(PUSH, r, 2, 0, F_WANT_REPLY, mode=3, dvf=3)[:-1] + bytes([3, 10, 7, 5])
+    seeds.append(("dvf-iov", engine_cfg() + body))
+    # A block to job B (no DVF: refused), then damaged blocks (corrupt bit 8: bytes).
+    body = eng_msg(PUSH, 0, 0, 0, 0, job_b=True, dvf=3)
+    dmg = bytes([0, 0x40, 8, F_WANT_REPLY, 0, 0, 0, 0, 0, 1 | 2 << 2, 1, 70, 0xff, 90, 0x55, 0])
+    seeds.append(("dvf-refused-damaged", engine_cfg() + body + dmg))
     return seeds
 
 
@@ -198,6 +223,22 @@ def node_result(op, key, frag, delta=0):
     nfr = [(s + frag - 1) // frag for s in ([256, 144] if key == 0 else [64])]
     return b"".join(node_reply(N_DATA, op, c, 0, delta, f) for c, n in enumerate(nfr)
                     for f in range(n))
+
+
+def node_dvf_result(op, key, frag, vals_seed=0):
+    """Every fragment of every chunk of the key as a DVF block (bits 2: payload given,
+    128: re-encoded with the byte that follows: thresholds 0.25..0.75, every codec)."""
+    nfr = [(s + frag - 1) // frag for s in ([256, 144] if key == 0 else [64])]
+    sizes = [256, 144] if key == 0 else [64]
+    out = b""
+    for c, n in enumerate(nfr):
+        for f in range(n):
+            ln = min(frag, sizes[c] - f * frag)
+            vals = [((i * 7 + vals_seed + f) % 9 - 4) * 0.25 for i in range(ln // 4)]
+            dv = (1 + (c + f) % 3) | ((c + f) % 4) << 2 | ((c + f) % 3) << 4
+            out += bytes([7, N_DATA, 2 | 128, op, c, 0, 0, 0, f])
+            out += struct.pack("<%df" % (ln // 4), *vals) + bytes([dv])
+    return out
 
 
 def node_seeds():
@@ -255,6 +296,11 @@ def node_seeds():
     # node re-sends 1 and 3; then the result comes.
     s.append(("nack", node_cfg() + node_submit(0, OP_PUSH_PULL) + node_nack(0, 0, 3, 1, 0b10) +
               node_time(20) + node_result(0, 0, 64)))
+    # DVF job (2 workers): pushes filtered; the result comes as blocks.
+    s.append(("dvf-agg-pushpull", node_cfg(nworkers=4) + node_submit(0, OP_PUSH_PULL) +
+              node_dvf_result(0, 0, 64)))
+    s.append(("dvf-sopt-push", node_cfg(nworkers=4, server_opt=True) +
+              node_submit(1, OP_PUSH) + node_reply(N_ACK, 1, 0) + node_reply(N_ACK, 1, 1)))
     return s
 
 
@@ -635,12 +681,10 @@ def statusmsg_seeds():
 
 
 if __name__ == "__main__":
-    write("engine", engine_seeds())
-    write("node", node_seeds())
-    write("control", ctl_seeds())
-    write("config", config_seeds())
-    write("xdp", xdp_seeds())
-    write("dvf", dvf_seeds())
-    write("dvf_codec", dvf_codec_seeds())
-    write("afxdp_frame", afxdp_frame_seeds())
-    write("statusmsg", statusmsg_seeds())
+    import sys
+    gens = {"engine": engine_seeds, "node": node_seeds, "control": ctl_seeds,
+            "config": config_seeds, "xdp": xdp_seeds, "dvf": dvf_seeds,
+            "dvf_codec": dvf_codec_seeds, "afxdp_frame": afxdp_frame_seeds,
+            "statusmsg": statusmsg_seeds}
+    for name in sys.argv[1:] or gens:
+        write(name, gens[name]())

@@ -13,7 +13,10 @@ broadcast`:
      the timing, not one bit of the model;
   3. two epochs reach at least 85 % test accuracy on Fashion-MNIST, and the bytes on the
      wire are reported: every step each worker sends its update and receives the
-     aggregate."""
+     aggregate;
+  4. a broadcast job created at run time (`pbox job create mode=broadcast
+     optimizer.name=... sync.model=ssp`) trains two `pbox train` ranks to the same
+     model, and `pbox job list` shows its mode."""
 import json
 import os
 import subprocess
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from pboxtest import build_path, fail, run_demo
+from pboxtest import Pboxd, build_path, fail, run_demo
 
 MODEL_FLOATS = 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10
 STEPS = 100
@@ -54,7 +57,44 @@ def local(steps, path):
         return f.read()
 
 
+def runtime_job():
+    pbox = build_path("dataplane/tools/pbox")
+    with Pboxd([{"id": 1, "token": "a", "workers": 1}], cores=1) as d:
+        tf = os.path.join(d.dir, "admin.token")
+        with open(tf, "w") as f:
+            f.write(d.admin_token + "\n")
+        adm = ["--control", d.control, "--admin-token-file", tf]
+        subprocess.run([pbox, "job", "create"] + adm +
+                       ["id=7", "token=t7", "workers=2", "mode=broadcast", "reduce=sum",
+                        "optimizer.name=momentum", "optimizer.lr=0.05",
+                        "optimizer.rescale=0.004166666666666667", "sync.model=ssp",
+                        "sync.staleness=1"], check=True, stdout=subprocess.DEVNULL, timeout=30)
+        out = subprocess.run([pbox, "job", "list"] + adm, check=True, stdout=subprocess.PIPE,
+                             text=True, timeout=30).stdout
+        if not any(ln.split()[:1] == ["7"] and "broadcast" in ln.split()
+                   for ln in out.splitlines()):
+            fail("pbox job list does not show job 7 as a broadcast job:\n" + out)
+        env = dict(os.environ, PBOX_TOKEN="t7")
+        ranks = [subprocess.Popen([pbox, "train", "--json", "--server", d.control, "--job",
+                                   "7", "--rank", str(r), "--workers", "2", "--epochs", "1",
+                                   "--max-steps", "30"], stdout=subprocess.PIPE, text=True,
+                                  env=env) for r in range(2)]
+        crcs = []
+        for r, p in enumerate(ranks):
+            out, _ = p.communicate(timeout=120)
+            done = [json.loads(ln) for ln in out.splitlines() if '"done"' in ln]
+            if p.returncode != 0 or not done:
+                fail("rank %d of the runtime broadcast job: exit %d\n%s"
+                     % (r, p.returncode, out[-2000:]))
+            crcs.append(done[-1]["model_crc"])
+        if crcs[0] != crcs[1]:
+            fail("runtime broadcast job: the ranks' models differ: %s" % crcs)
+        print("runtime job (pbox job create mode=broadcast, ssp 1): both ranks hold the "
+              "same model (crc32c %08x)" % crcs[0])
+
+
 def main():
+    runtime_job()
     with tempfile.TemporaryDirectory(prefix="pbox-bcast-") as tmp:
         ref, dist, faulty = (os.path.join(tmp, n) for n in ("ref.bin", "dist.bin", "f.bin"))
         local(STEPS, ref)

@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The shared-memory transport (dataplane/transport/shm/) end to end.
 
+0. appliance.shm is validated like the rest of pboxd's configuration; with fault
+   injection (pboxd's `fault` or a worker's PBOX_FAULT) workers stay on UDP.
 1. Selection and equivalence: `pbox demo` picks shm by itself on one host ("transport:
    shm"), and PBOX_TRANSPORT=udp forces kernel UDP; the two runs train the bit-identical
    model (deterministic summation), with pboxd's shm counters showing the traffic.
@@ -108,6 +110,28 @@ class ShmConn:
         self.ring_core(k)
         return True
 
+    def pop_all(self, k):
+        """An honest consumer: every datagram core k published (bytes each), room given
+        back, and the core woken if it waits for room."""
+        ctl, data = self.a2w(k)
+        if not hasattr(self, "head"):
+            self.head = [0] * self.ncores
+        out = []
+        tail = self.u64(ctl)
+        while self.head[k] != tail:
+            pos = self.head[k] % self.ring
+            w = self.u64(data + pos)
+            if w >> 32 == WRAP:
+                self.head[k] += self.ring - pos
+                continue
+            ln = w & 0xFFFFFFFF
+            out.append(bytes(self.mem[data + pos + 64:data + pos + 64 + ln]))
+            self.head[k] += 64 + (ln + 63) // 64 * 64
+        self.set_u64(ctl + 64, self.head[k])
+        if struct.unpack_from("<I", self.mem, ctl + 8)[0]:
+            self.ring_core(k)
+        return out
+
     def ended(self, timeout=10):
         """Whether pboxd closed the connection within timeout s."""
         self.sock.settimeout(timeout)
@@ -185,6 +209,10 @@ def part_hostile():
         name = ten.reg.get("shm")
         if not name:
             fail("pboxd's register answer offers no shm socket: %s" % ten.reg)
+        # A connection that never says hello holds a slot only for a while.
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        silent.connect("\0" + name[1:])
+        t_silent = time.time()
 
         # A wrong cookie: refused before any memory is handed out.
         c = ShmConn(name, 1, 0, ten.cookie ^ 1)
@@ -233,6 +261,39 @@ def part_hostile():
             c.ring_core(0)
         hostile("overrun", "overrun", overrun)
 
+        # A slow worker: it pushes two iterations of a key larger than its rings before
+        # reading any result. pboxd holds what does not fit (its backlog) and moves it
+        # in as the worker frees room: every fragment arrives, none is dropped.
+        before = shm_stats(d)
+        c = ShmConn(name, 1, 0, ten.cookie)
+        nchunks = (keys[0][1] * 4 + ten.chunk_bytes - 1) // ten.chunk_bytes
+        want = 0
+        for it in range(2):
+            for ch in range(nchunks):
+                for dg in ten.push_dgrams(it, bytes(ten.chunk_len(ch)), ch,
+                                          flags=spoof.F_WANT_REPLY):
+                    if not c.push(ten.core_map[ch], dg):
+                        fail("slow worker: pboxd stopped reading its ring")
+                want += len(ten.frags(ch))
+        time.sleep(0.5)
+        got, deadline = 0, time.time() + 20
+        while got < want and time.time() < deadline:
+            for k in range(c.ncores):
+                got += sum(1 for dg in c.pop_all(k)
+                           if spoof.parse_hdr(dg)["type"] == spoof.DATA)
+            time.sleep(0.01)
+        after = shm_stats(d)
+        if got != want or after["tx_full"] != before["tx_full"]:
+            fail("slow worker: %d of %d result fragments, %d dropped on a full ring" %
+                 (got, want, after["tx_full"] - before["tx_full"]))
+        if after["backlogged"] == before["backlogged"]:
+            fail("slow worker: its rings never overflowed (the test needs them to)")
+        print("slow worker: %d result fragments; %d datagrams held back by pboxd, none dropped" %
+              (got, after["backlogged"] - before["backlogged"]))
+        c.close()
+        ten.close()
+        ten = spoof.Tenant(d.control, 1, 0, "evil", keys, "127.0.0.1", "127.0.0.1")
+
         def bad_head(c):
             # Fill the worker's rings with results it never consumes (job 1 has one
             # worker: a push with WANT_REPLY is answered at once), then move its
@@ -265,6 +326,15 @@ def part_hostile():
             sys.stdout.write(out)
             if p.returncode != 0:
                 fail("worker %d of jobs 2 / 4 failed beside the hostile connections" % r)
+        silent.settimeout(max(1.0, t_silent + 15 - time.time()))
+        try:
+            closed = silent.recv(64) == b""
+        except socket.timeout:
+            closed = False
+        if not closed or shm_stats(d)["bad_hello"] < 1:
+            fail("a connection without a hello was not closed: %s" % shm_stats(d))
+        silent.close()
+        print("silent connection closed after %.1f s" % (time.time() - t_silent))
         ten.close()
         wait_for("every connection ended", lambda: shm_stats(d)["conns_live"] == 0, 30)
         st = shm_stats(d)
@@ -283,7 +353,52 @@ def part_hostile():
         print("\n".join(shm_lines))
 
 
+def part_config():
+    """appliance.shm is checked like the rest of the configuration."""
+    from pboxtest import to_libconfig
+    d = tempfile.mkdtemp(prefix="pbox-shm-conf-")
+    conf = os.path.join(d, "pboxd.conf")
+    for shm, ok in (({"ring_kb": 300}, False), ({"ring_kb": 128}, False),
+                    ({"max_conns": 0}, False), ({"bogus": 1}, False),
+                    ({"enabled": False, "socket": "/run/pbox/shm.sock", "ring_kb": 1024}, True)):
+        with open(conf, "w") as f:
+            f.write(to_libconfig({"shm": shm}, []))
+        p = subprocess.run([build_path("dataplane/pboxd"), "-c", conf, "--check-config"],
+                           capture_output=True, text=True, timeout=30)
+        if (p.returncode == 0) != ok or (not ok and "shm" not in p.stdout + p.stderr):
+            fail("pboxd --check-config with shm = %s: exit %d, %s" %
+                 (shm, p.returncode, (p.stdout + p.stderr).strip()))
+    os.unlink(conf)
+    os.rmdir(d)
+    print("config: appliance.shm checked")
+
+
+def part_fault_stays_udp():
+    """Fault injection is the UDP socket's: with it on either side, workers use UDP."""
+    jobs = [{"id": 1, "token": "t", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=1, fault="drop=0.01,seed=3") as d:
+        ten = spoof.Tenant(d.control, 1, 0, "t", [(0, 1000)], "127.0.0.1", "127.0.0.1")
+        offered = ten.reg.get("shm")
+        ten.close()
+        if offered:
+            fail("pboxd with fault injection offers shm (%s)" % offered)
+    with Pboxd(jobs, cores=1) as d:
+        env = dict(os.environ, PBOX_FAULT="drop=0.001,seed=5")
+        env.pop("PBOX_TRANSPORT", None)
+        p = subprocess.run([build_path("tests/integration/pbox-check-worker"), "--server",
+                            d.control, "--job", "1", "--token", "t", "--rank", "0",
+                            "--workers", "1", "--keys", "1000", "--iters", "3"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        if p.returncode != 0:
+            fail("worker with PBOX_FAULT failed: %s" % (p.stdout + p.stderr))
+        if shm_stats(d)["accepted"] != 0:
+            fail("a worker with PBOX_FAULT chose shm: %s" % shm_stats(d))
+    print("fault injection: pboxd does not offer shm, a worker with PBOX_FAULT uses udp")
+
+
 def main():
+    part_config()
+    part_fault_stays_udp()
     part_equivalence()
     part_hostile()
     print("shm: OK")

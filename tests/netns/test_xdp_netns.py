@@ -105,7 +105,10 @@ def run_with_flood(topo, d):
     flood's counts per reason."""
     procs = []
     for r in range(WORKERS):
-        cmd = ["ip", "netns", "exec", topo.worker_cmd_ns(r)] + check_worker(d, r, 600)
+        # 5 ms of "compute" per iteration: the session outlasts the flood (>= 3 s) even
+        # when the links are fast and the flood's interpreter starts slowly under load.
+        cmd = ["ip", "netns", "exec", topo.worker_cmd_ns(r)] + check_worker(d, r, 600) + \
+            ["--sleep-ms", "5"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         topo.procs.append(p)
         procs.append(p)

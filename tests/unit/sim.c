@@ -261,6 +261,10 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	s->job.credits = c->credits ? c->credits : 1;
 	s->job.verify_crc = c->verify_crc;
 	s->job.non_finite = c->non_finite;
+	if (c->dvf != NULL) {
+		s->job.dvf = *c->dvf;
+		s->job.wire.accepts_dvf = c->dvf->enabled;
+	}
 	s->job.window = PBOX_MAX(c->window, pbox_job_min_window(c->mode, s->job.sync,
 								&s->job.sync_cfg, s->job.credits));
 	if (c->nranks == 0 || c->nranks > SIM_MAX_RANKS) {
@@ -314,6 +318,7 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 			.plain = c->plain,
 			.window_bytes = c->window_bytes,
 			.crc = true,
+			.dvf = c->dvf,
 			.done = on_done,
 			.done_arg = s,
 		};
@@ -342,6 +347,9 @@ void sim_fini(struct sim *s)
 	free(s->outbox);
 	for (uint32_t r = 0; r < s->nranks; r++) {
 		pbox_node_destroy(s->node[r]);
+	}
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		pbox_engine_fini(&s->eng[k]);
 	}
 	pbox_job_state_free(s->job.state);
 	pbox_jobdesc_free(&s->desc);
@@ -483,8 +491,8 @@ void sim_send_msg_from(struct sim *s, uint32_t rank, struct pbox_msg *m, const v
 	m->sender = rank;
 	m->cookie = s->cookies[rank];
 	m->chunk_len = s->desc.chunks[m->chunk].bytes;
-	if (payload != NULL) {
-		m->encoding = PBOX_ENC_F32;
+	if (payload != NULL && m->encoding == PBOX_ENC_NONE) {
+		m->encoding = PBOX_ENC_F32; /* the default; tests of other forms set theirs */
 	}
 	pbox_wire_encode(m, (struct pbox_wire_hdr *)buf);
 	if (m->frag_len) {

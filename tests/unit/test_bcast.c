@@ -183,9 +183,11 @@ static void collect(struct sim *s, struct worker *wk)
 	s->ncompleted = 0;
 }
 
-/* Reference: W^(t+1) = F(W^t, sum over ranks in rank order of g_r(W^(t - lag))). Returns
- * W^steps in w (W^0 on entry). */
-static void reference(const struct sim_job_cfg *c, uint32_t lag, uint32_t steps, float *w)
+/* Reference: W^(t+1) = F(W^t, sum over ranks in rank order of g_r(W^(t - lag))), or of
+ * g_r(W^used[r * T + t]) when used is given (the versions the ranks computed on).
+ * Returns W^steps in w (W^0 on entry). */
+static void reference(const struct sim_job_cfg *c, const uint32_t *used, uint32_t lag,
+		      uint32_t steps, float *w)
 {
 	const struct pbox_optimizer_ops *opt = pbox_optimizer_find(c->optimizer);
 	size_t n = total_elems();
@@ -199,10 +201,11 @@ static void reference(const struct sim_job_cfg *c, uint32_t lag, uint32_t steps,
 	}
 	memcpy(hist, w, n * sizeof(float));
 	for (uint32_t t = 0; t < steps; t++) {
-		const float *seen = hist + (size_t)(t >= lag ? t - lag : 0) * n;
-
 		for (uint32_t r = 0; r < NR; r++) {
-			grad(seen, r, t, g[r]);
+			uint32_t seen = used != NULL ? used[r * T + t] : t >= lag ? t - lag : 0;
+
+			assert_true(seen <= t);
+			grad(hist + (size_t)seen * n, r, t, g[r]);
 		}
 		/* The two keys are stepped separately, as the workers do (the kernels are
 		 * elementwise; t counts from 1). */
@@ -271,7 +274,7 @@ static void run_bsp(const char *optname)
 		for (size_t i = 0; i < total_elems(); i++) {
 			ref[i] = 0.02f * (float)((i * 31) % 23) - 0.2f;
 		}
-		reference(&c, 0, t + 1, ref);
+		reference(&c, NULL, 0, t + 1, ref);
 		for (uint32_t r = 0; r < NR; r++) {
 			assert_memory_equal(wk[r].w, ref, total_elems() * sizeof(float));
 		}
@@ -353,7 +356,7 @@ static void run_ssp(uint32_t lag, bool loss)
 	for (size_t i = 0; i < total_elems(); i++) {
 		ref[i] = 0.02f * (float)((i * 31) % 23) - 0.2f;
 	}
-	reference(&c, lag, T, ref);
+	reference(&c, NULL, lag, T, ref);
 	for (uint32_t r = 0; r < NR; r++) {
 		assert_int_equal(wk[r].rep.version, T);
 		assert_memory_equal(wk[r].w, ref, total_elems() * sizeof(float));
@@ -381,6 +384,117 @@ static void test_ssp_same_view_lossy(void **state)
 {
 	(void)state;
 	run_ssp(2, true);
+}
+
+/*
+ * SSP as libpbox runs it by default (pbox_update_step): plain pushes in one lane of each
+ * key, a chain of PULLs of U^version in the other (held by the engine until complete),
+ * every aggregate applied as soon as all keys have it, a push only while clock - version
+ * <= s. Ranks of different speeds, 3 % loss. Every replica ends equal to the reference
+ * replayed with the versions each rank really computed on, so all applied the same
+ * stream in the same order; the versions used were fresher than the bound allows.
+ */
+static void test_ssp_chained_pulls(void **state)
+{
+	static const uint32_t pace[NR] = { 1, 3, 2 };
+	const uint32_t lag = 2;
+	struct sim_job_cfg c = job(lag, "nag");
+	struct worker wk[NR];
+	struct pbox_op pull[NR][NKEYS];
+	uint32_t pulls_out[NR] = { 0 }, used[NR * T], drops = 0, fresher = 0;
+	float *ref = calloc(total_elems(), sizeof(float));
+	struct sim s;
+
+	(void)state;
+	c.credits = 2;
+	assert_int_equal(sim_init(&s, &c), 0);
+	assert_int_equal(s.job.window, 2 * lag + 1 + 2);
+	s.filter = lossy;
+	s.filter_arg = &drops;
+	for (uint32_t r = 0; r < NR; r++) {
+		worker_init(&wk[r], &c, lag);
+	}
+	for (uint32_t round = 0; round < 200000; round++) {
+		bool busy = false;
+
+		for (uint32_t r = 0; r < NR; r++) {
+			struct worker *w = &wk[r];
+
+			if (w->pending == 0 && w->rep.clock < T && round % pace[r] == 0 &&
+			    w->rep.clock - w->rep.version <= lag) {
+				used[r * T + w->rep.clock] = w->rep.version;
+				fresher += w->rep.clock - w->rep.version < lag;
+				grad(w->w, r, w->rep.clock, w->g);
+				for (uint32_t k = 0; k < NKEYS; k++) {
+					w->op[k] = (struct pbox_op){
+						.kind = PBOX_OP_PUSH,
+						.key = k,
+						.iter = w->rep.clock,
+						.src = w->g + (k ? g_keys[0].nelem : 0),
+					};
+					assert_int_equal(pbox_node_submit(s.node[r], &w->op[k]), 0);
+				}
+				w->pending = NKEYS;
+				w->want = UINT32_MAX;
+				w->rep.clock++;
+			}
+			if (pulls_out[r] == 0 && w->rep.version < w->rep.clock) {
+				for (uint32_t k = 0; k < NKEYS; k++) {
+					pull[r][k] = (struct pbox_op){
+						.kind = PBOX_OP_PULL,
+						.key = k,
+						.iter = w->rep.version,
+						.dst = w->rep.keys[k].agg,
+					};
+					assert_int_equal(pbox_node_submit(s.node[r], &pull[r][k]),
+							 0);
+				}
+				pulls_out[r] = NKEYS;
+			}
+			pbox_node_flush(s.node[r]);
+			busy |= w->rep.clock < T || w->rep.version < T;
+		}
+		if (!busy) {
+			break;
+		}
+		sim_advance(&s, 1000000);
+		for (uint32_t i = 0; i < s.ncompleted; i++) {
+			struct pbox_op *op = s.completed[i];
+
+			assert_int_equal(op->status, 0);
+			for (uint32_t r = 0; r < NR; r++) {
+				if (op >= wk[r].op && op < wk[r].op + NKEYS) {
+					wk[r].pending--;
+				} else if (op >= pull[r] && op < pull[r] + NKEYS) {
+					assert_int_equal(op->label, wk[r].rep.version);
+					if (--pulls_out[r] == 0) {
+						assert_int_equal(
+							pbox_replica_apply(&wk[r].rep,
+									   wk[r].rep.version),
+							0);
+					}
+				}
+			}
+		}
+		s.ncompleted = 0;
+	}
+	for (size_t i = 0; i < total_elems(); i++) {
+		ref[i] = 0.02f * (float)((i * 31) % 23) - 0.2f;
+	}
+	reference(&c, used, 0, T, ref);
+	for (uint32_t r = 0; r < NR; r++) {
+		assert_int_equal(wk[r].rep.version, T);
+		assert_memory_equal(wk[r].w, ref, total_elems() * sizeof(float));
+	}
+	print_message("chained pulls: %u of %u steps on a model fresher than the bound, %u "
+		      "datagrams dropped\n",
+		      fresher, NR * T, drops);
+	assert_true(fresher > 0);
+	for (uint32_t r = 0; r < NR; r++) {
+		worker_fini(&wk[r]);
+	}
+	free(ref);
+	sim_fini(&s);
 }
 
 /* A replica that caught up ahead of its lag (a catch-up pull mid-run) pushes without
@@ -495,6 +609,7 @@ int main(void)
 		cmocka_unit_test(test_bsp_adam_identical),
 		cmocka_unit_test(test_ssp_same_view),
 		cmocka_unit_test(test_ssp_same_view_lossy),
+		cmocka_unit_test(test_ssp_chained_pulls),
 		cmocka_unit_test(test_replica_wants),
 		cmocka_unit_test(test_engine_lagged_answers),
 		cmocka_unit_test(test_windows_and_refusals),

@@ -55,6 +55,7 @@ static void config(struct ctrld_config *cfg, bool jobs, struct ctrld_bw_pair *fi
 	cfg->bw.cap_bps = 1e8;
 	cfg->bw.budget_s = 1;
 	cfg->bw.jobs = jobs;
+	memset(fixed, 0, sizeof(*fixed)); /* from_idx 0: pboxd "a" */
 	snprintf(fixed->from, sizeof(fixed->from), "a");
 	snprintf(fixed->to, sizeof(fixed->to), "10.0.0.9:1");
 	cfg->bw.pairs = fixed;

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "pboxd/budget.h"
 #include "pboxd/config.h"
+#include "dvf/dvf_job.h"
 
 static char g_path[PATH_MAX];
 
@@ -320,7 +321,8 @@ static void test_memory_budget(void **state)
 	assert_string_equal(cfg.checkpoint_dir, "/x");
 	assert_int_equal(cfg.checkpoint_interval, 5);
 
-	/* Per job: 4 MiB of parameters with NAG are 2 models + momentum + 2 slots = 20 MiB,
+	/* Per job: 4 MiB of parameters with NAG are 2 models + momentum + 2 slots = 20 MiB
+	 * (+ 0.13 MiB of per-chunk bookkeeping),
 	 * over the job's 8 MiB, refused from the keys alone (before any geometry). */
 	pboxd_budget_init(&b, cfg.memory_budget);
 	params.mode = cfg.jobs[0].mode;
@@ -330,7 +332,7 @@ static void test_memory_budget(void **state)
 	assert_int_equal(pboxd_budget_precheck(&b, &cfg.jobs[0], &params, small, 1, 32768, 1408,
 					       err, sizeof(err)),
 			 -ENOSPC);
-	assert_non_null(strstr(err, "needs at least 20.12 MiB"));
+	assert_non_null(strstr(err, "needs at least 20.13 MiB"));
 	assert_non_null(strstr(err, "over the job's memory_budget of 8.00 MiB (8388608 bytes)"));
 	/* A hostile key set: refused on its chunk count, whatever the budget. */
 	assert_int_equal(pboxd_budget_precheck(&b, &cfg.jobs[0], &params, big, 1, 1024, 1024, err,
@@ -370,6 +372,67 @@ static void test_memory_budget(void **state)
 
 /* non_finite: per job, "reject" by default, "propagate" accepted, anything else (another
  * word, another type, the appliance group) refused with the setting named. */
+/* A job's dvf group (Parameter Flow's filter): defaults, every setting, and mistakes. */
+static void test_dvf(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 2; },\n"
+			      "         { id = 2; token = \"u\"; workers = 2; dvf = { }; },\n"
+			      "         { id = 3; token = \"v\"; workers = 2; dvf = { low = 0.5; "
+			      "up = 3; codec = \"zstd:2\"; link = \"insufficient\"; sparse = 0.9; "
+			      "bitmap = false; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_false(cfg.jobs[0].dvf.enabled);
+	assert_true(cfg.jobs[1].dvf.enabled);
+	assert_true(cfg.jobs[1].dvf.params.delta_low == PBOX_DVF_DEFAULT_LOW);
+	assert_true(cfg.jobs[1].dvf.params.delta_up == PBOX_DVF_DEFAULT_UP);
+	assert_string_equal(cfg.jobs[1].dvf.enc.codec->name, "snappy");
+	assert_int_equal(cfg.jobs[1].dvf.link, PBOX_DVF_LINK_SUFFICIENT);
+	assert_true(cfg.jobs[2].dvf.params.delta_low == 0.5f);
+	assert_true(cfg.jobs[2].dvf.params.delta_up == 3.0f);
+	assert_string_equal(cfg.jobs[2].dvf.enc.codec->name, "zstd");
+	assert_int_equal(cfg.jobs[2].dvf.enc.level, 2);
+	assert_int_equal(cfg.jobs[2].dvf.link, PBOX_DVF_LINK_INSUFFICIENT);
+	assert_int_equal(cfg.jobs[2].dvf.enc.sparse_permille, 900);
+	assert_false(cfg.jobs[2].dvf.enc.dense_bitmap);
+	/* What a worker is told at registration decodes to the same settings. */
+	{
+		json_t *o = pbox_dvf_job_to_json(&cfg.jobs[2].dvf);
+		struct pbox_dvf_job back;
+
+		assert_int_equal(pbox_dvf_job_from_json(o, &back, err, sizeof(err)), 0);
+		assert_true(back.params.delta_low == 0.5f && back.params.delta_up == 3.0f);
+		assert_true(back.enc.codec == cfg.jobs[2].dvf.enc.codec && back.enc.level == 2);
+		assert_int_equal(back.link, PBOX_DVF_LINK_INSUFFICIENT);
+		assert_int_equal(back.enc.sparse_permille, 900);
+		assert_false(back.enc.dense_bitmap);
+		json_object_set_new(o, "codec", json_string("zip"));
+		assert_int_equal(pbox_dvf_job_from_json(o, &back, err, sizeof(err)), -EPROTO);
+		assert_non_null(strstr(err, "unknown codec 'zip'"));
+		json_decref(o);
+	}
+	pboxd_config_free(&cfg);
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { low = 2; up = 1; }; "
+		     "} );\n",
+		     "jobs[0].dvf: low (2) must not exceed up (1)");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { codec = \"zstd:9\"; "
+		     "}; } );\n",
+		     "unknown codec or level 'zstd:9'");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { lo = 1; }; } );\n",
+		     "lo");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { low = -1; }; } );\n",
+		     "low: must be between 0");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = { link = \"slow\"; }; "
+		     "} );\n",
+		     "slow");
+	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 2; dvf = 1; } );\n",
+		     "must be a group");
+}
+
 static void test_non_finite(void **state)
 {
 	struct pboxd_config cfg;
@@ -539,6 +602,7 @@ int main(void)
 		cmocka_unit_test(test_probe),
 		cmocka_unit_test(test_metrics_and_logs),
 		cmocka_unit_test(test_broadcast),
+		cmocka_unit_test(test_dvf),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

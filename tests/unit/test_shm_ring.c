@@ -206,6 +206,38 @@ static void test_wakeup(void **state)
 	ring_free(r);
 }
 
+/* The other direction: a producer holding data back for want of room is woken by the
+ * consumer that frees some, and only then. */
+static void test_room_wakeup(void **state)
+{
+	static uint8_t buf[PBOX_WIRE_MAX_PAYLOAD];
+	struct ring *r = ring_new();
+	struct pbox_wire_hdr h;
+	struct pbox_shm_dgram d[1];
+
+	(void)state;
+	mkhdr(&h, 0, 60000);
+	assert_int_equal(pbox_shm_push(&r->p, &h, buf, 60000), 0);
+	/* Room, no waiting producer: releasing wakes nobody. */
+	assert_true(pbox_shm_prod_fits(&r->p, 60000));
+	assert_int_equal(pbox_shm_cons_pop(&r->c, d, 1), 1);
+	assert_false(pbox_shm_cons_release_wake(&r->c));
+	while (pbox_shm_push(&r->p, &h, buf, 60000) == 0) {
+	}
+	assert_false(pbox_shm_prod_fits(&r->p, 60000));
+	assert_false(pbox_shm_prod_wait_room(&r->p, 60000)); /* waits: flag set */
+	assert_int_equal(atomic_load(&r->ctl.prod_waiting), 1);
+	assert_false(pbox_shm_cons_release_wake(&r->c)); /* nothing handed out: no room made */
+	assert_int_equal(pbox_shm_cons_pop(&r->c, d, 1), 1);
+	assert_true(pbox_shm_cons_release_wake(&r->c)); /* room made: wake the producer */
+	assert_true(pbox_shm_prod_wait_room(&r->p, 60000));
+	assert_int_equal(atomic_load(&r->ctl.prod_waiting), 0);
+	assert_int_equal(pbox_shm_push(&r->p, &h, buf, 60000), 0);
+	assert_int_equal(pbox_shm_cons_pop(&r->c, d, 1), 1);
+	assert_false(pbox_shm_cons_release_wake(&r->c));
+	ring_free(r);
+}
+
 /* ---- a hostile peer ------------------------------------------------------------------ */
 
 static void store_rec(uint8_t *at, uint32_t len, uint32_t kind)
@@ -466,15 +498,11 @@ static void test_layout(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_empty),
-		cmocka_unit_test(test_wrap),
-		cmocka_unit_test(test_full),
-		cmocka_unit_test(test_wakeup),
-		cmocka_unit_test(test_bad_tail),
-		cmocka_unit_test(test_bad_records),
-		cmocka_unit_test(test_header_copied_once),
-		cmocka_unit_test(test_bad_head),
-		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_empty),       cmocka_unit_test(test_wrap),
+		cmocka_unit_test(test_full),        cmocka_unit_test(test_wakeup),
+		cmocka_unit_test(test_room_wakeup), cmocka_unit_test(test_bad_tail),
+		cmocka_unit_test(test_bad_records), cmocka_unit_test(test_header_copied_once),
+		cmocka_unit_test(test_bad_head),    cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_layout),
 	};
 

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <urcu-qsbr.h>
 
@@ -24,6 +25,11 @@
 
 /* Datagrams taken from one connection's ring per poll: fairness between workers. */
 #define SHM_POLL_BURST 32u
+/* Bytes of replies a core holds for a worker whose ring is full (a descheduled worker),
+ * per (connection, core), allocated at the first overflow. */
+#define SHM_BACKLOG_BYTES (4u << 20)
+/* A connection that says no hello within this long is closed (it holds a slot). */
+#define SHM_HELLO_TIMEOUT_MS 5000u
 
 enum conn_state {
 	CONN_FREE = 0,
@@ -40,12 +46,23 @@ struct shm_conn {
 	uint32_t id;          /* 1 .. 2^24 - 1, the peer's address */
 	uint32_t job, rank;
 	bool welcomed;
+	uint64_t accepted_ms; /* CLOCK_MONOTONIC, for the hello timeout */
 	int sock;
 	int wake_fd;       /* the worker's eventfd */
 	int memfd_pending; /* until the welcome carried it */
 	uint8_t *base;
 	struct pbox_shm_layout lay;
 	uint64_t add_gen, close_gen;
+};
+
+/* Replies that found the worker's ring full, in the same record format, in the core's
+ * private memory; moved to the ring in order as room appears. */
+struct shm_backlog {
+	struct pbox_shm_ring_ctl ctl;
+	struct pbox_shm_prod p;
+	struct pbox_shm_cons c;
+	struct pbox_shm_dgram d;
+	alignas(PBOX_CACHE_LINE) uint8_t data[SHM_BACKLOG_BYTES];
 };
 
 /* A core's private view of one connection slot. */
@@ -58,6 +75,7 @@ struct shm_local {
 	struct pbox_peer peer;
 	struct pbox_shm_cons rx; /* worker -> this core */
 	struct pbox_shm_prod tx; /* this core -> worker */
+	struct shm_backlog *bl;  /* NULL until the first overflow; freed with the connection */
 };
 
 struct shm_core_stats {
@@ -65,10 +83,11 @@ struct shm_core_stats {
 	uint64_t rx_bytes;
 	uint64_t tx_pkts;
 	uint64_t tx_bytes;
-	uint64_t tx_full; /* replies dropped: the worker's ring had no room */
-	uint64_t tx_gone; /* replies to a connection that ended */
-	uint64_t wakes;   /* eventfd writes to sleeping workers */
-	uint64_t sleeps;  /* waits with the rings armed */
+	uint64_t tx_full;    /* replies dropped: the worker's ring and the backlog were full */
+	uint64_t backlogged; /* replies that waited in the core's backlog for ring room */
+	uint64_t tx_gone;    /* replies to a connection that ended */
+	uint64_t wakes;      /* eventfd writes to sleeping workers */
+	uint64_t sleeps;     /* waits with the rings armed */
 	uint64_t broken[PBOX_SHM_ERR_COUNT];
 };
 
@@ -141,11 +160,51 @@ static void local_drop(struct shm_core *c, uint32_t slot)
 	struct shm_local *loc = &c->local[slot];
 
 	loc->live = false;
+	free(loc->bl); /* the worker's overflow goes with it */
+	loc->bl = NULL;
 	for (uint32_t i = 0; i < c->nlive; i++) {
 		if (c->live[i] == slot) {
 			c->live[i] = c->live[--c->nlive];
 			break;
 		}
+	}
+}
+
+static void backlog_reset(struct shm_backlog *b)
+{
+	pbox_shm_ring_ctl_init(&b->ctl);
+	pbox_shm_prod_init(&b->p, &b->ctl, b->data, SHM_BACKLOG_BYTES);
+	pbox_shm_cons_init(&b->c, &b->ctl, b->data, SHM_BACKLOG_BYTES);
+}
+
+static bool backlog_empty(const struct shm_local *loc)
+{
+	return loc->bl == NULL || loc->bl->p.tail == loc->bl->c.head;
+}
+
+static void touch(struct shm_core *c, uint32_t slot)
+{
+	if (!c->local[slot].touched) {
+		c->local[slot].touched = true;
+		c->touched[c->ntouched++] = slot;
+	}
+}
+
+/* Move what the backlog holds into the worker's ring while it has room. */
+static void backlog_drain(struct shm_core *c, uint32_t slot)
+{
+	struct shm_local *loc = &c->local[slot];
+	struct shm_backlog *b = loc->bl;
+
+	while (b->p.tail != b->c.head && pbox_shm_prod_fits(&loc->tx, PBOX_WIRE_MAX_PAYLOAD) &&
+	       pbox_shm_cons_pop(&b->c, &b->d, 1) == 1) {
+		(void)pbox_shm_push(&loc->tx, (const struct pbox_wire_hdr *)(const void *)b->d.hdr,
+				    b->d.payload, b->d.len - PBOX_WIRE_HDR_LEN);
+		pbox_shm_cons_release(&b->c);
+		touch(c, slot);
+	}
+	if (b->p.tail == b->c.head) {
+		pbox_shm_prod_room_ok(&loc->tx);
 	}
 }
 
@@ -238,6 +297,15 @@ static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
 			i--; /* the slot at i was replaced by the last one */
 			continue;
 		}
+		if (pbox_unlikely(!backlog_empty(loc))) {
+			backlog_drain(c, slot);
+			if (pbox_unlikely(loc->tx.err != PBOX_SHM_OK)) {
+				broken(c, slot, loc->tx.err);
+				i--;
+				continue;
+			}
+			any = true; /* the flush wakes the worker */
+		}
 		if (n == 0) {
 			continue;
 		}
@@ -277,7 +345,18 @@ static int shm_sleep_prepare(void *arg)
 		return -1;
 	}
 	for (uint32_t i = 0; i < c->nlive; i++) {
-		if (!pbox_shm_cons_sleep_prepare(&c->local[c->live[i]].rx)) {
+		struct shm_local *loc = &c->local[c->live[i]];
+
+		/* Held-back results: sleep only if the worker will say when room appears. */
+		if (!backlog_empty(loc) &&
+		    pbox_shm_prod_wait_room(&loc->tx, PBOX_WIRE_MAX_PAYLOAD)) {
+			atomic_store_explicit(&loc->tx.ctl->prod_waiting, 1, memory_order_relaxed);
+			for (uint32_t j = 0; j < i; j++) {
+				pbox_shm_cons_sleep_end(&c->local[c->live[j]].rx);
+			}
+			return -EAGAIN;
+		}
+		if (!pbox_shm_cons_sleep_prepare(&loc->rx)) {
 			for (uint32_t j = 0; j < i; j++) {
 				pbox_shm_cons_sleep_end(&c->local[c->live[j]].rx);
 			}
@@ -324,11 +403,26 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 		return -EHOSTUNREACH;
 	}
 	loc = &c->local[slot];
-	rc = pbox_shm_push(&loc->tx, hdr, payload, len);
-	if (pbox_unlikely(rc != 0)) {
-		if (rc == -ENOBUFS) {
+	/* In order: while replies wait in the backlog, new ones queue behind them. */
+	rc = backlog_empty(loc) ? pbox_shm_push(&loc->tx, hdr, payload, len) : -ENOBUFS;
+	if (pbox_unlikely(rc == -ENOBUFS)) {
+		if (loc->bl == NULL) {
+			loc->bl = aligned_alloc(PBOX_CACHE_LINE, sizeof(*loc->bl));
+			if (loc->bl != NULL) {
+				backlog_reset(loc->bl);
+			}
+		}
+		rc = loc->bl != NULL ? pbox_shm_push(&loc->bl->p, hdr, payload, len) : -ENOBUFS;
+		if (rc != 0) {
 			PBOX_STAT_ADD(&c->st, tx_full, 1);
-		} else if (loc->tx.err != PBOX_SHM_OK) {
+			return -ENOBUFS;
+		}
+		/* The worker rings this core when it frees room (before the core sleeps,
+		 * sleep_prepare looks once more). */
+		atomic_store_explicit(&loc->tx.ctl->prod_waiting, 1, memory_order_relaxed);
+		PBOX_STAT_ADD(&c->st, backlogged, 1);
+	} else if (pbox_unlikely(rc != 0)) {
+		if (loc->tx.err != PBOX_SHM_OK) {
 			broken(c, slot, loc->tx.err);
 		}
 		return rc;
@@ -336,10 +430,7 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 	PBOX_STAT_ADD(&c->st, tx_pkts, 1);
 	PBOX_STAT_ADD(&c->st, tx_bytes, PBOX_WIRE_HDR_LEN + len);
 	c->pushed += len != 0;
-	if (!loc->touched) {
-		loc->touched = true;
-		c->touched[c->ntouched++] = slot;
-	}
+	touch(c, slot);
 	return 0;
 }
 
@@ -576,6 +667,14 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 		      (unsigned long long)(cn->lay.ring_bytes >> 10));
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
 static void accept_some(struct pboxd_shm *s)
 {
 	for (;;) {
@@ -603,6 +702,7 @@ static void accept_some(struct pboxd_shm *s)
 			continue;
 		}
 		cn->sock = fd;
+		cn->accepted_ms = now_ms();
 		cn->wake_fd = -1;
 		cn->memfd_pending = -1;
 		atomic_store_explicit(&cn->state, CONN_HELLO, memory_order_relaxed);
@@ -619,7 +719,7 @@ static void *listener_main(void *arg)
 	rcu_thread_offline();
 	while (p != NULL && who != NULL && !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
 		unsigned np = 2;
-		bool waiting = false;
+		bool waiting = false, hellos = false;
 		int rc;
 
 		p[0] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
@@ -633,9 +733,10 @@ static void *listener_main(void *arg)
 				who[np++] = i;
 			}
 			waiting |= (st == CONN_LIVE && !cn->welcomed) || st == CONN_CLOSING;
+			hellos |= st == CONN_HELLO;
 		}
 		/* While a connection waits for the cores, look every 2 ms. */
-		rc = poll(p, np, waiting ? 2 : -1);
+		rc = poll(p, np, waiting ? 2 : hellos ? 100 : -1);
 		if (rc < 0 && errno != EINTR) {
 			PBOX_LOG_ERR(TRANSPORT, "shm: poll: %s", strerror(errno));
 			break;
@@ -664,7 +765,10 @@ static void *listener_main(void *arg)
 			int st = atomic_load_explicit(&cn->state, memory_order_relaxed);
 			uint32_t bad = atomic_load_explicit(&cn->bad, memory_order_acquire);
 
-			if (st == CONN_LIVE && bad != 0) {
+			if (st == CONN_HELLO && now_ms() - cn->accepted_ms > SHM_HELLO_TIMEOUT_MS) {
+				__atomic_fetch_add(&s->bad_hello, 1, __ATOMIC_RELAXED);
+				conn_free(s, cn); /* said nothing: its slot goes to others */
+			} else if (st == CONN_LIVE && bad != 0) {
 				conn_end(s, cn, pbox_shm_err_name((enum pbox_shm_err)bad));
 			} else if (st == CONN_LIVE && !cn->welcomed &&
 				   cores_acked(s, cn->add_gen)) {
@@ -812,6 +916,9 @@ void pboxd_shm_destroy(struct pboxd_shm *s)
 		if (c->efd >= 0) {
 			close(c->efd);
 		}
+		for (uint32_t i = 0; c->local != NULL && i < s->cfg.max_conns; i++) {
+			free(c->local[i].bl);
+		}
 		free(c->live);
 		free(c->touched);
 		free(c->local);
@@ -838,6 +945,7 @@ static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
 		t->tx_pkts += pbox_stat_read(&c->tx_pkts);
 		t->tx_bytes += pbox_stat_read(&c->tx_bytes);
 		t->tx_full += pbox_stat_read(&c->tx_full);
+		t->backlogged += pbox_stat_read(&c->backlogged);
 		t->tx_gone += pbox_stat_read(&c->tx_gone);
 		t->wakes += pbox_stat_read(&c->wakes);
 		t->sleeps += pbox_stat_read(&c->sleeps);
@@ -868,7 +976,7 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 				    json_integer((json_int_t)t.broken[e]));
 	}
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I, s:o}",
+			 "s:I, s:I, s:I, s:I, s:o}",
 			 "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
 			 "conns_live", (json_int_t)live_conns(s), "accepted",
 			 (json_int_t)pbox_stat_read(&s->accepted), "refused",
@@ -878,8 +986,9 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 			 (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
 			 "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
 			 "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
-			 "tx_gone", (json_int_t)t.tx_gone, "wakes", (json_int_t)t.wakes, "sleeps",
-			 (json_int_t)t.sleeps, "broken", broken);
+			 "tx_gone", (json_int_t)t.tx_gone, "backlogged", (json_int_t)t.backlogged,
+			 "wakes", (json_int_t)t.wakes, "sleeps", (json_int_t)t.sleeps, "broken",
+			 broken);
 }
 
 void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)

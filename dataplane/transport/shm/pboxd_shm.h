@@ -19,21 +19,27 @@
  * one copy per fragment and worker, from the chunk's arena to the ring (every worker of
  * a job has its own ring, so a result fragment is written once per worker); everything
  * else goes to the UDP socket as before. The copy releases the arena at once (queued /
- * reclaim count it as released). A ring without room drops the reply (counted, the
- * worker's reliability asks again), as a full socket would.
+ * reclaim count it as released). A ring without room holds the reply back (below);
+ * a full backlog drops it (counted, the worker's reliability asks again), as a full
+ * socket would.
  *
  * Untrusted workers: every index and record header a worker wrote is read once and
  * bounded (ring.h); a ring found broken ends that connection only (its socket is closed,
  * the worker sees it), counted per reason (pbox stats: shm.broken.<reason>), and never
  * touches another connection, core or job. Datagrams are validated by the engine exactly
  * as UDP ones (the cookie authenticates each); the hello is checked against the job
- * table before any memory is given out, and max_conns bounds connections.
+ * table before any memory is given out (a connection silent for 5 s is closed), and
+ * max_conns bounds connections.
  *
  * Lifetime: the listener thread owns the connections. Adding or ending one bumps a
  * generation; each core notices it at its next poll (the listener rings the cores'
- * eventfds), rebuilds its private list, and acknowledges the generation. A connection's
- * welcome is sent only once every core lists it (its first datagrams are never missed);
- * its memory is unmapped only once every core has dropped it.
+ * eventfds; a core with no connection yet blocks in its UDP receive and notices within
+ * its 100 ms wait), rebuilds its private list, and acknowledges the generation. A
+ * connection's welcome is sent only once every core lists it (its first datagrams are
+ * never missed); its memory is unmapped only once every core has dropped it. Replies
+ * that find a worker's ring full wait in the core's backlog (4 MiB per connection and
+ * core, allocated at the first overflow) and move in as the worker frees room (it rings
+ * the core: prod_waiting, ring.h); past that they are dropped.
  *
  * Threading: create / attach / start / destroy on the control thread (attach before the
  * cores run, destroy after they were joined); the poller and send op on each core's

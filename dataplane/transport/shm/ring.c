@@ -22,6 +22,7 @@ const char *pbox_shm_err_name(enum pbox_shm_err e)
 void pbox_shm_ring_ctl_init(struct pbox_shm_ring_ctl *ctl)
 {
 	atomic_init(&ctl->tail, 0);
+	atomic_init(&ctl->prod_waiting, 0);
 	atomic_init(&ctl->head, 0);
 	atomic_init(&ctl->sleeping, 1);
 }
@@ -82,10 +83,47 @@ static bool refresh_head(struct pbox_shm_prod *p)
 	return true;
 }
 
+/* Room for a record of len payload bytes (and the wrap before it): 0, -ENOBUFS or -EPIPE. */
+static int room(struct pbox_shm_prod *p, uint32_t len)
+{
+	uint64_t need = rec_bytes(PBOX_WIRE_HDR_LEN + len), pos = p->tail & (p->size - 1);
+	uint64_t skip = pos + need > p->size ? p->size - pos : 0;
+
+	if (p->size - (p->tail - p->head) >= skip + need) {
+		return 0;
+	}
+	if (!refresh_head(p)) {
+		return -EPIPE;
+	}
+	return p->size - (p->tail - p->head) >= skip + need ? 0 : -ENOBUFS;
+}
+
+bool pbox_shm_prod_fits(struct pbox_shm_prod *p, uint32_t len)
+{
+	return p->err == PBOX_SHM_OK && len <= PBOX_WIRE_MAX_PAYLOAD && room(p, len) == 0;
+}
+
+bool pbox_shm_prod_wait_room(struct pbox_shm_prod *p, uint32_t len)
+{
+	atomic_store_explicit(&p->ctl->prod_waiting, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (pbox_shm_prod_fits(p, len)) {
+		pbox_shm_prod_room_ok(p);
+		return true;
+	}
+	return false;
+}
+
+void pbox_shm_prod_room_ok(struct pbox_shm_prod *p)
+{
+	atomic_store_explicit(&p->ctl->prod_waiting, 0, memory_order_relaxed);
+}
+
 int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
 		  uint32_t len)
 {
 	uint64_t need, pos, skip;
+	int rc;
 
 	if (pbox_unlikely(p->err != PBOX_SHM_OK)) {
 		return -EPIPE;
@@ -93,18 +131,14 @@ int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, cons
 	if (pbox_unlikely(len > PBOX_WIRE_MAX_PAYLOAD)) {
 		return -EMSGSIZE;
 	}
+	rc = room(p, len);
+	if (pbox_unlikely(rc != 0)) {
+		p->full += rc == -ENOBUFS;
+		return rc;
+	}
 	need = rec_bytes(PBOX_WIRE_HDR_LEN + len);
 	pos = p->tail & (p->size - 1);
 	skip = pos + need > p->size ? p->size - pos : 0;
-	if (p->size - (p->tail - p->head) < skip + need) {
-		if (!refresh_head(p)) {
-			return -EPIPE;
-		}
-		if (p->size - (p->tail - p->head) < skip + need) {
-			p->full++;
-			return -ENOBUFS;
-		}
-	}
 	if (skip != 0) {
 		rec_store(p->data + pos, 0, PBOX_SHM_REC_WRAP);
 		p->tail += skip;
@@ -213,6 +247,16 @@ void pbox_shm_cons_release(struct pbox_shm_cons *c)
 		c->released = c->head;
 		atomic_store_explicit(&c->ctl->head, c->head, memory_order_release);
 	}
+}
+
+bool pbox_shm_cons_release_wake(struct pbox_shm_cons *c)
+{
+	if (c->head == c->released) {
+		return false;
+	}
+	pbox_shm_cons_release(c);
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(&c->ctl->prod_waiting, memory_order_relaxed) != 0;
 }
 
 bool pbox_shm_cons_ready(const struct pbox_shm_cons *c)

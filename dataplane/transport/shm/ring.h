@@ -22,7 +22,10 @@
  * full fence and looks at the tail once more (pbox_shm_cons_sleep_prepare); a producer
  * that published something issues a full fence and wakes the consumer (its eventfd) only
  * if the flag is set (pbox_shm_prod_need_wake). Neither misses the other (Dekker), and a
- * busy consumer never costs the producer a system call.
+ * busy consumer never costs the producer a system call. The same the other way: a
+ * producer holding data back for want of room sets prod_waiting and looks at the head
+ * once more (pbox_shm_prod_wait_room); a consumer that released room wakes it only if
+ * the flag is set (pbox_shm_cons_release_wake).
  *
  * Trust: the peer can write anything into the shared memory at any time. Each side keeps
  * its own index privately and only ever writes it to the shared block; the peer's index
@@ -68,6 +71,7 @@
 /* The shared control block of one ring. */
 struct pbox_shm_ring_ctl {
 	alignas(PBOX_CACHE_LINE) _Atomic uint64_t tail; /* producer: bytes published */
+	_Atomic uint32_t prod_waiting; /* producer: holds data back for want of room */
 	alignas(PBOX_CACHE_LINE) _Atomic uint64_t head; /* consumer: bytes released */
 	_Atomic uint32_t sleeping;                      /* consumer: may block on its eventfd */
 };
@@ -149,6 +153,16 @@ void pbox_shm_cons_init(struct pbox_shm_cons *c, struct pbox_shm_ring_ctl *ctl, 
 int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
 		  uint32_t len);
 
+/* The producer holds data back: set prod_waiting, fence, and look at the head again.
+ * Returns true (flag cleared) if len payload bytes fit now. */
+bool pbox_shm_prod_wait_room(struct pbox_shm_prod *p, uint32_t len);
+/* Nothing is held back any more: clear prod_waiting. */
+void pbox_shm_prod_room_ok(struct pbox_shm_prod *p);
+
+/* Whether a datagram of len payload bytes would fit now (reads the consumer's index if
+ * needed; false also when the ring is broken). */
+bool pbox_shm_prod_fits(struct pbox_shm_prod *p, uint32_t len);
+
 /* After publishing: whether the consumer announced it may be sleeping (then write its
  * eventfd). Issues the full fence the wake-up protocol needs; costs nothing else. Call
  * once per batch of pushes, not per push. Returns false when nothing was published since
@@ -164,6 +178,8 @@ unsigned pbox_shm_cons_pop(struct pbox_shm_cons *c, struct pbox_shm_dgram *out, 
 
 /* Give the room of every datagram handed out so far back to the producer. */
 void pbox_shm_cons_release(struct pbox_shm_cons *c);
+/* The same, then (full fence) whether the producer waits for room: write its eventfd. */
+bool pbox_shm_cons_release_wake(struct pbox_shm_cons *c);
 
 /* Whether the producer published something not yet handed out (one acquire load; does
  * not validate: pop does). */

@@ -288,8 +288,16 @@ unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts,
 
 void pbox_shm_client_rx_done(struct pbox_shm_client *c)
 {
+	uint64_t one = 1;
+
 	for (uint32_t k = 0; k < c->ncores; k++) {
-		pbox_shm_cons_release(&c->rx[k]);
+		/* A core holding results back for want of room is told there is some. */
+		if (pbox_shm_cons_release_wake(&c->rx[k])) {
+			c->stats.wakes++;
+			if (write(c->core_fd[k], &one, sizeof(one)) < 0) {
+				/* saturated: the core is awake anyway */
+			}
+		}
 	}
 }
 
