@@ -53,6 +53,8 @@ struct ctrld_pconn {
 	struct pbox_linebuf in;
 	struct preq *head, *tail;
 	uint32_t nq;
+	struct preq *failed; /* not queued (queue full, out of memory): failed next turn */
+	uint32_t nfailed;
 };
 
 static uint64_t now_ms(void)
@@ -163,11 +165,16 @@ static void fail_head(struct ctrld_pconn *c, int rc, const char *fmt, ...)
 	complete_head(c, rc, NULL, err);
 }
 
+static void fail_unqueued(struct ctrld_pconn *c);
+
 void ctrld_pconn_cancel(struct ctrld_pconn *c)
 {
 	close_conn(c);
-	while (c->head != NULL) {
-		fail_head(c, -ECANCELED, "pbox-ctrld is stopping");
+	while (c->head != NULL || c->failed != NULL) {
+		fail_unqueued(c);
+		if (c->head != NULL) {
+			fail_head(c, -ECANCELED, "pbox-ctrld is stopping");
+		}
 	}
 }
 
@@ -198,13 +205,17 @@ void ctrld_pconn_submit(struct ctrld_pconn *c, const json_t *req, ctrld_pconn_do
 	r->deadline_ms = now_ms() + c->timeout_ms;
 	if (c->nq >= CTRLD_PCONN_MAX_QUEUE) {
 		r->len = 1; /* failed at the next turn: queue full */
-		r->deadline_ms = 0;
 	} else {
 		r->line = req != NULL ? pbox_ctl_encode(req, &r->len) : NULL;
 		if (r->line == NULL) {
 			r->len = 0; /* failed at the next turn: out of memory */
-			r->deadline_ms = 0;
 		}
+	}
+	if (r->line == NULL) {
+		r->next = c->failed;
+		c->failed = r;
+		c->nfailed++;
+		return;
 	}
 	if (c->tail != NULL) {
 		c->tail->next = r;
@@ -217,12 +228,37 @@ void ctrld_pconn_submit(struct ctrld_pconn *c, const json_t *req, ctrld_pconn_do
 
 uint32_t ctrld_pconn_pending(const struct ctrld_pconn *c)
 {
-	return c->nq;
+	return c->nq + c->nfailed;
+}
+
+/* Complete the requests that could not be queued. */
+static void fail_unqueued(struct ctrld_pconn *c)
+{
+	while (c->failed != NULL) {
+		struct preq *r = c->failed;
+		char err[384];
+
+		c->failed = r->next;
+		c->nfailed--;
+		if (r->len == 1) {
+			snprintf(err, sizeof(err),
+				 "%s: %u requests queued for it already (not sent; retried or "
+				 "refused)",
+				 c->control, CTRLD_PCONN_MAX_QUEUE);
+		} else {
+			snprintf(err, sizeof(err), "%s: out of memory", c->control);
+		}
+		r->done(r->arg, r->len == 1 ? -ENOBUFS : -ENOMEM, NULL, err);
+		free(r);
+	}
 }
 
 void ctrld_pconn_pollfd(struct ctrld_pconn *c, struct pollfd *pfd, uint64_t *wake_ms)
 {
 	*pfd = (struct pollfd){ .fd = c->fd, .events = 0 };
+	if (c->failed != NULL) {
+		*wake_ms = 0;
+	}
 	switch (c->ph) {
 	case PH_CLOSED:
 		pfd->fd = -1;
@@ -422,19 +458,10 @@ void ctrld_pconn_process(struct ctrld_pconn *c, short revents)
 {
 	uint64_t now = now_ms();
 
-	/* Requests that cannot be made (queue full, out of memory) or waited too long. */
+	/* Requests that could not be queued, and those that waited too long (the queue is
+	 * in deadline order). */
+	fail_unqueued(c);
 	while (c->head != NULL && c->head->deadline_ms <= now) {
-		if (c->head->line == NULL) {
-			if (c->head->len == 1) {
-				fail_head(c, -ENOBUFS,
-					  "%u requests queued for it already (not sent; retried or "
-					  "refused)",
-					  CTRLD_PCONN_MAX_QUEUE);
-			} else {
-				fail_head(c, -ENOMEM, "out of memory");
-			}
-			continue;
-		}
 		if (c->ph == PH_CONNECTING) {
 			close_conn(c);
 			fail_head(c, -ETIMEDOUT, "cannot connect: no answer within %u ms",
