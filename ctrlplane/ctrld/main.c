@@ -72,6 +72,10 @@
 /* Descriptors kept for everything but client connections (pboxd requests, the state file,
  * logs, the prober): max_connections is lowered to fit the open-file limit minus this. */
 #define FD_RESERVE 64u
+/* Kernel send buffer of a client connection (pboxd's CONN_SNDBUF): a fixed size bounds
+ * what a client that does not read pins in the kernel (it would grow to MBs); the rest
+ * waits in the bounded output queue (max_output_bytes). */
+#define CONN_SNDBUF (256 * 1024)
 /* How long the listeners are not watched after accept() ran out of descriptors. */
 #define LISTEN_PAUSE_MS 200u
 #define MAX_BAD         8u
@@ -1828,6 +1832,11 @@ static void accept_some(struct ctrld *d, int lfd, bool local)
 				d->nconns, ip);
 			close(fd);
 			continue;
+		}
+		{
+			int sndbuf = CONN_SNDBUF;
+
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 		}
 		c = calloc(1, sizeof(*c));
 		if (c == NULL) {
