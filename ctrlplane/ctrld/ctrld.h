@@ -8,8 +8,8 @@
  * their pboxd.
  *
  * Admission: a job definition is validated here with pboxd's own job validation (so
- * --check-config catches bad static jobs), then offered to the managed pboxds, fewest
- * assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
+ * --check-config catches bad static jobs), then offered to the managed pboxds, those that
+ * answered their last request first, then fewest assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
  * the geometry and budgets of its own hardware) and the first to accept holds the job. A
  * job that no reachable pboxd accepts is refused, with every pboxd's reason. A job with a
  * fixed key set is published with pbox-ctrld's assignment of its chunks to that pboxd's
@@ -54,7 +54,8 @@
  *   metrics = { listen = "127.0.0.1:9541"; };  # Prometheus GET /metrics (absent: off)
  * and in the ctrld group: log_format = "text";  # or "json" (common/log.h)
  *
- * Threading: one thread, a poll loop (main.c), and the bandwidth matrix's prober thread
+ * Threading: one thread, a poll loop (main.c) that never waits for a pboxd (its requests
+ * are state machines of that loop, pboxd_conn.h), and the bandwidth matrix's prober thread
  * (bw.h), which only reads the configuration.
  */
 #ifndef PBOX_CTRLD_H
