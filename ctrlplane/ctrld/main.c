@@ -990,7 +990,7 @@ static void rm_done(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *ar
 }
 
 /* Send the removal d->rms[r]. c: the client to answer when it is done. */
-static void send_rm(struct ctrld *d, uint32_t r, bool retry, struct conn *c)
+static void send_rm(struct ctrld *d, uint32_t id, int where, bool retry, struct conn *c)
 {
 	struct rm_op *op = calloc(1, sizeof(*op));
 	json_t *req;
@@ -998,15 +998,14 @@ static void send_rm(struct ctrld *d, uint32_t r, bool retry, struct conn *c)
 	if (op == NULL) {
 		return;
 	}
-	op->id = d->rms[r].id;
+	op->id = id;
 	op->retry = retry;
 	op->c = c;
 	if (c != NULL) {
 		c->waiter = &op->c;
 	}
-	d->rms[r].inflight = true;
 	req = pbox_jobmsg_rm(op->id, NULL);
-	ask(d, (uint32_t)d->rms[r].where, req, rm_done, op);
+	ask(d, (uint32_t)where, req, rm_done, op);
 	json_decref(req);
 }
 
@@ -1025,11 +1024,15 @@ static int remove_job(struct ctrld *d, uint32_t id, struct conn *c, char *why, s
 	if (j->where >= 0) {
 		d->cfg.pboxds[j->where].njobs--;
 		if (d->nrms < MAX_JOBS) {
-			d->rms[d->nrms++] = (struct pending_rm){ .id = id, .where = j->where };
+			/* kept (not retried) while in flight */
+			d->rms[d->nrms++] = (struct pending_rm){ .id = id,
+								 .where = j->where,
+								 .inflight = true };
 			d->state_dirty = true;
-			send_rm(d, d->nrms - 1, false, c);
-			rc = c != NULL ? 1 : 0;
 		}
+		/* With the removals' table full it is sent all the same, not kept. */
+		send_rm(d, id, j->where, false, c);
+		rc = c != NULL ? 1 : 0;
 	}
 	/* Being placed or published: that ends when it completes (a pboxd that accepted it
 	 * meanwhile gets a removal; its creator is told). */
@@ -1091,7 +1094,8 @@ static void reconcile_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply,
 		there = json_object_get(reply, "jobs");
 		for (uint32_t r = 0; r < d->nrms; r++) {
 			if (d->rms[r].where == (int)w && !d->rms[r].inflight) {
-				send_rm(d, r, true, NULL);
+				d->rms[r].inflight = true;
+				send_rm(d, d->rms[r].id, (int)w, true, NULL);
 			}
 		}
 		for (uint32_t i = 0; i < d->njobs; i++) {
