@@ -8,8 +8,8 @@
  * their pboxd.
  *
  * Admission: a job definition is validated here with pboxd's own job validation (so
- * --check-config catches bad static jobs), then offered to the managed pboxds, fewest
- * assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
+ * --check-config catches bad static jobs), then offered to the managed pboxds, those that
+ * answered their last request first, then fewest assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
  * the geometry and budgets of its own hardware) and the first to accept holds the job. A
  * job that no reachable pboxd accepts is refused, with every pboxd's reason. A job with a
  * fixed key set is published with pbox-ctrld's assignment of its chunks to that pboxd's
@@ -25,7 +25,8 @@
  *     control_socket = "";            # Unix socket for operators (admin without token)
  *     admin_token = "";               # job administration over TCP needs it
  *     reconcile_interval = 1000;      # ms between publication checks
- *     request_timeout = 5000;         # ms for one request to a pboxd
+ *     request_timeout = 5000;         # ms a request to a pboxd may take, queued
+ *                                     # included (pboxd_conn.h)
  *     max_connections = 256;
  *     max_per_address = 64;           # connections from one source address
  *     auth_failures_burst = 10;       # wrong admin tokens per address, then
@@ -53,7 +54,8 @@
  *   metrics = { listen = "127.0.0.1:9541"; };  # Prometheus GET /metrics (absent: off)
  * and in the ctrld group: log_format = "text";  # or "json" (common/log.h)
  *
- * Threading: one thread, a poll loop (main.c), and the bandwidth matrix's prober thread
+ * Threading: one thread, a poll loop (main.c) that never waits for a pboxd (its requests
+ * are state machines of that loop, pboxd_conn.h), and the bandwidth matrix's prober thread
  * (bw.h), which only reads the configuration.
  */
 #ifndef PBOX_CTRLD_H

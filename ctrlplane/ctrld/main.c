@@ -18,9 +18,15 @@
  * ACCEPTS_PER_TURN new connections per turn of the loop, so no client's burst holds the
  * others. accept() out of descriptors (EMFILE/ENFILE) sheds the waiting connection with a
  * reserved descriptor and stops watching the listeners for LISTEN_PAUSE_MS instead of
- * spinning. Requests to a pboxd are made from the one loop and block it for at most
- * request_timeout each, except probes: the bandwidth matrix (bw.h, ops bw_list and
- * bw_probe) asks for them from its own thread.
+ * spinning.
+ *
+ * Requests to the pboxds never block the loop (pboxd_conn.h: one persistent connection
+ * and a bounded queue per pboxd, each request answered or failed within request_timeout
+ * of being queued). A client request that needs a pboxd (job_create, job_rm, status) is
+ * answered when that completes, its connection's later requests waiting behind it, while
+ * the other clients are served; a reconcile round is a job_list to every pboxd at once,
+ * each pboxd's answer handled as it comes. Probes are asked by the bandwidth matrix (bw.h,
+ * ops bw_list and bw_probe) from its own thread.
  *
  * Threading: the main loop; the bandwidth matrix's thread (bw.h).
  */
@@ -42,7 +48,6 @@
 
 #include "common/compiler.h"
 #include "common/ctladdr.h"
-#include "common/ctlclient.h"
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
@@ -50,6 +55,7 @@
 #include "assign.h"
 #include "bw.h"
 #include "ctrld.h"
+#include "pboxd_conn.h"
 #include "state.h"
 #include "status.h"
 
@@ -66,6 +72,10 @@
 /* Descriptors kept for everything but client connections (pboxd requests, the state file,
  * logs, the prober): max_connections is lowered to fit the open-file limit minus this. */
 #define FD_RESERVE 64u
+/* Kernel send buffer of a client connection (pboxd's CONN_SNDBUF): a fixed size bounds
+ * what a client that does not read pins in the kernel (it would grow to MBs); the rest
+ * waits in the bounded output queue (max_output_bytes). */
+#define CONN_SNDBUF (256 * 1024)
 /* How long the listeners are not watched after accept() ran out of descriptors. */
 #define LISTEN_PAUSE_MS 200u
 #define MAX_BAD         8u
@@ -88,11 +98,16 @@ struct cjob {
 	int assign_for;
 	struct ctrld_core_load load; /* per-core totals of assignment, or pboxd's placement */
 	bool load_from_pboxd;        /* load is what pboxd placed (no assignment; at register) */
+	uint64_t gen;                /* tells this job from a later one with its id */
+	bool busy;                   /* a placement or publication of it is in flight */
+	bool creating;               /* a client's job_create not answered yet (not saved) */
+	int64_t plan_inflight;       /* plan revision being sent (-1: none) */
 };
 
 struct pending_rm {
 	uint32_t id;
 	int where;
+	bool inflight; /* its job_rm is queued or in flight */
 };
 
 struct conn {
@@ -103,6 +118,10 @@ struct conn {
 	bool unauth; /* counted in nunauth (TCP, the admin token not proved, not evicted) */
 	unsigned bad;
 	uint64_t accepted_ms;
+	/* A request of this connection waits for a pboxd (its answer is sent when that
+	 * completes; later requests wait): the operation's pointer to it, cleared when the
+	 * connection is closed first. */
+	struct conn **waiter;
 	struct pbox_linebuf in;
 	char *out;
 	size_t out_len, out_off;
@@ -130,6 +149,9 @@ struct ctrld {
 	uint64_t listen_paused_ms;       /* listeners not watched until then (out of descriptors) */
 	uint32_t nunauth;                /* TCP connections that have not proved the admin token */
 	struct pbox_metrics *metrics;    /* NULL: no /metrics endpoint */
+	struct ctrld_pconn *pc[CTRLD_MAX_PBOXDS]; /* requests to each pboxd (pboxd_conn.h) */
+	uint32_t round_left;                      /* job_lists of the reconcile round in flight */
+	uint64_t next_gen;
 	struct {
 		uint64_t created, removed, create_refused, rm_refused, admin_refused,
 			wrong_admin_token, republished, publish_failures, auth_rate_limited,
@@ -176,27 +198,76 @@ static struct cjob *find_job(struct ctrld *d, uint32_t id)
 	return NULL;
 }
 
-/* One request to pboxd p: 0 with *reply, or -errno (unreachable: p is marked down). */
-static int pboxd_request(struct ctrld *d, struct ctrld_pboxd *p, const json_t *req, json_t **reply)
-{
-	char err[320];
-	int rc = pbox_ctl_request(p->control, p->admin_token, req, reply,
-				  (int)d->cfg.request_timeout_ms, err, sizeof(err));
+/* The answer of a request to pboxd w: rc 0 with reply (borrowed), or -errno (p marked
+ * down, its last_error says why). */
+typedef void (*ask_cb)(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg);
 
-	if (rc != 0) {
+struct ask_ctx {
+	struct ctrld *d;
+	uint32_t w;
+	ask_cb cb;
+	void *arg;
+};
+
+static void ask_done(void *arg, int rc, json_t *reply, const char *err)
+{
+	struct ask_ctx *x = arg;
+	struct ctrld_pboxd *p = &x->d->cfg.pboxds[x->w];
+
+	if (rc != 0 && rc != -ECANCELED) {
 		if (p->up || strcmp(p->last_error, err) != 0) {
 			PBOX_LOG_WARN(ADMIN, "pboxd %s: %s", p->name, err);
 		}
 		p->up = false;
 		snprintf(p->last_error, sizeof(p->last_error), "%s", err);
-		return rc;
+	} else if (rc == 0) {
+		if (!p->up) {
+			PBOX_LOG_INFO(ADMIN, "pboxd %s (%s) is reachable", p->name, p->control);
+		}
+		p->up = true;
+		p->last_error[0] = '\0';
 	}
-	if (!p->up) {
-		PBOX_LOG_INFO(ADMIN, "pboxd %s (%s) is reachable", p->name, p->control);
+	x->cb(x->d, x->w, rc, reply, x->arg);
+	free(x);
+}
+
+/* Queue req (not taken; NULL: fails as out of memory) to pboxd w; cb is called from the
+ * loop when it is answered or failed (never from here). */
+static void ask(struct ctrld *d, uint32_t w, const json_t *req, ask_cb cb, void *arg)
+{
+	struct ask_ctx *x = calloc(1, sizeof(*x));
+
+	if (x == NULL) {
+		PBOX_LOG_ERR(ADMIN, "pboxd %s: out of memory queueing a request",
+			     d->cfg.pboxds[w].name);
+		abort(); /* cb must run once: see pboxd_conn.h */
 	}
-	p->up = true;
-	p->last_error[0] = '\0';
-	return 0;
+	*x = (struct ask_ctx){ .d = d, .w = w, .cb = cb, .arg = arg };
+	ctrld_pconn_submit(d->pc[w], req, ask_done, x);
+}
+
+/* The answer of a waiting client request (taken), sent now; its connection's next requests
+ * are served from the next turn. c NULL: the client went away. */
+static void conn_send(struct ctrld *d, struct conn *c, const json_t *obj);
+static void conn_flush(struct conn *c);
+
+static void answer(struct ctrld *d, struct conn *c, json_t *resp)
+{
+	if (c != NULL) {
+		c->waiter = NULL;
+		conn_send(d, c, resp);
+		c->more = true;
+		conn_flush(c);
+	}
+	json_decref(resp);
+}
+
+/* The job with id that is still the one of generation gen, or NULL. */
+static struct cjob *job_gen(struct ctrld *d, uint32_t id, uint64_t gen)
+{
+	struct cjob *j = find_job(d, id);
+
+	return j != NULL && j->gen == gen ? j : NULL;
 }
 
 /* Learn pboxd w's data-plane cores from its job_list reply (assign.h). */
@@ -220,24 +291,6 @@ static void learn_cores(struct ctrld *d, uint32_t w, const json_t *reply)
 			      c.ncores, c.ncores == 1 ? "" : "s", c.chunk_bytes);
 	}
 	p->cores = c;
-}
-
-/* Ask pboxd w for its cores when they are not known yet. */
-static void ensure_cores(struct ctrld *d, uint32_t w)
-{
-	json_t *req, *reply = NULL;
-
-	/* A pboxd that did not answer its last request is asked only by the publication
-	 * itself (not twice per attempt); the reconcile loop learns its cores when it is up. */
-	if (d->cfg.pboxds[w].cores.known || !d->cfg.pboxds[w].up) {
-		return;
-	}
-	req = pbox_jobmsg_list(NULL);
-	if (req != NULL && pboxd_request(d, &d->cfg.pboxds[w], req, &reply) == 0) {
-		learn_cores(d, w, reply);
-	}
-	json_decref(req);
-	json_decref(reply);
 }
 
 /* A job pbox-ctrld did not assign (no fixed key set): the bytes per core pboxd placed when
@@ -292,7 +345,6 @@ static int assign_for(struct ctrld *d, struct cjob *j, uint32_t w, char *why, si
 	char err[512];
 	int rc;
 
-	ensure_cores(d, w);
 	if (j->assignment != NULL && j->assign_for == (int)w && c->known &&
 	    json_integer_value(json_object_get(j->assignment, "chunk_bytes")) ==
 		    (json_int_t)c->chunk_bytes &&
@@ -339,7 +391,7 @@ static int save_state(struct ctrld *d)
 		const struct cjob *j = &d->jobs[i];
 		json_t *e;
 
-		if (j->from_config) {
+		if (j->from_config || j->creating) {
 			continue;
 		}
 		e = json_pack("{s:O}", "job", j->desc);
@@ -441,140 +493,6 @@ static void compute_plan(struct ctrld *d, struct cjob *j, uint32_t w, const json
 	j->plan = np;
 }
 
-/* Publish job j to pboxd w. 0, or -errno with why (the pboxd's refusal or the failure). */
-static int publish_to(struct ctrld *d, struct cjob *j, uint32_t w, char *why, size_t len)
-{
-	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
-	json_t *req, *reply = NULL;
-	int rc;
-
-	compute_plan(d, j, w, NULL);
-	rc = assign_for(d, j, w, why, len);
-	if (rc != 0) {
-		return rc;
-	}
-	req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL);
-	if (req != NULL && j->assignment != NULL &&
-	    json_object_set(req, "assignment", j->assignment) != 0) {
-		json_decref(req);
-		req = NULL;
-	}
-	if (req == NULL) {
-		snprintf(why, len, "out of memory");
-		return -ENOMEM;
-	}
-	rc = pboxd_request(d, p, req, &reply);
-	json_decref(req);
-	if (rc != 0) {
-		snprintf(why, len, "pboxd %s: unreachable (%s)", p->name, p->last_error);
-		return rc;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		rc = -(int)json_integer_value(json_object_get(reply, "errno"));
-		snprintf(why, len, "pboxd %s: %s", p->name,
-			 json_string_value(json_object_get(reply, "error")) ?: "refused");
-		json_decref(reply);
-		return rc ? rc : -EIO;
-	}
-	json_decref(reply);
-	j->plan_sent = j->plan != NULL ? pbox_jobspec_plan_revision(j->plan) : -1;
-	return 0;
-}
-
-/* Send job j's current plan to its pboxd (job_plan) when the pboxd has not acknowledged
- * this revision yet; a failure is noted and retried on the next reconcile. */
-static void send_plan(struct ctrld *d, struct cjob *j)
-{
-	struct ctrld_pboxd *p;
-	json_t *req, *reply = NULL;
-	int64_t rev;
-	int rc;
-
-	if (j->where < 0 || j->plan == NULL) {
-		return;
-	}
-	rev = pbox_jobspec_plan_revision(j->plan);
-	if (rev <= j->plan_sent) {
-		return;
-	}
-	p = &d->cfg.pboxds[j->where];
-	req = pbox_jobmsg_plan(j->id, j->plan, NULL);
-	if (req == NULL) {
-		return;
-	}
-	rc = pboxd_request(d, p, req, &reply);
-	json_decref(req);
-	if (rc != 0 || !json_is_true(json_object_get(reply, "ok"))) {
-		d->n.plan_failures++;
-		snprintf(j->note, sizeof(j->note), "plan revision %lld not sent to pboxd %s: %s",
-			 (long long)rev, p->name,
-			 rc != 0 ? p->last_error
-				 : json_string_value(json_object_get(reply, "error")) ?: "refused");
-		PBOX_LOG_WARN(ADMIN, "job %u: %s (retried)", j->id, j->note);
-		json_decref(reply);
-		return;
-	}
-	/* Applied, or the pboxd holds this revision or a newer one already. */
-	j->plan_sent = rev;
-	d->n.plans_sent++;
-	if (!json_is_true(json_object_get(reply, "applied"))) {
-		PBOX_LOG_INFO(ADMIN, "job %u: pboxd %s: %s", j->id, p->name,
-			      json_string_value(json_object_get(reply, "reason")) ?: "not applied");
-	} else {
-		PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld sent to pboxd %s", j->id,
-			      (long long)rev, p->name);
-	}
-	json_decref(reply);
-}
-
-/* Admission: offer j to the pboxds, fewest jobs first, until one holds it. 0, or -errno
- * with every pboxd's reason in why (-EINVAL at once: the definition is bad anywhere). */
-static int place(struct ctrld *d, struct cjob *j, char *why, size_t len)
-{
-	bool tried[CTRLD_MAX_PBOXDS] = { false };
-	size_t off = 0;
-	int last = -EHOSTUNREACH;
-	bool any_reachable = false;
-
-	why[0] = '\0';
-	for (uint32_t round = 0; round < d->cfg.npboxds; round++) {
-		char one[400];
-		int best = -1, rc;
-
-		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
-			if (!tried[w] &&
-			    (best < 0 || d->cfg.pboxds[w].njobs < d->cfg.pboxds[best].njobs)) {
-				best = (int)w;
-			}
-		}
-		tried[best] = true;
-		rc = publish_to(d, j, (uint32_t)best, one, sizeof(one));
-		if (rc == 0) {
-			j->where = best;
-			d->cfg.pboxds[best].njobs++;
-			j->note[0] = '\0';
-			PBOX_LOG_INFO(ADMIN, "job %u: published to pboxd %s (%s)", j->id,
-				      d->cfg.pboxds[best].name, d->cfg.pboxds[best].control);
-			return 0;
-		}
-		if (rc == -EINVAL) {
-			snprintf(why, len, "%s", one);
-			return rc;
-		}
-		if (rc != -ECONNREFUSED && rc != -ETIMEDOUT && rc != -ECONNRESET && rc != -ENOENT &&
-		    rc != -EHOSTUNREACH) {
-			any_reachable = true;
-			last = rc;
-		}
-		off += (size_t)snprintf(why + off, off < len ? len - off : 0, "%s%s",
-					off ? "; " : "", one);
-		if (off >= len) {
-			off = len;
-		}
-	}
-	return any_reachable ? (last == -EEXIST ? -EEXIST : -ENOSPC) : -EHOSTUNREACH;
-}
-
 /* Where a job goes when it is added: placed by admission (where < 0), or at pboxd where
  * (adopt: that pboxd holds it already, as after a restart of pbox-ctrld; else published
  * there by the next reconcile), with the assignment it had (NULL: made anew). */
@@ -595,13 +513,356 @@ static void free_job(struct cjob *j)
 	json_decref(j->agents);
 }
 
+/* A publication of job (id, gen) to pboxd w (job_create with its plan and core map); then
+ * is called with 0, or -errno and why (the pboxd's refusal or the failure; -ECANCELED: the
+ * job was removed meanwhile). */
+struct pub {
+	uint32_t id;
+	uint64_t gen;
+	uint32_t w;
+	void (*then)(struct ctrld *d, struct pub *pb, int rc);
+	void *arg;
+	char why[400];
+};
+
+static void pub_created(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	struct pub *pb = arg;
+	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+	struct cjob *j;
+
+	if (rc != 0) {
+		snprintf(pb->why, sizeof(pb->why), "pboxd %s: unreachable (%s)", p->name,
+			 p->last_error[0] ? p->last_error : strerror(-rc));
+		pb->then(d, pb, rc);
+		return;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		rc = -(int)json_integer_value(json_object_get(reply, "errno"));
+		snprintf(pb->why, sizeof(pb->why), "pboxd %s: %s", p->name,
+			 json_string_value(json_object_get(reply, "error")) ?: "refused");
+		pb->then(d, pb, rc ? rc : -EIO);
+		return;
+	}
+	j = job_gen(d, pb->id, pb->gen);
+	if (j == NULL) {
+		/* Removed while it was being published: the pboxd holds it now. */
+		if (d->nrms < MAX_JOBS) {
+			d->rms[d->nrms++] = (struct pending_rm){ .id = pb->id, .where = (int)w };
+			d->state_dirty = true;
+		}
+		snprintf(pb->why, sizeof(pb->why), "job %u was removed while it was published",
+			 pb->id);
+		pb->then(d, pb, -ECANCELED);
+		return;
+	}
+	j->plan_sent = j->plan != NULL ? pbox_jobspec_plan_revision(j->plan) : -1;
+	pb->then(d, pb, 0);
+}
+
+static void pub_send(struct ctrld *d, struct pub *pb)
+{
+	struct cjob *j = job_gen(d, pb->id, pb->gen);
+	json_t *req;
+	int rc;
+
+	if (j == NULL) {
+		snprintf(pb->why, sizeof(pb->why), "job %u was removed while it was published",
+			 pb->id);
+		pb->then(d, pb, -ECANCELED);
+		return;
+	}
+	rc = assign_for(d, j, pb->w, pb->why, sizeof(pb->why));
+	if (rc != 0) {
+		pb->then(d, pb, rc);
+		return;
+	}
+	req = pbox_jobmsg_create_plan(j->desc, j->plan, NULL);
+	if (req != NULL && j->assignment != NULL &&
+	    json_object_set(req, "assignment", j->assignment) != 0) {
+		json_decref(req);
+		req = NULL;
+	}
+	ask(d, pb->w, req, pub_created, pb);
+	json_decref(req);
+}
+
+static void pub_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	struct pub *pb = arg;
+
+	if (rc != 0) {
+		/* Not a second request (and wait) for a pboxd that did not answer this one. */
+		snprintf(pb->why, sizeof(pb->why), "pboxd %s: unreachable (%s)",
+			 d->cfg.pboxds[w].name,
+			 d->cfg.pboxds[w].last_error[0] ? d->cfg.pboxds[w].last_error
+							: strerror(-rc));
+		pb->then(d, pb, rc);
+		return;
+	}
+	learn_cores(d, w, reply);
+	pub_send(d, pb);
+}
+
+/* Start publishing job j to pboxd w: its plan made for w, its cores learned first when they
+ * are not known (a job_list), then the job_create. pb is filled here (id, gen, w). */
+static void publish_start(struct ctrld *d, struct cjob *j, uint32_t w, struct pub *pb)
+{
+	pb->id = j->id;
+	pb->gen = j->gen;
+	pb->w = w;
+	pb->why[0] = '\0';
+	compute_plan(d, j, w, NULL);
+	if (!d->cfg.pboxds[w].cores.known && d->cfg.pboxds[w].up) {
+		json_t *req = pbox_jobmsg_list(NULL);
+
+		ask(d, w, req, pub_listed, pb);
+		json_decref(req);
+		return;
+	}
+	pub_send(d, pb);
+}
+
+/* Send job j's current plan to its pboxd (job_plan) when the pboxd has not acknowledged
+ * this revision yet and it is not on its way; a failure is noted and retried on the next
+ * reconcile. */
+struct plan_send {
+	uint32_t id;
+	uint64_t gen;
+	int64_t rev;
+};
+
+static void plan_sent(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	struct plan_send *ps = arg;
+	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+	struct cjob *j = job_gen(d, ps->id, ps->gen);
+
+	if (j != NULL && j->plan_inflight == ps->rev) {
+		j->plan_inflight = -1;
+	}
+	if (j == NULL || j->where != (int)w) {
+		free(ps);
+		return;
+	}
+	if (rc != 0 || !json_is_true(json_object_get(reply, "ok"))) {
+		d->n.plan_failures++;
+		snprintf(j->note, sizeof(j->note), "plan revision %lld not sent to pboxd %s: %s",
+			 (long long)ps->rev, p->name,
+			 rc != 0 ? p->last_error
+				 : json_string_value(json_object_get(reply, "error")) ?: "refused");
+		PBOX_LOG_WARN(ADMIN, "job %u: %s (retried)", j->id, j->note);
+		free(ps);
+		return;
+	}
+	/* Applied, or the pboxd holds this revision or a newer one already. */
+	j->plan_sent = PBOX_MAX(j->plan_sent, ps->rev);
+	d->n.plans_sent++;
+	if (!json_is_true(json_object_get(reply, "applied"))) {
+		PBOX_LOG_INFO(ADMIN, "job %u: pboxd %s: %s", j->id, p->name,
+			      json_string_value(json_object_get(reply, "reason")) ?: "not applied");
+	} else {
+		PBOX_LOG_INFO(ADMIN, "job %u: plan revision %lld sent to pboxd %s", j->id,
+			      (long long)ps->rev, p->name);
+	}
+	free(ps);
+}
+
+static void send_plan(struct ctrld *d, struct cjob *j)
+{
+	struct plan_send *ps;
+	json_t *req;
+	int64_t rev;
+
+	if (j->where < 0 || j->plan == NULL || j->busy) {
+		return;
+	}
+	rev = pbox_jobspec_plan_revision(j->plan);
+	if (rev <= j->plan_sent || rev <= j->plan_inflight) {
+		return;
+	}
+	ps = malloc(sizeof(*ps));
+	if (ps == NULL) {
+		return;
+	}
+	*ps = (struct plan_send){ .id = j->id, .gen = j->gen, .rev = rev };
+	j->plan_inflight = rev;
+	req = pbox_jobmsg_plan(j->id, j->plan, NULL);
+	ask(d, (uint32_t)j->where, req, plan_sent, ps);
+	json_decref(req);
+}
+
+/* Admission of job (id, gen): offered to the pboxds, reachable ones first, then fewest
+ * jobs first, one after the other until one holds it. The client that created it (c; NULL: none, or
+ * gone) is answered at the end; a client's job that no pboxd holds is dropped, a configured or
+ * restored one waits for the next reconcile. */
+struct placing {
+	struct pub pb;
+	bool tried[CTRLD_MAX_PBOXDS];
+	int cur;
+	char why[1024];
+	size_t off;
+	int last;
+	bool any_reachable;
+	bool log_failure; /* a configured / restored job's first placement */
+	struct conn *c;
+};
+
+static void place_next(struct ctrld *d, struct placing *pl);
+
+static void place_finish(struct ctrld *d, struct placing *pl, int rc)
+{
+	struct cjob *j = job_gen(d, pl->pb.id, pl->pb.gen);
+	json_t *resp = NULL;
+
+	if (j != NULL) {
+		j->busy = false;
+	}
+	if (rc == 0 && j != NULL) {
+		bool client = j->creating;
+
+		j->creating = false;
+		d->state_dirty |= !j->from_config;
+		if (client) {
+			d->n.created++;
+			resp = json_pack("{s:b, s:I, s:s}", "ok", 1, "id", (json_int_t)j->id,
+					 "pboxd", d->cfg.pboxds[j->where].name);
+			if (save_state(d) != 0) {
+				json_object_set_new(resp, "warning",
+						    json_string("published, but not written to the "
+								"state file (retried; see "
+								"pbox-ctrld's log)"));
+			}
+		}
+	} else if (j != NULL && j->creating) {
+		/* A client's job no pboxd holds: refused, with every pboxd's reason. */
+		d->n.create_refused++;
+		CLIENT_WARN(d, "job_create of job %u refused: %s", j->id, pl->why);
+		resp = pbox_ctl_error(-rc, "%s", pl->why);
+		free_job(j);
+		*j = d->jobs[--d->njobs];
+	} else if (j != NULL) {
+		snprintf(j->note, sizeof(j->note), "%s", pl->why);
+		if (pl->log_failure) {
+			PBOX_LOG_WARN(ADMIN, "job %u: not placed yet: %s", j->id, pl->why);
+		}
+	} else if (pl->c != NULL) {
+		d->n.create_refused++;
+		resp = pbox_ctl_error(ECANCELED, "job %u was removed while it was being placed",
+				      pl->pb.id);
+	}
+	if (pl->c != NULL && resp != NULL) {
+		answer(d, pl->c, resp);
+	} else {
+		if (pl->c != NULL) {
+			pl->c->waiter = NULL;
+			pl->c->more = true;
+		}
+		json_decref(resp);
+	}
+	free(pl);
+}
+
+static void place_published(struct ctrld *d, struct pub *pb, int rc)
+{
+	struct placing *pl = (struct placing *)pb;
+	uint32_t w = (uint32_t)pl->cur;
+
+	if (rc == 0) {
+		struct cjob *j = job_gen(d, pb->id, pb->gen);
+
+		j->where = (int)w;
+		d->cfg.pboxds[w].njobs++;
+		j->note[0] = '\0';
+		PBOX_LOG_INFO(ADMIN, "job %u: published to pboxd %s (%s)", j->id,
+			      d->cfg.pboxds[w].name, d->cfg.pboxds[w].control);
+		place_finish(d, pl, 0);
+		return;
+	}
+	if (rc == -EINVAL || rc == -ECANCELED) {
+		snprintf(pl->why, sizeof(pl->why), "%s", pb->why);
+		place_finish(d, pl, rc);
+		return;
+	}
+	if (rc != -ECONNREFUSED && rc != -ETIMEDOUT && rc != -ECONNRESET && rc != -ENOENT &&
+	    rc != -EHOSTUNREACH && rc != -ENOBUFS) {
+		pl->any_reachable = true;
+		pl->last = rc;
+	}
+	pl->off += (size_t)snprintf(pl->why + pl->off,
+				    pl->off < sizeof(pl->why) ? sizeof(pl->why) - pl->off : 0,
+				    "%s%s", pl->off ? "; " : "", pb->why);
+	if (pl->off >= sizeof(pl->why)) {
+		pl->off = sizeof(pl->why);
+	}
+	place_next(d, pl);
+}
+
+static void place_next(struct ctrld *d, struct placing *pl)
+{
+	struct cjob *j = job_gen(d, pl->pb.id, pl->pb.gen);
+	int best = -1;
+
+	if (j == NULL) {
+		place_finish(d, pl, -ECANCELED);
+		return;
+	}
+	/* Reachable pboxds first (one that did not answer its last request is tried last),
+	 * then the fewest jobs. */
+	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		const struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+
+		if (!pl->tried[w] &&
+		    (best < 0 || (p->up && !d->cfg.pboxds[best].up) ||
+		     (p->up == d->cfg.pboxds[best].up && p->njobs < d->cfg.pboxds[best].njobs))) {
+			best = (int)w;
+		}
+	}
+	if (best < 0) {
+		place_finish(d, pl,
+			     pl->any_reachable ? (pl->last == -EEXIST ? -EEXIST : -ENOSPC)
+					       : -EHOSTUNREACH);
+		return;
+	}
+	pl->tried[best] = true;
+	pl->cur = best;
+	publish_start(d, j, (uint32_t)best, &pl->pb);
+}
+
+/* Start the admission of job j (not placed, not busy); c: the client to answer. */
+static void place(struct ctrld *d, struct cjob *j, struct conn *c, bool log_failure)
+{
+	struct placing *pl = calloc(1, sizeof(*pl));
+
+	if (pl == NULL) {
+		snprintf(j->note, sizeof(j->note), "not placed: out of memory");
+		if (c != NULL) {
+			answer(d, c, pbox_ctl_error(ENOMEM, "job %u: out of memory", j->id));
+		}
+		return;
+	}
+	pl->pb.then = place_published;
+	pl->pb.id = j->id;
+	pl->pb.gen = j->gen;
+	pl->last = -EHOSTUNREACH;
+	pl->log_failure = log_failure;
+	pl->c = c;
+	if (c != NULL) {
+		c->waiter = &pl->c;
+	}
+	j->busy = true;
+	place_next(d, pl);
+}
+
+/* Add a job: 0 (added: adopted, or to be published by the next reconcile), 1 (its admission
+ * runs: c, the client that created it, is answered when it ends; a configured or restored
+ * job stays when no pboxd takes it), or -errno with why (refused at once). */
 static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json_t *placement,
-		   const struct job_origin *o, char *why, size_t len)
+		   const struct job_origin *o, struct conn *c, char *why, size_t len)
 {
 	bool from_config = o->from_config;
 	struct cjob *j;
 	uint32_t id;
-	int rc;
 
 	if (pbox_jobspec_id(desc, &id) != 0 || ctrld_job_validate(desc, why, len) != 0) {
 		if (why[0] == '\0') {
@@ -635,6 +896,8 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
 	j->from_config = from_config;
 	j->where = -1;
 	j->assign_for = -1;
+	j->gen = ++d->next_gen;
+	j->plan_inflight = -1;
 	if (o->where >= 0) {
 		char err[256];
 
@@ -670,53 +933,112 @@ static int add_job(struct ctrld *d, json_t *desc, const json_t *plan, const json
 		why[0] = '\0';
 		return 0;
 	}
-	rc = place(d, j, why, len);
-	if (rc == 0) {
-		d->njobs++;
-		return 0;
-	}
-	/* A static job, or one restored from the state file (never dropped: the file is
-	 * rewritten next), waits for a pboxd that can hold it (reconcile retries). */
-	if ((from_config && rc != -EINVAL) || o->restored) {
-		snprintf(j->note, sizeof(j->note), "%s", why);
-		PBOX_LOG_WARN(ADMIN, "job %u: not placed yet: %s", id, why);
-		d->njobs++;
-		return 0;
-	}
-	free_job(j);
-	return rc;
+	d->njobs++;
+	j->creating = !from_config && !o->restored;
+	place(d, j, c, true);
+	return 1;
 }
 
-static int remove_job(struct ctrld *d, uint32_t id, char *why, size_t len)
+/* A job_rm to pboxd w for a removal of d->rms (delivered: dropped from it; not: retried
+ * by the reconcile loop once the pboxd answers). c: the client to answer (NULL: none). */
+struct rm_op {
+	uint32_t id;
+	bool retry; /* sent again by the reconcile loop */
+	struct conn *c;
+};
+
+static void rm_done(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	struct rm_op *op = arg;
+	struct ctrld_pboxd *p = &d->cfg.pboxds[w];
+	json_t *resp;
+
+	for (uint32_t r = 0; r < d->nrms; r++) {
+		if (d->rms[r].id != op->id || d->rms[r].where != (int)w || !d->rms[r].inflight) {
+			continue;
+		}
+		if (rc == 0) {
+			PBOX_LOG_INFO(ADMIN, "job %u: %s pboxd %s%s", op->id,
+				      op->retry ? "removal delivered to" : "removed from", p->name,
+				      json_is_true(json_object_get(reply, "ok"))
+					      ? ""
+					      : " (it did not hold it any more)");
+			d->rms[r] = d->rms[--d->nrms];
+			d->state_dirty = true;
+		} else {
+			d->rms[r].inflight = false;
+			PBOX_LOG_WARN(ADMIN, "job %u: pboxd %s unreachable; its removal is retried",
+				      op->id, p->name);
+		}
+		break;
+	}
+	if (op->c != NULL) {
+		resp = json_pack("{s:b, s:I}", "ok", 1, "id", (json_int_t)op->id);
+		if (rc != 0) {
+			json_object_set_new(resp, "warning",
+					    json_sprintf("pboxd %s: %s (the removal is retried)",
+							 p->name, p->last_error));
+		}
+		if (save_state(d) != 0) {
+			json_object_set_new(resp, "warning",
+					    json_string("removed, but the state file still has it "
+							"(retried; see pbox-ctrld's log)"));
+		}
+		answer(d, op->c, resp);
+	}
+	free(op);
+}
+
+/* Send the removal d->rms[r]. c: the client to answer when it is done. */
+static void send_rm(struct ctrld *d, uint32_t id, int where, bool retry, struct conn *c)
+{
+	struct rm_op *op = calloc(1, sizeof(*op));
+	json_t *req;
+
+	if (op == NULL) {
+		return;
+	}
+	op->id = id;
+	op->retry = retry;
+	op->c = c;
+	if (c != NULL) {
+		c->waiter = &op->c;
+	}
+	req = pbox_jobmsg_rm(op->id, NULL);
+	ask(d, (uint32_t)where, req, rm_done, op);
+	json_decref(req);
+}
+
+/* Remove job id: 0 (answered here), 1 (the client c is answered when its pboxd has been
+ * told), or -errno with why. The removal stays in d->rms (and the state file) until its
+ * pboxd confirmed it. */
+static int remove_job(struct ctrld *d, uint32_t id, struct conn *c, char *why, size_t len)
 {
 	struct cjob *j = find_job(d, id);
+	int rc = 0;
 
 	if (j == NULL) {
 		snprintf(why, len, "job %u does not exist", id);
 		return -ENOENT;
 	}
 	if (j->where >= 0) {
-		struct ctrld_pboxd *p = &d->cfg.pboxds[j->where];
-		json_t *req = pbox_jobmsg_rm(id, NULL), *reply = NULL;
-
-		if (req != NULL && pboxd_request(d, p, req, &reply) == 0) {
-			PBOX_LOG_INFO(ADMIN, "job %u: removed from pboxd %s%s", id, p->name,
-				      json_is_true(json_object_get(reply, "ok"))
-					      ? ""
-					      : " (it did not hold it any more)");
-		} else if (d->nrms < MAX_JOBS) {
-			/* Retried by the reconcile loop once the pboxd answers. */
-			d->rms[d->nrms++] = (struct pending_rm){ .id = id, .where = j->where };
-			PBOX_LOG_WARN(ADMIN, "job %u: pboxd %s unreachable; its removal is retried",
-				      id, p->name);
+		d->cfg.pboxds[j->where].njobs--;
+		if (d->nrms < MAX_JOBS) {
+			/* kept (not retried) while in flight */
+			d->rms[d->nrms++] = (struct pending_rm){ .id = id,
+								 .where = j->where,
+								 .inflight = true };
+			d->state_dirty = true;
 		}
-		json_decref(req);
-		json_decref(reply);
-		p->njobs--;
+		/* With the removals' table full it is sent all the same, not kept. */
+		send_rm(d, id, j->where, false, c);
+		rc = c != NULL ? 1 : 0;
 	}
+	/* Being placed or published: that ends when it completes (a pboxd that accepted it
+	 * meanwhile gets a removal; its creator is told). */
 	free_job(j);
 	*j = d->jobs[--d->njobs];
-	return 0;
+	return rc;
 }
 
 /* The probe agents of job j on pboxd w (its job_list entry o): the matrix's pairs for
@@ -736,49 +1058,52 @@ static void job_agents(struct ctrld *d, struct cjob *j, uint32_t w, json_t *o)
 	ctrld_bw_job(d->bw, w, j->id, j->agents, j->plan);
 }
 
-/* Every pboxd: what should be there and is not is published again (a restarted pboxd),
- * removals that could not be sent are retried, jobs not placed are offered again. */
-static void reconcile(struct ctrld *d)
+static void republished(struct ctrld *d, struct pub *pb, int rc)
 {
-	char why[1024];
+	struct cjob *j = job_gen(d, pb->id, pb->gen);
 
-	ctrld_bw_jobs_begin(d->bw);
-	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
-		struct ctrld_pboxd *p = &d->cfg.pboxds[w];
-		json_t *req = pbox_jobmsg_list(NULL), *reply = NULL, *there, *o;
-		size_t k;
+	if (j != NULL) {
+		j->busy = false;
+	}
+	if (rc == 0) {
+		d->n.republished++;
+		PBOX_LOG_INFO(ADMIN,
+			      "job %u: published again to pboxd %s (it did not hold it: "
+			      "restarted?)",
+			      pb->id, d->cfg.pboxds[pb->w].name);
+	} else if (j != NULL) {
+		d->n.publish_failures++;
+		snprintf(j->note, sizeof(j->note), "%s", pb->why);
+		PBOX_LOG_WARN(ADMIN, "job %u: publishing again failed: %s", j->id, pb->why);
+	}
+	free(pb);
+}
 
-		if (req == NULL || pboxd_request(d, p, req, &reply) != 0) {
-			json_decref(req);
-			continue;
-		}
-		json_decref(req);
+static void reconcile_end(struct ctrld *d);
+
+/* Pboxd w's job list in a reconcile round: removals not delivered are sent again, its jobs
+ * that it does not hold are published again (a restarted pboxd). */
+static void reconcile_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	json_t *there, *o;
+	size_t k;
+
+	(void)arg;
+	if (rc == 0) {
 		learn_cores(d, w, reply);
 		there = json_object_get(reply, "jobs");
-		for (uint32_t r = 0; r < d->nrms;) {
-			json_t *rm, *rr = NULL;
-
-			if (d->rms[r].where != (int)w) {
-				r++;
-				continue;
+		for (uint32_t r = 0; r < d->nrms; r++) {
+			if (d->rms[r].where == (int)w && !d->rms[r].inflight) {
+				d->rms[r].inflight = true;
+				send_rm(d, d->rms[r].id, (int)w, true, NULL);
 			}
-			rm = pbox_jobmsg_rm(d->rms[r].id, NULL);
-			if (rm != NULL && pboxd_request(d, p, rm, &rr) == 0) {
-				PBOX_LOG_INFO(ADMIN, "job %u: removal delivered to pboxd %s",
-					      d->rms[r].id, p->name);
-				d->rms[r] = d->rms[--d->nrms];
-				d->state_dirty = true;
-			} else {
-				r++;
-			}
-			json_decref(rm);
-			json_decref(rr);
 		}
 		for (uint32_t i = 0; i < d->njobs; i++) {
 			struct cjob *j = &d->jobs[i];
 			bool found = false;
+			struct pub *pb;
 
-			if (j->where != (int)w) {
+			if (j->where != (int)w || j->busy) {
 				continue;
 			}
 			json_array_foreach(there, k, o)
@@ -790,33 +1115,48 @@ static void reconcile(struct ctrld *d)
 					job_agents(d, j, w, o);
 				}
 			}
-			if (found) {
+			if (found || (pb = calloc(1, sizeof(*pb))) == NULL) {
 				continue;
 			}
-			if (publish_to(d, j, w, why, sizeof(why)) == 0) {
-				d->n.republished++;
-				PBOX_LOG_INFO(
-					ADMIN,
-					"job %u: published again to pboxd %s (it did not hold "
-					"it: restarted?)",
-					j->id, p->name);
-			} else {
-				d->n.publish_failures++;
-				snprintf(j->note, sizeof(j->note), "%s", why);
-				PBOX_LOG_WARN(ADMIN, "job %u: publishing again failed: %s", j->id,
-					      why);
-			}
+			pb->then = republished;
+			j->busy = true;
+			publish_start(d, j, w, pb);
 		}
-		json_decref(reply);
 	}
+	if (--d->round_left == 0) {
+		reconcile_end(d);
+	}
+}
+
+/* A reconcile round: every pboxd's job list asked at once (handled as each answers); the
+ * round ends when all have answered or failed. A round does not start while the last one
+ * runs. */
+static void reconcile(struct ctrld *d)
+{
+	if (d->round_left > 0) {
+		return;
+	}
+	ctrld_bw_jobs_begin(d->bw);
+	d->round_left = d->cfg.npboxds;
+	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		json_t *req = pbox_jobmsg_list(NULL);
+
+		ask(d, w, req, reconcile_listed, NULL);
+		json_decref(req);
+	}
+	if (d->cfg.npboxds == 0) {
+		reconcile_end(d);
+	}
+}
+
+/* The end of a round: jobs not placed are offered again, the state file is written, plans
+ * are recomputed on new probe results and sent. */
+static void reconcile_end(struct ctrld *d)
+{
 	ctrld_bw_jobs_end(d->bw);
 	for (uint32_t i = 0; i < d->njobs; i++) {
-		if (d->jobs[i].where < 0) {
-			if (place(d, &d->jobs[i], why, sizeof(why)) != 0) {
-				snprintf(d->jobs[i].note, sizeof(d->jobs[i].note), "%s", why);
-			} else {
-				d->state_dirty |= !d->jobs[i].from_config;
-			}
+		if (d->jobs[i].where < 0 && !d->jobs[i].busy) {
+			place(d, &d->jobs[i], NULL, false);
 		}
 	}
 	if (d->state_dirty) {
@@ -832,7 +1172,7 @@ static void reconcile(struct ctrld *d)
 		if (sig != d->bw_sig) {
 			d->bw_sig = sig;
 			for (uint32_t i = 0; i < d->njobs; i++) {
-				if (d->jobs[i].where >= 0) {
+				if (d->jobs[i].where >= 0 && !d->jobs[i].busy) {
 					compute_plan(d, &d->jobs[i], (uint32_t)d->jobs[i].where,
 						     bw);
 				}
@@ -901,6 +1241,10 @@ static json_t *job_list(struct ctrld *d)
 		}
 		if (j->note[0] != '\0') {
 			json_object_set_new(o, "note", json_string(j->note));
+		}
+		if (j->busy) {
+			/* its admission or publication waits for a pboxd's answer */
+			json_object_set_new(o, "in_flight", json_true());
 		}
 		if (j->plan != NULL) {
 			json_object_set(o, "plan", j->plan);
@@ -1086,38 +1430,124 @@ static json_t *handle_bw(struct ctrld *d, struct conn *c, const json_t *req, con
 	return json_pack("{s:b, s:b, s:I}", "ok", 1, "queued", 1, "done_at", (json_int_t)done_at);
 }
 
-/* pboxd idx for status.c (pboxd_request: marks it up or down). */
-static int ask_pboxd(void *arg, uint32_t idx, const json_t *req, json_t **reply)
-{
-	struct ctrld *d = arg;
+/* A status request: the pboxds holding the wanted jobs are asked at once; the answer is
+ * made (status.h) when all have answered or failed. */
+struct status_op {
+	json_t *req; /* the client's request (m points into it) */
+	struct pbox_statusmsg m;
+	struct conn *c;
+	uint32_t left;
+	bool asked[CTRLD_MAX_PBOXDS];
+	int rc[CTRLD_MAX_PBOXDS];
+	json_t *reply[CTRLD_MAX_PBOXDS];
+};
 
-	return pboxd_request(d, &d->cfg.pboxds[idx], req, reply);
+/* status.c's ask: the answer gathered for pboxd idx. */
+static int gathered(void *arg, uint32_t idx, const json_t *req, json_t **reply)
+{
+	struct status_op *op = arg;
+
+	(void)req;
+	if (!op->asked[idx]) {
+		return -EAGAIN;
+	}
+	*reply = json_incref(op->reply[idx]);
+	return op->rc[idx];
 }
 
-/* {"op":"status",...} (common/statusmsg.h, status.h): admin only. */
-static json_t *handle_status(struct ctrld *d, struct conn *c, const json_t *req)
+static json_t *status_answer(struct ctrld *d, struct status_op *op)
 {
-	struct pbox_statusmsg m;
-	char err[160];
 	json_t *resp;
 	int e;
 
-	if (pbox_statusmsg_decode(req, &m, err, sizeof(err)) != 0) {
-		c->bad++;
-		return pbox_ctl_error(EINVAL, "%s", err);
-	}
-	resp = admin_check(d, c, "status", m.admin_token);
-	if (resp != NULL) {
-		return resp;
-	}
-	resp = ctrld_status(&d->cfg, job_list(d), d->bw ? ctrld_bw_list(d->bw) : NULL, &m,
-			    ask_pboxd, d, &e);
+	resp = ctrld_status(&d->cfg, job_list(d), d->bw ? ctrld_bw_list(d->bw) : NULL, &op->m,
+			    gathered, op, &e);
 	if (resp == NULL) {
 		return e == ENOENT ? pbox_ctl_error(ENOENT, "status: job %lld does not exist",
-						    (long long)m.job)
+						    (long long)op->m.job)
 				   : pbox_ctl_error(e, "status: %s", strerror(e));
 	}
 	return resp;
+}
+
+static void status_free(struct status_op *op)
+{
+	for (uint32_t w = 0; w < CTRLD_MAX_PBOXDS; w++) {
+		json_decref(op->reply[w]);
+	}
+	json_decref(op->req);
+	free(op);
+}
+
+static void status_got(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	struct status_op *op = arg;
+
+	op->rc[w] = rc;
+	op->reply[w] = rc == 0 ? json_incref(reply) : NULL;
+	if (--op->left > 0) {
+		return;
+	}
+	if (op->c != NULL) {
+		answer(d, op->c, status_answer(d, op));
+	}
+	status_free(op);
+}
+
+/* {"op":"status",...} (common/statusmsg.h, status.h): admin only. NULL: c is answered when
+ * the pboxds asked have answered. */
+static json_t *handle_status(struct ctrld *d, struct conn *c, const json_t *req)
+{
+	struct status_op *op;
+	char err[160];
+	json_t *resp;
+
+	op = calloc(1, sizeof(*op));
+	if (op == NULL) {
+		return pbox_ctl_error(ENOMEM, "status: out of memory");
+	}
+	op->req = json_incref((json_t *)req);
+	if (pbox_statusmsg_decode(op->req, &op->m, err, sizeof(err)) != 0) {
+		c->bad++;
+		status_free(op);
+		return pbox_ctl_error(EINVAL, "%s", err);
+	}
+	resp = admin_check(d, c, "status", op->m.admin_token);
+	if (resp != NULL) {
+		status_free(op);
+		return resp;
+	}
+	for (uint32_t i = 0; i < d->njobs; i++) {
+		const struct cjob *j = &d->jobs[i];
+
+		if (j->where >= 0 && (op->m.job < 0 || (int64_t)j->id == op->m.job)) {
+			op->asked[j->where] = true;
+		}
+	}
+	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+		op->left += op->asked[w];
+	}
+	if (op->left == 0) {
+		resp = status_answer(d, op);
+		status_free(op);
+		return resp;
+	}
+	{
+		struct pbox_statusmsg pm = op->m;
+		json_t *preq;
+
+		pm.admin_token = NULL; /* the pboxd's own token is added by its connection */
+		preq = pbox_statusmsg_encode(&pm);
+		op->c = c;
+		c->waiter = &op->c;
+		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+			if (op->asked[w]) {
+				ask(d, w, preq, status_got, op);
+			}
+		}
+		json_decref(preq);
+	}
+	return NULL;
 }
 
 /* /metrics (common/metrics.h), on this thread. */
@@ -1176,7 +1606,11 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 			EOPNOTSUPP, "job_plan is pboxd's operation: pbox-ctrld computes the plans "
 				    "(give one with job_create)");
 	case PBOX_JOBMSG_RM:
-		rc = remove_job(d, m.id, err, sizeof(err));
+		rc = remove_job(d, m.id, c, err, sizeof(err));
+		if (rc == 1) {
+			(void)save_state(d); /* with the removal until its pboxd confirms it */
+			return NULL;         /* answered when its pboxd has been told */
+		}
 		if (rc != 0) {
 			d->n.rm_refused++;
 			CLIENT_WARN(d, "job_rm refused: %s", err);
@@ -1200,8 +1634,8 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 					      "itself");
 		}
 		rc = add_job(d, (json_t *)m.job, m.plan, json_object_get(req, "placement"),
-			     &(struct job_origin){ .where = -1 }, err, sizeof(err));
-		if (rc != 0) {
+			     &(struct job_origin){ .where = -1 }, c, err, sizeof(err));
+		if (rc < 0) {
 			uint32_t id = 0;
 
 			(void)pbox_jobspec_id(m.job, &id);
@@ -1209,16 +1643,7 @@ static json_t *handle(struct ctrld *d, struct conn *c, const json_t *req)
 			CLIENT_WARN(d, "job_create of job %u refused: %s", id, err);
 			return pbox_ctl_error(-rc, "%s", err);
 		}
-		d->n.created++;
-		resp = json_pack("{s:b, s:I, s:s}", "ok", 1, "id",
-				 (json_int_t)d->jobs[d->njobs - 1].id, "pboxd",
-				 d->cfg.pboxds[d->jobs[d->njobs - 1].where].name);
-		if (save_state(d) != 0) {
-			json_object_set_new(resp, "warning",
-					    json_string("published, but not written to the state "
-							"file (retried; see pbox-ctrld's log)"));
-		}
-		return resp;
+		return NULL; /* answered when its admission ends */
 	}
 	return pbox_ctl_error(EINVAL, "not a job operation");
 }
@@ -1229,7 +1654,8 @@ static void serve(struct ctrld *d, struct conn *c)
 	unsigned served = 0;
 	char *line;
 
-	while (!c->dead && served++ < REQS_PER_TURN && (line = pbox_linebuf_next(&c->in)) != NULL) {
+	while (!c->dead && c->waiter == NULL && served++ < REQS_PER_TURN &&
+	       (line = pbox_linebuf_next(&c->in)) != NULL) {
 		json_error_t jerr;
 		json_t *req = json_loads(line, 0, &jerr), *resp;
 
@@ -1239,6 +1665,10 @@ static void serve(struct ctrld *d, struct conn *c)
 					      req ? "wrong type" : jerr.text);
 		} else {
 			resp = handle(d, c, req);
+		}
+		if (resp == NULL) {
+			json_decref(req); /* answered when its pboxd request completes */
+			break;
 		}
 		conn_send(d, c, resp);
 		json_decref(resp);
@@ -1260,12 +1690,13 @@ static void serve(struct ctrld *d, struct conn *c)
 		conn_send(d, c, e);
 		json_decref(e);
 		c->dead = true;
-	} else if ((n == 0 && !pbox_linebuf_has_line(&c->in)) || (n < 0 && n != -EAGAIN)) {
+	} else if (c->waiter == NULL &&
+		   ((n == 0 && !pbox_linebuf_has_line(&c->in)) || (n < 0 && n != -EAGAIN))) {
 		/* At EOF the requests still buffered are answered first. */
 		c->dead = true;
 	}
 	/* What is left waits for the next turn (the loop does not sleep meanwhile). */
-	c->more = !c->dead && pbox_linebuf_has_line(&c->in);
+	c->more = !c->dead && c->waiter == NULL && pbox_linebuf_has_line(&c->in);
 	conn_flush(c);
 }
 
@@ -1406,6 +1837,11 @@ static void accept_some(struct ctrld *d, int lfd, bool local)
 			close(fd);
 			continue;
 		}
+		{
+			int sndbuf = CONN_SNDBUF;
+
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		}
 		c = calloc(1, sizeof(*c));
 		if (c == NULL) {
 			close(fd);
@@ -1460,6 +1896,9 @@ static void reap(struct ctrld *d)
 			c->addr->nconns--;
 		}
 		unauth_release(d, c);
+		if (c->waiter != NULL) {
+			*c->waiter = NULL; /* its answer has nowhere to go */
+		}
 		pbox_linebuf_free(&c->in);
 		free(c->out);
 		free(c);
@@ -1484,6 +1923,46 @@ static int holder(json_t *const *held, uint32_t n, uint32_t id)
 	return -1;
 }
 
+/* Turn the pboxd connections alone until none has a request left (at start: before the
+ * clients are served). */
+static void drain(struct ctrld *d)
+{
+	struct pollfd pfd[CTRLD_MAX_PBOXDS];
+
+	while (!g_stop) {
+		uint64_t wake = UINT64_MAX, now;
+		bool any = false;
+
+		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+			any |= ctrld_pconn_pending(d->pc[w]) > 0;
+			ctrld_pconn_pollfd(d->pc[w], &pfd[w], &wake);
+		}
+		if (!any) {
+			return;
+		}
+		now = now_ms();
+		if (poll(pfd, d->cfg.npboxds, wake <= now ? 0 : (int)PBOX_MIN(wake - now, 1000)) <
+			    0 &&
+		    errno != EINTR) {
+			PBOX_LOG_ERR(MAIN, "poll: %s", strerror(errno));
+			return;
+		}
+		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+			ctrld_pconn_process(d->pc[w], pfd[w].revents);
+		}
+	}
+}
+
+static void restore_listed(struct ctrld *d, uint32_t w, int rc, json_t *reply, void *arg)
+{
+	json_t **held = arg;
+
+	if (rc == 0) {
+		learn_cores(d, w, reply);
+		held[w] = json_incref(json_object_get(reply, "jobs"));
+	}
+}
+
 /* At start: the configuration file's jobs, then the state file's runtime jobs in their
  * order. A job that a pboxd holds already (pbox-ctrld restarted, the pboxd did not) is
  * adopted there, not published again; a runtime job goes back to its pboxd (published
@@ -1498,16 +1977,14 @@ static int restore_jobs(struct ctrld *d)
 	size_t k;
 	json_t *o;
 
+	/* Every pboxd's job list, asked at once. */
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
-		json_t *req = pbox_jobmsg_list(NULL), *reply = NULL;
+		json_t *req = pbox_jobmsg_list(NULL);
 
-		if (req != NULL && pboxd_request(d, &d->cfg.pboxds[w], req, &reply) == 0) {
-			learn_cores(d, w, reply);
-			held[w] = json_incref(json_object_get(reply, "jobs"));
-		}
+		ask(d, w, req, restore_listed, held);
 		json_decref(req);
-		json_decref(reply);
 	}
+	drain(d);
 	json_array_foreach(d->cfg.jobs, k, o)
 	{
 		uint32_t id = 0;
@@ -1519,7 +1996,7 @@ static int restore_jobs(struct ctrld *d)
 		if (add_job(d, o, NULL, NULL,
 			    &(struct job_origin){
 				    .from_config = true, .where = h, .adopt = h >= 0 },
-			    why, sizeof(why)) != 0) {
+			    NULL, why, sizeof(why)) < 0) {
 			PBOX_LOG_ERR(ADMIN, "configured job refused: %s", why);
 		}
 	}
@@ -1573,7 +2050,7 @@ static int restore_jobs(struct ctrld *d)
 		}
 		why[0] = '\0';
 		if (add_job(d, desc, json_object_get(o, "plan"), json_object_get(o, "placement"),
-			    &jo, why, sizeof(why)) != 0) {
+			    &jo, NULL, why, sizeof(why)) < 0) {
 			PBOX_LOG_ERR(ADMIN,
 				     "state file %s: job %u refused: %s (not started: fix the "
 				     "configuration or remove the job from the file)",
@@ -1584,6 +2061,7 @@ static int restore_jobs(struct ctrld *d)
 			PBOX_LOG_INFO(ADMIN, "job %u restored from the state file", id);
 		}
 	}
+	drain(d); /* the admissions started here end before the clients are served */
 	for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
 		json_decref(held[w]);
 	}
@@ -1595,7 +2073,7 @@ static int restore_jobs(struct ctrld *d)
 
 static int run(struct ctrld *d)
 {
-	struct pollfd *pfd = calloc(d->cfg.max_connections + 3, sizeof(*pfd));
+	struct pollfd *pfd = calloc(d->cfg.max_connections + 3 + d->cfg.npboxds, sizeof(*pfd));
 
 	if (pfd == NULL) {
 		return -ENOMEM;
@@ -1617,7 +2095,7 @@ static int run(struct ctrld *d)
 	}
 	d->next_reconcile_ms = now_ms() + d->cfg.reconcile_ms;
 	while (!g_stop) {
-		uint32_t n = 0, first;
+		uint32_t n = 0, first, pfirst;
 		uint64_t now = now_ms(), wake = d->next_reconcile_ms;
 		bool paused = now < d->listen_paused_ms;
 		int wait;
@@ -1631,9 +2109,12 @@ static int run(struct ctrld *d)
 		for (uint32_t i = 0; i < d->nconns; i++) {
 			const struct conn *c = d->conns[i];
 
+			/* A connection waiting for a pboxd is not read (nor watched, unless it
+			 * has answers to write) until it is answered. */
 			pfd[n++] = (struct pollfd){
-				.fd = c->fd,
-				.events = (short)(POLLIN | (c->out_len ? POLLOUT : 0)),
+				.fd = c->waiter != NULL && c->out_len == 0 ? -1 : c->fd,
+				.events = (short)((c->waiter != NULL ? 0 : POLLIN) |
+						  (c->out_len ? POLLOUT : 0)),
 			};
 			if (c->more) {
 				wake = now;
@@ -1646,6 +2127,10 @@ static int run(struct ctrld *d)
 		if (paused) {
 			wake = PBOX_MIN(wake, d->listen_paused_ms);
 		}
+		pfirst = n;
+		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+			ctrld_pconn_pollfd(d->pc[w], &pfd[n++], &wake);
+		}
 		wait = now >= wake ? 0 : (int)(wake - now);
 		if (poll(pfd, n, wait) < 0 && errno != EINTR) {
 			PBOX_LOG_ERR(MAIN, "poll: %s", strerror(errno));
@@ -1654,11 +2139,22 @@ static int run(struct ctrld *d)
 		for (uint32_t i = first; i < n; i++) {
 			struct conn *c = d->conns[i - first];
 
-			if (c->more || (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+			if (i >= pfirst) {
+				break;
+			}
+			if (c->waiter != NULL) {
+				if (pfd[i].revents & (POLLOUT | POLLHUP | POLLERR)) {
+					conn_flush(c);
+				}
+			} else if (c->more || (pfd[i].revents & (POLLIN | POLLHUP | POLLERR))) {
 				serve(d, c);
 			} else if (pfd[i].revents & POLLOUT) {
 				conn_flush(c);
 			}
+		}
+		/* The pboxds' answers: their clients are answered, rounds go on. */
+		for (uint32_t w = 0; w < d->cfg.npboxds; w++) {
+			ctrld_pconn_process(d->pc[w], pfd[pfirst + w].revents);
 		}
 		reap(d);
 		if (pfd[0].revents & POLLIN) {
@@ -1872,6 +2368,15 @@ int main(int argc, char **argv)
 		rc = 69; /* EX_UNAVAILABLE */
 		goto out;
 	}
+	for (uint32_t w = 0; w < d.cfg.npboxds; w++) {
+		d.pc[w] = ctrld_pconn_new(d.cfg.pboxds[w].control, d.cfg.pboxds[w].admin_token,
+					  d.cfg.request_timeout_ms);
+		if (d.pc[w] == NULL) {
+			PBOX_LOG_ERR(MAIN, "pboxd %s: out of memory", d.cfg.pboxds[w].name);
+			rc = 69; /* EX_UNAVAILABLE */
+			goto out;
+		}
+	}
 	if (ctrld_bw_start(&d.cfg, &d.bw) != 0) {
 		rc = 69; /* EX_UNAVAILABLE */
 		goto out;
@@ -1888,6 +2393,20 @@ int main(int argc, char **argv)
 	rc = rc == 0 ? 0 : rc == -EINVAL ? 78 /* EX_CONFIG */ : 1;
 	PBOX_LOG_INFO(MAIN, "stopping (the published jobs stay on their pboxds)");
 out:
+	/* Requests still queued to the pboxds end (-ECANCELED; their clients are told); what
+	 * their completions queue meanwhile ends too. */
+	for (bool again = true; again;) {
+		again = false;
+		for (uint32_t w = 0; w < d.cfg.npboxds; w++) {
+			if (d.pc[w] != NULL && ctrld_pconn_pending(d.pc[w]) > 0) {
+				ctrld_pconn_cancel(d.pc[w]);
+				again = true;
+			}
+		}
+	}
+	for (uint32_t w = 0; w < d.cfg.npboxds; w++) {
+		ctrld_pconn_free(d.pc[w]);
+	}
 	pbox_metrics_stop(d.metrics);
 	ctrld_bw_stop(d.bw);
 	for (uint32_t i = 0; i < d.nconns; i++) {

@@ -106,10 +106,11 @@ json_t *ctrld_status(const struct ctrld_config *cfg, json_t *list, json_t *bw,
 			ask_pboxd(cfg, w, jobs, m, ask, arg);
 		}
 	}
-	out = json_pack("{s:b, s:s, s:o, s:O, s:O, s:O}", "ok", 1, "daemon", "pbox-ctrld", "jobs",
+	/* "bandwidth" taken (s:o): a new empty array without a matrix is not leaked. */
+	out = json_pack("{s:b, s:s, s:o, s:O, s:O, s:o}", "ok", 1, "daemon", "pbox-ctrld", "jobs",
 			jobs, "pboxds", json_object_get(list, "pboxds"), "control",
 			json_object_get(list, "control"), "bandwidth",
-			bw != NULL ? json_object_get(bw, "pairs") : json_array());
+			bw != NULL ? json_incref(json_object_get(bw, "pairs")) : json_array());
 	json_decref(list);
 	json_decref(bw);
 	return out;

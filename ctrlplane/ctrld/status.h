@@ -7,8 +7,10 @@
  * its bandwidth matrix (each estimate with its age), and, per job, what the job's pboxd
  * says about it (pboxd's status: ranks, waiting chunks and the ranks they lack) as the
  * job's "status" member, or "status_error" when that pboxd could not be asked (it is down:
- * not asked at all; or it refused). One request per pboxd holding a wanted job, each
- * bounded by the request timeout, made from pbox-ctrld's loop like its job operations.
+ * not asked at all; or it refused). One request per pboxd holding a wanted job: main.c
+ * asks them all at once without blocking its loop (pboxd_conn.h) and calls ctrld_status
+ * with their gathered answers when the last has come (or failed after the request
+ * timeout).
  *
  * metrics: pbox_ctrld_* series: jobs by state, pboxds up and their job counts, the control
  * counters, the bandwidth matrix (r_min / r_max, age, probes, failures, state per pair)

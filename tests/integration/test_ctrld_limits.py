@@ -114,14 +114,14 @@ class Ctrld:
 
 
 def check_limits(tmp):
-    c = Ctrld(tmp, {"unauth_timeout": 500, "max_unauth": 3, "max_per_address": 4,
+    c = Ctrld(tmp, {"unauth_timeout": 1500, "max_unauth": 3, "max_per_address": 4,
                     "max_output_bytes": 65536})
     try:
         # An idle connection is closed after unauth_timeout.
         s = connect(c.port, "127.0.0.2")
         t = time.time()
         if not closed_within(s, 5):
-            fail("an idle connection was not closed within 5 s (unauth_timeout 0.5 s)")
+            fail("an idle connection was not closed within 5 s (unauth_timeout 1.5 s)")
         print("idle connection closed after %.1f s" % (time.time() - t))
         s.close()
         # An authenticated connection, then idle ones from other hosts: the oldest idle
@@ -132,7 +132,7 @@ def check_limits(tmp):
         idle = [connect(c.port, "127.0.0.%d" % (10 + i)) for i in range(3)]
         time.sleep(0.1)
         late = connect(c.port, "127.0.0.20")
-        if not closed_within(idle[0], 0.4):
+        if not closed_within(idle[0], 1.0):
             fail("the oldest unauthenticated connection was not evicted (max_unauth 3)")
         for s in idle[1:] + [late]:
             if closed_within(s, 0.05):
@@ -161,7 +161,11 @@ def check_limits(tmp):
             fail("a long unauthenticated line was not refused and closed: %s" % r)
         s.close()
         # A client that floods requests and never reads; another is answered meanwhile.
-        flood = connect(c.port, "127.0.0.50")
+        flood = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        flood.bind(("127.0.0.50", 0))
+        flood.settimeout(10)
+        flood.connect(("127.0.0.1", c.port))
         flood.sendall((json.dumps({"op": "auth", "admin_token": TOKEN}) + "\n").encode())
         stop = threading.Event()
 
@@ -197,7 +201,7 @@ def check_limits(tmp):
               "%.3f s" % worst)
         if worst > 2.0:
             fail("a flooding client stalled another for %.1f s" % worst)
-        time.sleep(0.7)  # connections still without the token time out
+        time.sleep(1.7)  # connections still without the token time out
         n = c.counters()
         print("counters: %s" % n)
         if n["unauth_timeouts"] < 1 or n["evicted_unauth"] < 1 or \
