@@ -31,7 +31,7 @@
 #include "common/log.h"
 #include "engine/job.h" /* PBOX_MAX_CREDITS, the appliance's bound */
 #include "node.h"
-#include "transport/udp.h"
+#include "transport/udp/udp.h"
 
 #ifndef PBOX_VERSION_STRING
 #define PBOX_VERSION_STRING "0.0.0"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pboxd's data-plane cores. The transport is an ops table chosen once at start-up:
- * kernel UDP (below, the default) or DPDK (dataplane/dpdk/pboxd_dpdk.c).
+ * kernel UDP (below, the default) or DPDK (dataplane/transport/dpdk/pboxd_dpdk.c).
  *
  * Kernel UDP: one pinned poll-mode thread per core, each with its own socket
  * (base_port + core), its own chunk engine and counters.

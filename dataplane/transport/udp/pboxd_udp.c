@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "core/loop.h"
 #include "pboxd/dataplane.h"
-#include "transport/udp.h"
+#include "transport/udp/udp.h"
 
 /* ---- the kernel-UDP transport: a module of the core loop (core/loop.h) --------------- */
 
