@@ -105,6 +105,7 @@
 #include "common/jobdesc.h"
 #include "engine/job.h"
 #include "kernels/kernels.h"
+#include "transport/dpdk/conf.h"
 #include "transport/fault.h"
 
 #define PBOXD_DEFAULT_CONFIG "/etc/pbox/pboxd.conf"
@@ -130,24 +131,6 @@ struct pboxd_job_cfg {
 	uint64_t memory_budget; /* bytes of chunk state; 0: only the appliance's budget */
 	bool checkpoint;        /* server-optimizer with a checkpoint_dir: checkpointed */
 	enum pbox_non_finite non_finite;
-};
-
-/* The appliance's dpdk = { ... } group (see the example above). */
-#define PBOXD_DPDK_MAX_EAL_ARGS 128
-#define PBOXD_DPDK_MAX_ADDRS    8
-struct pboxd_dpdk_cfg {
-	char *eal[PBOXD_DPDK_MAX_EAL_ARGS]; /* the file's (owned), then the command line's */
-	unsigned neal;
-	unsigned neal_owned;
-	uint32_t addrs[PBOXD_DPDK_MAX_ADDRS]; /* network order; none: data_address */
-	unsigned naddrs;
-	uint32_t rx_desc;
-	uint32_t tx_desc;
-	uint32_t mbuf_bytes;
-	uint32_t tx_drain_us;
-	uint32_t idle_sleep_us;
-	char steering[16];
-	bool zero_copy;
 };
 
 /* The appliance's xdp = { ... } group (see the example above). */

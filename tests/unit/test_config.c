@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd configuration: a valid file loads; each kind of mistake is refused with the file,
  * line and setting named. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -449,6 +450,75 @@ static void test_probe(void **state)
 	expect_error("appliance = { probe = true; };\n", "probe: must be a group");
 }
 
+/*
+ * The dpdk group, parsed by the transport's own hooks (transport/dpdk/conf.c) in every
+ * build; transport "dpdk" accepted with a routable data_address where DPDK is built and
+ * refused with the reason where it is not (this file is built both ways when DPDK is
+ * there: tests/unit/meson.build's config_nodpdk).
+ */
+static void test_dpdk(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("appliance = { cores = 1; };\n", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.dpdk.rx_desc, 1024);
+	assert_int_equal(cfg.dpdk.mbuf_bytes, 2048);
+	assert_int_equal(cfg.dpdk.idle_sleep_us, 50);
+	assert_string_equal(cfg.dpdk.steering, "auto");
+	assert_true(cfg.dpdk.zero_copy);
+	assert_int_equal(cfg.dpdk.neal, 0);
+	pboxd_config_free(&cfg);
+
+	assert_int_equal(load("appliance = { dpdk = { eal = [ \"--vdev\", \"net_ring0\" ];\n"
+			      "  addresses = [ \"10.0.0.1\", \"10.0.1.1\" ]; rx_desc = 512;\n"
+			      "  steering = \"software\"; zero_copy = false; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.dpdk.neal, 2);
+	assert_int_equal(cfg.dpdk.neal_owned, 2);
+	assert_string_equal(cfg.dpdk.eal[1], "net_ring0");
+	assert_int_equal(cfg.dpdk.naddrs, 2);
+	assert_int_equal(cfg.dpdk.addrs[1], htonl(0x0a000101));
+	assert_int_equal(cfg.dpdk.rx_desc, 512);
+	assert_string_equal(cfg.dpdk.steering, "software");
+	assert_false(cfg.dpdk.zero_copy);
+	pboxd_config_free(&cfg);
+	assert_int_equal(cfg.dpdk.neal, 0);
+
+	expect_error("appliance = { dpdk = { steering = \"magic\"; }; };\n", "dpdk.steering");
+	expect_error("appliance = { dpdk = { addresses = [ \"eth1\" ]; }; };\n",
+		     "dpdk.addresses: element 0 is not an IPv4 address");
+	expect_error("appliance = { dpdk = { eal = [ 1 ]; }; };\n",
+		     "dpdk.eal: element 0 is not a string");
+	expect_error("appliance = { dpdk = { rx_desc = 8; }; };\n", "dpdk.rx_desc");
+	expect_error("appliance = { dpdk = { ports = 1; }; };\n", "unknown setting");
+	expect_error("appliance = { dpdk = \"eal\"; };\n", "dpdk: must be a group");
+
+	if (pbox_dpdk_conf_built()) {
+		assert_int_equal(
+			load("appliance = { transport = \"dpdk\"; data_address = "
+			     "\"10.0.0.1\"; dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			     &cfg, err, sizeof(err)),
+			0);
+		pboxd_config_free(&cfg);
+		expect_error("appliance = { transport = \"dpdk\"; };\n",
+			     "transport \"dpdk\" needs data_address");
+		expect_error("appliance = { transport = \"dpdk\"; data_address = \"10.0.0.2\"; "
+			     "dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			     "is not one of dpdk.addresses");
+		expect_error("appliance = { transport = \"ib\"; };\n",
+			     "(this build has: udp, dpdk)");
+	} else {
+		expect_error(
+			"appliance = { transport = \"dpdk\"; data_address = \"10.0.0.1\"; "
+			"dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			"transport 'dpdk' is not available: this pboxd was built without DPDK");
+		expect_error("appliance = { transport = \"ib\"; };\n", "(this build has: udp)");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +527,7 @@ int main(void)
 		cmocka_unit_test(test_missing_file),  cmocka_unit_test(test_parsers),
 		cmocka_unit_test(test_memory_budget), cmocka_unit_test(test_non_finite),
 		cmocka_unit_test(test_xdp),           cmocka_unit_test(test_probe),
+		cmocka_unit_test(test_dpdk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
