@@ -87,17 +87,9 @@ struct vlan_tag {
 	__be16 proto;
 };
 
-/* The part of the pbox header the checks read (magic .. chunk). */
-struct pbox_hdr_head {
-	__be32 magic;
-	__u8 version;
-	__u8 type;
-	__be16 flags;
-	__be32 job;
-	__be32 sender;
-	__be64 cookie;
-	__be32 chunk;
-};
+/* The part of the pbox header (include/pbox/wire.h) the checks read: magic .. chunk, the
+ * fields before iter. */
+#define PBOX_HDR_HEAD_LEN offsetof(struct pbox_wire_hdr, iter)
 
 static __always_inline int drop(struct pbox_xdp_stats *st, __u32 reason)
 {
@@ -113,7 +105,7 @@ static __always_inline int check_pbox(struct xdp_md *ctx, struct pbox_xdp_stats 
 				      __u32 udp_len, int fragment)
 {
 	struct pbox_xdp_rank_key rk;
-	struct pbox_hdr_head h;
+	struct pbox_wire_hdr h;
 	struct pbox_xdp_job *job;
 	__u64 *cookie, *owners;
 	__u32 chunk, idx, core, slot, rxq;
@@ -128,7 +120,7 @@ static __always_inline int check_pbox(struct xdp_md *ctx, struct pbox_xdp_stats 
 		return drop(st, PBOX_DROP_TRUNCATED);
 	}
 	/* Through the helper: the header may straddle fragments of a multi-buffer frame. */
-	if (bpf_xdp_load_bytes(ctx, hdr_off, &h, sizeof(h)) != 0) {
+	if (bpf_xdp_load_bytes(ctx, hdr_off, &h, PBOX_HDR_HEAD_LEN) != 0) {
 		return drop(st, PBOX_DROP_TRUNCATED);
 	}
 	if (h.magic != bpf_htonl(PBOX_WIRE_MAGIC)) {

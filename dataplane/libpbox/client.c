@@ -36,7 +36,7 @@
 #include "node.h"
 #include "transport/shm/shm.h"
 #include "probe.h"
-#include "transport/udp.h"
+#include "transport/udp/udp.h"
 #include "update.h"
 #include "xport_select.h"
 

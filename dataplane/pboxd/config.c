@@ -180,13 +180,7 @@ void pboxd_config_defaults(struct pboxd_config *cfg)
 		.auth_failures_burst = 10,
 		.auth_failures_per_minute = 60,
 	};
-	cfg->dpdk.rx_desc = 1024;
-	cfg->dpdk.tx_desc = 1024;
-	cfg->dpdk.mbuf_bytes = 2048;
-	cfg->dpdk.tx_drain_us = 20;
-	cfg->dpdk.idle_sleep_us = 50;
-	snprintf(cfg->dpdk.steering, sizeof(cfg->dpdk.steering), "auto");
-	cfg->dpdk.zero_copy = true;
+	pbox_dpdk_conf_defaults(&cfg->dpdk);
 	snprintf(cfg->xdp.mode, sizeof(cfg->xdp.mode), "auto");
 	snprintf(cfg->xdp.pin_root, sizeof(cfg->xdp.pin_root), "/sys/fs/bpf/pbox");
 	cfg->xdp.max_chunks = 1u << 20;
@@ -729,83 +723,6 @@ static int load_limits(struct pbox_confkit *c, const config_setting_t *g,
 	return 0;
 }
 
-/* The appliance's dpdk = { ... } group. */
-static int load_dpdk(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_dpdk_cfg *dc)
-{
-	static const char *const keys[] = {
-		"eal",         "addresses",     "rx_desc",  "tx_desc",   "mbuf_bytes",
-		"tx_drain_us", "idle_sleep_us", "steering", "zero_copy", NULL
-	};
-	static const char *const steerings[] = { "auto", "flow", "rss", "software", NULL };
-	const config_setting_t *s;
-	int rc, steering = -1;
-
-	if (!config_setting_is_group(g)) {
-		return pbox_conf_bad(c, g, "must be a group { eal = [ ... ]; ... }");
-	}
-	if ((rc = pbox_conf_only(c, g, keys)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "rx_desc", 32, 32768, &dc->rx_desc)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "tx_desc", 32, 32768, &dc->tx_desc)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "mbuf_bytes", 512, 65000, &dc->mbuf_bytes)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "tx_drain_us", 0, 100000, &dc->tx_drain_us)) != 0 ||
-	    (rc = pbox_conf_u32(c, g, "idle_sleep_us", 1, 100000, &dc->idle_sleep_us)) != 0 ||
-	    (rc = pbox_conf_bool(c, g, "zero_copy", &dc->zero_copy)) != 0 ||
-	    (rc = pbox_conf_choice(c, g, "steering", "steering", steerings, &steering)) != 0) {
-		return rc;
-	}
-	if (steering >= 0) {
-		snprintf(dc->steering, sizeof(dc->steering), "%s", steerings[steering]);
-	}
-	s = config_setting_get_member(g, "eal");
-	if (s != NULL) {
-		int n = config_setting_length(s);
-
-		if (!config_setting_is_aggregate(s) || n > PBOXD_DPDK_MAX_EAL_ARGS) {
-			return pbox_conf_bad(
-				c, s,
-				"must be a list of at most %d strings, e.g. [ \"--vdev\", "
-				"\"net_af_xdp0,iface=eth1\" ]",
-				PBOXD_DPDK_MAX_EAL_ARGS);
-		}
-		for (int i = 0; i < n; i++) {
-			const char *v = config_setting_get_string_elem(s, i);
-
-			if (v == NULL) {
-				return pbox_conf_bad(c, s, "element %d is not a string", i);
-			}
-			dc->eal[dc->neal] = strdup(v);
-			if (dc->eal[dc->neal] == NULL) {
-				return pbox_conf_bad(c, s, "out of memory");
-			}
-			dc->neal++;
-			dc->neal_owned++;
-		}
-	}
-	s = config_setting_get_member(g, "addresses");
-	if (s != NULL) {
-		int n = config_setting_length(s);
-
-		if (!config_setting_is_aggregate(s) || n < 1 || n > PBOXD_DPDK_MAX_ADDRS) {
-			return pbox_conf_bad(c, s,
-					     "must be a list of 1..%d IPv4 addresses, one per port",
-					     PBOXD_DPDK_MAX_ADDRS);
-		}
-		for (int i = 0; i < n; i++) {
-			const char *v = config_setting_get_string_elem(s, i);
-			struct in_addr a;
-
-			if (v == NULL || inet_pton(AF_INET, v, &a) != 1) {
-				return pbox_conf_bad(
-					c, s, "element %d is not an IPv4 address like \"10.0.0.1\"",
-					i);
-			}
-			dc->addrs[i] = a.s_addr;
-		}
-		dc->naddrs = (unsigned)n;
-	}
-	return 0;
-}
-
 /* The appliance's xdp = { ... } group. */
 static int load_xdp(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_xdp_cfg *xc)
 {
@@ -919,38 +836,12 @@ int pboxd_config_add_eal_args(struct pboxd_config *cfg, int argc, char **argv, c
 #define PBOXD_TRANSPORT_NAMES_AFXDP ""
 #endif
 
-#ifdef PBOX_HAVE_DPDK
-#define PBOXD_TRANSPORT_NAMES "udp, dpdk" PBOXD_TRANSPORT_NAMES_AFXDP
-
-/* Checks of the dpdk transport's settings. */
-static int check_dpdk(const struct pboxd_config *cfg, const char *file, char *err, size_t errlen)
+/* The transports this build has, for error messages. */
+static const char *transport_names(void)
 {
-	struct in_addr a;
-	bool listed = cfg->dpdk.naddrs == 0;
-
-	if (inet_pton(AF_INET, cfg->data_addr, &a) != 1 || (ntohl(a.s_addr) >> 24) == 127 ||
-	    a.s_addr == 0) {
-		snprintf(err, errlen,
-			 "%s: transport \"dpdk\" needs data_address to be the appliance's IPv4 "
-			 "address on its DPDK port (got '%s')",
-			 file, cfg->data_addr);
-		return -EINVAL;
-	}
-	for (unsigned i = 0; i < cfg->dpdk.naddrs; i++) {
-		listed |= cfg->dpdk.addrs[i] == a.s_addr;
-	}
-	if (!listed) {
-		snprintf(err, errlen,
-			 "%s: data_address %s (where workers are told to send) is not one of "
-			 "dpdk.addresses",
-			 file, cfg->data_addr);
-		return -EINVAL;
-	}
-	return 0;
+	return pbox_dpdk_conf_built() ? "udp, dpdk" PBOXD_TRANSPORT_NAMES_AFXDP
+				      : "udp" PBOXD_TRANSPORT_NAMES_AFXDP;
 }
-#else
-#define PBOXD_TRANSPORT_NAMES "udp" PBOXD_TRANSPORT_NAMES_AFXDP
-#endif
 
 int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, size_t errlen)
 {
@@ -1111,7 +1002,7 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 			}
 		}
 		s = config_setting_get_member(a, "dpdk");
-		if (s != NULL && (rc = load_dpdk(&c, s, &cfg->dpdk)) != 0) {
+		if (s != NULL && (rc = pbox_dpdk_conf_load(&c, s, &cfg->dpdk)) != 0) {
 			goto out;
 		}
 		s = config_setting_get_member(a, "xdp");
@@ -1211,7 +1102,7 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 			snprintf(err, errlen,
 				 "%s: transport 'afxdp' is not available: this pboxd was built "
 				 "without libxdp-dev or XDP support (this build has: %s)",
-				 file, PBOXD_TRANSPORT_NAMES);
+				 file, transport_names());
 			return -EINVAL;
 		}
 		if (pbox_afxdp_conf_check(&cfg->afxdp, file, cfg->ncores, cfg->data_addr,
@@ -1219,16 +1110,13 @@ int pboxd_config_check(const struct pboxd_config *cfg, char *err, size_t errlen)
 			return -EINVAL;
 		}
 	}
-#ifdef PBOX_HAVE_DPDK
 	if (strcmp(cfg->transport, "dpdk") == 0) {
-		if (check_dpdk(cfg, file, err, errlen) != 0) {
+		if (pbox_dpdk_conf_check(&cfg->dpdk, file, cfg->data_addr, err, errlen) != 0) {
 			return -EINVAL;
 		}
-	} else
-#endif
-		if (strcmp(cfg->transport, "udp") != 0 && strcmp(cfg->transport, "afxdp") != 0) {
+	} else if (strcmp(cfg->transport, "udp") != 0 && strcmp(cfg->transport, "afxdp") != 0) {
 		snprintf(err, errlen, "%s: transport '%s' is not available (this build has: %s)",
-			 file, cfg->transport, PBOXD_TRANSPORT_NAMES);
+			 file, cfg->transport, transport_names());
 		return -EINVAL;
 	}
 	if (strcmp(cfg->transport, "dpdk") != 0 && cfg->dpdk.neal > cfg->dpdk.neal_owned) {
@@ -1264,8 +1152,5 @@ void pboxd_config_free(struct pboxd_config *cfg)
 	free(cfg->jobs);
 	cfg->jobs = NULL;
 	cfg->njobs = 0;
-	for (unsigned i = 0; i < cfg->dpdk.neal_owned; i++) {
-		free(cfg->dpdk.eal[i]);
-	}
-	cfg->dpdk.neal = cfg->dpdk.neal_owned = 0;
+	pbox_dpdk_conf_free(&cfg->dpdk);
 }

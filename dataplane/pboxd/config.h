@@ -119,6 +119,7 @@
 #include "engine/job.h"
 #include "kernels/kernels.h"
 #include "transport/afxdp/conf.h"
+#include "transport/dpdk/conf.h"
 #include "transport/fault.h"
 #include "transport/shm/shm_config.h"
 
@@ -154,24 +155,6 @@ struct pboxd_job_cfg {
 	bool tree;
 	uint32_t tree_degree, tree_depth;
 	uint32_t *tree_parent; /* workers entries (PBOX_TSB_ROOT: the appliance); owned */
-};
-
-/* The appliance's dpdk = { ... } group (see the example above). */
-#define PBOXD_DPDK_MAX_EAL_ARGS 128
-#define PBOXD_DPDK_MAX_ADDRS    8
-struct pboxd_dpdk_cfg {
-	char *eal[PBOXD_DPDK_MAX_EAL_ARGS]; /* the file's (owned), then the command line's */
-	unsigned neal;
-	unsigned neal_owned;
-	uint32_t addrs[PBOXD_DPDK_MAX_ADDRS]; /* network order; none: data_address */
-	unsigned naddrs;
-	uint32_t rx_desc;
-	uint32_t tx_desc;
-	uint32_t mbuf_bytes;
-	uint32_t tx_drain_us;
-	uint32_t idle_sleep_us;
-	char steering[16];
-	bool zero_copy;
 };
 
 /* The appliance's xdp = { ... } group (see the example above). */

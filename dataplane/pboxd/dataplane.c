@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd data-plane cores: the transport choice, start / stop, and the lifetime of job
  * tables and job states (see dataplane.h). The transports are modules of the core loop:
- * kernel UDP in transport/pboxd_udp.c, DPDK in dpdk/pboxd_dpdk.c. */
+ * kernel UDP in transport/udp/pboxd_udp.c, DPDK in transport/dpdk/pboxd_dpdk.c. */
 #include "dataplane.h"
 
 #include <errno.h>

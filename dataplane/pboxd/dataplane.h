@@ -2,7 +2,7 @@
 /*
  * pboxd's data-plane cores. The transport is an ops table chosen once at start-up:
  * kernel UDP (below, the default), AF_XDP (dataplane/transport/afxdp/pboxd_afxdp.c) or
- * DPDK (dataplane/dpdk/pboxd_dpdk.c).
+ * DPDK (dataplane/transport/dpdk/pboxd_dpdk.c).
  *
  * Kernel UDP: one pinned poll-mode thread per core, each with its own socket
  * (base_port + core), its own chunk engine and counters.

@@ -49,6 +49,8 @@
 #ifndef PBOX_WIRE_H
 #define PBOX_WIRE_H
 
+/* Also included by nicfw/'s BPF programs (built -ffreestanding, no vmlinux.h): only the
+ * compiler's own freestanding headers here, no libc header. */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -3,7 +3,7 @@
  * pbox-bench-dpdk-engine: throughput of one DPDK data-plane lcore with an in-process packet
  * feed (net_ring, no kernel), next to the add kernel's bandwidth measured in the same run.
  *
- * The lcore under test runs the real loop of dataplane/dpdk (RX burst, L2/L3 parsing, the
+ * The lcore under test runs the real loop of dataplane/transport/dpdk (RX burst, L2/L3 parsing, the
  * engine aggregating straight from the mbufs, zero-copy replies, TX burst) pinned to one
  * CPU; the feeder runs on the EAL main lcore on another CPU. The feeder's frames are built
  * once (three sets, one per iteration in flight plus one being refilled) and re-sent with
@@ -54,7 +54,7 @@
 
 #include "common/log.h"
 #include "common/numlist.h"
-#include "dpdk/dpdk.h"
+#include "transport/dpdk/dpdk.h"
 #include "frame.h"
 #include "kernels/kernels.h"
 #include "llc.h"

@@ -3,7 +3,7 @@
  * pbox-bench-dpdk-tx: the cost of building replies on the DPDK data plane, per reply, on
  * one thread: what the engine's send_result does when a chunk completes (every fragment
  * of the result to every worker, the same payload memory for all), through the real
- * transmit ops of dataplane/dpdk over a net_ring port, then the TX flush, the frames
+ * transmit ops of dataplane/transport/dpdk over a net_ring port, then the TX flush, the frames
  * taken off the ring and freed (as a NIC's completion would), and the release accounting.
  *
  * One thread does everything and its CPU time is measured (CLOCK_THREAD_CPUTIME_ID), so
@@ -32,7 +32,7 @@
 
 #include "common/log.h"
 #include "common/numlist.h"
-#include "dpdk/dpdk_impl.h"
+#include "transport/dpdk/dpdk_impl.h"
 #include "frame.h"
 
 #define RING_SZ  65536

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The DPDK data plane in one process, over net_ring: two data-plane lcores run the real
- * poll loop (dataplane/dpdk) on a ring port; this thread (the EAL main lcore) is the
+ * poll loop (dataplane/transport/dpdk) on a ring port; this thread (the EAL main lcore) is the
  * traffic generator and the workers. It writes complete Ethernet/IPv4/UDP/pbox frames into
  * the port's RX rings and reads the replies from its TX rings, so it sees exactly what a
  * NIC would carry.
@@ -48,7 +48,7 @@
 #include <rte_udp.h>
 #include <urcu-qsbr.h>
 
-#include "dpdk/dpdk.h"
+#include "transport/dpdk/dpdk.h"
 #include "frame.h"
 #include "kernels/kernels.h"
 #include "sim.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""UDP GSO / GRO end to end (transport/udp.c): at MTU 1500 every chunk is many datagrams,
+"""UDP GSO / GRO end to end (transport/udp/udp.c): at MTU 1500 every chunk is many datagrams,
 which the workers and pboxd send as GSO messages and receive as GRO messages. Three runs
 of the same aggregate job, every result checked element by element by the workers:
 offloads on both sides (the counters must show GSO and GRO messages), off on both sides

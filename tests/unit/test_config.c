@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* pboxd configuration: a valid file loads; each kind of mistake is refused with the file,
  * line and setting named. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -655,6 +656,81 @@ static void test_tree(void **state)
 		     "cannot be combined with dvf");
 }
 
+/*
+ * The dpdk group, parsed by the transport's own hooks (transport/dpdk/conf.c) in every
+ * build; transport "dpdk" accepted with a routable data_address where DPDK is built and
+ * refused with the reason where it is not (this file is built both ways when DPDK is
+ * there: tests/unit/meson.build's config_nodpdk).
+ */
+static void test_dpdk(void **state)
+{
+	struct pboxd_config cfg;
+	char err[512];
+
+	(void)state;
+	assert_int_equal(load("appliance = { cores = 1; };\n", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(cfg.dpdk.rx_desc, 1024);
+	assert_int_equal(cfg.dpdk.mbuf_bytes, 2048);
+	assert_int_equal(cfg.dpdk.idle_sleep_us, 50);
+	assert_string_equal(cfg.dpdk.steering, "auto");
+	assert_true(cfg.dpdk.zero_copy);
+	assert_int_equal(cfg.dpdk.neal, 0);
+	pboxd_config_free(&cfg);
+
+	assert_int_equal(load("appliance = { dpdk = { eal = [ \"--vdev\", \"net_ring0\" ];\n"
+			      "  addresses = [ \"10.0.0.1\", \"10.0.1.1\" ]; rx_desc = 512;\n"
+			      "  steering = \"software\"; zero_copy = false; }; };\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.dpdk.neal, 2);
+	assert_int_equal(cfg.dpdk.neal_owned, 2);
+	assert_string_equal(cfg.dpdk.eal[1], "net_ring0");
+	assert_int_equal(cfg.dpdk.naddrs, 2);
+	assert_int_equal(cfg.dpdk.addrs[1], htonl(0x0a000101));
+	assert_int_equal(cfg.dpdk.rx_desc, 512);
+	assert_string_equal(cfg.dpdk.steering, "software");
+	assert_false(cfg.dpdk.zero_copy);
+	pboxd_config_free(&cfg);
+	assert_int_equal(cfg.dpdk.neal, 0);
+
+	expect_error("appliance = { dpdk = { steering = \"magic\"; }; };\n", "dpdk.steering");
+	expect_error("appliance = { dpdk = { addresses = [ \"eth1\" ]; }; };\n",
+		     "dpdk.addresses: element 0 is not an IPv4 address");
+	expect_error("appliance = { dpdk = { eal = [ 1 ]; }; };\n",
+		     "dpdk.eal: element 0 is not a string");
+	expect_error("appliance = { dpdk = { rx_desc = 8; }; };\n", "dpdk.rx_desc");
+	expect_error("appliance = { dpdk = { ports = 1; }; };\n", "unknown setting");
+	expect_error("appliance = { dpdk = \"eal\"; };\n", "dpdk: must be a group");
+
+	if (pbox_dpdk_conf_built()) {
+		assert_int_equal(
+			load("appliance = { transport = \"dpdk\"; data_address = "
+			     "\"10.0.0.1\"; dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			     &cfg, err, sizeof(err)),
+			0);
+		pboxd_config_free(&cfg);
+		expect_error("appliance = { transport = \"dpdk\"; };\n",
+			     "transport \"dpdk\" needs data_address");
+		expect_error("appliance = { transport = \"dpdk\"; data_address = \"10.0.0.2\"; "
+			     "dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			     "is not one of dpdk.addresses");
+		expect_error("appliance = { transport = \"ib\"; };\n",
+			     "(this build has: udp, dpdk");
+	} else {
+		expect_error(
+			"appliance = { transport = \"dpdk\"; data_address = \"10.0.0.1\"; "
+			"dpdk = { addresses = [ \"10.0.0.1\" ]; }; };\n",
+			"transport 'dpdk' is not available: this pboxd was built without DPDK");
+		/* Other transports may follow udp; dpdk is not among them. */
+		assert_int_equal(
+			load("appliance = { transport = \"ib\"; };\n", &cfg, err, sizeof(err)),
+			-EINVAL);
+		assert_non_null(strstr(err, "(this build has: udp"));
+		assert_null(strstr(err, "dpdk"));
+		pboxd_config_free(&cfg);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -672,6 +748,7 @@ int main(void)
 		cmocka_unit_test(test_broadcast),
 		cmocka_unit_test(test_dvf),
 		cmocka_unit_test(test_tree),
+		cmocka_unit_test(test_dpdk),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

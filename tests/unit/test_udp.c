@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The kernel-UDP transport (transport/udp.h) on loopback sockets: GSO send grouping (which
+/* The kernel-UDP transport (transport/udp/udp.h) on loopback sockets: GSO send grouping (which
  * datagrams share a message), GRO receive splitting (datagrams come back one by one, with
  * their sizes and contents, in order, also when a call has room for fewer than a message
  * holds), the forced and the run-time fallback without GSO, and the blocking receive with
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
-#include "transport/udp.h"
+#include "transport/udp/udp.h"
 
 #define PAY_MAX 2048u
 

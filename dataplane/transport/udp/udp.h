@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "common/xport.h"
-#include "fault.h"
+#include "transport/fault.h"
 
 #define PBOX_UDP_DEFAULT_BURST 32u
 #define PBOX_UDP_MAX_BURST     256u

@@ -19,7 +19,7 @@
 #include "core/loop.h"
 #include "pboxd/dataplane.h"
 #include "transport/shm/pboxd_shm.h"
-#include "transport/udp.h"
+#include "transport/udp/udp.h"
 
 /* ---- the kernel-UDP transport: a module of the core loop (core/loop.h) --------------- */
 
