@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 #include "common/log.h"
 #include "core/loop.h"
+#include "core/pace.h"
 #include "pboxd/dataplane.h"
 #include "transport/udp.h"
 
@@ -26,6 +28,7 @@
 struct udp_core {
 	struct pbox_loop loop;
 	struct pbox_udp *udp;
+	struct pbox_pace *pace; /* results paced per worker (core/pace.h); NULL: PBOX_PACE=0 */
 	struct pboxd_core *core;
 	pthread_t thread;
 	bool started;
@@ -56,6 +59,9 @@ static enum pbox_poll_rc udp_rx(void *xc, struct pbox_loop *l)
 			/* the next header arrives in cache while this one is handled */
 			__builtin_prefetch(u->pkts[i + 1].data);
 		}
+		if (u->pace != NULL) {
+			pbox_pace_rx(u->pace, &u->pkts[i].from, u->pkts[i].len);
+		}
 		pbox_engine_rx(e, tab, u->pkts[i].data, u->pkts[i].len, &u->pkts[i].from);
 	}
 	pbox_engine_flush(e);
@@ -70,6 +76,20 @@ static bool udp_wait(void *xc, int timeout_ms)
 {
 	struct udp_core *u = xc;
 
+	if (u->pace != NULL && pbox_pace_backlog(u->pace) > 0) {
+		/* Results are waiting for their departure: wait for input only until then
+		 * (short waits spin: the next pass releases them). */
+		uint64_t next = pbox_pace_poll(u->pace);
+
+		if (next != UINT64_MAX && next >= 20000) {
+			struct pollfd pfd = { .fd = pbox_udp_fd(u->udp), .events = POLLIN };
+			struct timespec ts = { (time_t)(next / 1000000000u),
+					       (long)(next % 1000000000u) };
+
+			ppoll(&pfd, 1, &ts, NULL);
+		}
+		return true;
+	}
 	u->nwaited = pbox_udp_rx_wait(u->udp, u->pkts, PBOX_UDP_MAX_BURST, timeout_ms);
 	u->waited = true;
 	return true;
@@ -84,8 +104,21 @@ static void udp_wake(void *xc)
 	}
 }
 
+/* Release the results whose departure is due (core/pace.h). */
+static void udp_tx(void *xc, struct pbox_loop *l, enum pbox_poll_rc rx_rc)
+{
+	struct udp_core *u = xc;
+
+	(void)l;
+	(void)rx_rc;
+	if (u->pace != NULL && pbox_pace_backlog(u->pace) > 0) {
+		pbox_pace_poll(u->pace);
+	}
+}
+
 static const struct pbox_loop_ops udp_loop_ops = {
 	.rx = udp_rx,
+	.tx = udp_tx,
 	.wait = udp_wait,
 	.wake = udp_wake,
 };
@@ -96,6 +129,14 @@ static void *udp_core_main(void *arg)
 
 	pbox_loop_run(&u->loop);
 	return NULL;
+}
+
+/* Result pacing unless PBOX_PACE=0 (for comparisons and diagnosis, as PBOX_UDP_GSO). */
+static bool pace_on(void)
+{
+	const char *v = getenv("PBOX_PACE");
+
+	return v == NULL || strcmp(v, "0") != 0;
 }
 
 static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
@@ -139,6 +180,17 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		}
 		c->engine.tx = &pbox_udp_tx_ops;
 		c->engine.tx_ctx = u->udp;
+		if (pace_on()) {
+			struct pbox_pace_cfg pc = { .inner = &pbox_udp_tx_ops,
+						    .inner_ctx = u->udp };
+
+			u->pace = pbox_pace_create(&pc);
+			if (u->pace == NULL) {
+				return -ENOMEM;
+			}
+			c->engine.tx = &pbox_pace_tx_ops;
+			c->engine.tx_ctx = u->pace;
+		}
 		{
 			char info[128];
 
@@ -207,6 +259,7 @@ static void udp_stop(struct pboxd_dp *dp)
 		struct udp_core *u = dp->cores[k].xport_core;
 
 		if (u != NULL) {
+			pbox_pace_destroy(u->pace); /* sends what it still holds */
 			pbox_udp_close(u->udp);
 			free(u);
 			dp->cores[k].xport_core = NULL;
