@@ -227,10 +227,11 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			pthread_setname_np(u->thread, name);
 		}
 	}
-	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
+	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s, %s", cfg->ncores,
 		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
 		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
-		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle");
+		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle",
+		      pace_on() ? "results paced per worker" : "results not paced (PBOX_PACE=0)");
 	return 0;
 }
 
@@ -317,6 +318,36 @@ static json_t *udp_counters_json(const struct pbox_udp_stats *s)
 			 (json_int_t)s->tx_msgs, "tx_gso_msgs", (json_int_t)s->tx_gso_msgs);
 }
 
+/* The result pacers' counters summed over cores (core/pace.h), read relaxed; null when
+ * pacing is off (PBOX_PACE=0). */
+static json_t *pace_json(const struct pboxd_dp *dp)
+{
+	uint64_t direct = 0, paced = 0, forced = 0, samples = 0, backlog = 0;
+	bool any = false;
+
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		const struct udp_core *u = dp->cores[k].xport_core;
+		const struct pbox_pace_stats *ps;
+
+		if (u == NULL || u->pace == NULL) {
+			continue;
+		}
+		any = true;
+		ps = pbox_pace_stats(u->pace);
+		direct += __atomic_load_n(&ps->sent_direct, __ATOMIC_RELAXED);
+		paced += __atomic_load_n(&ps->sent_paced, __ATOMIC_RELAXED);
+		forced += __atomic_load_n(&ps->forced, __ATOMIC_RELAXED);
+		samples += __atomic_load_n(&ps->samples, __ATOMIC_RELAXED);
+		backlog = PBOX_MAX(backlog, __atomic_load_n(&ps->max_backlog, __ATOMIC_RELAXED));
+	}
+	if (!any) {
+		return json_null();
+	}
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "sent_direct", (json_int_t)direct,
+			 "sent_paced", (json_int_t)paced, "forced", (json_int_t)forced,
+			 "rate_samples", (json_int_t)samples, "max_backlog", (json_int_t)backlog);
+}
+
 static json_t *udp_stats_json(const struct pboxd_dp *dp)
 {
 	json_t *cores = json_array();
@@ -335,9 +366,9 @@ static json_t *udp_stats_json(const struct pboxd_dp *dp)
 		}
 	}
 	udp_counters(dp, dp->ncores, &s);
-	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o}", "name", "udp", "gso", info.gso,
+	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o}", "name", "udp", "gso", info.gso,
 			 "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf, "cores",
-			 cores, "totals", udp_counters_json(&s));
+			 cores, "totals", udp_counters_json(&s), "pace", pace_json(dp));
 }
 
 static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)
