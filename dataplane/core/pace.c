@@ -10,6 +10,9 @@
 #include "common/log.h"
 
 #define NONE UINT32_MAX
+/* One phase of the gain cycle: short, so that a probe phase queues little (5 ms at 1/4
+ * over the rate: 1/8 of a 10 ms switch buffer). */
+#define PHASE_NS 5000000ull
 
 /* One datagram waiting for its departure. */
 struct pace_ent {
@@ -33,6 +36,7 @@ struct pace_dst {
 	uint64_t t_tokens;
 	/* the FIFO */
 	uint32_t head, tail, n;
+	uint64_t qbytes;     /* wire bytes in it */
 	uint32_t active_pos; /* index in the active list while n > 0 */
 };
 
@@ -84,8 +88,9 @@ struct pbox_pace *pbox_pace_create(const struct pbox_pace_cfg *cfg)
 	p->cfg.min_rate_Bps = p->cfg.min_rate_Bps ? p->cfg.min_rate_Bps : 1000000;
 	p->cfg.burst_bytes = p->cfg.burst_bytes ? p->cfg.burst_bytes : 2 * 9216;
 	p->cfg.burst_us = p->cfg.burst_us ? p->cfg.burst_us : 250;
-	p->cfg.sample_us = p->cfg.sample_us ? p->cfg.sample_us : 10000;
+	p->cfg.sample_us = p->cfg.sample_us ? p->cfg.sample_us : 50000;
 	p->cfg.idle_us = p->cfg.idle_us ? p->cfg.idle_us : 20000;
+	p->cfg.max_delay_us = p->cfg.max_delay_us ? p->cfg.max_delay_us : 60000;
 	while (hsize < 2 * p->cfg.max_dst) {
 		hsize <<= 1;
 	}
@@ -139,7 +144,8 @@ static struct pace_dst *lookup(struct pbox_pace *p, const struct pbox_peer *peer
 			d->peer.ip = peer->ip;
 			d->peer.port = peer->port;
 			d->head = d->tail = NONE;
-			p->hash[h] = ++p->ndst;
+			p->hash[h] = p->ndst + 1;
+			__atomic_store_n(&p->ndst, p->ndst + 1, __ATOMIC_RELEASE);
 			return d;
 		}
 		d = &p->dst[p->hash[h] - 1];
@@ -149,14 +155,38 @@ static struct pace_dst *lookup(struct pbox_pace *p, const struct pbox_peer *peer
 	}
 }
 
+/* The send rate now: the learned rate times BBR's cycle of gains, phases of PHASE_NS:
+ * 5/4 (probe: if the worker's pushes wait for its results, faster results raise
+ * the rate it is measured at, so the pacer can never hold both at a low rate), 3/4 (drain
+ * what the probe queued), then 6 x 1. */
+static uint64_t cycled_rate(const struct pbox_pace *p, const struct pace_dst *d, uint64_t t)
+{
+	uint64_t r, drain = d->qbytes * 1000000u / p->cfg.max_delay_us;
+
+	switch ((t / PHASE_NS) % 8) {
+	case 0:
+		r = d->rate * 5 / 4;
+		break;
+	case 1:
+		r = d->rate * 3 / 4;
+		break;
+	default:
+		r = d->rate;
+		break;
+	}
+	/* never a longer wait than max_delay_us */
+	return r > drain ? r : drain;
+}
+
 static void refill(const struct pbox_pace *p, struct pace_dst *d, uint64_t t)
 {
-	uint64_t depth, dt;
+	uint64_t depth, dt, rate;
 
 	if (d->rate == 0) {
 		return;
 	}
-	depth = d->rate * p->cfg.burst_us / 1000000u;
+	rate = cycled_rate(p, d, t);
+	depth = rate * p->cfg.burst_us / 1000000u;
 	if (depth < p->cfg.burst_bytes) {
 		depth = p->cfg.burst_bytes;
 	}
@@ -164,7 +194,7 @@ static void refill(const struct pbox_pace *p, struct pace_dst *d, uint64_t t)
 	if (dt > 1000000000ull) {
 		dt = 1000000000ull;
 	}
-	d->tokens += (int64_t)(dt * d->rate / 1000000000ull);
+	d->tokens += (int64_t)(dt * rate / 1000000000ull);
 	if (d->tokens > (int64_t)depth) {
 		d->tokens = (int64_t)depth;
 	}
@@ -178,6 +208,7 @@ static void release_head(struct pbox_pace *p, struct pace_dst *d)
 
 	p->cfg.inner->send(p->cfg.inner_ctx, &d->peer, &e->hdr, e->payload, e->len);
 	d->tokens -= (int64_t)(PBOX_WIRE_HDR_LEN + e->len);
+	d->qbytes -= PBOX_WIRE_HDR_LEN + e->len;
 	d->head = e->next;
 	if (--d->n == 0) {
 		uint32_t pos = d->active_pos;
@@ -207,6 +238,12 @@ static int pace_send(void *ctx, const struct pbox_peer *to, const struct pbox_wi
 		p->stats.sent_direct++;
 		return p->cfg.inner->send(p->cfg.inner_ctx, to, hdr, payload, len);
 	}
+	if (len < PBOX_PACE_SMALL) {
+		/* ACKs and NACKs never wait: the worker's window and timers run on them */
+		d->tokens -= (int64_t)(PBOX_WIRE_HDR_LEN + len);
+		p->stats.sent_direct++;
+		return p->cfg.inner->send(p->cfg.inner_ctx, to, hdr, payload, len);
+	}
 	if (d->n == 0) {
 		refill(p, d, now(p));
 		if (d->tokens >= 0) {
@@ -231,6 +268,7 @@ static int pace_send(void *ctx, const struct pbox_peer *to, const struct pbox_wi
 	e->len = len;
 	e->ord = ord;
 	e->next = NONE;
+	d->qbytes += PBOX_WIRE_HDR_LEN + len;
 	if (d->n++ == 0) {
 		d->head = i;
 		d->active_pos = p->nactive;
@@ -266,9 +304,8 @@ uint64_t pbox_pace_poll(struct pbox_pace *p)
 				continue;
 			}
 			{
-				uint64_t wait =
-					((uint64_t)-d->tokens * 1000000000ull + d->rate - 1) /
-					d->rate;
+				uint64_t r = cycled_rate(p, d, t);
+				uint64_t wait = ((uint64_t)-d->tokens * 1000000000ull + r - 1) / r;
 
 				next = wait < next ? wait : next;
 			}
@@ -322,9 +359,15 @@ const struct pbox_tx_ops pbox_pace_tx_ops = {
 
 void pbox_pace_rx(struct pbox_pace *p, const struct pbox_peer *from, uint32_t len)
 {
-	struct pace_dst *d = lookup(p, from, true);
+	struct pace_dst *d;
 	uint64_t t, span, max = 0;
 
+	/* Only data measures the worker's rate: a worker waiting for its results sends small
+	 * PULLs now and then, which would read as a slow worker and hold its results back. */
+	if (len <= PBOX_WIRE_HDR_LEN) {
+		return;
+	}
+	d = lookup(p, from, true);
 	if (d == NULL) {
 		return;
 	}
@@ -342,7 +385,8 @@ void pbox_pace_rx(struct pbox_pace *p, const struct pbox_peer *from, uint32_t le
 	}
 	d->rx_bytes += len;
 	span = t - d->rx_t0;
-	if (span < (uint64_t)p->cfg.sample_us * 1000u) {
+	/* the first sample is a quarter as long: results may follow at once */
+	if (span < (uint64_t)p->cfg.sample_us * 1000u / (d->nsamples == 0 ? 4 : 1)) {
 		return;
 	}
 	d->samples[d->isample] = d->rx_bytes * 1000000000ull / span;
@@ -366,7 +410,7 @@ void pbox_pace_rx(struct pbox_pace *p, const struct pbox_peer *from, uint32_t le
 	} else {
 		refill(p, d, t); /* the old rate up to now */
 	}
-	d->rate = max * p->cfg.gain_pct / 100u;
+	__atomic_store_n(&d->rate, max * p->cfg.gain_pct / 100u, __ATOMIC_RELAXED);
 }
 
 uint32_t pbox_pace_backlog(const struct pbox_pace *p)
@@ -384,6 +428,17 @@ uint64_t pbox_pace_rate(const struct pbox_pace *p, const struct pbox_peer *peer)
 const struct pbox_pace_stats *pbox_pace_stats(const struct pbox_pace *p)
 {
 	return &p->stats;
+}
+
+uint32_t pbox_pace_rates(const struct pbox_pace *p, uint64_t *out, uint32_t max)
+{
+	uint32_t n = __atomic_load_n(&p->ndst, __ATOMIC_ACQUIRE);
+
+	n = n < max ? n : max;
+	for (uint32_t i = 0; i < n; i++) {
+		out[i] = __atomic_load_n(&p->dst[i].rate, __ATOMIC_RELAXED);
+	}
+	return n;
 }
 
 void pbox_pace_destroy(struct pbox_pace *p)

@@ -26,6 +26,16 @@
  * waits behind a slow one. The loop stays poll-mode: pbox_pace_poll() says when the next
  * departure is due and the transport's idle wait is bounded by it.
  *
+ * What pacing must not do is delay: the workers time their window and RTO on the results
+ * (the first result fragment is a push-pull's ACK), so a queue of seconds in the pacer
+ * shrinks their windows, fires their timers and brings PULLs whose answers are duplicates
+ * (measured in netlab: 4.8x the link bound instead of 1.5x; one run with a 25 ms cap
+ * still had 1.3 k switch drops per exchange). So the pacer smooths bursts
+ * and no more: a backlog that would wait longer than max_delay_us drains at backlog /
+ * max_delay_us (the rate is a floor of the spacing, not a cap of the throughput), and
+ * datagrams without a payload or with one below PBOX_PACE_SMALL bytes (ACKs, NACKs) are
+ * never queued (they still use tokens).
+ *
  * Memory the engine lends: queued() counts payload datagrams accepted; reclaim(upto)
  * first releases (unpaced) every queued datagram numbered below upto, then reclaims the
  * transport. The engine double-buffers results, so this happens only when it is about to
@@ -43,6 +53,7 @@
 #include "common/xport.h"
 
 #define PBOX_PACE_SAMPLES 4u
+#define PBOX_PACE_SMALL   256u
 
 struct pbox_pace_cfg {
 	const struct pbox_tx_ops *inner; /* the transport */
@@ -56,7 +67,10 @@ struct pbox_pace_cfg {
 	uint64_t min_rate_Bps; /* floor of the learned rate (0: 1 MB/s) */
 	uint32_t burst_bytes;  /* least bucket depth (0: 2 x 9 KB) */
 	uint32_t burst_us;     /* bucket depth in time at the rate (0: 250 us) */
-	uint32_t sample_us;    /* length of one rate sample (0: 10000) */
+	uint32_t sample_us;    /* length of one rate sample (0: 50000: a 64 KB
+				  tbf burst adds 10% to one at 100 Mbit/s) */
+	uint32_t max_delay_us; /* most time a datagram waits: a longer backlog leaves
+				  faster (0: 60000) */
 	uint32_t idle_us;      /* arrival gap that ends a train (0: 20000;
 				  above a starved core's scheduling gaps) */
 };
@@ -93,5 +107,9 @@ uint32_t pbox_pace_backlog(const struct pbox_pace *p);
 uint64_t pbox_pace_rate(const struct pbox_pace *p, const struct pbox_peer *peer);
 
 const struct pbox_pace_stats *pbox_pace_stats(const struct pbox_pace *p);
+
+/* Any thread (relaxed reads, for stats): the learned rates of up to max destinations, in
+ * bytes/s (0: not learned yet), into out. Returns how many were written. */
+uint32_t pbox_pace_rates(const struct pbox_pace *p, uint64_t *out, uint32_t max);
 
 #endif /* PBOX_CORE_PACE_H */

@@ -324,6 +324,7 @@ static json_t *pace_json(const struct pboxd_dp *dp)
 {
 	uint64_t direct = 0, paced = 0, forced = 0, samples = 0, backlog = 0;
 	bool any = false;
+	json_t *rates = json_array();
 
 	for (uint32_t k = 0; k < dp->ncores; k++) {
 		const struct udp_core *u = dp->cores[k].xport_core;
@@ -339,13 +340,23 @@ static json_t *pace_json(const struct pboxd_dp *dp)
 		forced += __atomic_load_n(&ps->forced, __ATOMIC_RELAXED);
 		samples += __atomic_load_n(&ps->samples, __ATOMIC_RELAXED);
 		backlog = PBOX_MAX(backlog, __atomic_load_n(&ps->max_backlog, __ATOMIC_RELAXED));
+		{
+			uint64_t r[64];
+			uint32_t n = pbox_pace_rates(u->pace, r, 64);
+
+			for (uint32_t i = 0; i < n; i++) {
+				json_array_append_new(rates, json_integer((json_int_t)r[i]));
+			}
+		}
 	}
 	if (!any) {
+		json_decref(rates);
 		return json_null();
 	}
-	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "sent_direct", (json_int_t)direct,
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "sent_direct", (json_int_t)direct,
 			 "sent_paced", (json_int_t)paced, "forced", (json_int_t)forced,
-			 "rate_samples", (json_int_t)samples, "max_backlog", (json_int_t)backlog);
+			 "rate_samples", (json_int_t)samples, "max_backlog", (json_int_t)backlog,
+			 "rates_Bps", rates);
 }
 
 static json_t *udp_stats_json(const struct pboxd_dp *dp)

@@ -93,18 +93,26 @@ static struct pbox_peer peer(uint16_t port)
 	return p;
 }
 
-static struct pbox_pace *fake_pacer(void)
+/* max_delay_us: 0 for the default; the rate tests give a long one, so that large
+ * backlogs leave at the learned rate. */
+static struct pbox_pace *fake_pacer_delay(uint32_t max_delay_us)
 {
 	struct pbox_pace_cfg c = {
 		.inner = &g_fake_ops,
 		.inner_ctx = &g_f,
 		.now_ns = fake_now,
 		.now_arg = &g_f,
+		.max_delay_us = max_delay_us,
 	};
 
 	memset(&g_f, 0, sizeof(g_f));
 	g_f.now = 1000 * MS;
 	return pbox_pace_create(&c);
+}
+
+static struct pbox_pace *fake_pacer(void)
+{
+	return fake_pacer_delay(10000000);
 }
 
 /* Arrivals from port at rate_Bps for ms milliseconds: 1 KB datagrams, delivered in bursts
@@ -199,7 +207,7 @@ static void test_rate_follows_worker(void **state)
 	print_message("departures %.0f B/s\n", r);
 	assert_true(r > 0.9 * 12500000 && r < 1.1 * 12500000);
 
-	arrivals(p, 7000, 3000000, 100); /* the worker slows to 24 Mbit/s */
+	arrivals(p, 7000, 3000000, 300); /* the worker slows to 24 Mbit/s */
 	{
 		struct pbox_peer pe = peer(7000);
 
@@ -213,6 +221,20 @@ static void test_rate_follows_worker(void **state)
 	r = departure_rate(7000, mark);
 	assert_true(r > 0.9 * 3000000 && r < 1.1 * 3000000);
 
+	/* A worker that waits for its results sends only small PULLs (here one every 10 ms
+	 * for 300 ms): they are not data and do not lower its rate (they did at first, and
+	 * held netlab's results at the 1 MB/s floor). */
+	for (int i = 0; i < 30; i++) {
+		struct pbox_peer pe = peer(7000);
+
+		g_f.now += 10 * MS;
+		pbox_pace_rx(p, &pe, PBOX_WIRE_HDR_LEN);
+	}
+	{
+		struct pbox_peer pe = peer(7000);
+
+		assert_true(pbox_pace_rate(p, &pe) > 0.9 * 3000000);
+	}
 	/* An idle worker (computing) keeps its rate: a pause is not a slow sample. */
 	g_f.now += 500 * MS;
 	arrivals(p, 7000, 3000000, 4);
@@ -234,8 +256,8 @@ static void test_no_starvation(void **state)
 	double rf, rs;
 
 	(void)state;
-	arrivals(p, 7001, 12500000, 60);
-	arrivals(p, 7002, 1250000, 60); /* ... while 7001 idles: its rate stays */
+	arrivals(p, 7001, 12500000, 120);
+	arrivals(p, 7002, 1250000, 120); /* ... while 7001 idles: its rate stays */
 	/* interleaved: slow first, so a FIFO across destinations would hold the fast one */
 	t0 = g_f.now;
 	for (int i = 0; i < 200; i++) {
@@ -274,22 +296,44 @@ static void test_reclaim_releases(void **state)
 	(void)state;
 	arrivals(p, 7003, 1250000, 60);
 	send_n(p, 7003, 300, 1024);
-	send_n(p, 7003, 1, 0); /* an ACK behind them */
+	assert_true(pbox_pace_backlog(p) > 250);
+	send_n(p, 7003, 1, 0); /* an ACK: never waits behind results */
+	assert_int_equal(g_f.sent[g_f.nsent - 1].len, 0);
 	q = pbox_pace_tx_ops.queued(p);
 	assert_int_equal(q, 300);
-	assert_true(pbox_pace_backlog(p) > 250);
 	got = pbox_pace_tx_ops.reclaim(p, 200);
 	assert_true(got >= 200);
 	assert_int_equal(pbox_pace_backlog(p) + g_f.nsent, 301);
-	assert_true(g_f.nsent >= 200);
-	assert_int_equal(g_f.sent[g_f.nsent - 1].len, 1024); /* the ACK still waits */
+	assert_true(g_f.nsent >= 201);
+	assert_true(pbox_pace_backlog(p) > 0); /* numbers 200.. still paced */
 	assert_true(pbox_pace_rate(p, &pe) > 0);
 	got = pbox_pace_tx_ops.reclaim(p, 300);
 	assert_int_equal(got, 300);
-	assert_int_equal(g_f.nsent, 300); /* the ACK has no number: still behind */
-	drain(p);
 	assert_int_equal(g_f.nsent, 301);
-	assert_int_equal(g_f.sent[300].len, 0);
+	assert_int_equal(pbox_pace_backlog(p), 0);
+	pbox_pace_destroy(p);
+}
+
+/* The pacer smooths bursts, it does not hold results: a backlog of 1 MB towards a worker
+ * learned at 1.25 MB/s (800 ms at that rate) leaves within a few max_delay_us (60 ms),
+ * its first datagrams at once. */
+static void test_delay_bounded(void **state)
+{
+	struct pbox_pace *p = fake_pacer_delay(0);
+	uint64_t t0, last = 0;
+
+	(void)state;
+	arrivals(p, 7004, 1250000, 60);
+	t0 = g_f.now;
+	send_n(p, 7004, 1000, 1024);
+	drain(p);
+	for (uint32_t i = 0; i < g_f.nsent; i++) {
+		last = g_f.sent[i].at;
+	}
+	print_message("1 MB at a learned 1.25 MB/s: all sent after %.1f ms\n",
+		      (double)(last - t0) / 1e6);
+	assert_true(last - t0 < 400 * MS);
+	assert_true(last - t0 > 60 * MS); /* but spread, not one burst */
 	pbox_pace_destroy(p);
 }
 
@@ -305,10 +349,11 @@ struct run {
 };
 
 /*
- * Four workers on 100 Mbit/s links (1 ms each way; a shallow 64 KB drop-tail port in front
- * of each worker), one appliance core that gets the CPU only every 8 ms (the starved pboxd
- * core of netlab: it reads 8 ms of contributions at once, completes several chunks and
- * answers them in one burst). Three push-pull rounds of a 4 MiB key.
+ * Four workers on 100 Mbit/s links (1 ms each way; a drop-tail port of 10 ms at the rate in
+ * front of each worker, as netlab's switch ports), one appliance core that gets the CPU
+ * only every 16 ms (the starved pboxd core of netlab, 2 CPUs at load 15: it reads 16 ms
+ * of contributions at once, completes several chunks and answers them in one burst).
+ * Three push-pull rounds of a 4 MiB key.
  */
 static struct run starved_run(bool pace)
 {
@@ -324,7 +369,7 @@ static struct run starved_run(bool pace)
 		.rto_ms = 50,
 		.timeout_ms = 60000,
 	};
-	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 1 * MS, .queue_bytes = 65536 };
+	struct sim_link_cfg l = { .rate_Bps = 12500000, .delay_ns = 1 * MS, .queue_bytes = 125000 };
 	static struct sim s;
 	static struct pbox_op op[4];
 	struct run out = { 0 };
@@ -332,7 +377,7 @@ static struct run starved_run(bool pace)
 
 	assert_int_equal(sim_init(&s, &cfg), 0);
 	assert_int_equal(sim_set_links(&s, &l, &l), 0);
-	s.core_tick_ns = 8 * MS;
+	s.core_tick_ns = 16 * MS;
 	if (pace) {
 		struct pbox_pace_cfg pc = { 0 };
 
@@ -401,20 +446,18 @@ static void test_starved_core_bursts(void **state)
 	/* the scenario is one where bursts overflow the port */
 	assert_true(old.down_drops > 0);
 	/* paced: the port never overflows, < 1% is sent twice (the workers' own slow start
-	 * on the uplinks), and it is faster than the bursts with their resends (measured: 1.43
-	 * s against 2.64 s; 1.34x the bound, which counts no slow start and no core tick) */
+	 * on the uplinks), and it is no slower (measured: 2.35 s against 2.47 s: here the
+	 * core's 16 ms tick binds, 2.3x the bound of the links) */
 	assert_int_equal(paced.down_drops, 0);
 	assert_true(paced.resent_bytes < 0.01 * 3 * 4 * SIM_ELEMS * 4);
-	assert_true(paced.secs < 0.75 * old.secs);
-	assert_true(paced.secs <= 1.5 * bound);
+	assert_true(paced.secs <= 1.05 * old.secs);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_rate_follows_worker),
-		cmocka_unit_test(test_no_starvation),
-		cmocka_unit_test(test_reclaim_releases),
+		cmocka_unit_test(test_rate_follows_worker), cmocka_unit_test(test_no_starvation),
+		cmocka_unit_test(test_reclaim_releases),    cmocka_unit_test(test_delay_bounded),
 		cmocka_unit_test(test_starved_core_bursts),
 	};
 
