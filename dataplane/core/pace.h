@@ -41,6 +41,10 @@
  * transport. The engine double-buffers results, so this happens only when it is about to
  * overwrite a result that is still being paced out.
  *
+ * pboxd's kernel-UDP transport uses it only with PBOX_PACE=1 in its environment: measured
+ * in netlab it does not help on a quiet machine and hurts when the CPUs are contended
+ * (perf/netlab/README.md, "Result pacing in the appliance").
+ *
  * Threading: one pacer per core, used only on that core's thread. Counters in
  * struct pbox_pace_stats may be read relaxed from any thread.
  */
