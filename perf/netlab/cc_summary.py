@@ -4,7 +4,10 @@
 (perf/netlab/README.md): one row per (file, scenario, system) with the median exchange,
 its ratio to the link-rate bound, and pbox's retransmitted payload as a share of the
 payload it had to send (retransmitted datagrams x fragment bytes, an upper bound: a
-chunk's last fragment is shorter; the workers' exchanges: warm-up included).
+chunk's last fragment is shorter; the workers' exchanges: warm-up included), the
+drops of the switch ports towards the workers (tbf, what result bursts overflow) and the
+result fragments pboxd sent again (selective result resend), both per exchange, and how
+busy pboxd's data-plane core was (near 100: the CPU binds, not the link).
 
 Usage: perf/netlab/cc_summary.py LABEL=FILE [LABEL=FILE ...]
 """
@@ -26,8 +29,9 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     print("| build | loss | system | median s (min–max) | x link bound | "
-          "retransmitted payload % | worker tx MB per exchange | host load before/after |")
-    print("|---|---|---|---|---|---|---|---|")
+          "retransmitted payload % | worker tx MB per exchange | switch drops to workers / "
+          "results resent per exchange | pboxd busy % | host load before/after |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for arg in argv:
         label, _, path = arg.partition("=")
         with open(path) as f:
@@ -37,7 +41,7 @@ def main(argv):
             bound = r["bounds"]["link_bound_s"]
             for name, p in r["systems"].items():
                 if p.get("status") != "ok":
-                    print("| %s | %g | %s | %s: %s | | | | |" % (
+                    print("| %s | %g | %s | %s: %s | | | | | | |" % (
                         label, sc["loss"], name, p.get("status"), p.get("error", "")))
                     continue
                 ex = len(p["iter_seconds"]) + sc["warmup"]
@@ -47,9 +51,14 @@ def main(argv):
                 if p.get("retransmits") is not None:
                     pay = p["exchange_bytes"] * sc["workers"] * ex
                     retx = "%.3f" % (100.0 * p["retransmits"] * p["frag_bytes"] / pay)
-                print("| %s | %g | %s | %.2f (%.2f–%.2f) | %.2f | %s | %.0f | %.1f / %.1f |" % (
+                drops = sum(v.get("tbf_drops_switch", v.get("tbf_drops", 0)) for v in links)
+                resent = (p.get("pboxd") or {}).get("replies_resent")
+                dr = "%.0f / %s" % (drops / ex, "–" if resent is None else "%.0f" % (resent / ex))
+                busy = (p.get("pboxd") or {}).get("busy_pct")
+                busy = "–" if busy is None else "%.0f" % busy
+                print("| %s | %g | %s | %.2f (%.2f–%.2f) | %.2f | %s | %.0f | %s | %s | %.1f / %.1f |" % (
                     label, sc["loss"], name, p["median_s"], p["min_s"], p["max_s"],
-                    p["median_s"] / bound, retx, tx, r["host"]["load_before"],
+                    p["median_s"] / bound, retx, tx, dr, busy, r["host"]["load_before"],
                     r["host"]["load_after"]))
     return 0
 

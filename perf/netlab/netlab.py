@@ -856,6 +856,7 @@ def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
                 "frag_bytes": ranks[0]["frag_bytes"], "chunk_bytes": ranks[0]["chunk_bytes"],
                 "pboxd": {k: tot.get(k) for k in ("busy_pct", "dups", "rx_retransmits",
                                                   "replies_resent", "dropped", "tx_errors")},
+                "pace": (st.get("transport") or {}).get("pace"),  # result pacing (core/pace.h)
                 "links": counters_delta(c0, lab.link_counters())})
     return res
 

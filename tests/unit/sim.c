@@ -102,6 +102,9 @@ static void link_send(struct sim *s, const struct sim_pkt *p)
 	s->link_bytes[p->dir] += p->len;
 	*free_at = start + (uint64_t)p->len * 1000000000ull / l->rate_Bps;
 	e.at = *free_at + l->delay_ns;
+	if (p->dir == SIM_TO_APPLIANCE && s->core_tick_ns > 0) {
+		e.at = (e.at + s->core_tick_ns - 1) / s->core_tick_ns * s->core_tick_ns;
+	}
 	e.seq = s->heap_seq++;
 	e.p = *p;
 	heap_push(s, &e);
@@ -341,8 +344,30 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 	return s->job.state != NULL ? 0 : -1;
 }
 
+int sim_set_pacing(struct sim *s, const struct pbox_pace_cfg *tmpl)
+{
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		struct pbox_pace_cfg c = *tmpl;
+
+		c.inner = &g_core_tx;
+		c.inner_ctx = &s->ctx_core[k];
+		c.now_ns = sim_now;
+		c.now_arg = s;
+		s->pace[k] = pbox_pace_create(&c);
+		if (s->pace[k] == NULL) {
+			return -ENOMEM;
+		}
+		s->eng[k].tx = &pbox_pace_tx_ops;
+		s->eng[k].tx_ctx = s->pace[k];
+	}
+	return 0;
+}
+
 void sim_fini(struct sim *s)
 {
+	for (uint32_t k = 0; k < s->ncores; k++) {
+		pbox_pace_destroy(s->pace[k]);
+	}
 	while (s->qhead != s->qtail) {
 		free(s->q[s->qhead++ % SIM_MAX_QUEUE].data);
 	}
@@ -381,6 +406,9 @@ uint64_t sim_pump(struct sim *s, uint64_t max)
 		if (p.dir == SIM_TO_APPLIANCE) {
 			from.ip = htonl(0x7f000001);
 			from.port = htons((uint16_t)(20000 + p.from));
+			if (s->pace[p.to] != NULL) {
+				pbox_pace_rx(s->pace[p.to], &from, p.len);
+			}
 			pbox_engine_rx(&s->eng[p.to], s->tab, p.data, p.len, &from);
 			pbox_engine_flush(&s->eng[p.to]);
 		} else if (s->node[p.to] != NULL) {
@@ -429,8 +457,17 @@ bool sim_run(struct sim *s, uint64_t until_ns)
 				pbox_node_flush(s->node[r]);
 			}
 		}
+		for (uint32_t k = 0; k < s->ncores; k++) {
+			if (s->pace[k] != NULL) {
+				uint64_t nt = pbox_pace_poll(s->pace[k]);
+
+				if (nt != UINT64_MAX) {
+					next = PBOX_MIN(next, s->now_ns + PBOX_MAX(nt, 1u));
+				}
+			}
+		}
 		sim_pump(s, 0);
-		next = s->nheap > 0 ? s->heap[0].at : UINT64_MAX;
+		next = PBOX_MIN(next, s->nheap > 0 ? s->heap[0].at : UINT64_MAX);
 		for (uint32_t r = 0; r < s->nranks; r++) {
 			uint64_t nt;
 

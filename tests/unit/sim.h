@@ -20,6 +20,7 @@
 
 #include "common/tsb.h"
 #include "engine/bcast.h"
+#include "core/pace.h"
 #include "engine/engine.h"
 #include "libpbox/node.h"
 
@@ -73,6 +74,8 @@ struct sim {
 	/* link model (sim_set_links); links == false: instant FIFO delivery */
 	bool links;
 	struct sim_link_cfg up, down;
+	uint64_t core_tick_ns;         /* > 0: a CPU-starved appliance core, run only every tick:
+					  arrivals wait for the next multiple of it */
 	uint64_t *up_free, *down_free; /* per rank: when the link finishes what it holds */
 	struct sim_timed *heap;
 	uint32_t nheap;
@@ -91,6 +94,7 @@ struct sim {
 	uint64_t eng_queued[SIM_MAX_CORES];
 	struct pbox_peer core_peer[SIM_MAX_CORES];
 	struct pbox_node *node[SIM_MAX_RANKS];
+	struct pbox_pace *pace[SIM_MAX_CORES]; /* sim_set_pacing: results paced per rank */
 	struct sim_ep {
 		struct sim *s;
 		uint32_t idx;
@@ -146,6 +150,10 @@ void sim_advance(struct sim *s, uint64_t ns);
 
 /* Give every rank an uplink (towards the appliance) and a downlink. 0 or -ENOMEM. */
 int sim_set_links(struct sim *s, const struct sim_link_cfg *up, const struct sim_link_cfg *down);
+
+/* Put a result pacer (core/pace.h) between every core's engine and the network, made
+ * from tmpl (inner, clock: the sim's). 0 or -ENOMEM. */
+int sim_set_pacing(struct sim *s, const struct pbox_pace_cfg *tmpl);
 
 /* With links: run the network and the nodes' timers until no rank has an operation in
  * flight or the clock reaches until_ns. Returns true if every operation completed. */

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 #include "common/log.h"
 #include "core/loop.h"
+#include "core/pace.h"
 #include "pboxd/dataplane.h"
 #include "transport/shm/pboxd_shm.h"
 #include "transport/udp/udp.h"
@@ -27,6 +29,7 @@
 struct udp_core {
 	struct pbox_loop loop;
 	struct pbox_udp *udp;
+	struct pbox_pace *pace; /* core/pace.h; NULL unless PBOX_PACE=1 */
 	struct pboxd_core *core;
 	pthread_t thread;
 	bool started;
@@ -57,6 +60,9 @@ static enum pbox_poll_rc udp_rx(void *xc, struct pbox_loop *l)
 			/* the next header arrives in cache while this one is handled */
 			__builtin_prefetch(u->pkts[i + 1].data);
 		}
+		if (u->pace != NULL) {
+			pbox_pace_rx(u->pace, &u->pkts[i].from, u->pkts[i].len);
+		}
 		pbox_engine_rx(e, tab, u->pkts[i].data, u->pkts[i].len, &u->pkts[i].from);
 	}
 	pbox_engine_flush(e);
@@ -71,6 +77,20 @@ static bool udp_wait(void *xc, int timeout_ms)
 {
 	struct udp_core *u = xc;
 
+	if (u->pace != NULL && pbox_pace_backlog(u->pace) > 0) {
+		/* Results are waiting for their departure: wait for input only until then
+		 * (short waits spin: the next pass releases them). */
+		uint64_t next = pbox_pace_poll(u->pace);
+
+		if (next != UINT64_MAX && next >= 20000) {
+			struct pollfd pfd = { .fd = pbox_udp_fd(u->udp), .events = POLLIN };
+			struct timespec ts = { (time_t)(next / 1000000000u),
+					       (long)(next % 1000000000u) };
+
+			ppoll(&pfd, 1, &ts, NULL);
+		}
+		return true;
+	}
 	u->nwaited = pbox_udp_rx_wait(u->udp, u->pkts, PBOX_UDP_MAX_BURST, timeout_ms);
 	u->waited = true;
 	return true;
@@ -94,8 +114,21 @@ static void udp_wake(void *xc)
 	}
 }
 
+/* Release the results whose departure is due (core/pace.h). */
+static void udp_tx(void *xc, struct pbox_loop *l, enum pbox_poll_rc rx_rc)
+{
+	struct udp_core *u = xc;
+
+	(void)l;
+	(void)rx_rc;
+	if (u->pace != NULL && pbox_pace_backlog(u->pace) > 0) {
+		pbox_pace_poll(u->pace);
+	}
+}
+
 static const struct pbox_loop_ops udp_loop_ops = {
 	.rx = udp_rx,
+	.tx = udp_tx,
 	.wait = udp_wait,
 	.wait_fd = udp_wait_fd,
 	.wake = udp_wake,
@@ -107,6 +140,16 @@ static void *udp_core_main(void *arg)
 
 	pbox_loop_run(&u->loop);
 	return NULL;
+}
+
+/* Result pacing only with PBOX_PACE=1: measured in netlab (perf/netlab/README.md, "Result
+ * pacing in the appliance"), it does not help on a quiet machine and, with the CPUs
+ * contended, it caused the switch drops it is meant to prevent (1.45x against 1.08x). */
+static bool pace_on(void)
+{
+	const char *v = getenv("PBOX_PACE");
+
+	return v != NULL && strcmp(v, "1") == 0;
 }
 
 static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
@@ -161,6 +204,17 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 		}
 		c->engine.tx = &pbox_udp_tx_ops;
 		c->engine.tx_ctx = u->udp;
+		if (pace_on()) {
+			struct pbox_pace_cfg pc = { .inner = &pbox_udp_tx_ops,
+						    .inner_ctx = u->udp };
+
+			u->pace = pbox_pace_create(&pc);
+			if (u->pace == NULL) {
+				return -ENOMEM;
+			}
+			c->engine.tx = &pbox_pace_tx_ops;
+			c->engine.tx_ctx = u->pace;
+		}
 		if (dp->shm != NULL) {
 			pboxd_shm_core_attach(dp->shm, k, &u->loop);
 		}
@@ -200,10 +254,11 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			pthread_setname_np(u->thread, name);
 		}
 	}
-	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s", cfg->ncores,
+	PBOX_LOG_INFO(MAIN, "%u data-plane core%s on udp %s:%u-%u, kernels %s, %s, %s", cfg->ncores,
 		      cfg->ncores == 1 ? "" : "s", cfg->data_addr, cfg->base_port,
 		      cfg->base_port + cfg->ncores - 1, pbox_kernels_get()->isa,
-		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle");
+		      cfg->busy_poll ? "busy polling" : "blocking in recvmmsg when idle",
+		      pace_on() ? "results paced per worker (PBOX_PACE=1)" : "results not paced");
 	return dp->shm != NULL ? pboxd_shm_start(dp->shm) : 0;
 }
 
@@ -234,6 +289,7 @@ static void udp_stop(struct pboxd_dp *dp)
 		struct udp_core *u = dp->cores[k].xport_core;
 
 		if (u != NULL) {
+			pbox_pace_destroy(u->pace); /* sends what it still holds */
 			pbox_udp_close(u->udp);
 			free(u);
 			dp->cores[k].xport_core = NULL;
@@ -291,6 +347,47 @@ static json_t *udp_counters_json(const struct pbox_udp_stats *s)
 			 (json_int_t)s->tx_msgs, "tx_gso_msgs", (json_int_t)s->tx_gso_msgs);
 }
 
+/* The result pacers' counters summed over cores (core/pace.h), read relaxed; null when
+ * pacing is off (the default; PBOX_PACE=1 turns it on). */
+static json_t *pace_json(const struct pboxd_dp *dp)
+{
+	uint64_t direct = 0, paced = 0, forced = 0, samples = 0, backlog = 0;
+	bool any = false;
+	json_t *rates = json_array();
+
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		const struct udp_core *u = dp->cores[k].xport_core;
+		const struct pbox_pace_stats *ps;
+
+		if (u == NULL || u->pace == NULL) {
+			continue;
+		}
+		any = true;
+		ps = pbox_pace_stats(u->pace);
+		direct += __atomic_load_n(&ps->sent_direct, __ATOMIC_RELAXED);
+		paced += __atomic_load_n(&ps->sent_paced, __ATOMIC_RELAXED);
+		forced += __atomic_load_n(&ps->forced, __ATOMIC_RELAXED);
+		samples += __atomic_load_n(&ps->samples, __ATOMIC_RELAXED);
+		backlog = PBOX_MAX(backlog, __atomic_load_n(&ps->max_backlog, __ATOMIC_RELAXED));
+		{
+			uint64_t r[64];
+			uint32_t n = pbox_pace_rates(u->pace, r, 64);
+
+			for (uint32_t i = 0; i < n; i++) {
+				json_array_append_new(rates, json_integer((json_int_t)r[i]));
+			}
+		}
+	}
+	if (!any) {
+		json_decref(rates);
+		return json_null();
+	}
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "sent_direct", (json_int_t)direct,
+			 "sent_paced", (json_int_t)paced, "forced", (json_int_t)forced,
+			 "rate_samples", (json_int_t)samples, "max_backlog", (json_int_t)backlog,
+			 "rates_Bps", rates);
+}
+
 static json_t *udp_stats_json(const struct pboxd_dp *dp)
 {
 	json_t *cores = json_array();
@@ -309,10 +406,10 @@ static json_t *udp_stats_json(const struct pboxd_dp *dp)
 		}
 	}
 	udp_counters(dp, dp->ncores, &s);
-	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o*}", "name", "udp", "gso",
+	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o, s:o*}", "name", "udp", "gso",
 			 info.gso, "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf,
-			 "cores", cores, "totals", udp_counters_json(&s), "shm",
-			 dp->shm != NULL ? pboxd_shm_stats_json(dp->shm) : NULL);
+			 "cores", cores, "totals", udp_counters_json(&s), "pace", pace_json(dp),
+			 "shm", dp->shm != NULL ? pboxd_shm_stats_json(dp->shm) : NULL);
 }
 
 static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)
