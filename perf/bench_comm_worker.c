@@ -60,6 +60,7 @@ struct opts {
 	uint32_t rto_ms;
 	bool busy_poll;
 	bool json;
+	double grad_sigma; /* > 0: Gaussian gradients of this deviation, new every iteration */
 };
 
 struct result {
@@ -95,6 +96,10 @@ static void usage(FILE *f)
 		"  --rto-ms MS         libpbox's first retransmission timeout (default: "
 		"libpbox's)\n"
 		"  --busy-poll         libpbox progress thread spins instead of sleeping\n"
+		"  --grad-sigma S      push Gaussian gradients N(0, S^2), new every iteration\n"
+		"                      (seeded by rank and iteration; written before each timed\n"
+		"                      exchange), for jobs with DVF; results are then checked\n"
+		"                      finite only. Default: every element 1, checked exactly\n"
 		"  --json              print the result as one JSON object (iter_seconds: each\n"
 		"                      timed exchange's duration)\n"
 		"  -h, --help          this text\n"
@@ -119,6 +124,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "rto-ms", required_argument, NULL, 'R' },
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "json", no_argument, NULL, 'J' },
+		{ "grad-sigma", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -171,6 +177,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'J':
 			o->json = true;
+			break;
+		case 'G':
+			rc = pbox_arg_double(PROG, "--grad-sigma", optarg, 1e-30, 1e30,
+					     &o->grad_sigma);
 			break;
 		case 'h':
 			usage(stdout);
@@ -371,6 +381,31 @@ static int table_load(struct table *t, const char *path)
 	return rc;
 }
 
+/* --grad-sigma: gradient of iteration it of this rank, N(0, sigma^2) (xorshift64* and
+ * Box-Muller), a different stream for every rank and iteration. */
+static void fill_gauss(float *g, uint64_t n, uint32_t rank, uint32_t it, double sigma)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)rank << 32 | it);
+
+	for (uint64_t i = 0; i < n; i += 2) {
+		double u1, u2, r;
+
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		u1 = ((double)((x * 0x2545f4914f6cdd1dull) >> 11) + 1.0) / 9007199254740993.0;
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		u2 = (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+		r = sigma * sqrt(-2.0 * log(u1));
+		g[i] = (float)(r * cos(2.0 * M_PI * u2));
+		if (i + 1 < n) {
+			g[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
+		}
+	}
+}
+
 /* One full-model exchange of iteration it: every key's push-pull started, then waited for. */
 static int exchange(struct pbox_client *c, const struct table *t, const uint64_t *off,
 		    const float *grad, float *out, uint32_t it)
@@ -548,8 +583,12 @@ int main(int argc, char **argv)
 	}
 	pbox_job_info(c, &ji);
 	for (uint32_t it = 0; it < o.warmup; it++) {
-		double t0 = pbox_mono_s();
+		double t0;
 
+		if (o.grad_sigma > 0) {
+			fill_gauss(grad, t.total, o.rank, it, o.grad_sigma);
+		}
+		t0 = pbox_mono_s();
 		if (exchange(c, &t, off, grad, out, it) < 0) {
 			goto out;
 		}
@@ -566,22 +605,34 @@ int main(int argc, char **argv)
 	}
 	pbox_client_stats(c, &r.before);
 	{
-		double t0 = pbox_mono_s(), ti = t0;
+		double ti;
 
+		r.seconds = 0;
 		for (uint32_t i = 0; i < r.iters; i++) {
+			if (o.grad_sigma > 0) {
+				fill_gauss(grad, t.total, o.rank, o.warmup + i, o.grad_sigma);
+			}
+			ti = pbox_mono_s();
 			if (exchange(c, &t, off, grad, out, o.warmup + i) < 0) {
 				goto out;
 			}
 			r.iter_s[i] = pbox_mono_s() - ti;
-			ti += r.iter_s[i];
+			r.seconds += r.iter_s[i];
 		}
-		r.seconds = pbox_mono_s() - t0;
 	}
 	pbox_client_stats(c, &r.after);
 	/* The mean of identical gradients is that gradient, exactly; anything else means the
 	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
 	 * Every element of the last exchange is checked (after the timing). */
-	for (uint64_t i = 0; i < t.total; i++) {
+	for (uint64_t i = 0; o.grad_sigma > 0 && i < t.total; i++) {
+		if (!isfinite(out[i])) {
+			fprintf(stderr,
+				"pbox-bench-comm: rank %u: result element %" PRIu64 " is %g\n",
+				o.rank, i, (double)out[i]);
+			goto out;
+		}
+	}
+	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
 		if (out[i] != out[0] || (out[i] != 1.0f && out[i] != (float)ji.workers)) {
 			fprintf(stderr,
 				"pbox-bench-comm: rank %u: result element %" PRIu64
