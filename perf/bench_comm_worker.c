@@ -97,9 +97,10 @@ static void usage(FILE *f)
 		"libpbox's)\n"
 		"  --busy-poll         libpbox progress thread spins instead of sleeping\n"
 		"  --grad-sigma S      push Gaussian gradients N(0, S^2), new every iteration\n"
-		"                      (seeded by rank and iteration; written before each timed\n"
-		"                      exchange), for jobs with DVF; results are then checked\n"
-		"                      finite only. Default: every element 1, checked exactly\n"
+		"                      (seeded by rank and iteration; all written before the\n"
+		"                      first exchange; needs --iters), for jobs with DVF; results\n"
+		"                      are then checked finite only. Default: every element 1,\n"
+		"                      checked exactly\n"
 		"  --json              print the result as one JSON object (iter_seconds: each\n"
 		"                      timed exchange's duration)\n"
 		"  -h, --help          this text\n"
@@ -192,6 +193,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (rc != 0) {
 		return rc;
+	}
+	if (o->grad_sigma > 0 && o->iters == 0) {
+		fprintf(stderr, "pbox-bench-comm: --grad-sigma needs --iters (the gradients are "
+				"written before the first exchange)\n");
+		return -EINVAL;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pbox-bench-comm: unexpected argument '%s' (see --help)\n",
@@ -514,7 +520,7 @@ int main(int argc, char **argv)
 	struct pbox_client_opts co = { 0 };
 	struct pbox_job_info ji;
 	struct result r = { 0 };
-	uint64_t *off = NULL;
+	uint64_t *off = NULL, ngrad;
 	float *grad = NULL, *out = NULL;
 	double warm_iter_s = 0;
 	int rc, status = 2;
@@ -526,17 +532,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Refuse what cannot fit rather than be killed while writing the buffers. */
-	if ((double)t.total * 8 >
+	if ((double)t.total * 4 * (2 + (o.grad_sigma > 0 ? o.warmup + o.iters : 0)) >
 	    (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) * 0.8) {
 		fprintf(stderr,
-			"pbox-bench-comm: %s: 2 x %.1f MB of buffers exceed 80%% of this machine's "
+			"pbox-bench-comm: %s: %.1f MB of buffers exceed 80%% of this machine's "
 			"memory\n",
-			t.path, (double)t.total * 4 / 1e6);
+			t.path,
+			(double)t.total * 4 * (2 + (o.grad_sigma > 0 ? o.warmup + o.iters : 0)) /
+				1e6);
 		status = 1;
 		goto out;
 	}
 	off = calloc(t.nkeys, sizeof(*off));
-	grad = malloc(t.total * sizeof(float));
+	/* --grad-sigma: every iteration's gradient written now, so that writing them neither
+	 * counts in an exchange nor delays one rank's start against the others'. */
+	ngrad = o.grad_sigma > 0 ? (uint64_t)o.warmup + o.iters : 1;
+	grad = malloc(t.total * ngrad * sizeof(float));
 	out = malloc(t.total * sizeof(float));
 	if (off == NULL || grad == NULL || out == NULL) {
 		fprintf(stderr, "pbox-bench-comm: cannot allocate 2 x %.1f MB for %s\n",
@@ -549,8 +560,11 @@ int main(int argc, char **argv)
 	}
 	/* Write both buffers now so that page faults stay out of the exchanges; a constant
 	 * gradient keeps the mean (and, for few iterations, the sum) finite. */
-	for (uint64_t i = 0; i < t.total; i++) {
+	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
 		grad[i] = 1.0f;
+	}
+	for (uint64_t i = 0; i < ngrad && o.grad_sigma > 0; i++) {
+		fill_gauss(grad + i * t.total, t.total, o.rank, (uint32_t)i, o.grad_sigma);
 	}
 	memset(out, 0, t.total * sizeof(float));
 
@@ -583,13 +597,9 @@ int main(int argc, char **argv)
 	}
 	pbox_job_info(c, &ji);
 	for (uint32_t it = 0; it < o.warmup; it++) {
-		double t0;
+		double t0 = pbox_mono_s();
 
-		if (o.grad_sigma > 0) {
-			fill_gauss(grad, t.total, o.rank, it, o.grad_sigma);
-		}
-		t0 = pbox_mono_s();
-		if (exchange(c, &t, off, grad, out, it) < 0) {
+		if (exchange(c, &t, off, grad + (ngrad > 1 ? it * t.total : 0), out, it) < 0) {
 			goto out;
 		}
 		warm_iter_s =
@@ -609,11 +619,10 @@ int main(int argc, char **argv)
 
 		r.seconds = 0;
 		for (uint32_t i = 0; i < r.iters; i++) {
-			if (o.grad_sigma > 0) {
-				fill_gauss(grad, t.total, o.rank, o.warmup + i, o.grad_sigma);
-			}
+			const float *g = grad + (ngrad > 1 ? (o.warmup + i) * t.total : 0);
+
 			ti = pbox_mono_s();
-			if (exchange(c, &t, off, grad, out, o.warmup + i) < 0) {
+			if (exchange(c, &t, off, g, out, o.warmup + i) < 0) {
 				goto out;
 			}
 			r.iter_s[i] = pbox_mono_s() - ti;
