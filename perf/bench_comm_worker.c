@@ -60,6 +60,7 @@ struct opts {
 	uint32_t rto_ms;
 	bool busy_poll;
 	bool json;
+	double grad_sigma; /* > 0: Gaussian gradients of this deviation, new every iteration */
 };
 
 struct result {
@@ -95,6 +96,11 @@ static void usage(FILE *f)
 		"  --rto-ms MS         libpbox's first retransmission timeout (default: "
 		"libpbox's)\n"
 		"  --busy-poll         libpbox progress thread spins instead of sleeping\n"
+		"  --grad-sigma S      push Gaussian gradients N(0, S^2), new every iteration\n"
+		"                      (seeded by rank and iteration; all written before the\n"
+		"                      first exchange; needs --iters), for jobs with DVF; results\n"
+		"                      are then checked finite only. Default: every element 1,\n"
+		"                      checked exactly\n"
 		"  --json              print the result as one JSON object (iter_seconds: each\n"
 		"                      timed exchange's duration)\n"
 		"  -h, --help          this text\n"
@@ -119,6 +125,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "rto-ms", required_argument, NULL, 'R' },
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "json", no_argument, NULL, 'J' },
+		{ "grad-sigma", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -172,6 +179,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'J':
 			o->json = true;
 			break;
+		case 'G':
+			rc = pbox_arg_double(PROG, "--grad-sigma", optarg, 1e-30, 1e30,
+					     &o->grad_sigma);
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -182,6 +193,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (rc != 0) {
 		return rc;
+	}
+	if (o->grad_sigma > 0 && o->iters == 0) {
+		fprintf(stderr, "pbox-bench-comm: --grad-sigma needs --iters (the gradients are "
+				"written before the first exchange)\n");
+		return -EINVAL;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pbox-bench-comm: unexpected argument '%s' (see --help)\n",
@@ -371,6 +387,31 @@ static int table_load(struct table *t, const char *path)
 	return rc;
 }
 
+/* --grad-sigma: gradient of iteration it of this rank, N(0, sigma^2) (xorshift64* and
+ * Box-Muller), a different stream for every rank and iteration. */
+static void fill_gauss(float *g, uint64_t n, uint32_t rank, uint32_t it, double sigma)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)rank << 32 | it);
+
+	for (uint64_t i = 0; i < n; i += 2) {
+		double u1, u2, r;
+
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		u1 = ((double)((x * 0x2545f4914f6cdd1dull) >> 11) + 1.0) / 9007199254740993.0;
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		u2 = (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+		r = sigma * sqrt(-2.0 * log(u1));
+		g[i] = (float)(r * cos(2.0 * M_PI * u2));
+		if (i + 1 < n) {
+			g[i + 1] = (float)(r * sin(2.0 * M_PI * u2));
+		}
+	}
+}
+
 /* One full-model exchange of iteration it: every key's push-pull started, then waited for. */
 static int exchange(struct pbox_client *c, const struct table *t, const uint64_t *off,
 		    const float *grad, float *out, uint32_t it)
@@ -479,7 +520,7 @@ int main(int argc, char **argv)
 	struct pbox_client_opts co = { 0 };
 	struct pbox_job_info ji;
 	struct result r = { 0 };
-	uint64_t *off = NULL;
+	uint64_t *off = NULL, ngrad;
 	float *grad = NULL, *out = NULL;
 	double warm_iter_s = 0;
 	int rc, status = 2;
@@ -491,17 +532,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Refuse what cannot fit rather than be killed while writing the buffers. */
-	if ((double)t.total * 8 >
+	if ((double)t.total * 4 * (2 + (o.grad_sigma > 0 ? o.warmup + o.iters : 0)) >
 	    (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) * 0.8) {
 		fprintf(stderr,
-			"pbox-bench-comm: %s: 2 x %.1f MB of buffers exceed 80%% of this machine's "
+			"pbox-bench-comm: %s: %.1f MB of buffers exceed 80%% of this machine's "
 			"memory\n",
-			t.path, (double)t.total * 4 / 1e6);
+			t.path,
+			(double)t.total * 4 * (2 + (o.grad_sigma > 0 ? o.warmup + o.iters : 0)) /
+				1e6);
 		status = 1;
 		goto out;
 	}
 	off = calloc(t.nkeys, sizeof(*off));
-	grad = malloc(t.total * sizeof(float));
+	/* --grad-sigma: every iteration's gradient written now, so that writing them neither
+	 * counts in an exchange nor delays one rank's start against the others'. */
+	ngrad = o.grad_sigma > 0 ? (uint64_t)o.warmup + o.iters : 1;
+	grad = malloc(t.total * ngrad * sizeof(float));
 	out = malloc(t.total * sizeof(float));
 	if (off == NULL || grad == NULL || out == NULL) {
 		fprintf(stderr, "pbox-bench-comm: cannot allocate 2 x %.1f MB for %s\n",
@@ -514,8 +560,11 @@ int main(int argc, char **argv)
 	}
 	/* Write both buffers now so that page faults stay out of the exchanges; a constant
 	 * gradient keeps the mean (and, for few iterations, the sum) finite. */
-	for (uint64_t i = 0; i < t.total; i++) {
+	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
 		grad[i] = 1.0f;
+	}
+	for (uint64_t i = 0; i < ngrad && o.grad_sigma > 0; i++) {
+		fill_gauss(grad + i * t.total, t.total, o.rank, (uint32_t)i, o.grad_sigma);
 	}
 	memset(out, 0, t.total * sizeof(float));
 
@@ -550,7 +599,7 @@ int main(int argc, char **argv)
 	for (uint32_t it = 0; it < o.warmup; it++) {
 		double t0 = pbox_mono_s();
 
-		if (exchange(c, &t, off, grad, out, it) < 0) {
+		if (exchange(c, &t, off, grad + (ngrad > 1 ? it * t.total : 0), out, it) < 0) {
 			goto out;
 		}
 		warm_iter_s =
@@ -566,22 +615,33 @@ int main(int argc, char **argv)
 	}
 	pbox_client_stats(c, &r.before);
 	{
-		double t0 = pbox_mono_s(), ti = t0;
+		double ti;
 
+		r.seconds = 0;
 		for (uint32_t i = 0; i < r.iters; i++) {
-			if (exchange(c, &t, off, grad, out, o.warmup + i) < 0) {
+			const float *g = grad + (ngrad > 1 ? (o.warmup + i) * t.total : 0);
+
+			ti = pbox_mono_s();
+			if (exchange(c, &t, off, g, out, o.warmup + i) < 0) {
 				goto out;
 			}
 			r.iter_s[i] = pbox_mono_s() - ti;
-			ti += r.iter_s[i];
+			r.seconds += r.iter_s[i];
 		}
-		r.seconds = pbox_mono_s() - t0;
 	}
 	pbox_client_stats(c, &r.after);
 	/* The mean of identical gradients is that gradient, exactly; anything else means the
 	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
 	 * Every element of the last exchange is checked (after the timing). */
-	for (uint64_t i = 0; i < t.total; i++) {
+	for (uint64_t i = 0; o.grad_sigma > 0 && i < t.total; i++) {
+		if (!isfinite(out[i])) {
+			fprintf(stderr,
+				"pbox-bench-comm: rank %u: result element %" PRIu64 " is %g\n",
+				o.rank, i, (double)out[i]);
+			goto out;
+		}
+	}
+	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
 		if (out[i] != out[0] || (out[i] != 1.0f && out[i] != (float)ji.workers)) {
 			fprintf(stderr,
 				"pbox-bench-comm: rank %u: result element %" PRIu64

@@ -365,8 +365,14 @@ static void tree_broadcast(struct ctx *x, struct pbox_slot *sl)
 			.arg0 = x->job->nlive,
 		};
 
+		/* With DVF, the very bytes a star reply sends: the fragment filtered once at
+		 * its finalisation (encoding.h); a repair resends them too. */
+		const void *pl = in_slot ? pbox_enc_result_frag(x->job, sl, f, m.frag_off,
+								&m.frag_len, &m.encoding)
+					 : p + m.frag_off;
+
 		pbox_tsb_send_frag(x->job->tsb, x->e->core, x->job->live, x->cj->peers, x->e->tx,
-				   x->e->tx_ctx, &m, p + m.frag_off, x->e->stats);
+				   x->e->tx_ctx, &m, pl, x->e->stats);
 	}
 	if (in_slot) {
 		sl->acc_ref = x->e->tx->queued(x->e->tx_ctx);

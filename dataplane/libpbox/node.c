@@ -1328,6 +1328,8 @@ int pbox_node_tsb_key(struct pbox_node *n, const struct pbox_tsb_key *key)
 		n->relay = NULL;
 		return -ENOMEM;
 	}
+	/* DVF-filtered results come down the tree as the appliance's blocks. */
+	n->relay->wire.accepts_dvf = n->wire.accepts_dvf;
 	return 0;
 }
 

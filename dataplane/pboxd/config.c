@@ -563,13 +563,6 @@ static int load_job(struct pbox_confkit *c, const config_setting_t *g,
 	if ((rc = pboxd_tsb_load(c, g, j)) != 0) {
 		return rc;
 	}
-	if (j->tree && j->dvf.enabled) {
-		/* The tree carries the engine's dense results; a DVF-filtered result would
-		 * need its encoding there (README, Known limits). */
-		return pbox_conf_bad(c, config_setting_get_member(g, "tree"),
-				     "a broadcast tree cannot be combined with dvf yet (results "
-				     "go down the tree dense): drop one of them");
-	}
 	return finish_job(c, g, j);
 }
 

@@ -72,7 +72,11 @@ CROSS_PORT0 = 5201
 TOKEN = "netlab"
 # pbox-tsb: pbox with the job's results broadcast down a tree of the workers (TSB;
 # tree_degree, tree_depth)
-SYSTEMS = ("pbox", "pbox-tsb", "gloo", "ps-lite")
+# pbox-dvf: pbox with DVF on the wire (pushes and results filtered; dvf_low, dvf_up);
+# pbox-dvf-tsb: both. DVF systems push Gaussian gradients (grad_sigma), new every
+# iteration; the others push a constant gradient (the bytes on the wire are the same).
+SYSTEMS = ("pbox", "pbox-tsb", "pbox-dvf", "pbox-dvf-tsb", "gloo", "ps-lite")
+PBOX_SYSTEMS = ("pbox", "pbox-tsb", "pbox-dvf", "pbox-dvf-tsb")
 PS_LITE_REASON = ("ps-lite is not built: it needs its sources and ZeroMQ fetched from the "
                   "internet, which this machine does not have")
 
@@ -290,6 +294,11 @@ FIELDS = {
     "seed": (_int(0, 1 << 31), 1, "fault-injector seed"),
     "tree_degree": (_int(1, 64), 2, "pbox-tsb: the broadcast tree's degree T"),
     "tree_depth": (_int(1, 16), 3, "pbox-tsb: the broadcast tree's depth H"),
+    "dvf_low": (_float(0.0, 1e30), 2.0, "pbox-dvf*: the job's dvf low (delta_low)"),
+    "dvf_up": (_float(0.0, 1e30), 8.0, "pbox-dvf*: the job's dvf up (delta_up)"),
+    "grad_sigma": (_float(1e-30, 1e30), 1.2, "pbox-dvf*: deviation of the Gaussian "
+                                             "gradients pushed (pbox-bench-comm "
+                                             "--grad-sigma)"),
 }
 
 
@@ -460,7 +469,7 @@ def cleanup(all_runs=False, run=None):
 class TransportLoss:
     """Loss injected by pbox's own transport: pboxd's `fault` config and PBOX_FAULT for
     each worker drop every datagram they send with probability p. Affects pbox only."""
-    systems = ("pbox", "pbox-tsb")
+    systems = PBOX_SYSTEMS
 
     def __init__(self, p, seed, build_dir=None):
         self.p = p
@@ -801,13 +810,17 @@ def per_iteration_max(rank_times):
     return [max(t[i] for t in rank_times) for i in range(n)]
 
 
-def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
+def run_pbox(lab, sc, build_dir, loss, timeout, tree=False, dvf=False):
     import netns  # tests/dpdk/netns.py: pboxd in a namespace, on pboxtest's config writer
     os.environ["PBOX_BUILD_DIR"] = build_dir
     job = {"id": 1, "token": TOKEN, "workers": sc.workers, "mode": "aggregate",
            "reduce": "mean"}
     if tree:
         job["tree"] = {"degree": sc.tree_degree, "depth": sc.tree_depth}
+    if dvf:
+        # Sums, like the demo's broadcasts: the results' sparsity comes from their values.
+        job["dvf"] = {"low": sc.dvf_low, "up": sc.dvf_up}
+        job["reduce"] = "sum"
     app = {"mtu": sc.mtu}
     if sc.chunk_bytes:
         app["chunk_bytes"] = sc.chunk_bytes
@@ -827,6 +840,8 @@ def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
                        sc.warmup, "--timeout-ms", int(min(3600, timeout) * 1000), "--json"]
                 if sc.max_inflight:
                     cmd += ["--max-inflight", sc.max_inflight]
+                if dvf:
+                    cmd += ["--grad-sigma", repr(sc.grad_sigma)]
                 cmds.append(cmd)
             outs = lab.run_ranks(cmds, [loss.worker_env(r) for r in range(sc.workers)],
                                  timeout)
@@ -849,7 +864,8 @@ def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
     times = per_iteration_max([o["iter_seconds"] for o in ranks])
     tot = st["totals"]
     res.update({"status": "ok", "iter_seconds": times, **summary(times),
-                "exact": True,  # pbox-bench-comm checks every element, exits 1 otherwise
+                # pbox-bench-comm checks every element, exits 1 otherwise (DVF: finite)
+                "exact": not dvf,
                 "wall_s": time.time() - t0,
                 "retransmits": sum(o["retransmits"] for o in ranks),
                 "probes": sum(o["probes"] for o in ranks),
@@ -858,6 +874,14 @@ def run_pbox(lab, sc, build_dir, loss, timeout, tree=False):
                                                   "replies_resent", "dropped", "tx_errors")},
                 "pace": (st.get("transport") or {}).get("pace"),  # result pacing (core/pace.h)
                 "links": counters_delta(c0, lab.link_counters())})
+    dv = tot.get("dvf")
+    if dvf and dv and dv.get("in_dense") and dv.get("out_dense"):
+        # The whole run's (warm-up included): values kept back and dense / wire bytes.
+        res["dvf"] = {"push_sparsity": 1 - 4.0 * dv["in_vals"] / dv["in_dense"],
+                      "push_ratio": dv["in_dense"] / max(dv["in_bytes"], 1),
+                      "result_sparsity": 1 - 4.0 * dv["out_vals"] / dv["out_dense"],
+                      "result_ratio": dv["out_dense"] / max(dv["out_bytes"], 1),
+                      "counters": dv}
     return res
 
 
@@ -963,9 +987,9 @@ def run_scenario(sc, build_dir, log=print):
             before = loss.counters(lab) if counted else None
             try:
                 with Cross(lab, sc.cross) as cross:
-                    if system in ("pbox", "pbox-tsb"):
+                    if system in PBOX_SYSTEMS:
                         r = run_pbox(lab, sc, build_dir, loss, timeout,
-                                     tree=system == "pbox-tsb")
+                                     tree=system.endswith("-tsb"), dvf="-dvf" in system)
                     else:
                         r = run_gloo(lab, sc, timeout)
                     cross.check()
@@ -977,7 +1001,7 @@ def run_scenario(sc, build_dir, log=print):
                     r["over_link_bound"] = r["median_s"] / b["link_bound_s"]
                 own = b["pbox_bound_s" if system == "pbox" else
                         "tsb_bound_s" if system == "pbox-tsb" else "gloo_ring_bound_s"]
-                if own:
+                if own and "-dvf" not in system:  # DVF's bytes depend on the values
                     r["over_own_bound"] = r["median_s"] / own
             res["systems"][system] = r
             if counted:  # this system's frames and drops on each link
@@ -1058,8 +1082,13 @@ def print_result(r):
         if s["status"] == "ok":
             extra = ""
             if "over_link_bound" in s:
-                extra = ", %.2fx the link-rate bound (%.2fx its own)" % (
-                    s["over_link_bound"], s["over_own_bound"])
+                extra = ", %.2fx the link-rate bound" % s["over_link_bound"]
+            if "over_own_bound" in s:
+                extra += " (%.2fx its own)" % s["over_own_bound"]
+            if "dvf" in s:
+                extra += ", DVF: pushes %.1f %% sparse (%.2fx), results %.1f %% (%.2fx)" % (
+                    100 * s["dvf"]["push_sparsity"], s["dvf"]["push_ratio"],
+                    100 * s["dvf"]["result_sparsity"], s["dvf"]["result_ratio"])
             if "retransmits" in s:
                 extra += ", %d retransmits" % s["retransmits"]
             print("  %-7s median %.3f s  min %.3f  max %.3f%s" % (
@@ -1113,8 +1142,9 @@ def markdown_rows(results):
             links = s["links"]
             wtx = sum(v["tx_bytes"] for k, v in links.items() if k != "app")
             exch = sc["workers"] * (sc["iterations"] + sc["warmup"])
-            own = r["bounds"].get("pbox_bound_s" if name == "pbox" else "tsb_bound_s"
-                                  if name == "pbox-tsb" else "gloo_ring_bound_s")
+            own = None if "-dvf" in name else r["bounds"].get(
+                "pbox_bound_s" if name == "pbox" else "tsb_bound_s"
+                if name == "pbox-tsb" else "gloo_ring_bound_s")
             if all("tbf_drops_host" in v for v in links.values()):
                 drops = "%d / %d" % (sum(v["tbf_drops_host"] for v in links.values()),
                                      sum(v["tbf_drops_switch"] for v in links.values()))

@@ -110,6 +110,16 @@ check(sum(bk) == sum(sizes), "buckets lose elements: %r" % bk)
 check(bk[0] * 4 >= 1 << 20 and bk[0] * 4 < (1 << 20) + 4 * 300_000, "first bucket %r" % bk)
 check(all(x * 4 >= 4 << 20 for x in bk[1:-1]), "middle buckets under the cap: %r" % bk)
 
+# the checked-in DVF + TSB scenario: its model table (cut of resnet50) and systems
+scs = [Scenario.from_dict(x) for x in netlab.load_scenarios(
+    os.path.join(NETLAB, "scenarios", "dvf-tsb.toml"))]
+check([s.appliance_rate for s in scs] == ["100mbit", "400mbit"] and
+      scs[0].systems == ["pbox", "pbox-tsb", "pbox-dvf", "pbox-dvf-tsb", "gloo"] and
+      scs[0].grad_sigma == 1.2, "dvf-tsb.toml: %r" % scs[0].to_dict())
+name, sizes = netlab.read_table(scs[0].model_path())
+check(name == "resnet50-head85" and len(sizes) == 85 and sum(sizes) == 3219520,
+      "resnet50-head85: %s %d %d" % (name, len(sizes), sum(sizes)))
+
 # scenario files: TOML with a [[scenario]] list over shared defaults, and JSON
 with tempfile.TemporaryDirectory() as d:
     p = os.path.join(d, "s.toml")

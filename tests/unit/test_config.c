@@ -650,10 +650,15 @@ static void test_tree(void **state)
 		     "  sync = { model = \"ssp\"; staleness = 1; };\n"
 		     "  tree = { degree = 2; depth = 3; }; } );\n",
 		     "needs sync model 'bsp'");
-	expect_error("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
-		     "  dvf = { low = 2.0; up = 8.0; };\n"
-		     "  tree = { degree = 2; depth = 3; }; } );\n",
-		     "cannot be combined with dvf");
+	/* DVF and a tree together: the filtered results go down the tree as they are. */
+	assert_int_equal(load("jobs = ( { id = 1; token = \"t\"; workers = 3;\n"
+			      "  dvf = { low = 2.0; up = 8.0; };\n"
+			      "  tree = { degree = 2; depth = 3; }; } );\n",
+			      &cfg, err, sizeof(err)),
+			 0);
+	assert_true(cfg.jobs[0].dvf.enabled);
+	assert_non_null(cfg.jobs[0].tree_parent);
+	pboxd_config_free(&cfg);
 }
 
 /*

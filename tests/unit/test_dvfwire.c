@@ -15,7 +15,9 @@
  *    once) the results are bit-identical to the loss-free run;
  *  - a non-finite value inside a block is refused like a dense one (EDOM);
  *  - server-optimizer jobs: pushes filtered, models sent dense; broadcast-update jobs:
- *    the broadcasts filtered like aggregates.
+ *    the broadcasts filtered like aggregates;
+ *  - DVF with a TSB tree: the filtered blocks go down the tree, results bit-identical to
+ *    the star's, with and without loss on the hops.
  */
 #include <errno.h>
 #include <math.h>
@@ -297,6 +299,26 @@ static enum sim_verdict chaos(struct sim *s, enum sim_dir dir, uint32_t ep,
 	}
 }
 
+/* TSB: when set, train() sends the results down this tree (4 ranks, T = 2, H = 3), counts
+ * the result fragments ranks relayed by encoding, and applies chaos only if seeded. */
+static const uint32_t *g_tree;
+static const struct pbox_tsb_key g_tree_key = { { 7,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+						  11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+						  22, 23, 24, 25, 26, 27, 28, 29, 30, 31 } };
+static uint64_t g_relayed[PBOX_ENC_MAX + 1];
+
+static enum sim_verdict tree_watch(struct sim *s, enum sim_dir dir, uint32_t ep,
+				   const struct pbox_msg *m, void *arg)
+{
+	uint64_t *x = arg;
+
+	if (dir == SIM_TO_WORKER && m->type == PBOX_MSG_DATA &&
+	    (s->filter_from & SIM_FROM_RANK) != 0 && m->encoding <= PBOX_ENC_MAX) {
+		g_relayed[m->encoding]++;
+	}
+	return *x != 0 ? chaos(s, dir, ep, m, arg) : SIM_PASS;
+}
+
 static float linf_chunks(const struct pbox_dvf_push *p, const struct pbox_jobdesc *d)
 {
 	float m = 0;
@@ -347,7 +369,11 @@ static void train(const struct sim_job_cfg *cfg, struct run *R, uint64_t chaos_s
 	memset(R, 0, sizeof(*R));
 	g_rng = 0x9e3779b97f4a7c15ull;
 	assert_int_equal(sim_init(&s, cfg), 0);
-	if (chaos_seed != 0) {
+	if (g_tree != NULL) {
+		assert_int_equal(sim_set_tree(&s, g_tree, &g_tree_key), 0);
+		s.filter = tree_watch;
+		s.filter_arg = &x;
+	} else if (chaos_seed != 0) {
 		s.filter = chaos;
 		s.filter_arg = &x;
 	}
@@ -477,6 +503,41 @@ static void test_sparse_dense_lossy(void **state)
 	}
 }
 
+/* DVF and TSB together: the appliance sends each filtered result fragment (the same block
+ * the star reply sends) down the tree, relays forward it unchanged; every worker gets
+ * results bit-identical to the star DVF run, with and without loss on the hops (repairs,
+ * from the parent or the appliance, resend the same bytes: the residual is applied once),
+ * and train()'s invariants (no update lost, ||R||_inf <= delta_t) hold. */
+static void test_tree_dvf(void **state)
+{
+	static struct run A, B, C;
+	/* rank 0 fed by the appliance, relays to 1 and 2; 1 relays to 3 */
+	static const uint32_t tree[4] = { PBOX_TSB_ROOT, 0, 0, 1 };
+	struct pbox_dvf_job dvf = dvf_cfg("lz4", PBOX_DVF_LINK_SUFFICIENT);
+	struct sim_job_cfg cfg = base_cfg(4, &dvf);
+
+	(void)state;
+	train(&cfg, &A, 0);
+	g_tree = tree;
+	memset(g_relayed, 0, sizeof(g_relayed));
+	train(&cfg, &B, 0);
+	assert_memory_equal(A.res, B.res, sizeof(A.res));
+	/* the tree carried the blocks: 3 ranks each got every result fragment relayed */
+	assert_true(g_relayed[PBOX_ENC_DVF] > 0);
+	/* key 0: 10000 bytes in chunks of 4096: 4 + 4 + 2 fragments */
+	assert_int_equal(g_relayed[PBOX_ENC_DVF] + g_relayed[PBOX_ENC_F32], 3 * ITERS * 10);
+	train(&cfg, &C, 777);
+	assert_memory_equal(A.res, C.res, sizeof(A.res));
+	/* broadcast-update (UCC) broadcasts down the tree alike */
+	cfg.mode = PBOX_MODE_BROADCAST;
+	g_tree = NULL;
+	train(&cfg, &A, 0);
+	g_tree = tree;
+	train(&cfg, &C, 4242);
+	assert_memory_equal(A.res, C.res, sizeof(A.res));
+	g_tree = NULL;
+}
+
 /* A NaN in a filtered push is always sent (never <= delta) and refused by the appliance
  * under non_finite = "reject": the operation fails with EDOM. */
 static void test_nonfinite_block(void **state)
@@ -580,10 +641,10 @@ static void test_server_opt(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_wire_forms),      cmocka_unit_test(test_bad_blocks),
-		cmocka_unit_test(test_invariants),      cmocka_unit_test(test_sparse_dense_lossy),
-		cmocka_unit_test(test_nonfinite_block), cmocka_unit_test(test_plan_switch),
-		cmocka_unit_test(test_server_opt),
+		cmocka_unit_test(test_wire_forms),  cmocka_unit_test(test_bad_blocks),
+		cmocka_unit_test(test_invariants),  cmocka_unit_test(test_sparse_dense_lossy),
+		cmocka_unit_test(test_tree_dvf),    cmocka_unit_test(test_nonfinite_block),
+		cmocka_unit_test(test_plan_switch), cmocka_unit_test(test_server_opt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
