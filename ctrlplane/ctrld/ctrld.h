@@ -9,11 +9,11 @@
  *
  * Admission: a job definition is validated here with pboxd's own job validation (so
  * --check-config catches bad static jobs), then offered to the managed pboxds, those that
- * answered their last request first, then fewest assigned jobs first; each pboxd applies its admission (workers, modes, memory budgets:
- * the geometry and budgets of its own hardware) and the first to accept holds the job. A
- * job that no reachable pboxd accepts is refused, with every pboxd's reason. A job with a
- * fixed key set is published with pbox-ctrld's assignment of its chunks to that pboxd's
- * cores (assign.h), which the pboxd checks and uses.
+ * answered their last request first, then fewest assigned jobs first; each pboxd applies its
+ * admission (workers, modes, memory budgets: the geometry and budgets of its own hardware) and the
+ * first to accept holds the job. A job that no reachable pboxd accepts is refused, with every
+ * pboxd's reason. A job with a fixed key set is published with pbox-ctrld's assignment of its
+ * chunks to that pboxd's cores (assign.h), which the pboxd checks and uses.
  *
  * Persistence: with state_file, the runtime jobs (and removals not yet delivered) are
  * written after every change and restored at start (state.h); jobs a pboxd still holds
