@@ -53,6 +53,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,6 +80,30 @@ SYSTEMS = ("pbox", "pbox-tsb", "pbox-dvf", "pbox-dvf-tsb", "gloo", "ps-lite")
 PBOX_SYSTEMS = ("pbox", "pbox-tsb", "pbox-dvf", "pbox-dvf-tsb")
 PS_LITE_REASON = ("ps-lite is not built: it needs its sources and ZeroMQ fetched from the "
                   "internet, which this machine does not have")
+
+
+def wait_all(procs, timeout):
+    """Wait for every process, reading all their pipes at once; [(rc, stdout, stderr)].
+    Reading them one process at a time would leave the others' pipes unread: a rank that
+    fills its 64 KiB stdout pipe (a JSON event per step) blocks in write(), and a BSP job
+    then stalls every rank. Past timeout seconds all are killed and LabError raised."""
+    res = [None] * len(procs)
+
+    def drain(r, p):
+        res[r] = p.communicate()
+
+    ths = [threading.Thread(target=drain, args=(r, p), daemon=True)
+           for r, p in enumerate(procs)]
+    for t in ths:
+        t.start()
+    deadline = time.time() + timeout
+    for r, t in enumerate(ths):
+        t.join(max(0, deadline - time.time()))
+        if t.is_alive():
+            for q in procs:
+                q.kill()
+            raise LabError("rank %d did not finish within %d s" % (r, timeout))
+    return [(p.returncode, o, e) for p, (o, e) in zip(procs, res)]
 
 
 class LabError(Exception):
@@ -686,17 +711,7 @@ class Lab:
         procs = [self.popen(self.worker_ns[r], argv, env=envs[r], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
                  for r, argv in enumerate(cmds)]
-        deadline = time.time() + timeout
-        outs = []
-        for r, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise LabError("rank %d did not finish within %d s" % (r, timeout))
-            outs.append((p.returncode, out, err))
-        return outs
+        return wait_all(procs, timeout)
 
     def link_counters(self):
         """{endpoint: {tx_bytes, rx_bytes, tx_packets, rx_packets, tbf_drops_host,

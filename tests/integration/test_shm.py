@@ -128,7 +128,12 @@ class ShmConn:
             out.append(bytes(self.mem[data + pos + 64:data + pos + 64 + ln]))
             self.head[k] += 64 + (ln + 63) // 64 * 64
         self.set_u64(ctl + 64, self.head[k])
-        if struct.unpack_from("<I", self.mem, ctl + 8)[0]:
+        # libpbox reads the core's "waiting for room" flag after a full fence (ring.c:
+        # pbox_shm_cons_release_wake); Python has no fence between this store and that
+        # load (x86 may reorder them: a lost wake-up, and the core sleeps on its backlog),
+        # so this consumer wakes the core whenever it gave room back. The wake protocol
+        # itself is tested in C (test_shm_ring).
+        if out:
             self.ring_core(k)
         return out
 

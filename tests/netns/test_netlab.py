@@ -66,7 +66,31 @@ def start_up(extra):
     return p, m.group(1)
 
 
+def check_wait_all():
+    """Ranks' pipes are read at once: a rank that writes more than a pipe holds before
+    another rank may finish must not block (netlab read them one by one, and a BSP job
+    whose ranks print a line per step stalled once the unread pipes filled)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        flag = os.path.join(tmp, "written")
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", "import os, time\nwhile not os.path.exists(%r): "
+             "time.sleep(0.02)" % flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys\nsys.stdout.write('x' * 200000)\n"
+             "sys.stdout.flush()\nopen(%r, 'w').close()" % flag],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            outs = netlab.wait_all([waiter, writer], 20)
+        except netlab.LabError as e:
+            fail("wait_all: %s (pipes read one process at a time?)" % e)
+        if [rc for rc, _, _ in outs] != [0, 0] or len(outs[1][1]) != 200000:
+            fail("wait_all: %s" % [(rc, len(o), e[-200:]) for rc, o, e in outs])
+    print("wait_all: 200000 bytes from the second process while the first waited")
+
+
 def main():
+    check_wait_all()
     why = netlab.missing()
     if why:
         print("SKIP: " + why)
