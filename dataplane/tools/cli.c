@@ -32,12 +32,6 @@ int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, in
 	return pbox_ctl_request(addr, NULL, req, reply, timeout_ms, err, errlen);
 }
 
-int pbox_cli_admin_request(const char *addr, const char *admin_token, const json_t *req,
-			   json_t **reply, int timeout_ms, char *err, size_t errlen)
-{
-	return pbox_ctl_request(addr, admin_token, req, reply, timeout_ms, err, errlen);
-}
-
 int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "r");
@@ -67,6 +61,83 @@ int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, siz
 	}
 	snprintf(tok, len, "%s", env != NULL ? env : "");
 	return 0;
+}
+
+int pbox_cli_ctl_opt(struct pbox_cli_ctl *c, int opt, const char *arg)
+{
+	switch (opt) {
+	case 'c':
+		c->addr = arg;
+		return 0;
+	case 's':
+		if (arg[0] != '/') {
+			fprintf(stderr, "%s: --socket %s: expected an absolute path\n", c->cmd,
+				arg);
+			return -EINVAL;
+		}
+		c->addr = arg;
+		return 0;
+	case 't':
+		c->token_file = arg;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+int pbox_cli_ctl_token(struct pbox_cli_ctl *c)
+{
+	char err[768];
+	int rc = pbox_cli_admin_token(c->token_file, c->token, sizeof(c->token), err, sizeof(err));
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s\n", c->cmd, err);
+	}
+	return rc;
+}
+
+int pbox_cli_ctl_call(const struct pbox_cli_ctl *c, const char *verb, json_t *req, json_t **reply,
+		      int timeout_ms)
+{
+	const char *sp = verb != NULL ? " " : "", *why;
+	char err[768];
+	int rc;
+
+	*reply = NULL;
+	if (req == NULL) {
+		fprintf(stderr, "%s: out of memory\n", c->cmd);
+		return -ENOMEM;
+	}
+	if (c->token_in_request && c->token[0] != '\0') {
+		json_object_set_new(req, "admin_token", json_string(c->token));
+	}
+	rc = pbox_ctl_request(c->addr, c->token_in_request ? NULL : c->token, req, reply,
+			      timeout_ms, err, sizeof(err));
+	json_decref(req);
+	if (rc != 0) {
+		fprintf(stderr, "%s%s%s: %s\n", c->cmd, sp, verb ?: "", err);
+		return rc;
+	}
+	if (!json_is_true(json_object_get(*reply, "ok"))) {
+		why = json_string_value(json_object_get(*reply, "error"));
+		if (c->token_in_request) {
+			fprintf(stderr, "%s%s%s: %s refused the request: %s\n", c->cmd, sp,
+				verb ?: "", c->addr, why ?: "no reason given");
+		} else {
+			fprintf(stderr, "%s%s%s: %s refused: %s\n", c->cmd, sp, verb ?: "", c->addr,
+				why ?: "(no reason given)");
+		}
+		json_decref(*reply);
+		*reply = NULL;
+		return -EPERM;
+	}
+	return 0;
+}
+
+void pbox_cli_print_json(const json_t *o)
+{
+	json_dumpf(o, stdout, JSON_INDENT(2));
+	printf("\n");
 }
 
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len)

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers shared by the subcommands of the `pbox` program: one request on pboxd's
- * control channel, counters read from JSON, and byte counts for people. Option values
- * are parsed by common/args.h (pbox_arg_*, with the program name "pbox <command>").
+ * control channel (with the operator options and error messages every command shares), counters
+ * read from JSON, and byte counts for people. Option values are parsed by common/args.h
+ * (pbox_arg_*, with the program name "pbox <command>").
  *
  * Thread safety: no state; pbox_cli_bytes() writes the caller's buffer.
  */
 #ifndef PBOX_TOOLS_CLI_H
 #define PBOX_TOOLS_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,13 +38,6 @@ uint64_t pbox_cli_json_u64(const json_t *o, const char *key);
 int pbox_cli_ctl_request(const char *addr, const json_t *req, json_t **reply, int timeout_ms,
 			 char *err, size_t errlen);
 
-/* Like pbox_cli_ctl_request, on a connection that first proves admin_token ({"op":"auth"};
- * skipped when admin_token is NULL or "" or addr is a Unix socket): an administration
- * request may be longer than what pboxd reads before authentication. A refused auth is
- * returned as the reply. */
-int pbox_cli_admin_request(const char *addr, const char *admin_token, const json_t *req,
-			   json_t **reply, int timeout_ms, char *err, size_t errlen);
-
 /* The first line of path (without the newline) into tok. 0 or -errno with err. */
 int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err, size_t errlen);
 
@@ -50,6 +45,51 @@ int pbox_cli_read_token_file(const char *path, char *tok, size_t len, char *err,
  * when path is not NULL, else the environment variable PBOX_ADMIN_TOKEN, else "" (none:
  * the Unix control socket needs none). 0 or -errno with err. */
 int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, size_t errlen);
+
+/*
+ * The daemon an operator command asks: --control HOST:PORT, --socket PATH (absolute) and
+ * --admin-token-file FILE, shared by pbox stats, status, job and bw. Every message the
+ * helpers below print starts with cmd ("pbox status: ..."). Fill cmd and addr (the default
+ * address), put PBOX_CLI_CTL_LONGOPTS in the command's option table and hand its 'c', 's'
+ * and 't' options to pbox_cli_ctl_opt().
+ */
+struct pbox_cli_ctl {
+	const char *cmd;        /* "pbox status": the prefix of every message */
+	const char *addr;       /* the default, then --control or --socket */
+	const char *token_file; /* --admin-token-file, or NULL */
+	/* pbox stats sends the token inside its request ({"op":"stats","admin_token":...})
+	 * instead of proving it first, and says "ADDR refused the request: REASON". */
+	bool token_in_request;
+	char token[512]; /* set by pbox_cli_ctl_token() */
+};
+
+/* The three options' entries in a struct option table (needs <getopt.h>). */
+#define PBOX_CLI_CTL_LONGOPTS                                                                    \
+	{ "control", required_argument, NULL, 'c' }, { "socket", required_argument, NULL, 's' }, \
+	{                                                                                        \
+		"admin-token-file", required_argument, NULL, 't'                                 \
+	}
+
+/* Take the option opt ('c', 's' or 't') with its argument arg. 0, or -EINVAL after
+ * printing "CMD: --socket ARG: expected an absolute path" (the caller exits with 64). */
+int pbox_cli_ctl_opt(struct pbox_cli_ctl *c, int opt, const char *arg);
+
+/* Read the admin token (pbox_cli_admin_token) into c->token. 0, or -errno after printing
+ * "CMD: CAUSE" (the caller exits with 64). */
+int pbox_cli_ctl_token(struct pbox_cli_ctl *c);
+
+/*
+ * Send req (consumed, may be NULL after a failed allocation) to c->addr with c->token and
+ * return the reply in *reply (owned by the caller) when the daemon said "ok". Every
+ * failure is printed and leaves *reply NULL: -ENOMEM ("CMD: out of memory"), the
+ * request's -errno ("CMD[ VERB]: CAUSE"), or -EPERM when the daemon refused
+ * ("CMD[ VERB]: ADDR refused: REASON"). verb may be NULL.
+ */
+int pbox_cli_ctl_call(const struct pbox_cli_ctl *c, const char *verb, json_t *req, json_t **reply,
+		      int timeout_ms);
+
+/* Print o as indented JSON and a newline on stdout (--json). */
+void pbox_cli_print_json(const json_t *o);
 
 /* "1.41 GB", "940.6 KB", "512 B" (decimal units). Returns buf. */
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len);

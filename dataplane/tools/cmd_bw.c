@@ -115,45 +115,17 @@ static const json_t *find_pair(const json_t *reply, const char *from, const char
 	return NULL;
 }
 
-static int request(const char *addr, const char *token, json_t *req, json_t **reply,
-		   const char *what)
-{
-	char err[768];
-	int rc;
-
-	if (req == NULL) {
-		fprintf(stderr, "pbox bw: out of memory\n");
-		return -ENOMEM;
-	}
-	rc = pbox_cli_admin_request(addr, token, req, reply, BW_TIMEOUT_MS, err, sizeof(err));
-	json_decref(req);
-	if (rc != 0) {
-		fprintf(stderr, "pbox bw %s: %s\n", what, err);
-		return rc;
-	}
-	if (!json_is_true(json_object_get(*reply, "ok"))) {
-		fprintf(stderr, "pbox bw %s: %s refused: %s\n", what, addr,
-			json_string_value(json_object_get(*reply, "error")) ?: "(no reason given)");
-		json_decref(*reply);
-		*reply = NULL;
-		return -EPERM;
-	}
-	return 0;
-}
-
 int pbox_cmd_bw(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "control", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "admin-token-file", required_argument, NULL, 't' },
+		PBOX_CLI_CTL_LONGOPTS,
 		{ "wait", required_argument, NULL, 'w' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *addr = "127.0.0.1:7300", *token_file = NULL, *verb = "list";
-	char token[512] = "", err[768];
+	struct pbox_cli_ctl ctl = { .cmd = "pbox bw", .addr = "127.0.0.1:7300" };
+	const char *verb = "list";
 	json_t *reply = NULL;
 	uint32_t wait_s = 0;
 	bool as_json = false;
@@ -172,18 +144,11 @@ int pbox_cmd_bw(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
-			addr = optarg;
-			break;
 		case 's':
-			if (optarg[0] != '/') {
-				fprintf(stderr, "pbox bw: --socket %s: expected an absolute path\n",
-					optarg);
+		case 't':
+			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
 				return 64;
 			}
-			addr = optarg;
-			break;
-		case 't':
-			token_file = optarg;
 			break;
 		case 'w':
 			if (pbox_arg_u32("pbox bw", "--wait", optarg, 0, 3600, &wait_s) != 0) {
@@ -201,8 +166,7 @@ int pbox_cmd_bw(int argc, char **argv)
 			return 64;
 		}
 	}
-	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
-		fprintf(stderr, "pbox bw: %s\n", err);
+	if (pbox_cli_ctl_token(&ctl) != 0) {
 		return 64;
 	}
 	if (strcmp(verb, "list") == 0) {
@@ -210,8 +174,8 @@ int pbox_cmd_bw(int argc, char **argv)
 			fprintf(stderr, "pbox bw list: unexpected argument '%s'\n", argv[optind]);
 			return 64;
 		}
-		if (request(addr, token, json_pack("{s:s}", "op", "bw_list"), &reply, "list") !=
-		    0) {
+		if (pbox_cli_ctl_call(&ctl, "list", json_pack("{s:s}", "op", "bw_list"), &reply,
+				      BW_TIMEOUT_MS) != 0) {
 			return 1;
 		}
 	} else {
@@ -227,9 +191,10 @@ int pbox_cmd_bw(int argc, char **argv)
 		}
 		from = argv[optind];
 		to = argv[optind + 1];
-		if (request(addr, token,
+		if (pbox_cli_ctl_call(
+			    &ctl, "probe",
 			    json_pack("{s:s, s:s, s:s}", "op", "bw_probe", "from", from, "to", to),
-			    &reply, "probe") != 0) {
+			    &reply, BW_TIMEOUT_MS) != 0) {
 			return 1;
 		}
 		if (wait_s == 0) {
@@ -242,8 +207,8 @@ int pbox_cmd_bw(int argc, char **argv)
 		reply = NULL;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (;;) {
-			if (request(addr, token, json_pack("{s:s}", "op", "bw_list"), &reply,
-				    "probe") != 0) {
+			if (pbox_cli_ctl_call(&ctl, "probe", json_pack("{s:s}", "op", "bw_list"),
+					      &reply, BW_TIMEOUT_MS) != 0) {
 				return 1;
 			}
 			p = find_pair(reply, from, to);
@@ -263,8 +228,7 @@ int pbox_cmd_bw(int argc, char **argv)
 			usleep(200000);
 		}
 		if (as_json) {
-			json_dumpf(p, stdout, JSON_INDENT(2));
-			printf("\n");
+			pbox_cli_print_json(p);
 		} else {
 			printf("%-12s %-22s %-8s %-17s %-15s %-7s %-7s %s\n", "from", "to", "state",
 			       "Mbit/s", "grey", "age_s", "took_s", "flags");
@@ -276,8 +240,7 @@ int pbox_cmd_bw(int argc, char **argv)
 		return status;
 	}
 	if (as_json) {
-		json_dumpf(reply, stdout, JSON_INDENT(2));
-		printf("\n");
+		pbox_cli_print_json(reply);
 	} else {
 		print_matrix(reply);
 	}

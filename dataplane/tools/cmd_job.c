@@ -189,19 +189,18 @@ static void print_list(const json_t *jobs)
 int pbox_cmd_job(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "control", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "admin-token-file", required_argument, NULL, 't' },
+		PBOX_CLI_CTL_LONGOPTS,
 		{ "file", required_argument, NULL, 'f' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *addr = "127.0.0.1:7000", *token_file = NULL, *file = NULL, *verb;
-	char token[512] = "", err[768];
+	struct pbox_cli_ctl ctl = { .cmd = "pbox job", .addr = "127.0.0.1:7000" };
+	const char *file = NULL, *verb;
 	json_t *req = NULL, *reply = NULL, *desc = NULL;
+	char err[768];
 	bool as_json = false;
-	int opt, rc, status = 1;
+	int opt;
 
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
 		usage(argc < 2 ? stderr : stdout);
@@ -218,19 +217,11 @@ int pbox_cmd_job(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "f:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
-			addr = optarg;
-			break;
 		case 's':
-			if (optarg[0] != '/') {
-				fprintf(stderr,
-					"pbox job: --socket %s: expected an absolute path\n",
-					optarg);
+		case 't':
+			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
 				return 64;
 			}
-			addr = optarg;
-			break;
-		case 't':
-			token_file = optarg;
 			break;
 		case 'f':
 			file = optarg;
@@ -246,8 +237,7 @@ int pbox_cmd_job(int argc, char **argv)
 			return 64;
 		}
 	}
-	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
-		fprintf(stderr, "pbox job: %s\n", err);
+	if (pbox_cli_ctl_token(&ctl) != 0) {
 		return 64;
 	}
 	if (strcmp(verb, "create") == 0) {
@@ -287,24 +277,12 @@ int pbox_cmd_job(int argc, char **argv)
 		}
 		req = pbox_jobmsg_list(NULL);
 	}
-	if (req == NULL) {
-		fprintf(stderr, "pbox job: out of memory\n");
+	if (pbox_cli_ctl_call(&ctl, verb, req, &reply, JOB_TIMEOUT_MS) != 0) {
 		return 1;
-	}
-	rc = pbox_cli_admin_request(addr, token, req, &reply, JOB_TIMEOUT_MS, err, sizeof(err));
-	if (rc != 0) {
-		fprintf(stderr, "pbox job %s: %s\n", verb, err);
-		goto out;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		fprintf(stderr, "pbox job %s: %s refused: %s\n", verb, addr,
-			json_string_value(json_object_get(reply, "error")) ?: "(no reason given)");
-		goto out;
 	}
 	if (strcmp(verb, "list") == 0) {
 		if (as_json) {
-			json_dumpf(reply, stdout, JSON_INDENT(2));
-			printf("\n");
+			pbox_cli_print_json(reply);
 		} else {
 			print_list(json_object_get(reply, "jobs"));
 		}
@@ -312,9 +290,6 @@ int pbox_cmd_job(int argc, char **argv)
 		printf("job %" PRIu64 " %s\n", pbox_cli_json_u64(reply, "id"),
 		       strcmp(verb, "rm") == 0 ? "removed" : "created");
 	}
-	status = 0;
-out:
-	json_decref(req);
 	json_decref(reply);
-	return status;
+	return 0;
 }

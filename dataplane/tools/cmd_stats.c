@@ -260,37 +260,27 @@ static void print_stats(const char *addr, const json_t *st)
 int pbox_cmd_stats(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "control", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "admin-token-file", required_argument, NULL, 't' },
+		PBOX_CLI_CTL_LONGOPTS,
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *addr = "127.0.0.1:7000", *token_file = NULL, *sock = NULL;
-	char token[512] = "";
+	struct pbox_cli_ctl ctl = { .cmd = "pbox stats",
+				    .addr = "127.0.0.1:7000",
+				    .token_in_request = true };
 	bool as_json = false;
-	json_t *req, *reply = NULL;
-	char err[512];
-	int o, rc;
+	json_t *reply;
+	int o;
 
 	optind = 1;
 	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (o) {
 		case 'c':
-			addr = optarg;
-			break;
 		case 's':
-			if (optarg[0] != '/') {
-				fprintf(stderr,
-					"pbox stats: --socket %s: expected an absolute path\n",
-					optarg);
+		case 't':
+			if (pbox_cli_ctl_opt(&ctl, o, optarg) != 0) {
 				return 64;
 			}
-			sock = optarg;
-			break;
-		case 't':
-			token_file = optarg;
 			break;
 		case 'j':
 			as_json = true;
@@ -307,36 +297,17 @@ int pbox_cmd_stats(int argc, char **argv)
 		fprintf(stderr, "pbox stats: unexpected argument '%s'\n", argv[optind]);
 		return 64;
 	}
-	if (sock != NULL) {
-		addr = sock;
-	}
-	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
-		fprintf(stderr, "pbox stats: %s\n", err);
+	if (pbox_cli_ctl_token(&ctl) != 0) {
 		return 64;
 	}
-	req = json_pack("{s:s}", "op", "stats");
-	if (token[0] != '\0') {
-		json_object_set_new(req, "admin_token", json_string(token));
-	}
-	rc = pbox_cli_ctl_request(addr, req, &reply, STATS_TIMEOUT_MS, err, sizeof(err));
-	json_decref(req);
-	if (rc < 0) {
-		fprintf(stderr, "pbox stats: %s\n", err);
-		return 1;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		const char *msg = json_string_value(json_object_get(reply, "error"));
-
-		fprintf(stderr, "pbox stats: %s refused the request: %s\n", addr,
-			msg ? msg : "no reason given");
-		json_decref(reply);
+	if (pbox_cli_ctl_call(&ctl, NULL, json_pack("{s:s}", "op", "stats"), &reply,
+			      STATS_TIMEOUT_MS) != 0) {
 		return 1;
 	}
 	if (as_json) {
-		json_dumpf(reply, stdout, JSON_INDENT(2));
-		printf("\n");
+		pbox_cli_print_json(reply);
 	} else {
-		print_stats(addr, reply);
+		print_stats(ctl.addr, reply);
 	}
 	json_decref(reply);
 	return 0;

@@ -342,9 +342,7 @@ static void print_reply(const json_t *reply)
 int pbox_cmd_status(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "control", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "admin-token-file", required_argument, NULL, 't' },
+		PBOX_CLI_CTL_LONGOPTS,
 		{ "job", required_argument, NULL, 'J' },
 		{ "max-groups", required_argument, NULL, 'g' },
 		{ "max-ranges", required_argument, NULL, 'r' },
@@ -353,32 +351,23 @@ int pbox_cmd_status(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *addr = "127.0.0.1:7000", *token_file = NULL;
-	char token[512] = "", err[768];
+	struct pbox_cli_ctl ctl = { .cmd = "pbox status", .addr = "127.0.0.1:7000" };
 	struct pbox_statusmsg m;
-	json_t *req, *reply = NULL;
+	json_t *reply;
 	bool as_json = false;
 	uint32_t id;
-	int opt, rc;
+	int opt;
 
 	pbox_statusmsg_defaults(&m);
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
-			addr = optarg;
-			break;
 		case 's':
-			if (optarg[0] != '/') {
-				fprintf(stderr,
-					"pbox status: --socket %s: expected an absolute path\n",
-					optarg);
+		case 't':
+			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
 				return 64;
 			}
-			addr = optarg;
-			break;
-		case 't':
-			token_file = optarg;
 			break;
 		case 'J':
 			if (pbox_arg_u32("pbox status", "--job", optarg, 0, UINT32_MAX, &id) != 0) {
@@ -419,30 +408,15 @@ int pbox_cmd_status(int argc, char **argv)
 		fprintf(stderr, "pbox status: unexpected argument '%s'\n", argv[optind]);
 		return 64;
 	}
-	if (pbox_cli_admin_token(token_file, token, sizeof(token), err, sizeof(err)) != 0) {
-		fprintf(stderr, "pbox status: %s\n", err);
+	if (pbox_cli_ctl_token(&ctl) != 0) {
 		return 64;
 	}
-	req = pbox_statusmsg_encode(&m);
-	if (req == NULL) {
-		fprintf(stderr, "pbox status: out of memory\n");
-		return 1;
-	}
-	rc = pbox_cli_admin_request(addr, token, req, &reply, STATUS_TIMEOUT_MS, err, sizeof(err));
-	json_decref(req);
-	if (rc != 0) {
-		fprintf(stderr, "pbox status: %s\n", err);
-		return 1;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		fprintf(stderr, "pbox status: %s refused: %s\n", addr,
-			json_string_value(json_object_get(reply, "error")) ?: "(no reason given)");
-		json_decref(reply);
+	if (pbox_cli_ctl_call(&ctl, NULL, pbox_statusmsg_encode(&m), &reply, STATUS_TIMEOUT_MS) !=
+	    0) {
 		return 1;
 	}
 	if (as_json) {
-		json_dumpf(reply, stdout, JSON_INDENT(2));
-		printf("\n");
+		pbox_cli_print_json(reply);
 	} else {
 		print_reply(reply);
 	}
