@@ -18,6 +18,7 @@ there. Tests find the build tree through PBOX_BUILD_DIR (set by meson).
 import ctypes
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -28,8 +29,10 @@ import tempfile
 import threading
 import time
 
-__all__ = ["Pboxd", "build_path", "free_ports", "to_libconfig", "control_request", "fail",
-           "run_demo", "children", "alive", "check_gone", "load_libpbox"]
+__all__ = ["Pboxd", "build_path", "free_ports", "free_port", "to_libconfig", "control_request",
+           "fail", "run_demo", "children", "alive", "check_gone", "load_libpbox", "wait_for",
+           "finish", "pbox_job", "connect_from", "ask", "closed_within", "cpu_seconds",
+           "starve_descriptors"]
 
 START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
 EX_UNAVAILABLE = 69
@@ -94,6 +97,53 @@ def free_ports(n_udp):
     fail("no free ports")
 
 
+def free_port(kind=socket.SOCK_STREAM):
+    """A port of kind (socket.SOCK_STREAM or SOCK_DGRAM) free on 127.0.0.1 just now."""
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for(cond, what, timeout=20, interval=0.05):
+    """Poll cond() until it returns a true value, and return that; fail naming what after
+    timeout seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    fail("%s did not happen within %d s" % (what, timeout))
+
+
+def finish(p, what, timeout=120, tail=300):
+    """Wait for the subprocess p (text stdout, stderr merged into it); print its exit status
+    and the last tail characters of its output (None: all); kill it and fail after timeout
+    seconds. Returns (returncode, output)."""
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail("%s did not finish within %d s" % (what, timeout))
+    shown = out.strip() if tail is None else out.strip()[-tail:]
+    print("[%s] exit %d: %s" % (what, p.returncode, shown))
+    return p.returncode, out
+
+
+def pbox_job(*args, ok=True, timeout=60):
+    """Run `pbox job ARGS` (output printed); fail unless it succeeds (ok) or fails (not ok).
+    Returns its output (stdout and stderr)."""
+    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
+    print("$ pbox job %s -> %d\n%s" % (" ".join(args)[:120], p.returncode, p.stdout.strip()))
+    if (p.returncode == 0) != ok:
+        fail("pbox job %s: exit %d" % (args[0], p.returncode))
+    return p.stdout
+
+
 def _lc_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -142,6 +192,85 @@ def control_request(addr, obj, timeout=10.0):
                 break
             buf += d
     return json.loads(buf.split(b"\n", 1)[0])
+
+
+# Clients that misbehave on a control channel (the limit tests of pboxd and pbox-ctrld).
+# Addresses 127.0.0.x stand for separate hosts.
+
+def connect_from(port, src="127.0.0.1"):
+    """A TCP connection to 127.0.0.1:port from the address src (10 s timeout)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((src, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def ask(s, obj):
+    """Send obj (or raw bytes) on s and return the next answer line, or None at EOF."""
+    s.sendall(obj if isinstance(obj, bytes) else (json.dumps(obj) + "\n").encode())
+    buf = b""
+    while b"\n" not in buf:
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            return None
+        if not d:
+            return None
+        buf += d
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def closed_within(s, seconds):
+    """True if the peer closes s within seconds (anything it sends is skipped)."""
+    s.settimeout(seconds)
+    deadline = time.time() + seconds
+    try:
+        while time.time() < deadline:
+            if not s.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def cpu_seconds(pid):
+    """User + system CPU time process pid has used so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def starve_descriptors(pid, port, settle):
+    """Run process pid (listening on 127.0.0.1:port) out of descriptors below its connection
+    cap: lower its open-file limit to what it has open + 8, connect 60 times (from
+    127.0.3.1..60, without waiting), and measure the CPU it uses in the next second (a loop
+    spinning on accept() failing with EMFILE shows there). Then close the connections, wait
+    settle seconds (for the accepted ones to time out) and restore the limit. Returns
+    (CPU seconds, wall seconds) of the measurement."""
+    nfds = len(os.listdir("/proc/%d/fd" % pid))
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + 8, old[1]))
+    try:
+        conns = []
+        for i in range(60):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.3.%d" % (1 + i), 0))
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            conns.append(s)
+        time.sleep(0.3)
+        cpu0, t0 = cpu_seconds(pid), time.time()
+        time.sleep(1.0)
+        cpu, wall = cpu_seconds(pid) - cpu0, time.time() - t0
+        for s in conns:
+            s.close()
+        time.sleep(settle)
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    return cpu, wall
 
 
 def keep_logs():

@@ -12,9 +12,8 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, build_path, fail, wait_for
 
 KEYS = [(100, 5000), (101, 300)]
 
@@ -38,16 +37,6 @@ def register(control, job, token, keys, rank=0):
         return rep
 
 
-def wait_for(what, cond, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    fail("timed out waiting for %s" % what)
-
-
 def main():
     worker = build_path("tests/integration/pbox-check-worker")
     jobs = [{"id": 5, "token": "t", "workers": 2, "mode": "server-optimizer",
@@ -62,8 +51,9 @@ def main():
         ranks = [subprocess.Popen([worker, "--rank", str(r)] + args, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for r in range(2)]
         try:
-            wait_for("job 5 to train", lambda: [j for j in d.stats()["jobs"]
-                                                if j["id"] == 5 and j.get("version_min", 0) > 20])
+            wait_for(lambda: [j for j in d.stats()["jobs"]
+                              if j["id"] == 5 and j.get("version_min", 0) > 20],
+                     "job 5 to train", 30, 0.1)
             if os.path.exists(path):
                 fail("a checkpoint was written with checkpoint_interval = 0 before shutdown")
             rc = d.halt(signal.SIGTERM)
@@ -87,8 +77,8 @@ def main():
             if rep.get("resume_version") != saved:
                 fail("resume_version %s, expected the saved version %d"
                      % (rep.get("resume_version"), saved))
-            wait_for("the session to end", lambda: [j for j in d2.stats()["jobs"]
-                                                    if j["state"] == "idle"])
+            wait_for(lambda: [j for j in d2.stats()["jobs"] if j["state"] == "idle"],
+                     "the session to end", 30, 0.1)
             if "job 5: restored version %d" % saved not in d2.log():
                 fail("pboxd does not log the restore")
             # Other keys: not restored; the session starts fresh.

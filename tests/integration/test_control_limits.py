@@ -13,47 +13,10 @@ import resource
 import socket
 import time
 
-from pboxtest import Pboxd, fail
+from pboxtest import Pboxd, ask, closed_within, connect_from, cpu_seconds, fail, \
+    starve_descriptors
 
 EAGAIN, EACCES, ENOENT, E2BIG = 11, 13, 2, 7
-
-
-def connect(d, src="127.0.0.1"):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind((src, 0))
-    s.settimeout(10)
-    s.connect(("127.0.0.1", d.tcp))
-    return s
-
-
-def ask(s, obj):
-    """Send obj (or raw bytes) on s and return the next answer line, or None at EOF."""
-    s.sendall(obj if isinstance(obj, bytes) else (json.dumps(obj) + "\n").encode())
-    buf = b""
-    while b"\n" not in buf:
-        try:
-            d = s.recv(65536)
-        except ConnectionResetError:
-            return None
-        if not d:
-            return None
-        buf += d
-    return json.loads(buf.split(b"\n", 1)[0])
-
-
-def closed_within(s, seconds):
-    """True if the peer closes s within seconds (anything it sends is skipped)."""
-    s.settimeout(seconds)
-    deadline = time.time() + seconds
-    try:
-        while time.time() < deadline:
-            if not s.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
-    return False
 
 
 def hello(job, rank, token):
@@ -72,7 +35,7 @@ def check_limits():
               "auth_failures_per_minute": 6}
     with Pboxd(jobs, cores=1, control_limits=limits) as d:
         # An idle connection is closed after unauth_timeout (1 s).
-        s = connect(d, "127.0.0.2")
+        s = connect_from(d.tcp, "127.0.0.2")
         t = time.time()
         if not closed_within(s, 5):
             fail("an idle connection was not closed within 5 s (unauth_timeout 1 s)")
@@ -82,7 +45,7 @@ def check_limits():
             fail("the idle timeout was not counted")
 
         # max_unauth_per_address 2: a third idle connection closes the oldest.
-        idle = [connect(d, "127.0.0.3") for _ in range(3)]
+        idle = [connect_from(d.tcp, "127.0.0.3") for _ in range(3)]
         if not closed_within(idle[0], 3):
             fail("the oldest of 3 idle connections from one address stayed open")
         if closed_within(idle[2], 0.3):
@@ -96,11 +59,11 @@ def check_limits():
         # while another address is still served.
         members = []
         for r in range(4):
-            s = connect(d, "127.0.0.4")
+            s = connect_from(d.tcp, "127.0.0.4")
             if ask(s, hello(1, r, "one")).get("ok") is not True:
                 fail("rank %d of job 1 not admitted" % r)
             members.append(s)
-        s = connect(d, "127.0.0.4")
+        s = connect_from(d.tcp, "127.0.0.4")
         if not closed_within(s, 3):
             fail("a fifth connection from one address was not refused (max_per_address 4)")
         s.close()
@@ -123,14 +86,14 @@ def check_limits():
             s.close()
 
         # Before a hello, lines are bounded to 4 KB.
-        s = connect(d, "127.0.0.5")
+        s = connect_from(d.tcp, "127.0.0.5")
         r = ask(s, b"x" * 5000 + b"\n")
         if r is None or r.get("errno") != E2BIG or not closed_within(s, 3):
             fail("a 5000-byte line before hello was not refused with E2BIG: %s" % r)
         s.close()
 
         # Stats without authentication, or with a wrong admin token: refused.
-        s = connect(d, "127.0.0.6")
+        s = connect_from(d.tcp, "127.0.0.6")
         r = ask(s, {"op": "stats"})
         if r is None or r.get("errno") != EACCES or "admin token" not in r.get("error", ""):
             fail("stats without authentication not refused: %s" % r)
@@ -140,7 +103,7 @@ def check_limits():
         s.close()
 
         # Unknown job: no list of the other jobs.
-        s = connect(d, "127.0.0.7")
+        s = connect_from(d.tcp, "127.0.0.7")
         r = ask(s, hello(99, 0, "x"))
         if r is None or r.get("error") != "job 99 is not configured on this appliance":
             fail("unknown-job refusal: %s" % r)
@@ -151,12 +114,12 @@ def check_limits():
         if errnos[:4] != [EACCES] * 4 or EAGAIN not in errnos[4:]:
             fail("wrong tokens were not rate-limited after the burst of 5: %s" % errnos)
         s.close()
-        s = connect(d, "127.0.0.7")
+        s = connect_from(d.tcp, "127.0.0.7")
         r = ask(s, hello(1, 0, "one"))
         if r is None or r.get("errno") != EAGAIN:
             fail("a rate-limited address was admitted with the right token: %s" % r)
         s.close()
-        s = connect(d, "127.0.0.8")
+        s = connect_from(d.tcp, "127.0.0.8")
         if ask(s, hello(1, 0, "one")).get("ok") is not True:
             fail("another address was refused after 127.0.0.7's failures")
         s.close()
@@ -171,12 +134,6 @@ def check_limits():
                      "control_limits.max_per_address"):
             if want not in log:
                 fail("pboxd's log does not name the peer and cause (%r)" % want)
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def check_fd_limit():
@@ -253,7 +210,7 @@ def check_big_start():
             if time.time() > deadline:
                 fail("job 1 did not start")
             time.sleep(0.05)
-        s = connect(d)
+        s = connect_from(d.tcp)
         if ask(s, hello(2, 0, "b")).get("ok") is not True:
             fail("job 2 rank 0 not admitted")
         t = time.time()
@@ -320,33 +277,13 @@ def check_emfile():
     pboxd serves again once descriptors are free."""
     jobs = [{"id": 1, "token": "one", "workers": 1, "mode": "aggregate"}]
     with Pboxd(jobs, cores=1, control_limits={"unauth_timeout": 1}) as d:
-        pid = d.proc.pid
-        nfds = len(os.listdir("/proc/%d/fd" % pid))
-        old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + 8, old[1]))
-        try:
-            conns = []
-            for i in range(60):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.bind(("127.0.3.%d" % (1 + i), 0))
-                s.setblocking(False)
-                s.connect_ex(("127.0.0.1", d.tcp))
-                conns.append(s)
-            time.sleep(0.3)
-            cpu0, t0 = cpu_seconds(pid), time.time()
-            time.sleep(1.0)
-            cpu = cpu_seconds(pid) - cpu0
-            print("out of descriptors: pboxd used %.2f s of CPU in %.1f s"
-                  % (cpu, time.time() - t0))
-            # Idle, it uses next to nothing; the old loop spinning on EMFILE took 0.5 s of
-            # a loaded 2-core machine.
-            if cpu > 0.2:
-                fail("pboxd spins when accept() fails with EMFILE (%.2f s CPU in 1 s)" % cpu)
-            for s in conns:
-                s.close()
-            time.sleep(2.0)  # the accepted ones time out; the shed ones are gone
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        # settle 2 s: the accepted ones time out; the shed ones are gone.
+        cpu, wall = starve_descriptors(d.proc.pid, d.tcp, 2.0)
+        print("out of descriptors: pboxd used %.2f s of CPU in %.1f s" % (cpu, wall))
+        # Idle, it uses next to nothing; the old loop spinning on EMFILE took 0.5 s of
+        # a loaded 2-core machine.
+        if cpu > 0.2:
+            fail("pboxd spins when accept() fails with EMFILE (%.2f s CPU in 1 s)" % cpu)
         c = counters(d)
         print("control counters: %s" % c)
         if c["accept_no_fds"] < 1 or c["listener_pauses"] < 1:

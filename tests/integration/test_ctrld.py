@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, pbox_job, wait_for
 
 W = None
 
@@ -44,24 +44,6 @@ def pboxd_jobs(d):
     if r.get("ok") is not True:
         fail("pboxd job_list: %s" % r)
     return {j["id"]: j for j in r["jobs"]}
-
-
-def wait_for(cond, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    fail("%s did not happen within %d s" % (what, timeout))
-
-
-def pbox(*args, ok=True):
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
-    print("$ pbox job %s -> %d\n%s" % (" ".join(args), p.returncode, p.stdout.strip()))
-    if (p.returncode == 0) != ok:
-        fail("pbox job %s: exit %d" % (args[0], p.returncode))
-    return p.stdout
 
 
 def write_conf(path, ctrld, pboxds, jobs):
@@ -153,7 +135,7 @@ def main():
             with open(tf, "w") as f:
                 f.write(token + "\n")
             via = ["--control", caddr, "--admin-token-file", tf]
-            pbox("create", *via, "id=2", "token=b", "workers=2", "mode=server-optimizer",
+            pbox_job("create", *via, "id=2", "token=b", "workers=2", "mode=server-optimizer",
                  "optimizer.name=sgd", "optimizer.lr=0.5")
             if 2 not in pboxd_jobs(d):
                 fail("job 2 created through pbox-ctrld is not on the pboxd")
@@ -166,18 +148,18 @@ def main():
             if control_request(caddr, {"op": "job_rm", "id": 4,
                                        "admin_token": token}).get("ok") is not True:
                 fail("job_rm 4 through pbox-ctrld")
-            out = pbox("list", "--socket", ctrl["control_socket"])
+            out = pbox_job("list", "--socket", ctrl["control_socket"])
             if "published" not in out or " a" not in out:
                 fail("pbox job list through pbox-ctrld does not say where the jobs are")
-            out = pbox("create", *via, "id=3", "token=c", "workers=2", "keys=0:200000000",
+            out = pbox_job("create", *via, "id=3", "token=c", "workers=2", "keys=0:200000000",
                        ok=False)
             if "pboxd a:" not in out or "can never start" not in out:
                 fail("an over-budget job was not refused with the pboxd's reason")
-            out = pbox("create", *via, "id=3", "token=c", "workers=2", "sync.model=nope",
+            out = pbox_job("create", *via, "id=3", "token=c", "workers=2", "sync.model=nope",
                        ok=False)
             if "unknown model 'nope'" not in out:
                 fail("a bad definition was not refused with its cause")
-            out = pbox("list", "--control", caddr, ok=False)
+            out = pbox_job("list", "--control", caddr, ok=False)
             if "admin token" not in out:
                 fail("pbox-ctrld answered without the admin token")
             limits(caddr)
@@ -186,11 +168,11 @@ def main():
             d.start()
             wait_for(lambda: {1, 2} <= set(pboxd_jobs(d)), "re-publication after restart")
             train(d, 2, "b", "job 2 (published again)")
-            if "job 2 removed" not in pbox("rm", *via, "2"):
+            if "job 2 removed" not in pbox_job("rm", *via, "2"):
                 fail("pbox job rm through pbox-ctrld")
             if 2 in pboxd_jobs(d):
                 fail("job 2 is still on the pboxd after its removal through pbox-ctrld")
-            listed = json.loads(pbox("list", *via, "--json"))
+            listed = json.loads(pbox_job("list", *via, "--json"))
             c = listed["control"]
             if c["wrong_admin_token"] != 3 or c["auth_rate_limited"] != 1 or \
                     c["republished"] < 2 or c["job_create_refused"] != 2:

@@ -26,9 +26,8 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, pbox_job, wait_for
 
 EINVAL = 22
 
@@ -38,15 +37,6 @@ def pboxd_jobs(d):
     if r.get("ok") is not True:
         fail("pboxd job_list: %s" % r)
     return r
-
-
-def wait_for(cond, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    fail("%s did not happen within %d s" % (what, timeout))
 
 
 def core_rx(d):
@@ -109,15 +99,6 @@ def strict_pboxd(d):
     print("pboxd checks assignments strictly; its cores: %s" % app)
 
 
-def pbox(*args, ok=True):
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
-    print("$ pbox job %s -> %d\n%s" % (" ".join(args), p.returncode, p.stdout.strip()))
-    if (p.returncode == 0) != ok:
-        fail("pbox job %s: exit %d" % (args[0], p.returncode))
-    return p.stdout
-
-
 class Ctrld:
     def __init__(self, tmp, conf):
         self.tmp, self.conf, self.proc, self.n = tmp, conf, None, 0
@@ -177,18 +158,18 @@ def main():
             with open(tf, "w") as f:
                 f.write(token + "\n")
             via = ["--control", caddr, "--admin-token-file", tf]
-            pbox("create", *via, "id=1", "token=a", "workers=2", "keys=100:24576",
+            pbox_job("create", *via, "id=1", "token=a", "workers=2", "keys=100:24576",
                  "mode=server-optimizer", "optimizer.name=sgd", "optimizer.lr=0.5")
-            pbox("create", *via, "id=2", "token=b", "workers=2", "keys=100:8192",
+            pbox_job("create", *via, "id=2", "token=b", "workers=2", "keys=100:8192",
                  "mode=server-optimizer", "optimizer.name=sgd", "optimizer.lr=0.5")
-            pbox("create", *via, "id=3", "token=c", "workers=2")  # no fixed key set
+            pbox_job("create", *via, "id=3", "token=c", "workers=2")  # no fixed key set
             r = control_request(caddr, {"op": "job_create", "admin_token": token,
                                         "job": {"id": 9, "token": "z", "workers": 1,
                                                 "keys": [[1, 10]]},
                                         "assignment": {"chunk_bytes": 32768, "map": [1]}})
             if r.get("errno") != EINVAL or "assigns the chunks" not in r.get("error", ""):
                 fail("pbox-ctrld took a client's assignment: %s" % r)
-            listed = json.loads(pbox("list", *via, "--json"))
+            listed = json.loads(pbox_job("list", *via, "--json"))
             a = {j["id"]: j["assignment"] for j in listed["jobs"]}
             if a[1] != {"by": "pbox-ctrld", "pboxd": "a", "chunks": [2, 1],
                         "bytes": [65536, 32768]} or \
@@ -198,7 +179,7 @@ def main():
             cores = listed["pboxds"][0]["cores"]
             if [k["assigned_bytes"] for k in cores] != [65536, 65536]:
                 fail("pbox-ctrld's view of pboxd a's cores: %s" % cores)
-            out = pbox("list", *via)
+            out = pbox_job("list", *via)
             if "chunks assigned by pbox-ctrld on a: core 0 0 chunks 0.0 KiB, core 1 1 chunk " \
                     "32.0 KiB" not in out:
                 fail("pbox job list does not show the placement summary")
@@ -232,11 +213,11 @@ def main():
                      for r in range(2)]
             try:
                 def job3_seen():
-                    j = {x["id"]: x for x in json.loads(pbox("list", *via, "--json"))["jobs"]}
+                    j = {x["id"]: x for x in json.loads(pbox_job("list", *via, "--json"))["jobs"]}
                     return j[3]["assignment"].get("bytes") == [32768, 0]
                 wait_for(job3_seen, "pbox-ctrld learning where pboxd put job 3's chunk")
-                pbox("create", *via, "id=4", "token=d", "workers=2", "keys=100:8192")
-                j = {x["id"]: x for x in json.loads(pbox("list", *via, "--json"))["jobs"]}
+                pbox_job("create", *via, "id=4", "token=d", "workers=2", "keys=100:8192")
+                j = {x["id"]: x for x in json.loads(pbox_job("list", *via, "--json"))["jobs"]}
                 if j[4]["assignment"]["chunks"] != [0, 1]:
                     fail("job 3's running session was not counted: job 4 %s" %
                          j[4]["assignment"])
@@ -244,12 +225,12 @@ def main():
                 for p in ranks:
                     p.kill()
                     p.wait()
-            pbox("rm", *via, "4")
-            pbox("rm", *via, "3")
+            pbox_job("rm", *via, "4")
+            pbox_job("rm", *via, "3")
             # pbox-ctrld restarted, the pboxd kept running: the jobs are adopted.
             c.stop()
             c.start(port)
-            listed = json.loads(pbox("list", *via, "--json"))
+            listed = json.loads(pbox_job("list", *via, "--json"))
             if [(j["id"], j["origin"], j["state"]) for j in listed["jobs"]] != \
                     [(1, "runtime", "published"), (2, "runtime", "published")] or \
                     listed["jobs"][1]["assignment"]["chunks"] != [0, 1]:
@@ -275,7 +256,7 @@ def main():
             # and delivered after a restart of pbox-ctrld.
             d.proc.send_signal(signal.SIGSTOP)
             try:
-                if "job 1 removed" not in pbox("rm", *via, "1"):
+                if "job 1 removed" not in pbox_job("rm", *via, "1"):
                     fail("pbox job rm 1 through pbox-ctrld")
                 with open(state) as f:
                     st = json.load(f)

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, wait_for
 
 TIMEOUT_MS = 4000
 # What another client may wait while a pboxd hangs: well below TIMEOUT_MS (the old code
@@ -118,15 +118,6 @@ def timed(fn, *a, **kw):
     t0 = time.monotonic()
     r = fn(*a, **kw)
     return r, time.monotonic() - t0
-
-
-def wait_for(cond, what, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    fail("%s did not happen within %d s" % (what, timeout))
 
 
 def main():

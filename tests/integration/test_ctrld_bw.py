@@ -17,15 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail
-
-
-def free_port(kind):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port
 
 
 def write_conf(path, ctrl, pboxds, bw):

@@ -22,52 +22,11 @@ import tempfile
 import threading
 import time
 
-from pboxtest import _lc_value, build_path, fail, free_ports
+from pboxtest import _lc_value, ask, build_path, closed_within, connect_from, fail, \
+    free_ports, starve_descriptors
 
 TOKEN = "limits-secret"
 E2BIG = 7
-
-
-def connect(port, src="127.0.0.1"):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind((src, 0))
-    s.settimeout(10)
-    s.connect(("127.0.0.1", port))
-    return s
-
-
-def ask(s, obj):
-    s.sendall(obj if isinstance(obj, bytes) else (json.dumps(obj) + "\n").encode())
-    buf = b""
-    while b"\n" not in buf:
-        try:
-            d = s.recv(65536)
-        except ConnectionResetError:
-            return None
-        if not d:
-            return None
-        buf += d
-    return json.loads(buf.split(b"\n", 1)[0])
-
-
-def closed_within(s, seconds):
-    s.settimeout(seconds)
-    deadline = time.time() + seconds
-    try:
-        while time.time() < deadline:
-            if not s.recv(65536):
-                return True
-    except ConnectionResetError:
-        return True
-    except socket.timeout:
-        return False
-    return False
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Ctrld:
@@ -95,7 +54,7 @@ class Ctrld:
         fail("pbox-ctrld did not start")
 
     def counters(self):
-        with connect(self.port) as s:
+        with connect_from(self.port) as s:
             r = ask(s, {"op": "job_list", "admin_token": TOKEN})
         if r is None or r.get("ok") is not True:
             fail("job_list: %s" % r)
@@ -118,7 +77,7 @@ def check_limits(tmp):
                     "max_output_bytes": 65536})
     try:
         # An idle connection is closed after unauth_timeout.
-        s = connect(c.port, "127.0.0.2")
+        s = connect_from(c.port, "127.0.0.2")
         t = time.time()
         if not closed_within(s, 5):
             fail("an idle connection was not closed within 5 s (unauth_timeout 1.5 s)")
@@ -126,12 +85,12 @@ def check_limits(tmp):
         s.close()
         # An authenticated connection, then idle ones from other hosts: the oldest idle
         # one is closed when a fourth comes (max_unauth 3), never the authenticated one.
-        a = connect(c.port, "127.0.0.3")
+        a = connect_from(c.port, "127.0.0.3")
         if ask(a, {"op": "auth", "admin_token": TOKEN}) != {"ok": True}:
             fail("auth refused")
-        idle = [connect(c.port, "127.0.0.%d" % (10 + i)) for i in range(3)]
+        idle = [connect_from(c.port, "127.0.0.%d" % (10 + i)) for i in range(3)]
         time.sleep(0.1)
-        late = connect(c.port, "127.0.0.20")
+        late = connect_from(c.port, "127.0.0.20")
         if not closed_within(idle[0], 1.0):
             fail("the oldest unauthenticated connection was not evicted (max_unauth 3)")
         for s in idle[1:] + [late]:
@@ -146,16 +105,16 @@ def check_limits(tmp):
         # unauth_timeout; the four are authenticated, so none is evicted for it).
         same = []
         for _ in range(4):
-            same.append(connect(c.port, "127.0.0.30"))
+            same.append(connect_from(c.port, "127.0.0.30"))
             if ask(same[-1], {"op": "auth", "admin_token": TOKEN}) != {"ok": True}:
                 fail("auth refused")
-        s = connect(c.port, "127.0.0.30")
+        s = connect_from(c.port, "127.0.0.30")
         if not closed_within(s, 0.3):
             fail("a fifth connection from one address was not refused (max_per_address 4)")
         for s in same + [s]:
             s.close()
         # A long line before the token: E2BIG, closed.
-        s = connect(c.port, "127.0.0.40")
+        s = connect_from(c.port, "127.0.0.40")
         r = ask(s, b'{"op":"job_list","pad":"' + b"x" * 8000 + b'"}\n')
         if r is None or r.get("errno") != E2BIG or not closed_within(s, 2):
             fail("a long unauthenticated line was not refused and closed: %s" % r)
@@ -179,7 +138,7 @@ def check_limits(tmp):
 
         th = threading.Thread(target=pump)
         th.start()
-        b = connect(c.port, "127.0.0.51")
+        b = connect_from(c.port, "127.0.0.51")
         if ask(b, {"op": "auth", "admin_token": TOKEN}) != {"ok": True}:
             fail("auth refused")
         worst = 0.0
@@ -221,31 +180,11 @@ def check_fds(tmp):
         if "max_connections 1000 lowered to 192" not in c.text() or \
                 c.counters()["max_connections"] != 192:
             fail("pbox-ctrld did not fit max_connections to the open-file limit")
-        pid = c.proc.pid
-        nfds = len(os.listdir("/proc/%d/fd" % pid))
-        old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + 8, old[1]))
-        try:
-            conns = []
-            for i in range(60):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.bind(("127.0.3.%d" % (1 + i), 0))
-                s.setblocking(False)
-                s.connect_ex(("127.0.0.1", c.port))
-                conns.append(s)
-            time.sleep(0.3)
-            cpu0, t0 = cpu_seconds(pid), time.time()
-            time.sleep(1.0)
-            cpu = cpu_seconds(pid) - cpu0
-            print("out of descriptors: pbox-ctrld used %.2f s of CPU in %.1f s"
-                  % (cpu, time.time() - t0))
-            if cpu > 0.2:
-                fail("pbox-ctrld spins when accept() fails with EMFILE (%.2f s CPU)" % cpu)
-            for s in conns:
-                s.close()
-            time.sleep(1.5)  # the accepted ones time out
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        # settle 1.5 s: the accepted ones time out.
+        cpu, wall = starve_descriptors(c.proc.pid, c.port, 1.5)
+        print("out of descriptors: pbox-ctrld used %.2f s of CPU in %.1f s" % (cpu, wall))
+        if cpu > 0.2:
+            fail("pbox-ctrld spins when accept() fails with EMFILE (%.2f s CPU)" % cpu)
         n = c.counters()
         print("counters: %s" % n)
         if n["accept_no_fds"] < 1 or n["listener_pauses"] < 1:

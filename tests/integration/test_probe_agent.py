@@ -12,17 +12,9 @@ import json
 import socket
 import time
 
-from pboxtest import Pboxd, control_request, fail
+from pboxtest import Pboxd, control_request, fail, free_port
 
 EACCES, EPERM, EINVAL, EBUSY, ENOTSUP = 13, 1, 22, 16, 95
-
-
-def free_udp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def send(s, obj):
@@ -47,7 +39,7 @@ def expect(r, errno, what):
 
 
 def main():
-    port = free_udp_port()
+    port = free_port(socket.SOCK_DGRAM)
     peer = "127.0.0.1:%d" % port
     cap = 200e6
     with Pboxd([], probe={"port": port, "address": "127.0.0.1", "max_rate": "200mbit",

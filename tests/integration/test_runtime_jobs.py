@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, build_path, fail, finish, pbox_job
 
 W = None
 SWAPS = 2000
@@ -62,16 +62,6 @@ def worker(d, job, token, rank, n, *extra, keys="20000,77", timeout_ms=10000):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(p, what, timeout=120):
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        fail("%s did not finish within %d s" % (what, timeout))
-    print("[%s] exit %d: %s" % (what, p.returncode, out.strip()[-300:]))
-    return p.returncode, out
-
-
 def expect_refused(r, err, words, what):
     if r.get("ok") is not False or r.get("errno") != err:
         fail("%s: expected errno %d, got %s" % (what, err, r))
@@ -88,15 +78,6 @@ def job_ids(a):
     return {j["id"]: j for j in r["jobs"]}
 
 
-def pbox(*args, ok=True):
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
-    print("$ pbox job %s -> %d\n%s" % (" ".join(args)[:120], p.returncode, p.stdout.strip()))
-    if (p.returncode == 0) != ok:
-        fail("pbox job %s: exit %d" % (args[0], p.returncode))
-    return p.stdout
-
-
 def cli(d):
     """`pbox job`: key=value words, a JSON file, the token file, the Unix socket."""
     tf = os.path.join(d.dir, "admin.token")
@@ -105,21 +86,21 @@ def cli(d):
     tcp = ["--control", d.control, "--admin-token-file", tf]
     # 1000 keys: a request line longer than pboxd reads before authentication.
     keys = ",".join("%d:%d" % (k, 100 + k) for k in range(1000))
-    out = pbox("create", *tcp, "id=23", "token=t23", "workers=2", "keys=" + keys)
+    out = pbox_job("create", *tcp, "id=23", "token=t23", "workers=2", "keys=" + keys)
     if "job 23 created" not in out:
         fail("pbox job create did not say what it did")
     keys = ",".join("%d:%d" % (100 + k, 100 + k) for k in range(200))
-    pbox("create", *tcp, "id=20", "token=t20", "workers=2", "mode=server-optimizer",
+    pbox_job("create", *tcp, "id=20", "token=t20", "workers=2", "mode=server-optimizer",
          "optimizer.name=sgd", "optimizer.lr=0.5", "keys=" + keys)
     jf = os.path.join(d.dir, "job21.json")
     with open(jf, "w") as f:
         json.dump({"id": 21, "token": "t21", "workers": 3, "sync": {"model": "bsp"}}, f)
-    pbox("create", "--socket", d.appliance["control_socket"], "--file", jf, "workers=2")
-    out = pbox("list", *tcp)
+    pbox_job("create", "--socket", d.appliance["control_socket"], "--file", jf, "workers=2")
+    out = pbox_job("list", *tcp)
     if not re.search(r"^20 +runtime +server-optimizer", out, re.M) or \
             not re.search(r"^21 +runtime +aggregate +bsp +2 ", out, re.M):
         fail("pbox job list does not show jobs 20 and 21 as created")
-    listed = json.loads(pbox("list", *tcp, "--json"))
+    listed = json.loads(pbox_job("list", *tcp, "--json"))
     j20 = [j for j in listed["jobs"] if j["id"] == 20][0]
     j23 = [j for j in listed["jobs"] if j["id"] == 23][0]
     if j20["keys_configured"] != 200 or j23["keys_configured"] != 1000:
@@ -130,17 +111,17 @@ def cli(d):
     for r, p in enumerate(ranks):
         if finish(p, "job 20 rank %d (created by pbox job)" % r)[0] != 0:
             fail("the job created by pbox job did not train exactly")
-    out = pbox("create", *tcp, "id=22", "token=x", "workers=0", ok=False)
+    out = pbox_job("create", *tcp, "id=22", "token=x", "workers=0", ok=False)
     if "job.workers: must be between 1 and 1024" not in out:
         fail("pbox job create did not print pboxd's reason")
-    out = pbox("create", "--control", d.control, "id=22", "token=x", "workers=1", ok=False)
+    out = pbox_job("create", "--control", d.control, "id=22", "token=x", "workers=1", ok=False)
     if "admin token" not in out:
         fail("pbox job create without a token did not print the refusal")
-    pbox("create", *tcp, "workers", ok=False)
+    pbox_job("create", *tcp, "workers", ok=False)
     for i in (20, 21, 23):
-        if "job %d removed" % i not in pbox("rm", *tcp, str(i)):
+        if "job %d removed" % i not in pbox_job("rm", *tcp, str(i)):
             fail("pbox job rm %d" % i)
-    out = pbox("rm", *tcp, "21", ok=False)
+    out = pbox_job("rm", *tcp, "21", ok=False)
     if "job 21 does not exist" not in out:
         fail("pbox job rm of a removed job did not say so")
 

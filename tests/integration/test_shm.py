@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from pboxtest import Pboxd, build_path, fail, run_demo
+from pboxtest import Pboxd, build_path, fail, run_demo, wait_for
 import spoof
 
 SHM_MAGIC, SHM_VERSION = 0x50534D31, 1
@@ -150,15 +150,6 @@ def shm_stats(d):
     return d.stats()["transport"]["shm"]
 
 
-def wait_for(what, cond, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    fail("timed out waiting for " + what)
-
-
 def part_equivalence():
     models = {}
     for t in ("shm", "udp"):
@@ -234,7 +225,7 @@ def part_hostile():
             if not c.ended():
                 fail("%s: pboxd did not end the connection" % label)
             c.close()
-            wait_for("%s counted" % label, lambda: shm_stats(d)["broken"][reason] > before)
+            wait_for(lambda: shm_stats(d)["broken"][reason] > before, "%s counted" % label, 10)
             print("hostile %s: connection ended, counted as %s" % (label, reason))
 
         c = ShmConn(name, 1, 0, ten.cookie)
@@ -348,7 +339,7 @@ def part_hostile():
         silent.close()
         print("silent connection closed after %.1f s" % (time.time() - t_silent))
         ten.close()
-        wait_for("every connection ended", lambda: shm_stats(d)["conns_live"] == 0, 30)
+        wait_for(lambda: shm_stats(d)["conns_live"] == 0, "every connection ended", 30)
         st = shm_stats(d)
         print("pboxd shm counters: %s" % st)
         if st["auth_failed"] < 1 or st["rx_pkts"] == 0 or st["tx_pkts"] == 0:

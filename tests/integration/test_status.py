@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port
 from test_metrics import parse_prom, scrape, value
 from test_runtime_jobs import finish, worker
 import test_runtime_jobs
@@ -45,14 +45,6 @@ def refused(r, err, word, what):
     print("%s -> %s" % (what, r))
     if r.get("ok") is not False or r.get("errno") != err or word not in r.get("error", ""):
         fail("%s: expected errno %d naming '%s', got %s" % (what, err, word, r))
-
-
-def free_port(kind):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_stuck(get, what):

@@ -20,18 +20,10 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, build_path, control_request, fail
+from pboxtest import Pboxd, build_path, control_request, fail, free_port
 
 EACCES, EPERM, EINVAL, ENOENT = 13, 1, 22, 2
 JOB, JTOK = 9, "agent-job"
-
-
-def free_udp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def expect(r, errno, what):
@@ -56,7 +48,7 @@ def plan(rev, link1):
 
 
 def main():
-    port = free_udp_port()
+    port = free_port(socket.SOCK_DGRAM)
     cw = build_path("tests/integration/pbox-check-worker")
     tmp = tempfile.mkdtemp(prefix="pboxtest-agent-")
     stopf = os.path.join(tmp, "stop")

@@ -6,11 +6,16 @@ appliance keeps training; the aborted job can start a new session afterwards. A 
 that stops without dying (stalled) gives the others a clear timeout error. A worker that
 stops sending heartbeats (a stopped process) is declared dead after worker_timeout and
 its session aborted, well before the others' own timeout."""
+from functools import partial
 import signal
 import subprocess
 import time
 
 from pboxtest import Pboxd, build_path, fail
+from pboxtest import finish as finish_tail
+
+# These ranks' whole output is printed; they have 60 s unless told otherwise.
+finish = partial(finish_tail, timeout=60, tail=None)
 
 W = None
 
@@ -20,16 +25,6 @@ def start(d, job, token, rank, n, *extra, timeout_ms=5000):
                              "--rank", str(rank), "--workers", str(n), "--keys", "20000,77",
                              "--timeout-ms", str(timeout_ms)] + list(extra),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(p, what, timeout=60):
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        fail("%s did not finish within %d s" % (what, timeout))
-    print("[%s] exit %d: %s" % (what, p.returncode, out.strip()))
-    return p.returncode, out
 
 
 def main():
