@@ -36,6 +36,7 @@
 #include "common/log.h"
 #include "dvf/dvf_job.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "libpbox/dvf_push.h"
 #include "libpbox/node.h"
 
@@ -66,20 +67,6 @@ struct fix {
 	struct pbox_dvf_job dvf;      /* enabled: the job has DVF */
 	struct pbox_dvf_scratch *enc; /* encodes the harness's result blocks */
 };
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
-
-static uint64_t clock_of(void *arg)
-{
-	return ((struct fix *)arg)->now_ns;
-}
 
 /* ---- the transport: checks every datagram the worker sends ----------------------------- */
 
@@ -117,28 +104,11 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	return 0;
 }
 
-static void tx_flush(void *ctx)
-{
-	(void)ctx;
-}
-
-static uint64_t tx_queued(void *ctx)
-{
-	(void)ctx;
-	return 0;
-}
-
-static uint64_t tx_reclaim(void *ctx, uint64_t upto)
-{
-	(void)ctx;
-	return upto;
-}
-
 static const struct pbox_tx_ops g_tx = {
 	.send = tx_send,
-	.flush = tx_flush,
-	.queued = tx_queued,
-	.reclaim = tx_reclaim,
+	.flush = pbox_test_tx_flush,
+	.queued = pbox_test_tx_queued,
+	.reclaim = pbox_test_tx_reclaim,
 };
 
 static void on_done(struct pbox_op *op, void *arg)
@@ -212,8 +182,8 @@ static void setup(struct fix *x, struct fz *in)
 		.cores = x->cores,
 		.tx = &g_tx,
 		.tx_ctx = x,
-		.now_ns = clock_of,
-		.now_arg = x,
+		.now_ns = pbox_test_clock,
+		.now_arg = &x->now_ns,
 		.rto_ms = 10,
 		.rto_max_ms = 80,
 		.timeout_ms = 2000,
@@ -427,7 +397,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!once) {
 		pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_DEBUG);
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		once = true;
 	}
 	if (size < 2) {

@@ -25,6 +25,7 @@
 #include "common/tsb.h"
 #include "common/tsbmsg.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "libpbox/node.h"
 
 #define JOB     42
@@ -48,20 +49,6 @@ struct fix {
 	uint32_t served;
 	uint64_t now_ns;
 };
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
-
-static uint64_t clock_of(void *arg)
-{
-	return ((struct fix *)arg)->now_ns;
-}
 
 static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
 		   const void *payload, uint32_t len)
@@ -103,25 +90,11 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	return 0;
 }
 
-static void tx_flush(void *ctx)
-{
-	(void)ctx;
-}
-
-static uint64_t tx_queued(void *ctx)
-{
-	(void)ctx;
-	return 0;
-}
-
-static uint64_t tx_reclaim(void *ctx, uint64_t upto)
-{
-	(void)ctx;
-	return upto;
-}
-
 static const struct pbox_tx_ops g_tx = {
-	.send = tx_send, .flush = tx_flush, .queued = tx_queued, .reclaim = tx_reclaim
+	.send = tx_send,
+	.flush = pbox_test_tx_flush,
+	.queued = pbox_test_tx_queued,
+	.reclaim = pbox_test_tx_reclaim,
 };
 
 static void on_done(struct pbox_op *op, void *arg)
@@ -204,8 +177,8 @@ static void fuzz_relay(struct fz *f)
 			.cores = &x.core,
 			.tx = &g_tx,
 			.tx_ctx = &x,
-			.now_ns = clock_of,
-			.now_arg = &x,
+			.now_ns = pbox_test_clock,
+			.now_arg = &x.now_ns,
 			.staleness = fz_u8(f) & 1 ? UINT32_MAX : 0,
 			.done = on_done,
 		};
@@ -342,7 +315,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz f;
 
-	pbox_log_set_sink(silent, NULL);
+	pbox_log_set_sink(pbox_test_log_silent, NULL);
 	fz_init(&f, data, size);
 	if (fz_u8(&f) & 1) {
 		fuzz_relay(&f);

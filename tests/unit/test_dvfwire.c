@@ -33,7 +33,7 @@
 
 #include "dvf/dvf_job.h"
 #include "libpbox/dvf_push.h"
-#include "sim.h"
+#include "simjob.h"
 
 #define MS    1000000ull
 #define NELEM 2500u
@@ -72,21 +72,10 @@ static struct pbox_dvf_job dvf_cfg(const char *codec, enum pbox_dvf_link link)
 
 static struct sim_job_cfg base_cfg(uint32_t nranks, const struct pbox_dvf_job *dvf)
 {
-	struct sim_job_cfg c = {
-		.nranks = nranks,
-		.ncores = 2,
-		.keys = g_keys,
-		.nkeys = 2,
-		.chunk_bytes = 4096,
-		.frag_bytes = 1024,
-		.mode = PBOX_MODE_AGGREGATE,
-		.reduce = PBOX_REDUCE_SUM,
-		.deterministic = true,
-		.rto_ms = 10,
-		.timeout_ms = 5000,
-		.dvf = dvf,
-	};
+	struct sim_job_cfg c = simjob_cfg(nranks, g_keys, 2, 5000);
 
+	c.deterministic = true;
+	c.dvf = dvf;
 	return c;
 }
 
@@ -277,28 +266,6 @@ struct run {
 	uint64_t tx_bytes;
 };
 
-static enum sim_verdict chaos(struct sim *s, enum sim_dir dir, uint32_t ep,
-			      const struct pbox_msg *m, void *arg)
-{
-	uint64_t *x = arg;
-
-	(void)s;
-	(void)dir;
-	(void)ep;
-	(void)m;
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	switch (*x % 10) {
-	case 0:
-		return SIM_DROP;
-	case 1:
-		return SIM_DUP;
-	default:
-		return SIM_PASS;
-	}
-}
-
 /* TSB: when set, train() sends the results down this tree (4 ranks, T = 2, H = 3), counts
  * the result fragments ranks relayed by encoding, and applies chaos only if seeded. */
 static const uint32_t *g_tree;
@@ -310,13 +277,13 @@ static uint64_t g_relayed[PBOX_ENC_MAX + 1];
 static enum sim_verdict tree_watch(struct sim *s, enum sim_dir dir, uint32_t ep,
 				   const struct pbox_msg *m, void *arg)
 {
-	uint64_t *x = arg;
+	struct simjob_chaos *x = arg;
 
 	if (dir == SIM_TO_WORKER && m->type == PBOX_MSG_DATA &&
 	    (s->filter_from & SIM_FROM_RANK) != 0 && m->encoding <= PBOX_ENC_MAX) {
 		g_relayed[m->encoding]++;
 	}
-	return *x != 0 ? chaos(s, dir, ep, m, arg) : SIM_PASS;
+	return x->x != 0 ? simjob_chaos(s, dir, ep, m, arg) : SIM_PASS;
 }
 
 static float linf_chunks(const struct pbox_dvf_push *p, const struct pbox_jobdesc *d)
@@ -363,7 +330,7 @@ static float appliance_resid(struct sim *s, double *acc)
 static void train(const struct sim_job_cfg *cfg, struct run *R, uint64_t chaos_seed)
 {
 	uint32_t n = cfg->nranks;
-	uint64_t x = chaos_seed;
+	struct simjob_chaos x = { .x = chaos_seed, .one_in = 10 };
 	struct sim s;
 
 	memset(R, 0, sizeof(*R));
@@ -374,7 +341,7 @@ static void train(const struct sim_job_cfg *cfg, struct run *R, uint64_t chaos_s
 		s.filter = tree_watch;
 		s.filter_arg = &x;
 	} else if (chaos_seed != 0) {
-		s.filter = chaos;
+		s.filter = simjob_chaos;
 		s.filter_arg = &x;
 	}
 	for (uint32_t t = 0; t < ITERS; t++) {
@@ -385,20 +352,10 @@ static void train(const struct sim_job_cfg *cfg, struct run *R, uint64_t chaos_s
 				R->g[r][i] = rnd() % 8 == 0 ? 4 * grid() : grid();
 				R->gen[i] += R->g[r][i];
 			}
-			memset(&R->op[r], 0, sizeof(R->op[r]));
-			R->op[r].kind = PBOX_OP_PUSH_PULL;
-			R->op[r].key = 0;
-			R->op[r].iter = t;
-			R->op[r].src = R->g[r];
-			R->op[r].dst = R->out[r];
-			assert_int_equal(pbox_node_submit(s.node[r], &R->op[r]), 0);
-			pbox_node_flush(s.node[r]);
+			assert_int_equal(
+				simjob_push_pull(&s, r, &R->op[r], 0, t, R->g[r], R->out[r]), 0);
 		}
-		sim_pump(&s, 0);
-		for (int i = 0; i < 2000 && s.ncompleted < n; i++) {
-			sim_advance(&s, 5 * MS);
-		}
-		assert_int_equal(s.ncompleted, n);
+		assert_true(simjob_run_until(&s, n, 5 * MS, 2000));
 		for (uint32_t r = 0; r < n; r++) {
 			const struct pbox_dvf_push *p = pbox_node_dvf(s.node[r]);
 

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "sim.h"
+#include "simjob.h"
 
 #define MS 1000000ull
 
@@ -25,20 +25,7 @@ static const struct pbox_keyspec g_keys[] = { { 5, 2500 }, { 9, 10 } };
 
 static struct sim_job_cfg base_cfg(uint32_t nranks)
 {
-	struct sim_job_cfg c = {
-		.nranks = nranks,
-		.ncores = 2,
-		.keys = g_keys,
-		.nkeys = 2,
-		.chunk_bytes = 4096,
-		.frag_bytes = 1024,
-		.mode = PBOX_MODE_AGGREGATE,
-		.reduce = PBOX_REDUCE_SUM,
-		.rto_ms = 10,
-		.timeout_ms = 2000,
-	};
-
-	return c;
+	return simjob_cfg(nranks, g_keys, 2, 2000);
 }
 
 struct ranks {
@@ -53,14 +40,7 @@ static void start_all(struct sim *s, struct ranks *R, uint32_t key, uint32_t t, 
 		for (uint32_t i = 0; i < 2500; i++) {
 			R->g[r][i] = (float)(r * 1000 + i + t);
 		}
-		memset(&R->op[r], 0, sizeof(R->op[r]));
-		R->op[r].kind = PBOX_OP_PUSH_PULL;
-		R->op[r].key = key;
-		R->op[r].iter = t;
-		R->op[r].src = R->g[r];
-		R->op[r].dst = R->out[r];
-		assert_int_equal(pbox_node_submit(s->node[r], &R->op[r]), 0);
-		pbox_node_flush(s->node[r]);
+		assert_int_equal(simjob_push_pull(s, r, &R->op[r], key, t, R->g[r], R->out[r]), 0);
 	}
 }
 
@@ -361,39 +341,18 @@ static void test_appliance_error(void **state)
 	sim_fini(&s);
 }
 
-/* With duplicated and dropped datagrams in both directions, results stay exact. */
-static enum sim_verdict chaos(struct sim *s, enum sim_dir dir, uint32_t ep,
-			      const struct pbox_msg *m, void *arg)
-{
-	uint64_t *x = arg;
-
-	(void)s;
-	(void)dir;
-	(void)ep;
-	(void)m;
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	switch (*x % 20) {
-	case 0:
-		return SIM_DROP;
-	case 1:
-		return SIM_DUP;
-	default:
-		return SIM_PASS;
-	}
-}
-
+/* With duplicated and dropped datagrams in both directions (1 in 20 each), results stay
+ * exact. */
 static void test_chaos(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg(3);
 	static struct ranks R;
-	uint64_t x = 77;
+	struct simjob_chaos x = { .x = 77, .one_in = 20 };
 	struct sim s;
 
 	(void)state;
 	assert_int_equal(sim_init(&s, &cfg), 0);
-	s.filter = chaos;
+	s.filter = simjob_chaos;
 	s.filter_arg = &x;
 	for (uint32_t t = 0; t < 20; t++) {
 		s.ncompleted = 0;
@@ -639,7 +598,7 @@ static void test_window_liveness(void **state)
 	struct sim_job_cfg cfg = base_cfg(3);
 	static struct ranks R;
 	static float w0[2500];
-	uint64_t x = 99;
+	struct simjob_chaos x = { .x = 99, .one_in = 20 };
 	uint32_t next[3] = { 0 }, done_iters[3] = { 0 };
 	bool busy[3] = { false };
 	struct sim s;
@@ -663,7 +622,7 @@ static void test_window_liveness(void **state)
 		sim_pump(&s, 0);
 		assert_int_equal(init.status, 0);
 	}
-	s.filter = chaos;
+	s.filter = simjob_chaos;
 	s.filter_arg = &x;
 	for (uint32_t tick = 0; tick < 4000 && done_iters[2] < 40; tick++) {
 		for (uint32_t r = 0; r < 3; r++) {
@@ -819,7 +778,7 @@ static void in_place_chaos(enum pbox_job_mode mode, uint64_t seed)
 	struct sim_job_cfg cfg = base_cfg(3);
 	static float buf[3][20000], model[20000], want[20000];
 	struct pbox_op op[3];
-	uint64_t x = seed;
+	struct simjob_chaos x = { .x = seed, .one_in = 20 };
 	uint32_t nfrags = 0;
 	struct sim s;
 
@@ -851,7 +810,7 @@ static void in_place_chaos(enum pbox_job_mode mode, uint64_t seed)
 		sim_pump(&s, 0);
 		assert_int_equal(init.status, 0);
 	}
-	s.filter = chaos;
+	s.filter = simjob_chaos;
 	s.filter_arg = &x;
 	for (uint32_t t = 0; t < 8; t++) {
 		for (uint32_t i = 0; i < 20000; i++) {
@@ -1004,7 +963,7 @@ static void ssp_loss(uint64_t seed, bool in_place)
 	struct sim_job_cfg cfg = base_cfg(3);
 	static struct ranks R;
 	static float w0[2500];
-	uint64_t x = seed;
+	struct simjob_chaos x = { .x = seed, .one_in = 20 };
 	uint32_t next[3] = { 0 }, done_iters[3] = { 0 };
 	bool busy[3] = { false };
 	struct sim s;
@@ -1026,7 +985,7 @@ static void ssp_loss(uint64_t seed, bool in_place)
 		sim_pump(&s, 0);
 		assert_int_equal(init.status, 0);
 	}
-	s.filter = chaos;
+	s.filter = simjob_chaos;
 	s.filter_arg = &x;
 	for (uint32_t tick = 0; tick < 20000 && done_iters[2] < 40; tick++) {
 		for (uint32_t r = 0; r < 3; r++) {

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "sim.h"
+#include "simjob.h"
 
 #define MS     1000000ull
 #define NELEM  2500
@@ -33,20 +33,7 @@ static const struct pbox_tsb_key g_key = { { 1,  2,  3,  4,  5,  6,  7,  8,  9, 
 
 static struct sim_job_cfg base_cfg(void)
 {
-	struct sim_job_cfg c = {
-		.nranks = NRANKS,
-		.ncores = 2,
-		.keys = g_keys,
-		.nkeys = 1,
-		.chunk_bytes = 4096,
-		.frag_bytes = 1024,
-		.mode = PBOX_MODE_AGGREGATE,
-		.reduce = PBOX_REDUCE_SUM,
-		.rto_ms = 10,
-		.timeout_ms = 5000,
-	};
-
-	return c;
+	return simjob_cfg(NRANKS, g_keys, 1, 5000);
 }
 
 struct ranks {
@@ -74,21 +61,10 @@ static void run_iter(struct sim *s, struct ranks *R, uint32_t t, uint32_t who)
 		for (uint32_t i = 0; i < NELEM; i++) {
 			R->g[r][i] = grad(r, i, t);
 		}
-		memset(&R->op[r], 0, sizeof(R->op[r]));
-		R->op[r].kind = PBOX_OP_PUSH_PULL;
-		R->op[r].key = 0;
-		R->op[r].iter = t;
-		R->op[r].src = R->g[r];
-		R->op[r].dst = R->out[r];
-		assert_int_equal(pbox_node_submit(s->node[r], &R->op[r]), 0);
-		pbox_node_flush(s->node[r]);
+		assert_int_equal(simjob_push_pull(s, r, &R->op[r], 0, t, R->g[r], R->out[r]), 0);
 		n++;
 	}
-	sim_pump(s, 0);
-	for (uint32_t k = 0; k < 3000 && s->ncompleted < n; k++) {
-		sim_advance(s, MS);
-	}
-	assert_int_equal(s->ncompleted, n);
+	assert_true(simjob_run_until(s, n, MS, 3000));
 	for (uint32_t r = 0; r < NRANKS; r++) {
 		if (who & (1u << r)) {
 			assert_int_equal(R->op[r].status, 0);
