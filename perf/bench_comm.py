@@ -93,6 +93,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
     data path (PBOX_TRANSPORT: "udp", the kernel-UDP figures everywhere but the compare
     part's shm column; "shm", the shared-memory rings)."""
     from pboxtest import Pboxd, build_path
+    sys.path.insert(0, os.path.join(HERE, "netlab"))
+    import netlab
 
     os.environ["PBOX_BUILD_DIR"] = build_dir or args.build_dir
 
@@ -122,19 +124,16 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
                                       stderr=subprocess.PIPE, text=True, env=wenv)
                      for r in range(workers)]
             outs = []
-            for r, p in enumerate(procs):
-                try:
-                    out, err = p.communicate(timeout=seconds * 20 + 180)
-                except subprocess.TimeoutExpired:
-                    for q in procs:
-                        q.kill()
-                    out, err = p.communicate()
-                    res["error"] = "rank %d did not finish in time" % r
-                    continue
-                if p.returncode != 0:
+            try:
+                done = netlab.wait_all(procs, seconds * 20 + 180)
+            except netlab.LabError as e:
+                done = []
+                res["error"] = str(e)
+            for r, (rc, out, err) in enumerate(done):
+                if rc != 0:
                     last = err.strip().splitlines()
                     res.setdefault("error", "rank %d exited with %d: %s" %
-                                   (r, p.returncode, last[-1] if last else "no message"))
+                                   (r, rc, last[-1] if last else "no message"))
                     sys.stderr.write(err)
                     continue
                 try:
@@ -262,16 +261,12 @@ def run_gloo_once(args, model, workers, iters):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env) for r in range(workers)]
     times, err = [], None
-    for r, p in enumerate(procs):
-        try:
-            out, e = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, e = p.communicate()
-            err = err or "gloo rank %d did not finish" % r
-            continue
-        if p.returncode != 0:
+    try:
+        done = netlab.wait_all(procs, 300)
+    except netlab.LabError as e:
+        done, err = [], "gloo %s" % e
+    for r, (rc, out, e) in enumerate(done):
+        if rc != 0:
             err = err or "gloo rank %d: %s" % (r, (e.strip().splitlines() or ["failed"])[-1])
             continue
         times.append(json.loads(out.strip().splitlines()[-1])["iter_seconds"])

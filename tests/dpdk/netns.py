@@ -27,6 +27,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTEGRATION = os.path.join(HERE, "..", "integration")
 sys.path.insert(0, INTEGRATION)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "perf", "netlab"))
+import netlab  # noqa: E402
 import pboxtest  # noqa: E402
 from pboxtest import build_path, fail  # noqa: E402
 
@@ -215,24 +217,21 @@ class Topology:
 
     def run_ranks(self, d, cmds, timeout=120):
         """Run cmds[r] as rank r in its worker namespace, all at once; return the outputs;
-        fail if any exits non-zero or outlives timeout."""
+        fail if any exits non-zero or outlives timeout. Every rank's pipe is read at once
+        (netlab.wait_all): a rank blocked on a full pipe would stall the others."""
         procs = []
         for r, argv in enumerate(cmds):
             cmd = ["ip", "netns", "exec", self.worker_cmd_ns(r)] + list(argv)
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.procs.append(p)
             procs.append(p)
-        outs = []
-        for r, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
+        try:
+            done = netlab.wait_all(procs, timeout)
+        except netlab.LabError as e:
+            d.dump_log()
+            fail(str(e))
+        for r, (rc, out, _) in enumerate(done):
+            if rc != 0:
                 d.dump_log()
-                fail("rank %d did not finish within %d s: %s" % (r, timeout, out))
-            if p.returncode != 0:
-                d.dump_log()
-                fail("rank %d exited with %d: %s" % (r, p.returncode, out))
-            outs.append(out)
-        return outs
+                fail("rank %d exited with %d: %s" % (r, rc, out))
+        return [out for _, out, _ in done]
