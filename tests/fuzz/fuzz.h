@@ -108,6 +108,18 @@ static inline size_t fz_bytes(struct fz *f, void *dst, size_t len)
 	return k;
 }
 
+/* Overwrite 1..4 bytes of buf[0, len) (len > 0), where and with what the input says. */
+static inline void fz_scribble(struct fz *f, uint8_t *buf, uint32_t len)
+{
+	for (unsigned k = 1 + fz_below(f, 4); k > 0; k--) {
+		/* Two statements: the order of the reads must not depend on the compiler (a
+		 * crash found by clang must replay under gcc). */
+		uint32_t at = fz_below(f, len);
+
+		buf[at] = fz_u8(f);
+	}
+}
+
 /* Everything left, as a view (len may be 0). */
 static inline const uint8_t *fz_rest(struct fz *f, size_t *len)
 {

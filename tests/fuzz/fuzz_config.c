@@ -20,19 +20,11 @@
 
 #include "common/log.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "pboxd/config.h"
 
 static int g_fd = -1;
 static char g_path[64];
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
 
 static void check_loaded(const struct pboxd_config *cfg)
 {
@@ -88,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (g_fd < 0) {
 		pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_DEBUG);
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		g_fd = memfd_create("pboxd.conf", MFD_CLOEXEC);
 		FUZZ_CHECK(g_fd >= 0, "memfd_create: %s", strerror(errno));
 		snprintf(g_path, sizeof(g_path), "/proc/self/fd/%d", g_fd);

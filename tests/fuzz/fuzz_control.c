@@ -48,6 +48,7 @@
 #include "common/ctlproto.h"
 #include "common/log.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "pboxd/sessions.h"
 
 #define NCONN            6
@@ -85,22 +86,13 @@ static struct pboxd_config g_cfg;
 static int g_pipe[2] = { -1, -1 };
 static int g_null = -1;
 
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
-
 static void once(void)
 {
 	char err[512], path[64];
 	int fd;
 
 	pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_DEBUG);
-	pbox_log_set_sink(silent, NULL);
+	pbox_log_set_sink(pbox_test_log_silent, NULL);
 	fd = memfd_create("pboxd.conf", MFD_CLOEXEC);
 	FUZZ_CHECK(fd >= 0 && write(fd, g_conf, sizeof(g_conf) - 1) == sizeof(g_conf) - 1,
 		   "memfd: %s", strerror(errno));

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "dvf/dvf.h"
 #include "fuzz.h"
+#include "harness.h"
 
 #define MAXN 4096
 
@@ -32,19 +33,10 @@ static struct pbox_dvf_scratch *g_s;
 static const struct pbox_dvf_kernels *g_k[3];
 static unsigned g_nk;
 
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
-
 static void once(void)
 {
 	if (g_s == NULL) {
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		g_s = pbox_dvf_scratch_new(MAXN);
 		FUZZ_CHECK(g_s != NULL, "no scratch");
 		g_nk = pbox_dvf_kernels_supported(g_k, 3);

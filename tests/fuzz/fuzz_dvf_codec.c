@@ -20,19 +20,11 @@
 #include "common/log.h"
 #include "dvf/dvf.h"
 #include "fuzz.h"
+#include "harness.h"
 
 #define MAXLEN (256u * 1024)
 
 static struct pbox_dvf_scratch *g_s;
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
 
 static int decompress(const struct pbox_dvf_codec_ops *ops, const uint8_t *src, size_t len,
 		      size_t expect, uint8_t *out)
@@ -66,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t len;
 
 	if (g_s == NULL) {
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		g_s = pbox_dvf_scratch_new(MAXLEN / 4 + 1);
 		FUZZ_CHECK(g_s != NULL, "no scratch");
 	}

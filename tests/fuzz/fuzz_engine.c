@@ -38,6 +38,7 @@
 #include "engine/encoding.h"
 #include "engine/engine.h"
 #include "fuzz.h"
+#include "harness.h"
 
 #define NCORES_MAX 2
 #define NRANKS_MAX 65
@@ -71,15 +72,6 @@ static struct fix *g_fix; /* for the transport callbacks */
  * calls). */
 static struct pbox_enc_core *g_enc[NCORES_MAX];
 static struct pbox_dvf_scratch *g_dvf;
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
 
 /* ---- the transport: checks every reply ------------------------------------------------ */
 
@@ -146,11 +138,6 @@ static int tx_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire
 	return 0;
 }
 
-static void tx_flush(void *ctx)
-{
-	(void)ctx;
-}
-
 static uint64_t tx_queued(void *ctx)
 {
 	return g_fix->queued[(uintptr_t)ctx];
@@ -167,7 +154,7 @@ static uint64_t tx_reclaim(void *ctx, uint64_t upto)
 
 static const struct pbox_tx_ops g_tx = {
 	.send = tx_send,
-	.flush = tx_flush,
+	.flush = pbox_test_tx_flush,
 	.queued = tx_queued,
 	.reclaim = tx_reclaim,
 };
@@ -519,13 +506,7 @@ static void structured(struct fix *x, struct fz *in)
 	}
 	pbox_wire_encode(&m, (struct pbox_wire_hdr *)(void *)buf);
 	if (bits & 8) {
-		for (unsigned k = 1 + fz_below(in, 4); k > 0; k--) {
-			/* Two statements: the order of the reads must not depend on the
-			 * compiler (a crash found by clang must replay under gcc). */
-			uint32_t at = fz_below(in, PBOX_WIRE_HDR_LEN + m.frag_len);
-
-			buf[at] = fz_u8(in);
-		}
+		fz_scribble(in, buf, PBOX_WIRE_HDR_LEN + m.frag_len);
 	}
 	/* Usually from the rank's own address, sometimes from another one (port 0: nowhere to
 	 * answer). Replies go to port % 10000 = the rank whose cookie they must carry: the
@@ -605,7 +586,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!once) {
 		/* Every message is formatted (format bugs surface) and discarded. */
 		pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_DEBUG);
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		once = true;
 	}
 	if (size < 3) {

@@ -24,16 +24,8 @@
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "pboxd/config.h"
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
 
 static void check_job(const struct pboxd_job_cfg *j)
 {
@@ -144,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!init) {
 		pbox_log_set_level(PBOX_LOGC_COUNT, PBOX_LOG_LVL_DEBUG);
-		pbox_log_set_sink(silent, NULL);
+		pbox_log_set_sink(pbox_test_log_silent, NULL);
 		init = true;
 	}
 	if (size > 1 << 20) {

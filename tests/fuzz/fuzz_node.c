@@ -363,13 +363,7 @@ static void structured(struct fix *x, struct fz *in)
 	}
 	pbox_wire_encode(&m, (struct pbox_wire_hdr *)(void *)buf);
 	if (bits & 8) {
-		for (unsigned n = 1 + fz_below(in, 4); n > 0; n--) {
-			/* Two statements: the order of the reads must not depend on the
-			 * compiler (a crash found by clang must replay under gcc). */
-			uint32_t at = fz_below(in, PBOX_WIRE_HDR_LEN + m.frag_len);
-
-			buf[at] = fz_u8(in);
-		}
+		fz_scribble(in, buf, PBOX_WIRE_HDR_LEN + m.frag_len);
 	}
 	if (bits & 16) {
 		from.port = htons(fz_u16(in)); /* a stranger's address */

@@ -31,18 +31,10 @@
 #include "probe_msg.h"
 #include "common/log.h"
 #include "fuzz.h"
+#include "harness.h"
 #include "probe_wire.h"
 
 #define NADDR 3
-
-static void silent(enum pbox_log_level lvl, enum pbox_log_component comp, const char *msg,
-		   void *arg)
-{
-	(void)lvl;
-	(void)comp;
-	(void)msg;
-	(void)arg;
-}
 
 static void check_same(const struct pbox_probe_msg *a, const struct pbox_probe_msg *b)
 {
@@ -294,7 +286,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz f;
 
-	pbox_log_set_sink(silent, NULL);
+	pbox_log_set_sink(pbox_test_log_silent, NULL);
 	fz_init(&f, data, size);
 	switch (fz_u8(&f) % 3) {
 	case 0: {
