@@ -109,6 +109,18 @@ class Pboxd(pboxtest.Pboxd):
         self.dump_log()
         fail("pboxd (%s) did not become ready" % self.transport)
 
+    def run_to_exit(self, args=None, timeout=30):
+        """Run pboxd (args: its command line instead of self.args) in the foreground, for a
+        configuration it must refuse to start with; return (exit status, log). The
+        directory is removed afterwards."""
+        self.logf = open(self.logpath, "w")
+        r = subprocess.run(args or self.args, stdout=self.logf, stderr=subprocess.STDOUT,
+                           timeout=timeout)
+        self.logf.close()
+        log = self.log()
+        self.remove_dir()
+        return r.returncode, log
+
     def stats(self):
         """The stats object, asked from inside the appliance namespace."""
         code = ("import json, sys\n"

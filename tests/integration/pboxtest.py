@@ -32,7 +32,7 @@ import time
 __all__ = ["Pboxd", "build_path", "free_ports", "free_port", "to_libconfig", "control_request",
            "fail", "run_demo", "children", "alive", "check_gone", "load_libpbox", "wait_for",
            "finish", "pbox_job", "connect_from", "ask", "closed_within", "cpu_seconds",
-           "starve_descriptors"]
+           "starve_descriptors", "wait_answering", "print_tail", "ClientOpts", "KeyInfo"]
 
 START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
 EX_UNAVAILABLE = 69
@@ -67,6 +67,22 @@ def load_libpbox():
               flush=True)
         sys.exit(77)
     return ctypes.CDLL(path)
+
+
+class ClientOpts(ctypes.Structure):
+    """struct pbox_client_opts (include/pbox/pbox.h), for tests that call libpbox through
+    ctypes (load_libpbox())."""
+    _fields_ = [("server", ctypes.c_char_p), ("job", ctypes.c_uint32),
+                ("token", ctypes.c_char_p), ("rank", ctypes.c_uint32),
+                ("local_addr", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
+                ("rto_ms", ctypes.c_uint32), ("max_inflight", ctypes.c_uint32),
+                ("window_bytes", ctypes.c_uint32), ("fault", ctypes.c_char_p),
+                ("busy_poll", ctypes.c_bool), ("probe", ctypes.c_char_p)]
+
+
+class KeyInfo(ctypes.Structure):
+    """struct pbox_key_info (include/pbox/pbox.h)."""
+    _fields_ = [("id", ctypes.c_uint32), ("nelem", ctypes.c_uint64)]
 
 
 def free_ports(n_udp):
@@ -271,6 +287,26 @@ def starve_descriptors(pid, port, settle):
     finally:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
     return cpu, wall
+
+
+def wait_answering(addr, req, what, timeout=20):
+    """Send req to the control address addr until something answers (a daemon starting up)
+    and return its reply; fail with "WHAT did not start" after timeout seconds."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return control_request(addr, req)
+        except OSError:
+            if time.time() > deadline:
+                fail("%s did not start" % what)
+            time.sleep(0.1)
+
+
+def print_tail(path, lines, title=None):
+    """Print the last lines of the file at path under a "---- TITLE (tail)" line (title:
+    path when None)."""
+    with open(path) as f:
+        print("---- %s (tail)\n%s" % (title or path, "".join(f.readlines()[-lines:])))
 
 
 def keep_logs():

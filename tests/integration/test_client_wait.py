@@ -9,20 +9,7 @@ import ctypes
 import errno
 import time
 
-from pboxtest import Pboxd, fail, load_libpbox
-
-
-class Opts(ctypes.Structure):
-    _fields_ = [("server", ctypes.c_char_p), ("job", ctypes.c_uint32),
-                ("token", ctypes.c_char_p), ("rank", ctypes.c_uint32),
-                ("local_addr", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
-                ("rto_ms", ctypes.c_uint32), ("max_inflight", ctypes.c_uint32),
-                ("window_bytes", ctypes.c_uint32), ("fault", ctypes.c_char_p),
-                ("busy_poll", ctypes.c_bool), ("probe", ctypes.c_char_p)]
-
-
-class KeyInfo(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint32), ("nelem", ctypes.c_uint64)]
+from pboxtest import ClientOpts, KeyInfo, Pboxd, fail, load_libpbox
 
 
 def main():
@@ -31,7 +18,7 @@ def main():
     jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"}]
     with Pboxd(jobs, cores=1) as d:
         c = ctypes.c_void_p()
-        o = Opts(server=d.control.encode(), job=1, token=b"a", rank=0, timeout_ms=20000)
+        o = ClientOpts(server=d.control.encode(), job=1, token=b"a", rank=0, timeout_ms=20000)
         keys = (KeyInfo * 1)(KeyInfo(0, 100))
         buf = (ctypes.c_float * 100)()
         if (lib.pbox_connect(ctypes.byref(o), ctypes.byref(c)) < 0

@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port, \
+    print_tail, wait_answering
 
 
 def write_conf(path, ctrl, pboxds, bw):
@@ -123,8 +124,7 @@ def main():
             ctrld.terminate()
             rc = ctrld.wait(timeout=30)
             log.close()
-            with open(os.path.join(tmp, "ctrld.log")) as f:
-                print("---- pbox-ctrld log (tail)\n" + "".join(f.readlines()[-20:]))
+            print_tail(os.path.join(tmp, "ctrld.log"), 20, "pbox-ctrld log")
         if rc != 0:
             fail("pbox-ctrld exited %d" % rc)
 
@@ -134,16 +134,8 @@ def main():
         ctrld = subprocess.Popen([ctrld_bin, "-c", conf], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.STDOUT)
         try:
-            deadline = time.time() + 20
-            while True:
-                try:
-                    r = control_request(caddr, {"op": "bw_probe", "admin_token": token,
-                                                "from": "a", "to": good})
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        fail("pbox-ctrld did not start")
-                    time.sleep(0.1)
+            r = wait_answering(caddr, {"op": "bw_probe", "admin_token": token, "from": "a",
+                                       "to": good}, "pbox-ctrld")
             while True:
                 e = control_request(caddr, {"op": "bw_list", "admin_token": token})["pairs"][0]
                 if e["state"] == "failed":

@@ -21,7 +21,8 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port, \
+    print_tail, wait_answering
 
 
 def write_conf(path, ctrl, pboxds, bw, plan):
@@ -92,15 +93,7 @@ def main():
         log = open(os.path.join(tmp, "ctrld.log"), "w")
         ctrld = subprocess.Popen([ctrld_bin, "-c", conf], stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.time() + 20
-            while True:
-                try:
-                    control_request(caddr, {"op": "job_list", "admin_token": token})
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        fail("pbox-ctrld did not start")
-                    time.sleep(0.1)
+            wait_answering(caddr, {"op": "job_list", "admin_token": token}, "pbox-ctrld")
             r = control_request(caddr, {"op": "job_create", "admin_token": token,
                                         "job": dict(job, id=8), "placement": ["w0", "zz"]})
             if r.get("ok") is not False or r.get("errno") != 22:
@@ -191,8 +184,7 @@ def main():
             ctrld.terminate()
             rc = ctrld.wait(timeout=30)
             log.close()
-            with open(os.path.join(tmp, "ctrld.log")) as f:
-                print("---- pbox-ctrld log (tail)\n" + "".join(f.readlines()[-15:]))
+            print_tail(os.path.join(tmp, "ctrld.log"), 15, "pbox-ctrld log")
         if rc != 0:
             fail("pbox-ctrld exited %d" % rc)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -21,7 +21,8 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port, \
+    wait_answering
 from test_metrics import parse_prom, scrape, value
 from test_runtime_jobs import finish, worker
 import test_runtime_jobs
@@ -93,15 +94,7 @@ def ctrld_status():
         ws = []
         env = dict(os.environ, PBOX_ADMIN_TOKEN=token)
         try:
-            deadline = time.time() + 20
-            while True:
-                try:
-                    control_request(caddr, {"op": "job_list", "admin_token": token})
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        fail("pbox-ctrld did not start")
-                    time.sleep(0.1)
+            wait_answering(caddr, {"op": "job_list", "admin_token": token}, "pbox-ctrld")
             r = control_request(caddr, {"op": "bw_probe", "admin_token": token, "from": "a",
                                         "to": peer})
             if r.get("ok") is not True:

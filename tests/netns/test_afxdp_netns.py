@@ -152,12 +152,7 @@ def refused(topo, extra_app, cores=1, drop_caps=False):
         # d.args: ip netns exec NS pboxd ...
         args = args[:4] + ["capsh", "--drop=cap_net_raw,cap_net_admin,cap_bpf,cap_sys_admin",
                            "--", "-c", " ".join(args[4:])]
-    d.logf = open(d.logpath, "w")
-    r = subprocess.run(args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
-    d.logf.close()
-    log = d.log()
-    d.remove_dir()
-    return r.returncode, log
+    return d.run_to_exit(args)
 
 
 def missing():

@@ -21,16 +21,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "perf", "slops"))
 sys.path.insert(0, os.path.join(ROOT, "perf", "netlab"))
 import netlab  # noqa: E402
+from pboxtest import fail, print_tail  # noqa: E402 (netlab puts it on the path)
 import bench_slops  # noqa: E402
 
 TOKEN = "bw-test-token"
 PBOXD_CTL = "127.0.0.1:7000"
 CTRLD_CTL = "127.0.0.1:7300"
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr, flush=True)
-    sys.exit(1)
 
 
 def wait_tcp(lab, ns, port, what, timeout=20):
@@ -163,8 +159,7 @@ def main():
                     os.unlink(pth)
             for pth in ("/tmp/%s-pboxd.log" % tmp, "/tmp/%s-ctrld.log" % tmp):
                 if os.path.exists(pth):
-                    with open(pth) as f:
-                        print("---- %s (tail)\n%s" % (pth, "".join(f.readlines()[-15:])))
+                    print_tail(pth, 15)
                     os.unlink(pth)
     print("ok (%.1f s)" % (time.time() - t_start))
     return 0

@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "perf", "netlab"))
 import netlab  # noqa: E402
+from pboxtest import fail, print_tail  # noqa: E402 (netlab puts it on the path)
 
 TOKEN = "e2e-admin"
 JOB, JTOKEN, NW = 5, "e2e-job", 3
@@ -43,11 +44,6 @@ SLEEP_MS = 30                      # between iterations: training leaves most of
 PLAN_RE = re.compile(r"job (\d+) rank (\d+): plan revision (\d+): push delta (\S+) "
                      r"\((delta_\w+); link (\w+), ([\d.]+) Mbit/s\), broadcast delta (\S+) "
                      r"\((delta_\w+)\), parent (-?\d+), depth (\d+), children \[([\d,]*)\]")
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr, flush=True)
-    sys.exit(1)
 
 
 class Worker:
@@ -303,8 +299,7 @@ def main():
                     os.unlink(pth)
             for pth in (plog_path, clog_path):
                 if os.path.exists(pth):
-                    with open(pth) as f:
-                        print("---- %s (tail)\n%s" % (pth, "".join(f.readlines()[-30:])))
+                    print_tail(pth, 30)
                     os.unlink(pth)
     print("ok (%.1f s)" % (time.time() - t_start))
     return 0

@@ -27,17 +27,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "perf", "netlab"))
 import netlab  # noqa: E402
+from pboxtest import fail  # noqa: E402 (netlab puts it on the path)
 
 WORKERS = 6
 # At 500 Mbit/s a star step takes >= 90 ms (6 results of 0.94 MB on the appliance link),
 # so 30 steps outlast the second pboxd needs to put the tree in use.
 STEPS = 30
 KILL_STEPS = 100
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr, flush=True)
-    sys.exit(1)
 
 
 def f32(x):

@@ -175,13 +175,7 @@ def check_loss(c, n, got, p, what):
 
 def start_failing(topo, extra_app):
     """Run a pboxd that is expected to refuse to start; (exit status, log)."""
-    d = topo.pboxd("udp", JOBS, cores=CORES, extra_app=extra_app)
-    d.logf = open(d.logpath, "w")
-    r = subprocess.run(d.args, stdout=d.logf, stderr=subprocess.STDOUT, timeout=30)
-    d.logf.close()
-    log = d.log()
-    d.remove_dir()
-    return r.returncode, log
+    return topo.pboxd("udp", JOBS, cores=CORES, extra_app=extra_app).run_to_exit()
 
 
 def missing():
