@@ -227,16 +227,21 @@ class Topology:
                                    str(r), "--timeout-ms", "20000"] + list(args)
                                   for r in range(nranks)], timeout)
 
-    def run_ranks(self, d, cmds, timeout=120):
-        """Run cmds[r] as rank r in its worker namespace, all at once; return the outputs;
-        fail if any exits non-zero or outlives timeout. Every rank's pipe is read at once
-        (netlab.wait_all): a rank blocked on a full pipe would stall the others."""
+    def start_ranks(self, cmds):
+        """Start cmds[r] as rank r in its worker namespace (stdout and stderr in one pipe);
+        return the processes, for wait_ranks()."""
         procs = []
         for r, argv in enumerate(cmds):
             cmd = ["ip", "netns", "exec", self.worker_cmd_ns(r)] + list(argv)
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.procs.append(p)
             procs.append(p)
+        return procs
+
+    def wait_ranks(self, d, procs, timeout=120):
+        """Wait for the ranks start_ranks() started and return their outputs; fail (with
+        pboxd d's log) if any exits non-zero or outlives timeout. Every rank's pipe is read
+        at once (netlab.wait_all): a rank blocked on a full pipe would stall the others."""
         try:
             done = netlab.wait_all(procs, timeout)
         except netlab.LabError as e:
@@ -247,3 +252,8 @@ class Topology:
                 d.dump_log()
                 fail("rank %d exited with %d: %s" % (r, rc, out))
         return [out for _, out, _ in done]
+
+    def run_ranks(self, d, cmds, timeout=120):
+        """Run cmds[r] as rank r in its worker namespace, all at once; return the outputs;
+        fail if any exits non-zero or outlives timeout (start_ranks, then wait_ranks)."""
+        return self.wait_ranks(d, self.start_ranks(cmds), timeout)

@@ -32,7 +32,8 @@ import time
 __all__ = ["Pboxd", "build_path", "free_ports", "free_port", "to_libconfig", "control_request",
            "fail", "run_demo", "children", "alive", "check_gone", "load_libpbox", "wait_for",
            "finish", "pbox_job", "connect_from", "ask", "closed_within", "cpu_seconds",
-           "starve_descriptors", "wait_answering", "print_tail", "ClientOpts", "KeyInfo"]
+           "starve_descriptors", "wait_answering", "print_tail", "ClientOpts", "KeyInfo",
+           "register_rank"]
 
 START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
 EX_UNAVAILABLE = 69
@@ -287,6 +288,27 @@ def starve_descriptors(pid, port, settle):
     finally:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
     return cpu, wall
+
+
+def register_rank(control, job, token, keys, rank=0, may_refuse=False):
+    """hello + register of keys ([(id, elements)]) as rank of job on one control connection
+    to control ("host:port"), closed on return (the rank leaves without a goodbye);
+    returns the register reply. Fails if the hello is refused, or the register unless
+    may_refuse."""
+    host, port = control.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        f = s.makefile("rwb")
+        for req in ({"op": "hello", "job": job, "rank": rank, "token": token, "version": 1},
+                    {"op": "register", "keys": [list(k) for k in keys]}):
+            f.write((json.dumps(req) + "\n").encode())
+            f.flush()
+            while True:
+                rep = json.loads(f.readline())
+                if "event" not in rep:
+                    break
+            if not rep.get("ok") and (req["op"] == "hello" or not may_refuse):
+                fail("%s refused: %s" % (req["op"], rep))
+        return rep
 
 
 def wait_answering(addr, req, what, timeout=20):

@@ -6,35 +6,14 @@ restarted with the same job (and another core count) restores it at the first re
 with the same keys and says so in the register reply (resume_version) and its log; a
 register with other keys is not given the old state: the session starts fresh
 (resume_version 0), the log says why and the file is kept as job-<id>.ckpt.rejected."""
-import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 
-from pboxtest import Pboxd, build_path, fail, wait_for
+from pboxtest import Pboxd, build_path, fail, register_rank, wait_for
 
 KEYS = [(100, 5000), (101, 300)]
-
-
-def register(control, job, token, keys, rank=0):
-    """hello + register on one control connection (closed on return: the rank leaves
-    without a goodbye); returns the register reply."""
-    host, port = control.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=20) as s:
-        f = s.makefile("rwb")
-        for req in ({"op": "hello", "job": job, "rank": rank, "token": token, "version": 1},
-                    {"op": "register", "keys": [list(k) for k in keys]}):
-            f.write((json.dumps(req) + "\n").encode())
-            f.flush()
-            while True:
-                rep = json.loads(f.readline())
-                if "event" not in rep:
-                    break
-            if not rep.get("ok"):
-                fail("%s refused: %s" % (req["op"], rep))
-        return rep
 
 
 def main():
@@ -72,7 +51,7 @@ def main():
 
         # Restarted, on one core instead of two: the same keys get the saved state back.
         with Pboxd(jobs, cores=1, checkpoint_dir=ck, checkpoint_interval=0) as d2:
-            rep = register(d2.control, 5, "t", KEYS)
+            rep = register_rank(d2.control, 5, "t", KEYS)
             print("register reply: resume_version %s" % rep.get("resume_version"))
             if rep.get("resume_version") != saved:
                 fail("resume_version %s, expected the saved version %d"
@@ -82,7 +61,7 @@ def main():
             if "job 5: restored version %d" % saved not in d2.log():
                 fail("pboxd does not log the restore")
             # Other keys: not restored; the session starts fresh.
-            rep = register(d2.control, 5, "t", [(100, 5001), (101, 300)])
+            rep = register_rank(d2.control, 5, "t", [(100, 5001), (101, 300)])
             if rep.get("resume_version") != 0:
                 fail("a key set that differs was given the checkpoint: %s" % rep)
             log = d2.log()

@@ -5,33 +5,13 @@ its job's memory_budget, or than what the appliance's memory_budget has left, is
 at registration with the numbers (needed, budget, in use); a key set whose chunk count
 overflows 32 bits is refused by its count; nothing is allocated for them (pboxd's resident
 memory stays small), and a job that is training meanwhile is not disturbed."""
-import json
 import os
 import re
-import socket
 import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, build_path, fail, to_libconfig
-
-
-def register(control, job, token, keys):
-    """hello + register on one control connection; returns the register reply."""
-    host, port = control.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=20) as s:
-        f = s.makefile("rwb")
-        for req in ({"op": "hello", "job": job, "rank": 0, "token": token, "version": 1},
-                    {"op": "register", "keys": keys}):
-            f.write((json.dumps(req) + "\n").encode())
-            f.flush()
-            while True:
-                rep = json.loads(f.readline())
-                if "event" not in rep:
-                    break
-            if req["op"] == "hello" and not rep.get("ok"):
-                fail("hello refused: %s" % rep)
-        return rep
+from pboxtest import Pboxd, build_path, fail, register_rank, to_libconfig
 
 
 def rss_kb(pid):
@@ -43,7 +23,7 @@ def rss_kb(pid):
 
 
 def expect_refusal(d, job, token, keys, *fragments):
-    rep = register(d.control, job, token, keys)
+    rep = register_rank(d.control, job, token, keys, may_refuse=True)
     print("job %d: %s" % (job, rep.get("error", rep)))
     if rep.get("ok"):
         fail("job %d: a key set over budget was admitted: %s" % (job, rep))
@@ -124,7 +104,7 @@ def main():
             if p.poll() is not None and p.returncode != 0:
                 fail("job 1 failed while other jobs were refused: %s" % p.communicate()[0])
         # A key set that fits is admitted next to job 1 (and uses the budget).
-        rep = register(d.control, 3, "three", [[0, 1 << 20]])
+        rep = register_rank(d.control, 3, "three", [[0, 1 << 20]], may_refuse=True)
         if not rep.get("ok"):
             fail("job 3 within budget was refused: %s" % rep)
         for r, p in enumerate(ranks):

@@ -115,12 +115,7 @@ def check_worker(d, rank, iters):
 def flood_session(topo, d):
     """Exact-checking workers with a flood in the middle of their session; the flood's
     counts per reason."""
-    procs = []
-    for r in range(RANKS):
-        cmd = ["ip", "netns", "exec", topo.worker_cmd_ns(r)] + check_worker(d, r, 2000)
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        topo.procs.append(p)
-        procs.append(p)
+    procs = topo.start_ranks([check_worker(d, r, 2000) for r in range(RANKS)])
     deadline = time.time() + 30
     while time.time() < deadline:
         job = d.stats()["jobs"][0]
@@ -135,11 +130,7 @@ def flood_session(topo, d):
                          str(BASE_PORT), "1400", ns=topo.worker_ns[0]).stdout)
     if d.stats()["jobs"][0]["state"] != "active":
         fail("the session ended before the flood did: make the workers run longer")
-    for r, p in enumerate(procs):
-        out, _ = p.communicate(timeout=120)
-        if p.returncode != 0:
-            d.dump_log()
-            fail("rank %d exited with %d (results not exact?): %s" % (r, p.returncode, out))
+    topo.wait_ranks(d, procs)
     return sent
 
 

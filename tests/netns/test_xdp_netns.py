@@ -103,25 +103,16 @@ def wait_active(d):
 def run_with_flood(topo, d):
     """Exact-checking workers, with a flood in the middle of their session. Returns the
     flood's counts per reason."""
-    procs = []
-    for r in range(WORKERS):
-        # 5 ms of "compute" per iteration: the session outlasts the flood (>= 3 s) even
-        # when the links are fast and the flood's interpreter starts slowly under load.
-        cmd = ["ip", "netns", "exec", topo.worker_cmd_ns(r)] + check_worker(d, r, 600) + \
-            ["--sleep-ms", "5"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        topo.procs.append(p)
-        procs.append(p)
+    # 5 ms of "compute" per iteration: the session outlasts the flood (>= 3 s) even when
+    # the links are fast and the flood's interpreter starts slowly under load.
+    procs = topo.start_ranks([check_worker(d, r, 600) + ["--sleep-ms", "5"]
+                              for r in range(WORKERS)])
     wait_active(d)
     sent = json.loads(sh(PYTHON, "-c", FLOOD, CTL_IP, str(BASE_PORT), str(FLOOD_N),
                          ns=topo.worker_ns[0]).stdout)
     if d.stats()["jobs"][0]["state"] != "active":
         fail("the session ended before the flood did: make the workers run longer")
-    for r, p in enumerate(procs):
-        out, _ = p.communicate(timeout=120)
-        if p.returncode != 0:
-            d.dump_log()
-            fail("rank %d exited with %d (results not exact?): %s" % (r, p.returncode, out))
+    topo.wait_ranks(d, procs)
     return sent
 
 
