@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, pbox_job, wait_for
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, finish, pbox_job, \
+    wait_for
 
 W = None
 
@@ -33,9 +34,7 @@ def train(d, job, token, what):
     ranks = [worker(d, job, token, r, 2, "--server-opt", "--lr", "0.5", "--iters", "20")
              for r in range(2)]
     for r, p in enumerate(ranks):
-        out, _ = p.communicate(timeout=120)
-        print("[%s rank %d] exit %d: %s" % (what, r, p.returncode, out.strip()[-200:]))
-        if p.returncode != 0:
+        if finish(p, "%s rank %d" % (what, r), tail=200)[0] != 0:
             fail("%s: rank %d did not train exactly" % (what, r))
 
 

@@ -27,7 +27,8 @@ import stat
 import subprocess
 import tempfile
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, pbox_job, wait_for
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, finish, free_port, \
+    pbox_job, wait_for
 
 EINVAL = 22
 
@@ -52,9 +53,7 @@ def train(d, job, token, what):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(2)]
     for r, p in enumerate(ranks):
-        out, _ = p.communicate(timeout=120)
-        print("[%s rank %d] exit %d: %s" % (what, r, p.returncode, out.strip()[-200:]))
-        if p.returncode != 0:
+        if finish(p, "%s rank %d" % (what, r), tail=200)[0] != 0:
             fail("%s: rank %d did not train exactly" % (what, r))
 
 
@@ -137,10 +136,7 @@ def main():
     token = "ctrld-secret"
     with Pboxd([], cores=2, memory_budget="256M") as d:
         strict_pboxd(d)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = free_port()
         caddr = "127.0.0.1:%d" % port
         state = os.path.join(tmp, "ctrld.state")
         conf = os.path.join(tmp, "ctrld.conf")

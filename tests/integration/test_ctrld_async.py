@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, wait_for
+from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, free_port, wait_for
 
 TIMEOUT_MS = 4000
 # What another client may wait while a pboxd hangs: well below TIMEOUT_MS (the old code
@@ -127,11 +127,7 @@ def main():
     env = dict(os.environ, PBOX_ADMIN_TOKEN=token)
     fake = FakePboxd()
     with Pboxd([], cores=2, memory_budget="256M") as g:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        caddr = "127.0.0.1:%d" % port
+        caddr = "127.0.0.1:%d" % free_port()
         conf = os.path.join(tmp, "ctrld.conf")
         ctrl = {"listen": caddr, "admin_token": token, "reconcile_interval": 200,
                 "request_timeout": TIMEOUT_MS}
