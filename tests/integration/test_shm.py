@@ -496,8 +496,9 @@ def paced_run(d):
         fail("paced beside shm: a UDP worker failed after %.1f s:\n%s" % (dt, "\n".join(outs)))
     if paced is None or paced["sent_paced"] == 0:
         fail("paced beside shm: pboxd paced nothing (PBOX_PACE=1): %s" % paced)
-    # 0.2-0.3 s on a loaded 2-CPU machine; 101.8 s before the fix.
-    if dt > 15:
+    # 0.2-0.3 s on a loaded 2-CPU machine, 5.5 s with two CPU hogs beside it; 101.8 s
+    # before the fix.
+    if dt > 40:
         fail("paced beside shm: 10 iterations took %.1f s: paced results wait for the "
              "cores' 100 ms timeout" % dt)
     c.close()
