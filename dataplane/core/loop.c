@@ -55,8 +55,18 @@ void pbox_loop_run(struct pbox_loop *l)
 		    (l->idle_tsc == 0 || t1 - l->last_work > l->idle_tsc) &&
 		    !pbox_loop_stopping(l)) {
 			bool again = false;
-			int fd = l->poller != NULL ? l->poller->sleep_prepare(l->poller_arg) : -1;
+			uint64_t due =
+				l->ops->tx_due_ns != NULL ? l->ops->tx_due_ns(l->xc) : UINT64_MAX;
+			int ms = l->wait_ms, fd;
 
+			if (due < 1000000u) {
+				PBOX_STAT_ADD(es, polls, 1);
+				continue; /* held output is due: the next pass's tx releases it */
+			}
+			if (due / 1000000u < (uint64_t)ms) {
+				ms = (int)(due / 1000000u);
+			}
+			fd = l->poller != NULL ? l->poller->sleep_prepare(l->poller_arg) : -1;
 			if (fd == -EAGAIN) {
 				PBOX_STAT_ADD(es, polls, 1);
 				continue; /* the poller has input already */
@@ -64,9 +74,9 @@ void pbox_loop_run(struct pbox_loop *l)
 			/* RCU-offline: a publish need not wait for this core. */
 			rcu_thread_offline();
 			if (fd >= 0 && l->ops->wait_fd != NULL) {
-				again = l->ops->wait_fd(l->xc, l->wait_ms, fd);
+				again = l->ops->wait_fd(l->xc, ms, fd);
 			} else if (fd < 0 && l->ops->wait != NULL) {
-				again = l->ops->wait(l->xc, l->wait_ms);
+				again = l->ops->wait(l->xc, ms);
 			} else {
 				struct timespec ts = { 0, (long)l->idle_sleep_us * 1000 };
 

@@ -12,8 +12,9 @@
  * Idle: without busy_poll, once the core has found nothing to do for longer than idle_tsc
  * TSC cycles (0: at once), it goes RCU-offline (a publish never waits for it) and either
  * calls the transport's wait hook (block for input; the input found is handled at once,
- * in the same iteration) or, without one, sleeps idle_sleep_us. Every cycle is counted
- * busy or idle in stats; polls counts iterations.
+ * in the same iteration) or, without one, sleeps idle_sleep_us. A wait never outlasts
+ * output the transport holds back (tx_due_ns). Every cycle is counted busy or idle in
+ * stats; polls counts iterations.
  *
  * Threading: pbox_loop_run runs on the core's own thread (a pthread, a DPDK lcore) and
  * registers it with liburcu-qsbr for the duration of the call. pbox_loop_stop may be
@@ -59,6 +60,13 @@ struct pbox_loop_ops {
 	/* Like wait, but also return when fd is readable (an extra poller's doorbell, see
 	 * struct pbox_loop_poller). NULL: the loop sleeps idle_sleep_us instead. */
 	bool (*wait_fd)(void *xc, int timeout_ms, int fd);
+	/* Output the transport holds back on purpose (a result pacer, core/pace.h) that the
+	 * tx hook releases when due: nanoseconds until the next of it is due, 0 if now,
+	 * UINT64_MAX if none. Before sleeping the loop asks it: due within a millisecond, it
+	 * does not sleep; otherwise it waits (wait or wait_fd) no longer than until then, so
+	 * held output never waits for the next input or the wait_ms timeout. May be NULL
+	 * (nothing is held). */
+	uint64_t (*tx_due_ns)(void *xc);
 	/* Any thread: make a wait in progress, and every later one, return at once. May be
 	 * NULL (waits end on their timeout). */
 	void (*wake)(void *xc);

@@ -7,7 +7,10 @@
  *    (no sleep after it);
  *  - before sleeping the loop asks the poller: -1 means the transport's own wait, a
  *    descriptor means wait_fd on it (then sleep_end), -EAGAIN means no sleep at all;
- *  - a transport without wait_fd sleeps idle_sleep_us instead, and sleep_end still runs.
+ *  - a transport without wait_fd sleeps idle_sleep_us instead, and sleep_end still runs;
+ *  - output the transport holds back (tx_due_ns, a result pacer) bounds every wait, the
+ *    poller's included: due within a millisecond, no sleep at all (a pacer's results once
+ *    waited for the next input or the 100 ms timeout while local workers were connected).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,6 +34,9 @@ struct script {
 	unsigned busy_poll_at; /* the poll call that finds input (1-based; 0: none) */
 	int prepare_rc[8];     /* sleep_prepare's answers, in order (then -1) */
 	int fd_waited, ms_waited;
+	int ms_waited_plain; /* the transport's own wait */
+	unsigned ndue;
+	uint64_t due[8]; /* tx_due_ns's answers, in order (then UINT64_MAX) */
 };
 
 static void note(struct script *s, char c)
@@ -54,9 +60,20 @@ static enum pbox_poll_rc s_rx(void *xc, struct pbox_loop *l)
 
 static bool s_wait(void *xc, int timeout_ms)
 {
-	(void)timeout_ms;
-	note(xc, 'w');
+	struct script *s = xc;
+
+	note(s, 'w');
+	s->ms_waited_plain = timeout_ms;
 	return false;
+}
+
+static uint64_t s_due(void *xc)
+{
+	struct script *s = xc;
+	unsigned i = s->ndue++;
+
+	note(s, 'd');
+	return i < PBOX_ARRAY_SIZE(s->due) ? s->due[i] : UINT64_MAX;
 }
 
 static bool s_wait_fd(void *xc, int timeout_ms, int fd)
@@ -157,11 +174,49 @@ static void test_no_wait_fd_hook_sleeps(void **state)
 	assert_int_equal(pbox_stat_read(&st.polls), 3);
 }
 
+static void test_held_output_bounds_waits(void **state)
+{
+	static const struct pbox_loop_ops ops = {
+		.rx = s_rx, .wait = s_wait, .wait_fd = s_wait_fd, .tx_due_ns = s_due
+	};
+	struct script s = { .stop_after_rx = 5,
+			    .prepare_rc = { 7, -1, 7 },
+			    .due = { 500000, 30000000, 12999999, UINT64_MAX } };
+	struct pbox_core_stats st;
+
+	(void)state;
+	run(&s, &ops, &st);
+	/* Due in 0.5 ms: no sleep (and the poller is not armed); due in 30 ms: wait_fd on the
+	 * poller's descriptor for 30 ms, not 100; 12.999 ms: the transport's own wait for 12
+	 * (it wakes early, then polls); nothing held: wait_fd for the whole 100 ms. */
+	assert_string_equal(s.log, "rpdrpd?Wsrpd?wrpd?Wsrp");
+	assert_int_equal(s.ms_waited_plain, 12);
+	assert_int_equal(s.ms_waited, 100);
+	assert_int_equal(pbox_stat_read(&st.polls), 5);
+}
+
+static void test_held_output_ms(void **state)
+{
+	static const struct pbox_loop_ops ops = {
+		.rx = s_rx, .wait = s_wait, .wait_fd = s_wait_fd, .tx_due_ns = s_due
+	};
+	struct script s = { .stop_after_rx = 2, .prepare_rc = { 7 }, .due = { 30000000 } };
+	struct pbox_core_stats st;
+
+	(void)state;
+	run(&s, &ops, &st);
+	assert_string_equal(s.log, "rpd?Wsrp");
+	assert_int_equal(s.fd_waited, 7);
+	assert_int_equal(s.ms_waited, 30);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_poller_and_waits),
 		cmocka_unit_test(test_no_wait_fd_hook_sleeps),
+		cmocka_unit_test(test_held_output_bounds_waits),
+		cmocka_unit_test(test_held_output_ms),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -85,7 +85,8 @@ struct shm_core_stats {
 	uint64_t tx_bytes;
 	uint64_t tx_full;    /* replies dropped: the worker's ring and the backlog were full */
 	uint64_t backlogged; /* replies that waited in the core's backlog for ring room */
-	uint64_t tx_gone;    /* replies to a connection that ended */
+	uint64_t tx_gone;    /* replies to a connection that ended or broke: sent after it did,
+			      * the one that found its ring broken, or held in its backlog */
 	uint64_t wakes;      /* eventfd writes to sleeping workers */
 	uint64_t sleeps;     /* waits with the rings armed */
 	uint64_t broken[PBOX_SHM_ERR_COUNT];
@@ -155,12 +156,20 @@ static void drain_fd(int fd)
 
 /* ---- the cores ---------------------------------------------------------------------- */
 
+/* Replies the backlog still holds (pushed into it, not yet moved to the ring). */
+static uint64_t backlog_held(const struct shm_local *loc)
+{
+	return loc->bl == NULL ? 0 : loc->bl->p.pushed - loc->bl->c.popped;
+}
+
 static void local_drop(struct shm_core *c, uint32_t slot)
 {
 	struct shm_local *loc = &c->local[slot];
 
 	loc->live = false;
-	free(loc->bl); /* the worker's overflow goes with it */
+	/* The worker's overflow goes with it: counted, as every reply that never arrives. */
+	PBOX_STAT_ADD(&c->st, tx_gone, backlog_held(loc));
+	free(loc->bl);
 	loc->bl = NULL;
 	for (uint32_t i = 0; i < c->nlive; i++) {
 		if (c->live[i] == slot) {
@@ -190,22 +199,31 @@ static void touch(struct shm_core *c, uint32_t slot)
 	}
 }
 
-/* Move what the backlog holds into the worker's ring while it has room. */
-static void backlog_drain(struct shm_core *c, uint32_t slot)
+/* Move what the backlog holds into the worker's ring while it has room. Returns how many
+ * replies moved (0: the ring has no room, or it broke: loc->tx.err says so). */
+static unsigned backlog_drain(struct shm_core *c, uint32_t slot)
 {
 	struct shm_local *loc = &c->local[slot];
 	struct shm_backlog *b = loc->bl;
+	unsigned moved = 0;
 
 	while (b->p.tail != b->c.head && pbox_shm_prod_fits(&loc->tx, PBOX_WIRE_MAX_PAYLOAD) &&
 	       pbox_shm_cons_pop(&b->c, &b->d, 1) == 1) {
-		(void)pbox_shm_push(&loc->tx, (const struct pbox_wire_hdr *)(const void *)b->d.hdr,
-				    b->d.payload, b->d.len - PBOX_WIRE_HDR_LEN);
+		/* It fits (checked): only a ring found broken meanwhile refuses it. */
+		if (pbox_shm_push(&loc->tx, (const struct pbox_wire_hdr *)(const void *)b->d.hdr,
+				  b->d.payload, b->d.len - PBOX_WIRE_HDR_LEN) != 0) {
+			PBOX_STAT_ADD(&c->st, tx_gone, 1);
+			pbox_shm_cons_release(&b->c);
+			break;
+		}
 		pbox_shm_cons_release(&b->c);
 		touch(c, slot);
+		moved++;
 	}
 	if (b->p.tail == b->c.head) {
 		pbox_shm_prod_room_ok(&loc->tx);
 	}
+	return moved;
 }
 
 /* Pick up connections added or ended since the last look; acknowledge the generation. */
@@ -298,13 +316,18 @@ static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
 			continue;
 		}
 		if (pbox_unlikely(!backlog_empty(loc))) {
-			backlog_drain(c, slot);
+			unsigned moved = backlog_drain(c, slot);
+
 			if (pbox_unlikely(loc->tx.err != PBOX_SHM_OK)) {
 				broken(c, slot, loc->tx.err);
 				i--;
 				continue;
 			}
-			any = true; /* the flush wakes the worker */
+			/* Busy only if replies moved (the flush wakes the worker). A ring still
+			 * full is not work: the core may sleep, sleep_prepare arms prod_waiting
+			 * and the worker rings it when it frees room (spinning here took the CPU
+			 * a descheduled worker needs to catch up, and hammered its ring). */
+			any |= moved != 0;
 		}
 		if (n == 0) {
 			continue;
@@ -422,6 +445,8 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 		atomic_store_explicit(&loc->tx.ctl->prod_waiting, 1, memory_order_relaxed);
 		PBOX_STAT_ADD(&c->st, backlogged, 1);
 	} else if (pbox_unlikely(rc != 0)) {
+		/* A broken ring (the connection ends) or a payload too large: never arrives. */
+		PBOX_STAT_ADD(&c->st, tx_gone, 1);
 		if (loc->tx.err != PBOX_SHM_OK) {
 			broken(c, slot, loc->tx.err);
 		}
@@ -1004,8 +1029,9 @@ void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)
 		"shm: %" PRIu64 " connections live (%" PRIu64 " accepted, %" PRIu64
 		" refused, %" PRIu64 " not admitted, %" PRIu64 " broken rings); %" PRIu64
 		" datagrams in, %" PRIu64 " out, %" PRIu64 " dropped on a full ring, %" PRIu64
-		" wake-ups\n",
+		" lost with ended connections, %" PRIu64 " wake-ups\n",
 		live_conns(s), pbox_stat_read(&s->accepted), pbox_stat_read(&s->refused),
-		pbox_stat_read(&s->auth_failed), nbroken, t.rx_pkts, t.tx_pkts, t.tx_full, t.wakes);
+		pbox_stat_read(&s->auth_failed), nbroken, t.rx_pkts, t.tx_pkts, t.tx_full,
+		t.tx_gone, t.wakes);
 	fflush(f);
 }

@@ -39,7 +39,10 @@
  * never missed); its memory is unmapped only once every core has dropped it. Replies
  * that find a worker's ring full wait in the core's backlog (4 MiB per connection and
  * core, allocated at the first overflow) and move in as the worker frees room (it rings
- * the core: prod_waiting, ring.h); past that they are dropped.
+ * the core: prod_waiting, ring.h; meanwhile the core sleeps, it does not poll the full
+ * ring); past that they are dropped (shm.tx_full). Replies that never reach a connection
+ * that ended or broke, sent after it did or held in its backlog then, are counted
+ * (shm.tx_gone).
  *
  * Threading: create / attach / start / destroy on the control thread (attach before the
  * cores run, destroy after they were joined); the poller and send op on each core's

@@ -126,9 +126,20 @@ static void udp_tx(void *xc, struct pbox_loop *l, enum pbox_poll_rc rx_rc)
 	}
 }
 
+/* When the next paced result is due: the loop's waits end then (with local workers' rings
+ * on the core it waits in udp_wait_fd, which does not look at the pacer). */
+static uint64_t udp_tx_due(void *xc)
+{
+	struct udp_core *u = xc;
+
+	return u->pace != NULL && pbox_pace_backlog(u->pace) > 0 ? pbox_pace_poll(u->pace)
+								 : UINT64_MAX;
+}
+
 static const struct pbox_loop_ops udp_loop_ops = {
 	.rx = udp_rx,
 	.tx = udp_tx,
+	.tx_due_ns = udp_tx_due,
 	.wait = udp_wait,
 	.wait_fd = udp_wait_fd,
 	.wake = udp_wake,
