@@ -167,6 +167,11 @@ struct pbox_core_job {
 	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
+	/* The results' arena (struct pbox_result_ops; NULL: results are in `arena`) and the
+	 * allocator's handle for it (pboxd's shared-memory transport: a sealed memfd). */
+	void *res_arena;
+	size_t res_bytes;
+	int res_handle;
 	uint64_t nonfinite; /* NaN / Inf gradient values received (read by stats, relaxed) */
 } PBOX_CACHE_ALIGNED;
 
@@ -211,6 +216,27 @@ struct pbox_arena_ops {
  * the sessions that should use them start. */
 void pbox_job_set_arena_ops(const struct pbox_arena_ops *ops);
 
+/*
+ * Where the buffers results are sent from (window slots' accumulators and encoded
+ * results, a server-optimizer chunk's two model versions) are carved, apart from the
+ * rest of the state, when installed: one arena per (job, core), so a transport can show
+ * a job's results, and nothing else of pboxd's, to that job's workers (the shared-memory
+ * transport maps them read-only into its workers). Not used while arena ops are
+ * installed (those arenas hold the results). alloc: `bytes` zeroed bytes, page aligned,
+ * into *p, and a handle (*handle >= 0) the allocator's owner can look up; 0 or -errno
+ * after logging why. free gets both back. The ops must outlive every state created with
+ * them. Called by whichever thread creates a state / drops its last reference.
+ */
+struct pbox_result_ops {
+	int (*alloc)(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle);
+	void (*free)(void *ctx, void *p, size_t bytes, int handle);
+	void *ctx;
+};
+
+/* Result arenas of states created from now on come from ops (NULL: none). Control
+ * thread, before the sessions that should use them start. */
+void pbox_job_set_result_ops(const struct pbox_result_ops *ops);
+
 struct pbox_job_state {
 	uint32_t ncores;
 	uint32_t refs;   /* atomic: see pbox_job_state_get / put */
@@ -219,9 +245,10 @@ struct pbox_job_state {
 	/* NULL: pbox_job_state_free on the thread that drops the last reference. */
 	pbox_job_state_release_fn *release;
 	void *release_arg;
-	struct pbox_job_state *release_next;    /* free for the releaser's own lists */
-	struct pbox_jobdesc desc;               /* valid when owns_desc */
-	const struct pbox_arena_ops *arena_ops; /* NULL: the arenas are mmapped */
+	struct pbox_job_state *release_next;      /* free for the releaser's own lists */
+	struct pbox_jobdesc desc;                 /* valid when owns_desc */
+	const struct pbox_arena_ops *arena_ops;   /* NULL: the arenas are mmapped */
+	const struct pbox_result_ops *result_ops; /* NULL: results are in the arenas */
 	/* Per rank (nworkers), carved in core 0's arena (so counted by the budget); see
 	 * struct pbox_rank_pin for who writes it. */
 	struct pbox_rank_pin *pins;

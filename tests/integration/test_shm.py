@@ -21,6 +21,7 @@
 import errno
 import mmap
 import os
+import random
 import signal
 import socket
 import struct
@@ -32,10 +33,10 @@ import time
 from pboxtest import Pboxd, build_path, fail, run_demo
 import spoof
 
-SHM_MAGIC, SHM_VERSION = 0x50534D31, 1
+SHM_MAGIC, SHM_VERSION = 0x50534D31, 2
 DGRAM, WRAP = 0x44475231, 0x50525731
 HELLO = struct.Struct("<IIIIQ")
-WELCOME = struct.Struct("<IIIIQQII")
+WELCOME = struct.Struct("<IIIIQQII64Q")  # shm.h: struct pbox_shm_welcome
 RING_KB = 256
 
 
@@ -47,18 +48,21 @@ class ShmConn:
         self.sock.settimeout(10)
         self.sock.connect("\0" + name[1:] if name.startswith("@") else name)
         self.sock.send(HELLO.pack(SHM_MAGIC, SHM_VERSION, job, rank, cookie))
-        msg, fds, _, _ = socket.recv_fds(self.sock, WELCOME.size, 70)
+        msg, fds, _, _ = socket.recv_fds(self.sock, WELCOME.size, 130)
         (magic, ver, self.status, self.ncores, self.ring, self.seg, self.conn_id,
-         _) = WELCOME.unpack(msg)
+         self.nres) = WELCOME.unpack(msg)[:8]
+        self.res_bytes = WELCOME.unpack(msg)[8:8 + self.nres]
         if magic != SHM_MAGIC or ver != SHM_VERSION:
             fail("shm: bad welcome %r" % (msg,))
         self.fds = fds
         self.mem = None
         if self.status != 0:
             return
-        if len(fds) != self.ncores + 2:
-            fail("shm: welcome with %d descriptors for %d cores" % (len(fds), self.ncores))
-        self.memfd, self.core_efd = fds[0], fds[2:]
+        if len(fds) != self.ncores + 2 + self.nres or self.nres not in (0, self.ncores):
+            fail("shm: welcome with %d descriptors for %d cores, %d results' arenas"
+                 % (len(fds), self.ncores, self.nres))
+        self.memfd, self.core_efd = fds[0], fds[2:2 + self.ncores]
+        self.res_fd = fds[2 + self.ncores:]
         self.mem = mmap.mmap(self.memfd, self.seg)
         self.ctl = (self.ncores * 256 + 4095) // 4096 * 4096
         self.tail = [0] * self.ncores
@@ -365,6 +369,84 @@ def part_hostile():
         print("\n".join(shm_lines))
 
 
+def part_results():
+    """Results' arenas: every admitted worker gets, with its welcome, one sealed memfd per
+    core holding its own job's result buffers: it can read its results there (the bytes
+    of each result fragment it received), cannot write or resize them, and another job's
+    worker gets other memory in which none of them appear."""
+    jobs = [{"id": 1, "token": "a", "workers": 1, "mode": "aggregate"},
+            {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
+        keys = [(0, 300000)]  # several chunks: both cores own some
+        ta = spoof.Tenant(d.control, 1, 0, "a", keys, "127.0.0.1", "127.0.0.1")
+        tb = spoof.Tenant(d.control, 2, 0, "b", keys, "127.0.0.1", "127.0.0.1")
+        name = ta.reg.get("shm")
+        ca, cb = ShmConn(name, 1, 0, ta.cookie), ShmConn(name, 2, 0, tb.cookie)
+        for c in (ca, cb):
+            if c.status != 0 or c.nres != c.ncores:
+                fail("results' arenas: status %d, %d arenas for %d cores" %
+                     (c.status, c.nres, c.ncores))
+        ino_a = {os.fstat(fd).st_ino for fd in ca.res_fd}
+        ino_b = {os.fstat(fd).st_ino for fd in cb.res_fd}
+        if len(ino_a) != ca.ncores or ino_a & ino_b:
+            fail("results' arenas shared between jobs: %s / %s" % (ino_a, ino_b))
+        for k, fd in enumerate(ca.res_fd):
+            for label, act in (("map it writable", lambda: mmap.mmap(fd, ca.res_bytes[k])),
+                               ("write it", lambda: os.pwrite(fd, b"x", 0)),
+                               ("shrink it", lambda: os.ftruncate(fd, 4096)),
+                               ("grow it", lambda: os.ftruncate(fd, ca.res_bytes[k] * 2))):
+                try:
+                    act()
+                    fail("a worker could %s (core %d's results' arena)" % (label, k))
+                except PermissionError:
+                    pass
+        ra = [mmap.mmap(fd, n, prot=mmap.PROT_READ) for fd, n in zip(ca.res_fd, ca.res_bytes)]
+        rb = [mmap.mmap(fd, n, prot=mmap.PROT_READ) for fd, n in zip(cb.res_fd, cb.res_bytes)]
+        nchunks = (keys[0][1] * 4 + ta.chunk_bytes - 1) // ta.chunk_bytes
+        rnd = random.Random(10)
+        grad = struct.pack("<%df" % keys[0][1],
+                           *(rnd.uniform(1.0, 2.0) for _ in range(keys[0][1])))
+        want = 0
+        for ch in range(nchunks):
+            off = ch * ta.chunk_bytes
+            for dg in ta.push_dgrams(0, grad[off:off + ta.chunk_len(ch)], ch,
+                                     flags=spoof.F_WANT_REPLY):
+                if not ca.push(ta.core_map[ch], dg):
+                    fail("results' arenas: pboxd stopped reading the ring")
+            want += len(ta.frags(ch))
+        got, deadline = [], time.time() + 20
+        while len(got) < want and time.time() < deadline:
+            for k in range(ca.ncores):
+                got += [(k, dg) for dg in ca.pop_all(k)
+                        if spoof.parse_hdr(dg)["type"] == spoof.DATA]
+            time.sleep(0.01)
+        if len(got) != want:
+            fail("results' arenas: %d of %d result fragments" % (len(got), want))
+        for k, dg in got:
+            h = spoof.parse_hdr(dg)
+            pl = dg[64:64 + h["frag_len"]]
+            off = h["chunk"] * ta.chunk_bytes + h["frag_off"]
+            if pl != grad[off:off + h["frag_len"]]:
+                fail("results' arenas: chunk %d fragment at %d is not the sum" %
+                     (h["chunk"], h["frag_off"]))
+            if ra[k].find(pl) < 0:
+                fail("results' arenas: chunk %d fragment at %d is not in core %d's arena" %
+                     (h["chunk"], h["frag_off"], k))
+            if any(m.find(pl) >= 0 for m in rb):
+                fail("results' arenas: job 1's result is visible in job 2's arenas")
+        if any(m[:] != bytes(len(m)) for m in rb):
+            fail("results' arenas: job 2's arenas hold bytes it never pushed")
+        for m in ra + rb:
+            m.close()
+        ca.close()
+        cb.close()
+        ta.close()
+        tb.close()
+    print("results' arenas: %d result fragments read in the job's own read-only arenas; "
+          "writes, resizing and writable maps refused; another job's arenas are other "
+          "memory and hold none of them" % want)
+
+
 def part_config():
     """appliance.shm is checked like the rest of the configuration."""
     from pboxtest import to_libconfig
@@ -412,6 +494,7 @@ def main():
     part_config()
     part_fault_stays_udp()
     part_equivalence()
+    part_results()
     part_hostile()
     print("shm: OK")
 

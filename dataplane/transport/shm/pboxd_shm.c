@@ -50,6 +50,9 @@ struct shm_conn {
 	int sock;
 	int wake_fd;       /* the worker's eventfd */
 	int memfd_pending; /* until the welcome carried it */
+	uint32_t nres;     /* results' memfds (dups of the job's) the welcome carries */
+	int res_fd[PBOX_SHM_MAX_CORES];
+	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
 	uint8_t *base;
 	struct pbox_shm_layout lay;
 	uint64_t add_gen, close_gen;
@@ -488,6 +491,55 @@ void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l)
 	l->poller_arg = c;
 }
 
+/* ---- results' arenas ----------------------------------------------------------------- */
+
+/* One sealed memfd per (job, core): pboxd maps it read-write before sealing it against
+ * new writable mappings, so the workers it is handed to map it read-only. */
+static int res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle)
+{
+	char name[48];
+	int fd, err;
+	void *m;
+
+	(void)ctx;
+	snprintf(name, sizeof(name), "pbox-results-j%u-c%u", job, core);
+	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+		goto fail;
+	}
+	/* Populated now: the first results do not take page faults on the core. */
+	m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED) {
+		goto fail;
+	}
+	if (fcntl(fd, F_ADD_SEALS, PBOX_SHM_RES_SEALS) != 0) {
+		err = errno;
+		munmap(m, bytes);
+		errno = err;
+		goto fail;
+	}
+	*p = m;
+	*handle = fd;
+	return 0;
+fail:
+	err = errno;
+	PBOX_LOG_ERR(TRANSPORT, "job %u core %u: cannot create %zu bytes of results' arena: %s",
+		     job, core, bytes, strerror(err));
+	if (fd >= 0) {
+		close(fd);
+	}
+	return -err;
+}
+
+static void res_free(void *ctx, void *p, size_t bytes, int handle)
+{
+	(void)ctx;
+	munmap(p, bytes);
+	close(handle);
+}
+
+const struct pbox_result_ops pboxd_shm_result_ops = { res_alloc, res_free, NULL };
+
 /* ---- the listener ------------------------------------------------------------------- */
 
 static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
@@ -501,6 +553,10 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	if (cn->memfd_pending >= 0) {
 		close(cn->memfd_pending);
 	}
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		close(cn->res_fd[k]);
+	}
+	cn->nres = 0;
 	if (cn->base != NULL) {
 		munmap(cn->base, cn->lay.seg_bytes);
 	}
@@ -558,17 +614,37 @@ static void refuse(struct pboxd_shm *s, struct shm_conn *cn, uint32_t status)
 	conn_free(s, cn);
 }
 
-/* Whether (job, rank, cookie) is an admitted worker in the published table. */
-static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h)
+/* Whether (job, rank, cookie) is an admitted worker in the published table. If so, and
+ * the job's state has results' arenas (one per core), cn gets its own descriptors of
+ * them (dup, in the same read-side section: the state the table lists is alive). */
+static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h, struct shm_conn *cn)
 {
-	const struct pbox_wire_job *wj;
+	const struct pbox_job *j;
 	bool ok = false;
 
 	rcu_thread_online();
-	wj = pbox_jobtab_lookup((void *)rcu_dereference(*s->tab), h->job);
-	if (wj != NULL && h->rank < wj->desc->nworkers && h->cookie != 0 &&
-	    wj->cookies[h->rank] == h->cookie) {
+	j = pbox_jobtab_find(rcu_dereference(*s->tab), h->job);
+	if (j != NULL && h->rank < j->wire.desc->nworkers && h->cookie != 0 &&
+	    j->wire.cookies[h->rank] == h->cookie) {
 		ok = true;
+		if (j->state != NULL && j->state->result_ops == &pboxd_shm_result_ops &&
+		    j->state->ncores == s->ncores) {
+			for (uint32_t k = 0; k < s->ncores; k++) {
+				int fd = fcntl(j->state->core[k].res_handle, F_DUPFD_CLOEXEC, 0);
+
+				if (fd < 0) {
+					break; /* out of descriptors: the copy path serves it */
+				}
+				cn->res_fd[cn->nres] = fd;
+				cn->res_bytes[cn->nres++] = j->state->core[k].res_bytes;
+			}
+			if (cn->nres != s->ncores) {
+				for (uint32_t k = 0; k < cn->nres; k++) {
+					close(cn->res_fd[k]);
+				}
+				cn->nres = 0;
+			}
+		}
 	}
 	rcu_thread_offline();
 	return ok;
@@ -590,7 +666,7 @@ static void on_hello(struct pboxd_shm *s, struct shm_conn *cn)
 		refuse(s, cn, EPROTO);
 		return;
 	}
-	if (!admitted(s, &h)) {
+	if (!admitted(s, &h, cn)) {
 		__atomic_fetch_add(&s->auth_failed, 1, __ATOMIC_RELAXED);
 		PBOX_LOG_INFO(TRANSPORT, "shm: refused job %u rank %u: not an admitted worker",
 			      h.job, h.rank);
@@ -646,7 +722,7 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 				      .ring_bytes = cn->lay.ring_bytes,
 				      .seg_bytes = cn->lay.seg_bytes,
 				      .conn_id = cn->id };
-	int fds[PBOX_SHM_MAX_CORES + 2];
+	int fds[PBOX_SHM_MAX_FDS];
 	int rc;
 
 	fds[0] = cn->memfd_pending;
@@ -654,7 +730,16 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 	for (uint32_t k = 0; k < s->ncores; k++) {
 		fds[2 + k] = s->cores[k]->efd;
 	}
-	rc = pbox_shm_send_fds(cn->sock, &w, sizeof(w), fds, s->ncores + 2);
+	w.nres = cn->nres;
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		fds[2 + s->ncores + k] = cn->res_fd[k];
+		w.res_bytes[k] = cn->res_bytes[k];
+	}
+	rc = pbox_shm_send_fds(cn->sock, &w, sizeof(w), fds, s->ncores + 2 + cn->nres);
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		close(cn->res_fd[k]); /* the worker has its own now */
+	}
+	cn->nres = 0;
 	close(cn->memfd_pending); /* the mappings keep the memory */
 	cn->memfd_pending = -1;
 	cn->welcomed = true;
@@ -662,9 +747,10 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 		conn_end(s, cn, "the welcome could not be sent");
 		return;
 	}
-	PBOX_LOG_INFO(TRANSPORT, "shm connection %u: job %u rank %u, %u cores, rings of %llu KiB",
-		      cn->id, cn->job, cn->rank, s->ncores,
-		      (unsigned long long)(cn->lay.ring_bytes >> 10));
+	PBOX_LOG_INFO(TRANSPORT,
+		      "shm connection %u: job %u rank %u, %u cores, rings of %llu KiB, %s", cn->id,
+		      cn->job, cn->rank, s->ncores, (unsigned long long)(cn->lay.ring_bytes >> 10),
+		      w.nres != 0 ? "results' arenas mapped read-only" : "no results' arenas");
 }
 
 static uint64_t now_ms(void)
@@ -818,6 +904,8 @@ struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t nco
 	} else {
 		snprintf(s->name, sizeof(s->name), "%s", cfg->socket);
 	}
+	/* Job states created from now on keep their results in memfds (shown to workers). */
+	pbox_job_set_result_ops(&pboxd_shm_result_ops);
 	s->conns = calloc(cfg->max_conns, sizeof(*s->conns));
 	s->cores = calloc(ncores, sizeof(*s->cores));
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -893,6 +981,7 @@ void pboxd_shm_destroy(struct pboxd_shm *s)
 		return;
 	}
 	__atomic_store_n(&g_advertised, NULL, __ATOMIC_RELEASE);
+	pbox_job_set_result_ops(NULL); /* states made with them stay valid: the ops are static */
 	if (s->started) {
 		__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
 		ring_fd(s->efd);

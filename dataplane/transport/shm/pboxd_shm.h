@@ -54,6 +54,7 @@
 #include <stdio.h>
 
 #include "core/loop.h"
+#include "engine/job.h"
 #include "shm_config.h"
 
 /* pbox_peer.ifport of a shared-memory connection. */
@@ -77,6 +78,11 @@ int pboxd_shm_start(struct pboxd_shm *s);
 /* Stop the listener, end every connection and free everything. After the cores were
  * joined. NULL is a no-op. */
 void pboxd_shm_destroy(struct pboxd_shm *s);
+
+/* The results' arenas pboxd_shm_create installs (pbox_job_set_result_ops): a sealed
+ * memfd per (job, core), handed to that job's shm workers with their welcome (shm.h).
+ * Static: states created with them outlive the listener. */
+extern const struct pbox_result_ops pboxd_shm_result_ops;
 
 /* The socket name workers are told ("@..." abstract), or NULL when no listener runs. */
 const char *pboxd_shm_advertised(void);

@@ -32,12 +32,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <fcntl.h>
 
 #include "common/xport.h"
 #include "ring.h"
 
 #define PBOX_SHM_MAGIC   0x50534d31u /* "PSM1" */
-#define PBOX_SHM_VERSION 1u
+#define PBOX_SHM_VERSION 2u
 /* Data-plane cores a connection can span (one eventfd each in the welcome). */
 #define PBOX_SHM_MAX_CORES 64u
 /* The worker's RTO floor over shared memory, ms (see client.c). */
@@ -46,6 +47,9 @@
 #define PBOX_SHM_SEND_WAIT_MS 100
 /* Datagrams handed out per receive call at most. */
 #define PBOX_SHM_BURST 256u
+/* Descriptors a welcome carries at most: the rings' memfd, the worker's eventfd, one
+ * eventfd per core, one results' memfd per core. */
+#define PBOX_SHM_MAX_FDS (2u + 2u * PBOX_SHM_MAX_CORES)
 /* Bytes of control blocks per core (two rings). */
 #define PBOX_SHM_CTL_PER_CORE (2u * sizeof(struct pbox_shm_ring_ctl))
 
@@ -59,8 +63,15 @@ struct pbox_shm_hello {
 };
 
 /* pboxd -> worker. status 0: fds follow (memfd, the worker's eventfd, then ncores core
- * eventfds); otherwise a positive errno and no fds (EACCES: not an admitted worker;
- * EMFILE: too many connections). */
+ * eventfds, then nres results' memfds); otherwise a positive errno and no fds (EACCES:
+ * not an admitted worker; EMFILE: too many connections).
+ *
+ * Results' arenas (nres == ncores, or 0 when the job's state has none): core k's memfd
+ * holds the buffers core k sends the worker's job's results from (engine/job.h,
+ * struct pbox_result_ops), res_bytes[k] of them, and nothing else: no other job's
+ * memory, no cookies, no other rank's contribution. pboxd sealed each against resizing
+ * and against new writable mappings (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
+ * F_SEAL_SEAL): the worker maps it read-only and can neither write nor resize it. */
 struct pbox_shm_welcome {
 	uint32_t magic;
 	uint32_t version;
@@ -69,8 +80,12 @@ struct pbox_shm_welcome {
 	uint64_t ring_bytes;
 	uint64_t seg_bytes;
 	uint32_t conn_id;
-	uint32_t pad;
+	uint32_t nres;
+	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
 };
+
+/* The seals a results' memfd must carry (the worker checks them before mapping it). */
+#define PBOX_SHM_RES_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 
 /* Where a connection's rings are. */
 struct pbox_shm_layout {
@@ -160,6 +175,10 @@ int pbox_shm_client_sock_fd(const struct pbox_shm_client *c);
 
 /* Ring errors seen on receive (pboxd wrote something invalid): PBOX_SHM_OK if none. */
 enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c);
+
+/* Core k's results' arena as mapped (read-only) by the worker, *len its bytes; NULL (and
+ * *len 0) when pboxd gave none (the job's state has no results' arenas). */
+const uint8_t *pbox_shm_client_results(const struct pbox_shm_client *c, uint32_t k, size_t *len);
 
 const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c);
 
