@@ -92,10 +92,22 @@ static void *carve(struct carver *c, uint64_t bytes)
 	return p;
 }
 
-/* A buffer results are sent from: in the results' arena when the state has one. */
-static void *carve_res(struct carver *c, uint64_t bytes)
+/* A buffer results are sent from: in the results' arena when the state has one, after
+ * its line (struct pbox_res_line), whose generation word goes to *gen (else NULL). */
+static void *carve_res(struct carver *c, uint64_t bytes, uint64_t **gen)
 {
-	return carve(c->res != NULL ? c->res : c, bytes);
+	struct pbox_res_line *l;
+
+	*gen = NULL;
+	if (c->res == NULL) {
+		return carve(c, bytes);
+	}
+	l = carve(c->res, sizeof(*l));
+	if (l != NULL) {
+		l->magic = PBOX_RES_MAGIC;
+		*gen = &l->gen;
+	}
+	return carve(c->res, bytes);
 }
 
 /* Both carvers' offsets, to size a repeated layout once (memo below). */
@@ -138,14 +150,14 @@ static void layout_slot(const struct pbox_job *job, const struct pbox_chunk_desc
 		sl = &tmp;
 	}
 	memset(sl, 0, sizeof(*sl));
-	sl->acc = carve_res(c, cd->bytes);
+	sl->acc = carve_res(c, cd->bytes, &sl->acc_gen);
 	sl->bits = carve(c, (uint64_t)nw * fwords * 8);
 	sl->wcnt = carve(c, (uint64_t)nw * sizeof(uint16_t));
 	sl->need = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->fcnt = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->done = carve(c, wwords * 8);
 	if (pbox_enc_job_filters_results(job)) {
-		sl->enc = carve_res(c, cd->bytes);
+		sl->enc = carve(c, cd->bytes); /* encoded: never shown in place */
 		sl->enc_len = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	}
 	if (job->deterministic) {
@@ -177,8 +189,8 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 	memset(cs, 0, sizeof(*cs));
 	cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
 	if (job->mode == PBOX_MODE_SERVER_OPT) {
-		cs->model[0] = carve_res(c, cd->bytes);
-		cs->model[1] = carve_res(c, cd->bytes);
+		cs->model[0] = carve_res(c, cd->bytes, &cs->model_gen[0]);
+		cs->model[1] = carve_res(c, cd->bytes, &cs->model_gen[1]);
 		cs->init_bits = carve(c, fwords * 8);
 		if (nstate >= 1) {
 			cs->s0 = carve(c, cd->bytes);

@@ -99,6 +99,8 @@ struct pbox_slot {
 	 * filtered values, dense). NULL otherwise. */
 	uint8_t *enc;
 	uint16_t *enc_len;
+	/* acc's generation word in a results' arena (struct pbox_res_line); NULL: none. */
+	uint64_t *acc_gen;
 };
 
 #define PBOX_FRAG_FINAL UINT16_MAX
@@ -126,6 +128,8 @@ struct pbox_chunk_state {
 	uint16_t *late_cnt;
 	uint64_t *late_bits;    /* nworkers rows of frag bitmap words */
 	struct pbox_slot *slot; /* window entries */
+	/* model[v]'s generation word in a results' arena (struct pbox_res_line); NULL: none. */
+	uint64_t *model_gen[2];
 	/* Checkpoint capture (server-optimizer jobs with job->checkpoint): a copy of the model
 	 * and optimizer state of one version, [model | s0 | s1], taken by the owning core at
 	 * the moment the chunk reaches version snap_want (pbox_chunk_snap), when the model of
@@ -232,6 +236,31 @@ struct pbox_result_ops {
 	void (*free)(void *ctx, void *p, size_t bytes, int handle);
 	void *ctx;
 };
+
+/*
+ * In a results' arena every result buffer starts one line after a struct pbox_res_line:
+ * a magic (which says so) and the buffer's generation, which the owning core bumps
+ * (pbox_res_gen_bump) before it rewrites the buffer for another iteration / version. A
+ * reader in another process that saw gen before reading the buffer and still sees it
+ * after (an acquire fence in between) read bytes the core did not rewrite meanwhile: a
+ * seqlock whose writer is the engine.
+ */
+#define PBOX_RES_MAGIC 0x50424f5852455331ull /* "PBOXRES1" */
+struct pbox_res_line {
+	uint64_t magic;
+	uint64_t gen; /* atomic (__atomic builtins): written by the owning core only */
+	uint8_t pad[PBOX_CACHE_LINE - 16];
+};
+
+/* Before rewriting a result buffer: bump its generation (NULL: none), then a release
+ * fence so the stores to the buffer that follow are not seen before it. Owning core. */
+static inline void pbox_res_gen_bump(uint64_t *gen)
+{
+	if (gen != NULL) {
+		__atomic_store_n(gen, *gen + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+	}
+}
 
 /* Result arenas of states created from now on come from ops (NULL: none). Control
  * thread, before the sessions that should use them start. */

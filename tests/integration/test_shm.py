@@ -34,7 +34,8 @@ from pboxtest import Pboxd, build_path, fail, run_demo
 import spoof
 
 SHM_MAGIC, SHM_VERSION = 0x50534D31, 2
-DGRAM, WRAP = 0x44475231, 0x50525731
+DGRAM, WRAP, DESC = 0x44475231, 0x50525731, 0x44534331
+SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
 WELCOME = struct.Struct("<IIIIQQII64Q")  # shm.h: struct pbox_shm_welcome
 RING_KB = 256
@@ -63,6 +64,9 @@ class ShmConn:
                  % (len(fds), self.ncores, self.nres))
         self.memfd, self.core_efd = fds[0], fds[2:2 + self.ncores]
         self.res_fd = fds[2 + self.ncores:]
+        self.res_mem = [mmap.mmap(fd, n, prot=mmap.PROT_READ)
+                        for fd, n in zip(self.res_fd, self.res_bytes)]
+        self.ndesc = 0
         self.mem = mmap.mmap(self.memfd, self.seg)
         self.ctl = (self.ncores * 256 + 4095) // 4096 * 4096
         self.tail = [0] * self.ncores
@@ -70,6 +74,8 @@ class ShmConn:
     def close(self):
         if self.mem is not None:
             self.mem.close()
+            for m in self.res_mem:
+                m.close()
         for fd in self.fds:
             os.close(fd)
         self.sock.close()
@@ -129,7 +135,18 @@ class ShmConn:
                 self.head[k] += self.ring - pos
                 continue
             ln = w & 0xFFFFFFFF
-            out.append(bytes(self.mem[data + pos + 64:data + pos + 64 + ln]))
+            rec = bytes(self.mem[data + pos + 64:data + pos + 64 + ln])
+            if w >> 32 == DESC:
+                # A result left in place: its bytes are in core k's results' arena,
+                # valid while the buffer's generation word is unchanged.
+                off, gen_off, gen, plen, _ = SHMDESC.unpack_from(rec, 64)
+                res = self.res_mem[k]
+                pl = bytes(res[off:off + plen])
+                if struct.unpack_from("<Q", res, gen_off)[0] == gen:
+                    out.append(rec[:64] + pl)
+                    self.ndesc += 1
+            else:
+                out.append(rec)
             self.head[k] += 64 + (ln + 63) // 64 * 64
         self.set_u64(ctl + 64, self.head[k])
         # libpbox reads the core's "waiting for room" flag after a full fence (ring.c:
@@ -434,15 +451,27 @@ def part_results():
                      (h["chunk"], h["frag_off"], k))
             if any(m.find(pl) >= 0 for m in rb):
                 fail("results' arenas: job 1's result is visible in job 2's arenas")
-        if any(m[:] != bytes(len(m)) for m in rb):
-            fail("results' arenas: job 2's arenas hold bytes it never pushed")
+        # Job 2's arenas: its buffers' generation lines (engine/job.h: struct
+        # pbox_res_line, magic first) and zeros, nothing else.
+        magic = struct.pack("<Q", 0x50424F5852455331)
+        for m in rb:
+            for i in range(0, len(m), 64):
+                line = m[i:i + 64]
+                if line[:8] != magic and line != bytes(64):
+                    fail("results' arenas: job 2's arenas hold bytes it never pushed "
+                         "(at %d)" % i)
+        # Every result came as a descriptor into the arena (no payload in the ring).
+        if ca.ndesc != want or shm_stats(d).get("tx_desc", 0) < want:
+            fail("results' arenas: %d of %d results as descriptors (pboxd: %s)" %
+                 (ca.ndesc, want, shm_stats(d).get("tx_desc")))
         for m in ra + rb:
             m.close()
         ca.close()
         cb.close()
         ta.close()
         tb.close()
-    print("results' arenas: %d result fragments read in the job's own read-only arenas; "
+    print("results' arenas: %d result fragments sent as descriptors, read in the job's "
+          "own read-only arenas; "
           "writes, resizing and writable maps refused; another job's arenas are other "
           "memory and hold none of them" % want)
 

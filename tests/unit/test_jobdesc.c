@@ -236,6 +236,16 @@ static void check_layout(const struct pbox_job *job, const struct pbox_job_state
 				const struct pbox_slot *sl = &cs->slot[s];
 
 				assert_true(inside_res(cj, sl->acc, b));
+				if (cj->res_arena != NULL) {
+					/* Its generation line right before it. */
+					const struct pbox_res_line *l =
+						(const void *)((const char *)sl->acc - sizeof(*l));
+
+					assert_ptr_equal(sl->acc_gen, &l->gen);
+					assert_true(l->magic == PBOX_RES_MAGIC);
+				} else {
+					assert_null(sl->acc_gen);
+				}
 				assert_true(inside(cj, sl->done, 8));
 				assert_true(inside(cj, sl->bits, 8));
 				for (uint32_t w = 0; job->deterministic && w < d->nworkers; w++) {
@@ -289,10 +299,16 @@ static void state_bytes(bool res)
 		lower = pbox_job_state_bytes_min(&job, keys, 4, cases[c].workers, KB32,
 						 1408 - 1408 % 64);
 		assert_true(lower <= want);
-		/* The lower bound misses only per-core headers and page rounding (of two
-		 * arenas per core with results' arenas). */
-		assert_true(want - lower < cases[c].cores * (8192 + cases[c].workers * 64 + 4096 +
-							     (res ? 4096 : 0)));
+		/* The lower bound misses only per-core headers (the chunk table) and page
+		 * rounding; with results' arenas, a second page rounding per core and the
+		 * generation line of every result buffer (window + 2 per chunk at most). */
+		assert_true(
+			want - lower <
+			cases[c].cores * (8192 + cases[c].workers * 64 + 4096) +
+				(uint64_t)d.nchunks * sizeof(struct pbox_chunk_state) +
+				(res ? cases[c].cores * 4096 +
+						 (uint64_t)d.nchunks * (cases[c].window + 2) * 64
+				     : 0));
 		rss0 = rss_bytes();
 		st = pbox_job_state_create(&job);
 		assert_non_null(st);

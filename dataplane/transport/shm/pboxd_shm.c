@@ -53,6 +53,10 @@ struct shm_conn {
 	uint32_t nres;     /* results' memfds (dups of the job's) the welcome carries */
 	int res_fd[PBOX_SHM_MAX_CORES];
 	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
+	/* The job state whose results' arenas the worker maps (a reference, so its memory
+	 * is not reused under a descriptor), and where pboxd has them; NULL: none. */
+	struct pbox_job_state *res_state;
+	uint8_t *res_base[PBOX_SHM_MAX_CORES];
 	uint8_t *base;
 	struct pbox_shm_layout lay;
 	uint64_t add_gen, close_gen;
@@ -79,6 +83,9 @@ struct shm_local {
 	struct pbox_shm_cons rx; /* worker -> this core */
 	struct pbox_shm_prod tx; /* this core -> worker */
 	struct shm_backlog *bl;  /* NULL until the first overflow; freed with the connection */
+	uint32_t job;
+	const uint8_t *res_base; /* this core's results' arena of the job, as the worker has it */
+	uint64_t res_len;        /* (NULL / 0: results are copied into the ring) */
 };
 
 struct shm_core_stats {
@@ -86,6 +93,7 @@ struct shm_core_stats {
 	uint64_t rx_bytes;
 	uint64_t tx_pkts;
 	uint64_t tx_bytes;
+	uint64_t tx_desc;    /* result datagrams sent as descriptors (payload left in place) */
 	uint64_t tx_full;    /* replies dropped: the worker's ring and the backlog were full */
 	uint64_t backlogged; /* replies that waited in the core's backlog for ring room */
 	uint64_t tx_gone;    /* replies to a connection that ended */
@@ -178,6 +186,7 @@ static void backlog_reset(struct shm_backlog *b)
 	pbox_shm_ring_ctl_init(&b->ctl);
 	pbox_shm_prod_init(&b->p, &b->ctl, b->data, SHM_BACKLOG_BYTES);
 	pbox_shm_cons_init(&b->c, &b->ctl, b->data, SHM_BACKLOG_BYTES);
+	b->c.accept_desc = true; /* pboxd's own records */
 }
 
 static bool backlog_empty(const struct shm_local *loc)
@@ -201,8 +210,7 @@ static void backlog_drain(struct shm_core *c, uint32_t slot)
 
 	while (b->p.tail != b->c.head && pbox_shm_prod_fits(&loc->tx, PBOX_WIRE_MAX_PAYLOAD) &&
 	       pbox_shm_cons_pop(&b->c, &b->d, 1) == 1) {
-		(void)pbox_shm_push(&loc->tx, (const struct pbox_wire_hdr *)(const void *)b->d.hdr,
-				    b->d.payload, b->d.len - PBOX_WIRE_HDR_LEN);
+		(void)pbox_shm_push_dgram(&loc->tx, &b->d);
 		pbox_shm_cons_release(&b->c);
 		touch(c, slot);
 	}
@@ -239,6 +247,9 @@ static void rebuild(struct shm_core *c)
 			loc->peer.ip = htonl(cn->id);
 			loc->peer.port = htons((uint16_t)(slot + 1));
 			loc->peer.ifport = PBOX_SHM_IFPORT;
+			loc->job = cn->job;
+			loc->res_base = cn->res_state != NULL ? cn->res_base[c->k] : NULL;
+			loc->res_len = cn->res_state != NULL ? cn->res_bytes[c->k] : 0;
 			pbox_shm_cons_init(&loc->rx, pbox_shm_ctl_w2a(cn->base, c->k),
 					   pbox_shm_data_w2a(cn->base, &cn->lay, c->k),
 					   cn->lay.ring_bytes);
@@ -388,11 +399,49 @@ static const struct pbox_loop_poller shm_poller = {
 
 /* ---- the engine's send multiplexer ---------------------------------------------------- */
 
+/*
+ * Whether a reply goes as a descriptor, and which: a dense result fragment (DATA, f32,
+ * not a tree relay's) of the connection's own job whose payload is a result buffer in
+ * this core's results' arena of that job, the one the worker maps (engine/job.h: the
+ * buffer starts frag_off bytes before the payload, one struct pbox_res_line after its
+ * generation line). Everything else is copied into the ring as before.
+ */
+static bool result_desc(const struct shm_local *loc, const struct pbox_wire_hdr *hdr,
+			const void *payload, uint32_t len, struct pbox_shm_desc *d)
+{
+	const uint8_t *p = payload, *base = loc->res_base;
+	const struct pbox_res_line *l;
+	uint32_t foff;
+
+	if (base == NULL || len == 0 || hdr->type != PBOX_MSG_DATA ||
+	    hdr->encoding != PBOX_ENC_F32 || (be16toh(hdr->flags) & PBOX_F_TREE) ||
+	    be32toh(hdr->job) != loc->job) {
+		return false;
+	}
+	foff = be32toh(hdr->frag_off);
+	if (p < base || (uint64_t)(p - base) < (uint64_t)foff + sizeof(*l) ||
+	    (uint64_t)(p - base) + len > loc->res_len) {
+		return false;
+	}
+	l = (const struct pbox_res_line *)(const void *)(p - foff - sizeof(*l));
+	if (((uintptr_t)l & (PBOX_CACHE_LINE - 1)) != 0 || l->magic != PBOX_RES_MAGIC) {
+		return false;
+	}
+	d->data_off = (uint64_t)(p - base);
+	d->gen_off = (uint64_t)((const uint8_t *)&l->gen - base);
+	d->gen = __atomic_load_n(&l->gen, __ATOMIC_RELAXED); /* this core writes it */
+	d->len = len;
+	d->pad = 0;
+	return true;
+}
+
 static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
 		    const void *payload, uint32_t len)
 {
 	struct shm_core *c = ctx;
 	struct shm_local *loc;
+	struct pbox_shm_desc desc;
+	bool is_desc;
 	uint32_t slot;
 	int rc;
 
@@ -406,8 +455,11 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 		return -EHOSTUNREACH;
 	}
 	loc = &c->local[slot];
+	is_desc = result_desc(loc, hdr, payload, len, &desc);
 	/* In order: while replies wait in the backlog, new ones queue behind them. */
-	rc = backlog_empty(loc) ? pbox_shm_push(&loc->tx, hdr, payload, len) : -ENOBUFS;
+	rc = !backlog_empty(loc) ? -ENOBUFS
+	     : is_desc           ? pbox_shm_push_desc(&loc->tx, hdr, &desc)
+				 : pbox_shm_push(&loc->tx, hdr, payload, len);
 	if (pbox_unlikely(rc == -ENOBUFS)) {
 		if (loc->bl == NULL) {
 			loc->bl = aligned_alloc(PBOX_CACHE_LINE, sizeof(*loc->bl));
@@ -415,7 +467,9 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 				backlog_reset(loc->bl);
 			}
 		}
-		rc = loc->bl != NULL ? pbox_shm_push(&loc->bl->p, hdr, payload, len) : -ENOBUFS;
+		rc = loc->bl == NULL ? -ENOBUFS
+		     : is_desc       ? pbox_shm_push_desc(&loc->bl->p, hdr, &desc)
+				     : pbox_shm_push(&loc->bl->p, hdr, payload, len);
 		if (rc != 0) {
 			PBOX_STAT_ADD(&c->st, tx_full, 1);
 			return -ENOBUFS;
@@ -432,6 +486,7 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 	}
 	PBOX_STAT_ADD(&c->st, tx_pkts, 1);
 	PBOX_STAT_ADD(&c->st, tx_bytes, PBOX_WIRE_HDR_LEN + len);
+	PBOX_STAT_ADD(&c->st, tx_desc, is_desc);
 	c->pushed += len != 0;
 	touch(c, slot);
 	return 0;
@@ -557,6 +612,8 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 		close(cn->res_fd[k]);
 	}
 	cn->nres = 0;
+	pbox_job_state_put(cn->res_state); /* no core lists the connection any more */
+	cn->res_state = NULL;
 	if (cn->base != NULL) {
 		munmap(cn->base, cn->lay.seg_bytes);
 	}
@@ -643,6 +700,12 @@ static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h, struct
 					close(cn->res_fd[k]);
 				}
 				cn->nres = 0;
+			} else {
+				pbox_job_state_get(j->state);
+				cn->res_state = j->state;
+				for (uint32_t k = 0; k < s->ncores; k++) {
+					cn->res_base[k] = j->state->core[k].res_arena;
+				}
 			}
 		}
 	}
@@ -1033,6 +1096,7 @@ static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
 		t->rx_bytes += pbox_stat_read(&c->rx_bytes);
 		t->tx_pkts += pbox_stat_read(&c->tx_pkts);
 		t->tx_bytes += pbox_stat_read(&c->tx_bytes);
+		t->tx_desc += pbox_stat_read(&c->tx_desc);
 		t->tx_full += pbox_stat_read(&c->tx_full);
 		t->backlogged += pbox_stat_read(&c->backlogged);
 		t->tx_gone += pbox_stat_read(&c->tx_gone);
@@ -1058,26 +1122,31 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 {
 	struct shm_core_stats t;
 	json_t *broken = json_object();
+	json_t *o;
 
 	sum_cores(s, &t);
 	for (int e = 1; e < PBOX_SHM_ERR_COUNT; e++) {
 		json_object_set_new(broken, pbox_shm_err_name((enum pbox_shm_err)e),
 				    json_integer((json_int_t)t.broken[e]));
 	}
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I, s:I, s:o}",
-			 "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
-			 "conns_live", (json_int_t)live_conns(s), "accepted",
-			 (json_int_t)pbox_stat_read(&s->accepted), "refused",
-			 (json_int_t)pbox_stat_read(&s->refused), "auth_failed",
-			 (json_int_t)pbox_stat_read(&s->auth_failed), "bad_hello",
-			 (json_int_t)pbox_stat_read(&s->bad_hello), "closed",
-			 (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
-			 "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
-			 "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
-			 "tx_gone", (json_int_t)t.tx_gone, "backlogged", (json_int_t)t.backlogged,
-			 "wakes", (json_int_t)t.wakes, "sleeps", (json_int_t)t.sleeps, "broken",
-			 broken);
+	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+		      "s:I, s:I, s:I, s:I, s:o}",
+		      "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
+		      "conns_live", (json_int_t)live_conns(s), "accepted",
+		      (json_int_t)pbox_stat_read(&s->accepted), "refused",
+		      (json_int_t)pbox_stat_read(&s->refused), "auth_failed",
+		      (json_int_t)pbox_stat_read(&s->auth_failed), "bad_hello",
+		      (json_int_t)pbox_stat_read(&s->bad_hello), "closed",
+		      (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
+		      "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
+		      "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
+		      "tx_gone", (json_int_t)t.tx_gone, "backlogged", (json_int_t)t.backlogged,
+		      "wakes", (json_int_t)t.wakes, "sleeps", (json_int_t)t.sleeps, "broken",
+		      broken);
+	if (o != NULL) {
+		json_object_set_new(o, "tx_desc", json_integer((json_int_t)t.tx_desc));
+	}
+	return o;
 }
 
 void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)

@@ -2,6 +2,7 @@
 /* The shared-memory transport: layout, descriptor passing, the worker's side (shm.h). */
 #include "shm.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -135,6 +136,8 @@ struct pbox_shm_client {
 	struct pbox_shm_prod tx[PBOX_SHM_MAX_CORES]; /* worker -> core k */
 	struct pbox_shm_cons rx[PBOX_SHM_MAX_CORES]; /* core k -> worker */
 	struct pbox_shm_dgram dg[PBOX_SHM_BURST];
+	struct pbox_shm_split split[PBOX_SHM_BURST];
+	bool is_split[PBOX_SHM_BURST];
 };
 
 void pbox_shm_client_close(struct pbox_shm_client *c)
@@ -308,6 +311,7 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 				   pbox_shm_data_w2a(c->base, &c->lay, k), c->lay.ring_bytes);
 		pbox_shm_cons_init(&c->rx[k], pbox_shm_ctl_a2w(c->base, k),
 				   pbox_shm_data_a2w(c->base, &c->lay, k), c->lay.ring_bytes);
+		c->rx[k].accept_desc = c->res[k] != NULL; /* else a descriptor breaks it */
 	}
 	close_all(res_fd, nres_fd); /* the mappings keep the memory */
 	return c;
@@ -317,15 +321,53 @@ fail:
 	return NULL;
 }
 
+/* A descriptor from core k's ring: read once, bounded by the arena's mapping (pboxd is
+ * trusted, but a wrong offset must not become a read outside the mapping), and dropped
+ * if its buffer was already rewritten (the node's probes recover it). */
+static bool take_desc(struct pbox_shm_client *c, uint32_t k, const struct pbox_shm_dgram *dg,
+		      struct pbox_shm_split *sp)
+{
+	const struct pbox_wire_hdr *h = (const struct pbox_wire_hdr *)(const void *)dg->hdr;
+	struct pbox_shm_desc d;
+	size_t lim = c->res_len[k];
+
+	memcpy(&d, dg->payload, sizeof(d));
+	if (pbox_unlikely(c->res[k] == NULL || d.len == 0 || d.len != be16toh(h->frag_len) ||
+			  d.data_off > lim || d.len > lim - d.data_off || d.gen_off % 8 != 0 ||
+			  d.gen_off > lim - 8)) {
+		c->stats.bad_desc++;
+		return false;
+	}
+	sp->payload = c->res[k] + d.data_off;
+	sp->len = d.len;
+	sp->gen = (const uint64_t *)(const void *)(c->res[k] + d.gen_off);
+	sp->want = d.gen;
+	if (__atomic_load_n(sp->gen, __ATOMIC_ACQUIRE) != d.gen) {
+		c->stats.stale++;
+		return false;
+	}
+	c->stats.rx_desc++;
+	return true;
+}
+
+const struct pbox_shm_split *pbox_shm_client_split(const struct pbox_shm_client *c, unsigned i)
+{
+	return i < PBOX_SHM_BURST && c->is_split[i] ? &c->split[i] : NULL;
+}
+
 unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max)
 {
-	unsigned n = 0;
+	unsigned n = 0, used = 0;
 
 	max = PBOX_MIN(max, (unsigned)PBOX_ARRAY_SIZE(c->dg));
-	for (uint32_t i = 0; i < c->ncores && n < max; i++) {
+	for (uint32_t i = 0; i < c->ncores && used < max; i++) {
 		uint32_t k = (c->rx_next + i) % c->ncores;
-		unsigned got = pbox_shm_cons_pop(&c->rx[k], c->dg, max - n);
+		/* Popped after the previous cores' records (dropped ones too): the header
+		 * copies handed out stay valid. */
+		struct pbox_shm_dgram *dg = c->dg + used;
+		unsigned got = pbox_shm_cons_pop(&c->rx[k], dg, max - used);
 
+		used += got;
 		if (pbox_unlikely(c->rx[k].err != PBOX_SHM_OK) && c->err == PBOX_SHM_OK) {
 			c->err = c->rx[k].err;
 			PBOX_LOG_ERR(TRANSPORT, "shm: ring of core %u: %s", k,
@@ -334,10 +376,20 @@ unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts,
 		for (unsigned j = 0; j < got; j++) {
 			/* pboxd is trusted here as it is over UDP: the datagram is read in place.
 			 */
-			pkts[n].data = c->dg[j].data;
-			pkts[n].len = c->dg[j].len;
+			if (dg[j].kind == PBOX_SHM_REC_DESC) {
+				if (!take_desc(c, k, &dg[j], &c->split[n])) {
+					continue;
+				}
+				pkts[n].data = dg[j].hdr;
+				pkts[n].len = PBOX_WIRE_HDR_LEN + c->split[n].len;
+				c->is_split[n] = true;
+			} else {
+				pkts[n].data = dg[j].data;
+				pkts[n].len = dg[j].len;
+				c->is_split[n] = false;
+			}
 			pkts[n].from = c->cores[k];
-			c->stats.rx_bytes += c->dg[j].len;
+			c->stats.rx_bytes += pkts[n].len;
 			n++;
 		}
 	}

@@ -138,8 +138,21 @@ struct pbox_shm_client_stats {
 	uint64_t tx_waits; /* sends that had to wait for room */
 	uint64_t rx_pkts;
 	uint64_t rx_bytes;
-	uint64_t wakes;   /* eventfd writes to pboxd's cores */
-	uint64_t foreign; /* sends to an endpoint that is none of the cores (dropped) */
+	uint64_t wakes;    /* eventfd writes to pboxd's cores */
+	uint64_t foreign;  /* sends to an endpoint that is none of the cores (dropped) */
+	uint64_t rx_desc;  /* results received as descriptors (read in the results' arena) */
+	uint64_t stale;    /* descriptors whose buffer was rewritten before it was read */
+	uint64_t bad_desc; /* descriptors out of the arena's bounds (dropped) */
+};
+
+/* A datagram pbox_shm_client_rx handed out whose payload is not behind its header: pkts[i]
+ * .data is the header (a private copy, pkts[i].len = 64 + len), the payload is in the
+ * results' arena, valid while *gen == want (check again after reading it: a seqlock). */
+struct pbox_shm_split {
+	const uint8_t *payload;
+	uint32_t len;
+	const uint64_t *gen;
+	uint64_t want;
 };
 
 struct pbox_shm_client;
@@ -160,6 +173,10 @@ void pbox_shm_client_close(struct pbox_shm_client *c);
 /* Datagrams from the cores, up to max, in place (pointers into the rings, valid until
  * pbox_shm_client_rx_done). */
 unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max);
+/* For the i-th datagram of the last pbox_shm_client_rx: its split payload, or NULL if it
+ * is a whole datagram (header and payload at .data). */
+const struct pbox_shm_split *pbox_shm_client_split(const struct pbox_shm_client *c, unsigned i);
+
 /* The datagrams handed out are consumed: give their room back. */
 void pbox_shm_client_rx_done(struct pbox_shm_client *c);
 
