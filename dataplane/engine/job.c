@@ -305,7 +305,9 @@ static uint64_t core_bytes2(const struct pbox_job *job, uint32_t core, bool res,
 	struct pbox_rank_pin *pins;
 
 	layout_core(job, core, &c, &cj, &pins);
-	*res_bytes = res ? page_up(r.off) : 0;
+	/* At least a page: a core that owns none of the job's chunks still has an arena
+	 * (every worker maps one per core). */
+	*res_bytes = res ? page_up(PBOX_MAX(r.off, (uint64_t)1)) : 0;
 	return page_up(c.off);
 }
 

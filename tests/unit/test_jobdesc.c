@@ -353,6 +353,40 @@ static void test_state_bytes_results(void **state)
 	state_bytes(true);
 }
 
+/* A core that owns none of a job's chunks still gets a results' arena (a page): every
+ * shm worker maps one per core. (A zero-byte arena could not be created: the job's
+ * state was refused.) */
+static void test_state_results_empty_core(void **state)
+{
+	struct pbox_keyspec keys[] = { { 0, 10 } };
+	struct pbox_jobdesc d;
+	struct pbox_job job = { 0 };
+	struct pbox_job_state *st;
+	char err[128];
+
+	(void)state;
+	pbox_job_set_result_ops(&t_res_ops);
+	assert_int_equal(pbox_jobdesc_build(&d, keys, 1, 2, 2, KB32, 1408 - 1408 % 64, NULL, err,
+					    sizeof(err)),
+			 0);
+	job.wire.desc = &d;
+	job.mode = PBOX_MODE_AGGREGATE;
+	job.opt = pbox_optimizer_find("sgd");
+	job.window = 2;
+	job.sync = pbox_sync_ops(PBOX_SYNC_BSP);
+	st = pbox_job_state_create(&job);
+	assert_non_null(st);
+	for (uint32_t k = 0; k < 2; k++) {
+		assert_non_null(st->core[k].res_arena);
+		assert_true(st->core[k].res_bytes >= 4096);
+	}
+	assert_true(st->core[0].nchunks == 0 || st->core[1].nchunks == 0);
+	pbox_job_state_free(st);
+	assert_int_equal(g_res_live, 0);
+	pbox_jobdesc_free(&d);
+	pbox_job_set_result_ops(NULL);
+}
+
 /* Sizing a hostile geometry saturates instead of wrapping, and is fast: 2^24 chunks of
  * 64 MiB in deterministic mode with 1024 workers and a window of 64 is ~2^72 bytes. */
 static void test_state_bytes_saturate(void **state)
@@ -499,6 +533,7 @@ int main(void)
 		cmocka_unit_test(test_state_bytes),
 		cmocka_unit_test(test_state_bytes_saturate),
 		cmocka_unit_test(test_state_bytes_results),
+		cmocka_unit_test(test_state_results_empty_core),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
