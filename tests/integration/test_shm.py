@@ -67,6 +67,7 @@ class ShmConn:
         self.res_mem = [mmap.mmap(fd, n, prot=mmap.PROT_READ)
                         for fd, n in zip(self.res_fd, self.res_bytes)]
         self.ndesc = 0
+        self.nstale = 0
         self.mem = mmap.mmap(self.memfd, self.seg)
         self.ctl = (self.ncores * 256 + 4095) // 4096 * 4096
         self.tail = [0] * self.ncores
@@ -145,6 +146,8 @@ class ShmConn:
                 if struct.unpack_from("<Q", res, gen_off)[0] == gen:
                     out.append(rec[:64] + pl)
                     self.ndesc += 1
+                else:
+                    self.nstale += 1  # rewritten since: dropped, as libpbox does
             else:
                 out.append(rec)
             self.head[k] += 64 + (ln + 63) // 64 * 64
@@ -464,6 +467,37 @@ def part_results():
         if ca.ndesc != want or shm_stats(d).get("tx_desc", 0) < want:
             fail("results' arenas: %d of %d results as descriptors (pboxd: %s)" %
                  (ca.ndesc, want, shm_stats(d).get("tx_desc")))
+        # Results not read before their buffer is reused: the worker pushes iterations
+        # 1..8 of chunk 0 without reading anything, so the slots of the early ones are
+        # reopened (window < 8) and their generation bumped: those descriptors are
+        # dropped as stale, the last ones read the right sums.
+        k0 = ta.core_map[0]
+        n0, stale0 = len(ta.frags(0)), ca.nstale
+        for it in range(1, 9):
+            pl = struct.pack("<%df" % (ta.chunk_len(0) // 4),
+                             *([float(it)] * (ta.chunk_len(0) // 4)))
+            for dg in ta.push_dgrams(it, pl, 0, flags=spoof.F_WANT_REPLY):
+                if not ca.push(k0, dg):
+                    fail("results' arenas: pboxd stopped reading the ring")
+        fresh, deadline = [], time.time() + 20
+        while len(fresh) + ca.nstale - stale0 < 8 * n0 and time.time() < deadline:
+            fresh += [dg for dg in ca.pop_all(k0) if spoof.parse_hdr(dg)["type"] == spoof.DATA]
+            time.sleep(0.01)
+        nstale = ca.nstale - stale0
+        if nstale == 0 or len(fresh) + nstale != 8 * n0:
+            fail("results' arenas: %d fresh and %d stale results of 8 iterations x %d" %
+                 (len(fresh), nstale, n0))
+        for dg in fresh:
+            h = spoof.parse_hdr(dg)
+            want_pl = struct.pack("<f", float(h["iter"])) * (h["frag_len"] // 4)
+            if dg[64:] != want_pl:
+                fail("results' arenas: iteration %d read other bytes" % h["iter"])
+        iters = sorted({spoof.parse_hdr(dg)["iter"] for dg in fresh})
+        if iters != list(range(9 - len(fresh) // n0, 9)):
+            fail("results' arenas: iterations %s read, not the last ones" % iters)
+        print("results' arenas: 8 iterations unread, %d stale descriptors dropped (their "
+              "buffers reused), %d read with their own iteration's values" %
+              (nstale, len(fresh)))
         for m in ra + rb:
             m.close()
         ca.close()
