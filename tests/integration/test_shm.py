@@ -473,12 +473,15 @@ def part_results():
         # dropped as stale, the last ones read the right sums.
         k0 = ta.core_map[0]
         n0, stale0 = len(ta.frags(0)), ca.nstale
+        sent0 = shm_stats(d)["tx_desc"]
         for it in range(1, 9):
             pl = struct.pack("<%df" % (ta.chunk_len(0) // 4),
                              *([float(it)] * (ta.chunk_len(0) // 4)))
             for dg in ta.push_dgrams(it, pl, 0, flags=spoof.F_WANT_REPLY):
                 if not ca.push(k0, dg):
                     fail("results' arenas: pboxd stopped reading the ring")
+        # Read only once pboxd has answered all eight (not timing: its counter).
+        wait_for("pboxd's answers", lambda: shm_stats(d)["tx_desc"] >= sent0 + 8 * n0, 20)
         fresh, deadline = [], time.time() + 20
         while len(fresh) + ca.nstale - stale0 < 8 * n0 and time.time() < deadline:
             fresh += [dg for dg in ca.pop_all(k0) if spoof.parse_hdr(dg)["type"] == spoof.DATA]

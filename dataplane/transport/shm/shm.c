@@ -145,6 +145,14 @@ void pbox_shm_client_close(struct pbox_shm_client *c)
 	if (c == NULL) {
 		return;
 	}
+	if (c->stats.stale + c->stats.bad_desc != 0) { /* said only when it happened */
+		PBOX_LOG_INFO(TRANSPORT,
+			      "shm: %llu results read in place, %llu descriptors dropped as stale "
+			      "(buffer reused before read), %llu out of bounds",
+			      (unsigned long long)c->stats.rx_desc,
+			      (unsigned long long)c->stats.stale,
+			      (unsigned long long)c->stats.bad_desc);
+	}
 	if (c->base != NULL) {
 		munmap(c->base, c->lay.seg_bytes);
 	}
