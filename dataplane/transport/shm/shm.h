@@ -22,7 +22,12 @@
  *
  * The rings carry the same datagrams as UDP (pbox header + payload), so the chunk engine
  * and the worker's node do not change: a connection is a pbox_tx_ops (this file: the
- * worker's; pboxd_shm.h: pboxd's) plus a receive burst.
+ * worker's; pboxd_shm.h: pboxd's) plus a receive burst. One exception, pboxd -> worker
+ * only: a dense result fragment whose payload lies in the job's results' arena (the
+ * welcome's memfds) goes as a descriptor record (ring.h, PBOX_SHM_REC_DESC); the worker
+ * bounds it against its mapping, drops it if the buffer's generation moved on, and hands
+ * the node the header and the payload in place (pbox_shm_client_split), whose copy into
+ * the caller's buffer is checked against the generation again (a seqlock read).
  *
  * Threading: struct pbox_shm_client is used by one thread (libpbox's progress thread).
  */
