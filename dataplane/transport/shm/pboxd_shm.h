@@ -15,10 +15,10 @@
  * Send: the engine's tx ops of a core become a small multiplexer: a reply to a peer that
  * is a shared-memory connection (struct pbox_peer with ifport PBOX_SHM_IFPORT, ip the
  * connection id in 0.0.0.0/8, which no UDP datagram can come from: Linux drops martian
- * sources, port the connection's slot + 1) is copied into that worker's ring at once:
- * one copy per fragment and worker, from the chunk's arena to the ring (every worker of
- * a job has its own ring, so a result fragment is written once per worker); everything
- * else goes to the UDP socket as before. The copy releases the arena at once (queued /
+ * sources, port the connection's slot + 1) is copied into that worker's ring at once,
+ * except a dense result fragment in the job's results' arena, which goes as a descriptor
+ * (shm.h: results written once, read in place by every worker); everything else goes to
+ * the UDP socket as before. The copy releases the arena at once (queued /
  * reclaim count it as released). A ring without room holds the reply back (below);
  * a full backlog drops it (counted, the worker's reliability asks again), as a full
  * socket would.
