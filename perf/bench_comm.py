@@ -292,7 +292,9 @@ def compare(args, model, workers, mtu):
             if sysname in ("pbox", "base", "shm"):
                 r = run_one(args, model, workers, args.chunk_bytes, mtu, 0, args.seconds,
                             build_dir=args.baseline_build if sysname == "base" else None,
-                            transport="shm" if sysname == "shm" else "udp")
+                            transport=("shm" if sysname == "shm" else
+                                       args.baseline_transport if sysname == "base" else
+                                       "udp"))
                 if "error" not in r and not r.get("iter_seconds"):
                     r["error"] = "no iteration times"
             elif sysname == "gloo":
@@ -477,6 +479,8 @@ def main():
                     help="pboxd shm.ring_kb (default: pboxd's)")
     ap.add_argument("--baseline-build", metavar="DIR",
                     help="compare part: also run pboxd and the workers of this build tree")
+    ap.add_argument("--baseline-transport", choices=("udp", "shm"), default="udp",
+                    help="the baseline build's workers' transport (default udp)")
     ap.add_argument("--netns-mtu", type=int, metavar="MTU",
                     help="run in a new network namespace whose loopback has this MTU")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)

@@ -460,6 +460,7 @@ static void finalize_opt(struct ctx *x, struct pbox_slot *sl, uint32_t f, const 
 	/* Version v + 1 is written over version v - 1, which replies may still
 	 * reference on a zero-copy transport. */
 	reclaim(x->e, cs->model_ref[out]);
+	pbox_res_gen_bump(cs->model_gen[out]); /* shm workers may still read version v - 1 */
 	x->job->opt->prepare(&x->job->opt_params, (uint64_t)cs->version + 1, &st);
 	x->job->opt->kernel(x->e->kern)(cs->model[out] + off, cs->model[in] + off,
 					cs->s0 ? cs->s0 + off : NULL, cs->s1 ? cs->s1 + off : NULL,
@@ -570,6 +571,7 @@ static void slot_open(struct ctx *x, struct pbox_slot *sl, uint32_t iter)
 	/* The slot's accumulator may still be the result of iter - window, referenced by
 	 * replies. */
 	reclaim(x->e, sl->acc_ref);
+	pbox_res_gen_bump(sl->acc_gen); /* shm workers may still read iter - window */
 	if (sl->open && x->job->sync->folds_late) {
 		/* A straggler's partial contribution to the iteration leaving the window keeps
 		 * its fragment bitmap, so its retransmissions are not counted twice. */

@@ -63,6 +63,7 @@ const struct pbox_wire_job *pbox_jobtab_lookup(void *arg, uint32_t id)
 struct carver {
 	char *base;
 	uint64_t off;
+	struct carver *res; /* the results' own arena (pbox_result_ops), or NULL: this one */
 };
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
@@ -91,6 +92,52 @@ static void *carve(struct carver *c, uint64_t bytes)
 	return p;
 }
 
+/* A buffer results are sent from: in the results' arena when the state has one, after
+ * its line (struct pbox_res_line), whose generation word goes to *gen (else NULL). */
+static void *carve_res(struct carver *c, uint64_t bytes, uint64_t **gen)
+{
+	struct pbox_res_line *l;
+
+	*gen = NULL;
+	if (c->res == NULL) {
+		return carve(c, bytes);
+	}
+	l = carve(c->res, sizeof(*l));
+	if (l != NULL) {
+		l->magic = PBOX_RES_MAGIC;
+		*gen = &l->gen;
+	}
+	return carve(c->res, bytes);
+}
+
+/* Both carvers' offsets, to size a repeated layout once (memo below). */
+struct carve_mark {
+	uint64_t off, res_off;
+};
+
+static struct carve_mark carve_mark(const struct carver *c)
+{
+	return (struct carve_mark){ line_up(c->off), c->res != NULL ? line_up(c->res->off) : 0 };
+}
+
+/* After one layout from mark m: the size it took in each carver. */
+static struct carve_mark carve_span(const struct carver *c, struct carve_mark m)
+{
+	return (struct carve_mark){ c->off - m.off, c->res != NULL && c->res->off > m.res_off
+							    ? c->res->off - m.res_off
+							    : 0 };
+}
+
+/* Advance each carver from m by n layouts of span one (every layout starts on a line). */
+static void carve_repeat(struct carver *c, struct carve_mark m, struct carve_mark one, uint64_t n)
+{
+	c->off = sat_add(m.off, sat_add(sat_mul(n - 1, line_up(one.off)), one.off));
+	if (c->res != NULL && one.res_off != 0) {
+		c->res->off = sat_add(m.res_off,
+				      sat_add(sat_mul(n - 1, line_up(one.res_off)), one.res_off));
+	}
+}
+
 /* One window slot; sl is NULL in the sizing pass. */
 static void layout_slot(const struct pbox_job *job, const struct pbox_chunk_desc *cd,
 			struct carver *c, struct pbox_slot *sl)
@@ -103,14 +150,14 @@ static void layout_slot(const struct pbox_job *job, const struct pbox_chunk_desc
 		sl = &tmp;
 	}
 	memset(sl, 0, sizeof(*sl));
-	sl->acc = carve(c, cd->bytes);
+	sl->acc = carve_res(c, cd->bytes, &sl->acc_gen);
 	sl->bits = carve(c, (uint64_t)nw * fwords * 8);
 	sl->wcnt = carve(c, (uint64_t)nw * sizeof(uint16_t));
 	sl->need = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->fcnt = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	sl->done = carve(c, wwords * 8);
 	if (pbox_enc_job_filters_results(job)) {
-		sl->enc = carve(c, cd->bytes);
+		sl->enc = carve(c, cd->bytes); /* encoded: never shown in place */
 		sl->enc_len = carve(c, (uint64_t)cd->nfrags * sizeof(uint16_t));
 	}
 	if (job->deterministic) {
@@ -142,8 +189,8 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 	memset(cs, 0, sizeof(*cs));
 	cs->initialized = job->mode != PBOX_MODE_SERVER_OPT;
 	if (job->mode == PBOX_MODE_SERVER_OPT) {
-		cs->model[0] = carve(c, cd->bytes);
-		cs->model[1] = carve(c, cd->bytes);
+		cs->model[0] = carve_res(c, cd->bytes, &cs->model_gen[0]);
+		cs->model[1] = carve_res(c, cd->bytes, &cs->model_gen[1]);
 		cs->init_bits = carve(c, fwords * 8);
 		if (nstate >= 1) {
 			cs->s0 = carve(c, cd->bytes);
@@ -170,11 +217,10 @@ static void layout_chunk(const struct pbox_job *job, const struct pbox_chunk_des
 	cs->slot = carve(c, (uint64_t)job->window * sizeof(struct pbox_slot));
 	if (c->base == NULL) {
 		/* Every slot is laid out alike from a line boundary: size one. */
-		uint64_t start = line_up(c->off), one;
+		struct carve_mark start = carve_mark(c);
 
 		layout_slot(job, cd, c, NULL);
-		one = c->off - start;
-		c->off = sat_add(start, sat_add(sat_mul(job->window - 1, line_up(one)), one));
+		carve_repeat(c, start, carve_span(c, start), job->window);
 		return;
 	}
 	for (uint32_t s = 0; s < job->window; s++) {
@@ -195,7 +241,7 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	const struct pbox_jobdesc *d = job->wire.desc;
 	uint32_t n = d->core_nchunks[core], nw = d->nworkers, memo_bytes = 0;
 	size_t wwords = PBOX_DIV_ROUND_UP(nw, 64);
-	uint64_t memo = 0;
+	struct carve_mark memo = { 0, 0 };
 
 	cj->nchunks = n;
 	cj->chunks = carve(c, (uint64_t)n * sizeof(*cj->chunks));
@@ -211,13 +257,13 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 		if (c->base == NULL) {
 			/* A chunk's layout depends only on its size (nfrags follows from it),
 			 * and most chunks are full: size each distinct size once. */
-			uint64_t start = line_up(c->off);
+			struct carve_mark start = carve_mark(c);
 
 			if (cd->bytes == memo_bytes) {
-				c->off = sat_add(start, memo);
+				carve_repeat(c, start, memo, 1);
 			} else {
 				layout_chunk(job, cd, c, NULL);
-				memo = c->off - start;
+				memo = carve_span(c, start);
 				memo_bytes = cd->bytes;
 			}
 			continue;
@@ -234,14 +280,42 @@ static void layout_core(const struct pbox_job *job, uint32_t core, struct carver
 	}
 }
 
-static uint64_t core_bytes(const struct pbox_job *job, uint32_t core)
+static uint64_t page_up(uint64_t b)
 {
-	struct carver c = { 0 };
+	return b > UINT64_MAX - 4096 ? UINT64_MAX : PBOX_ALIGN_UP(b, 4096);
+}
+
+static const struct pbox_arena_ops *g_arena_ops;
+static const struct pbox_result_ops *g_result_ops;
+
+/* Results get their own arena when result ops are installed and the arenas are not the
+ * transport's (DPDK sends results from its own memory). */
+static const struct pbox_result_ops *result_ops_now(void)
+{
+	return g_arena_ops == NULL ? g_result_ops : NULL;
+}
+
+/* A core's arena bytes; *res_bytes: its results' arena (0 when res is false: none). */
+static uint64_t core_bytes2(const struct pbox_job *job, uint32_t core, bool res,
+			    uint64_t *res_bytes)
+{
+	struct carver r = { 0 };
+	struct carver c = { .res = res ? &r : NULL };
 	struct pbox_core_job cj;
 	struct pbox_rank_pin *pins;
 
 	layout_core(job, core, &c, &cj, &pins);
-	return c.off > UINT64_MAX - 4096 ? UINT64_MAX : PBOX_ALIGN_UP(c.off, 4096);
+	/* At least a page: a core that owns none of the job's chunks still has an arena
+	 * (every worker maps one per core). */
+	*res_bytes = res ? page_up(PBOX_MAX(r.off, (uint64_t)1)) : 0;
+	return page_up(c.off);
+}
+
+static uint64_t core_bytes(const struct pbox_job *job, uint32_t core)
+{
+	uint64_t rb, b = core_bytes2(job, core, result_ops_now() != NULL, &rb);
+
+	return sat_add(b, rb);
 }
 
 size_t pbox_job_state_core_bytes(const struct pbox_job *job, uint32_t core)
@@ -301,11 +375,14 @@ uint64_t pbox_job_state_bytes_min(const struct pbox_job *job, const struct pbox_
 	return total;
 }
 
-static const struct pbox_arena_ops *g_arena_ops;
-
 void pbox_job_set_arena_ops(const struct pbox_arena_ops *ops)
 {
 	g_arena_ops = ops;
+}
+
+void pbox_job_set_result_ops(const struct pbox_result_ops *ops)
+{
+	g_result_ops = ops;
 }
 
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
@@ -323,10 +400,15 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	st->ncores = d->ncores;
 	st->refs = 1;
 	st->arena_ops = g_arena_ops;
+	st->result_ops = result_ops_now();
+	for (uint32_t k = 0; k < d->ncores; k++) {
+		st->core[k].res_handle = -1;
+	}
 	for (uint32_t k = 0; k < d->ncores; k++) {
 		struct pbox_core_job *cj = &st->core[k];
-		size_t bytes = pbox_job_state_core_bytes(job, k);
-		struct carver c;
+		uint64_t rbytes, b = core_bytes2(job, k, st->result_ops != NULL, &rbytes);
+		size_t bytes = b > SIZE_MAX ? SIZE_MAX : (size_t)b;
+		struct carver c, r = { 0 };
 
 		if (st->arena_ops != NULL) {
 			/* The transport's memory (its allocator logs a failure). */
@@ -349,8 +431,22 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 			return NULL;
 		}
 		c.off = 0;
+		c.res = NULL;
 		cj->arena = c.base;
 		cj->arena_bytes = bytes;
+		if (st->result_ops != NULL) {
+			/* The results' arena: zeroed, page aligned (its allocator logs a
+			 * failure). */
+			if (rbytes > SIZE_MAX ||
+			    st->result_ops->alloc(st->result_ops->ctx, (size_t)rbytes, job->wire.id,
+						  k, &cj->res_arena, &cj->res_handle) != 0) {
+				pbox_job_state_free(st);
+				return NULL;
+			}
+			cj->res_bytes = (size_t)rbytes;
+			r.base = cj->res_arena;
+			c.res = &r;
+		}
 		layout_core(job, k, &c, cj, &st->pins);
 	}
 	return st;
@@ -367,6 +463,10 @@ void pbox_job_state_free(struct pbox_job_state *st)
 					    st->core[k].arena_bytes);
 		} else if (st->core[k].arena != NULL) {
 			munmap(st->core[k].arena, st->core[k].arena_bytes);
+		}
+		if (st->core[k].res_arena != NULL) {
+			st->result_ops->free(st->result_ops->ctx, st->core[k].res_arena,
+					     st->core[k].res_bytes, st->core[k].res_handle);
 		}
 	}
 	if (st->owns_desc) {

@@ -99,6 +99,8 @@ struct pbox_slot {
 	 * filtered values, dense). NULL otherwise. */
 	uint8_t *enc;
 	uint16_t *enc_len;
+	/* acc's generation word in a results' arena (struct pbox_res_line); NULL: none. */
+	uint64_t *acc_gen;
 };
 
 #define PBOX_FRAG_FINAL UINT16_MAX
@@ -126,6 +128,8 @@ struct pbox_chunk_state {
 	uint16_t *late_cnt;
 	uint64_t *late_bits;    /* nworkers rows of frag bitmap words */
 	struct pbox_slot *slot; /* window entries */
+	/* model[v]'s generation word in a results' arena (struct pbox_res_line); NULL: none. */
+	uint64_t *model_gen[2];
 	/* Checkpoint capture (server-optimizer jobs with job->checkpoint): a copy of the model
 	 * and optimizer state of one version, [model | s0 | s1], taken by the owning core at
 	 * the moment the chunk reaches version snap_want (pbox_chunk_snap), when the model of
@@ -167,6 +171,11 @@ struct pbox_core_job {
 	uint64_t *peer_cookie;
 	void *arena;
 	size_t arena_bytes;
+	/* The results' arena (struct pbox_result_ops; NULL: results are in `arena`) and the
+	 * allocator's handle for it (pboxd's shared-memory transport: a sealed memfd). */
+	void *res_arena;
+	size_t res_bytes;
+	int res_handle;
 	uint64_t nonfinite; /* NaN / Inf gradient values received (read by stats, relaxed) */
 } PBOX_CACHE_ALIGNED;
 
@@ -211,6 +220,52 @@ struct pbox_arena_ops {
  * the sessions that should use them start. */
 void pbox_job_set_arena_ops(const struct pbox_arena_ops *ops);
 
+/*
+ * Where the buffers results are sent from (window slots' accumulators and encoded
+ * results, a server-optimizer chunk's two model versions) are carved, apart from the
+ * rest of the state, when installed: one arena per (job, core), so a transport can show
+ * a job's results, and nothing else of pboxd's, to that job's workers (the shared-memory
+ * transport maps them read-only into its workers). Not used while arena ops are
+ * installed (those arenas hold the results). alloc: `bytes` zeroed bytes, page aligned,
+ * into *p, and a handle (*handle >= 0) the allocator's owner can look up; 0 or -errno
+ * after logging why. free gets both back. The ops must outlive every state created with
+ * them. Called by whichever thread creates a state / drops its last reference.
+ */
+struct pbox_result_ops {
+	int (*alloc)(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle);
+	void (*free)(void *ctx, void *p, size_t bytes, int handle);
+	void *ctx;
+};
+
+/*
+ * In a results' arena every result buffer starts one line after a struct pbox_res_line:
+ * a magic (which says so) and the buffer's generation, which the owning core bumps
+ * (pbox_res_gen_bump) before it rewrites the buffer for another iteration / version. A
+ * reader in another process that saw gen before reading the buffer and still sees it
+ * after (an acquire fence in between) read bytes the core did not rewrite meanwhile: a
+ * seqlock whose writer is the engine.
+ */
+#define PBOX_RES_MAGIC 0x50424f5852455331ull /* "PBOXRES1" */
+struct pbox_res_line {
+	uint64_t magic;
+	uint64_t gen; /* atomic (__atomic builtins): written by the owning core only */
+	uint8_t pad[PBOX_CACHE_LINE - 16];
+};
+
+/* Before rewriting a result buffer: bump its generation (NULL: none), then a release
+ * fence so the stores to the buffer that follow are not seen before it. Owning core. */
+static inline void pbox_res_gen_bump(uint64_t *gen)
+{
+	if (gen != NULL) {
+		__atomic_store_n(gen, *gen + 1, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+	}
+}
+
+/* Result arenas of states created from now on come from ops (NULL: none). Control
+ * thread, before the sessions that should use them start. */
+void pbox_job_set_result_ops(const struct pbox_result_ops *ops);
+
 struct pbox_job_state {
 	uint32_t ncores;
 	uint32_t refs;   /* atomic: see pbox_job_state_get / put */
@@ -219,9 +274,10 @@ struct pbox_job_state {
 	/* NULL: pbox_job_state_free on the thread that drops the last reference. */
 	pbox_job_state_release_fn *release;
 	void *release_arg;
-	struct pbox_job_state *release_next;    /* free for the releaser's own lists */
-	struct pbox_jobdesc desc;               /* valid when owns_desc */
-	const struct pbox_arena_ops *arena_ops; /* NULL: the arenas are mmapped */
+	struct pbox_job_state *release_next;      /* free for the releaser's own lists */
+	struct pbox_jobdesc desc;                 /* valid when owns_desc */
+	const struct pbox_arena_ops *arena_ops;   /* NULL: the arenas are mmapped */
+	const struct pbox_result_ops *result_ops; /* NULL: results are in the arenas */
 	/* Per rank (nworkers), carved in core 0's arena (so counted by the budget); see
 	 * struct pbox_rank_pin for who writes it. */
 	struct pbox_rank_pin *pins;

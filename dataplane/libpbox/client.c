@@ -694,7 +694,14 @@ static unsigned shm_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts)
 	unsigned n = pbox_shm_client_rx(c->shm, pkts, PBOX_UDP_MAX_BURST);
 
 	for (unsigned i = 0; i < n; i++) {
-		pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		const struct pbox_shm_split *sp = pbox_shm_client_split(c->shm, i);
+
+		if (sp != NULL) { /* a result read in place in pboxd's results' arena */
+			pbox_node_rx_split(c->node, pkts[i].data, sp->payload, sp->len, sp->gen,
+					   sp->want, &pkts[i].from);
+		} else {
+			pbox_node_rx(c->node, pkts[i].data, pkts[i].len, &pkts[i].from);
+		}
 	}
 	pbox_shm_client_rx_done(c->shm);
 	return n;

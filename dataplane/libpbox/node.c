@@ -70,6 +70,8 @@ struct pbox_node {
 	struct lane *lanes; /* nkeys * nlanes, key-major */
 	uint64_t *bits_arena;
 	uint32_t *crc_arena;
+	const uint64_t *rx_gen; /* pbox_node_rx_split: the payload's generation word */
+	uint64_t rx_gen_want;
 	struct pbox_op **pending_head; /* per key: plain pushes waiting for a free lane */
 	struct pbox_op **pending_tail;
 	uint32_t nops;           /* lanes busy */
@@ -1129,6 +1131,13 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	start_queued(n);
 }
 
+/* After copying an in-place payload: whether its memory was not rewritten meanwhile. */
+static bool rx_gen_still(const struct pbox_node *n)
+{
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(n->rx_gen, __ATOMIC_RELAXED) == n->rx_gen_want;
+}
+
 static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
@@ -1230,6 +1239,11 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		} else {
 			memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload,
 			       m->frag_len);
+			if (pbox_unlikely(n->rx_gen != NULL) && !rx_gen_still(n)) {
+				pbox_bit_clear(w->rbits, f); /* torn: not received */
+				n->stats.torn_frags++;
+				continue;
+			}
 		}
 		if (++w->rgot == cd->nfrags) {
 			if (ln->op != NULL) {
@@ -1431,6 +1445,41 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 		n->stats.drops[PBOX_DROP_UNEXPECTED]++;
 		break;
 	}
+}
+
+void pbox_node_rx_split(struct pbox_node *n, const void *hdr, const void *payload, uint32_t len,
+			const uint64_t *gen, uint64_t want, const struct pbox_peer *from)
+{
+	const struct pbox_wire_job *j;
+	enum pbox_drop_reason r;
+	struct pbox_msg m;
+
+	n->stats.rx_pkts++;
+	n->stats.rx_bytes += PBOX_WIRE_HDR_LEN + (uint64_t)len;
+	if (!from_appliance(n, from, UINT32_MAX)) {
+		n->stats.foreign++;
+		return;
+	}
+	/* Decoding reads the header only; the payload is set below. */
+	r = pbox_wire_validate(hdr, PBOX_WIRE_HDR_LEN + (size_t)len, PBOX_ROLE_WORKER, lookup, n,
+			       &m, &j);
+	if (r != PBOX_DROP_NONE) {
+		n->stats.drops[r]++;
+		return;
+	}
+	if (!from_appliance(n, from, n->d->chunks[m.chunk].core)) {
+		n->stats.foreign++;
+		return;
+	}
+	if (m.type != PBOX_MSG_DATA || (n->relay != NULL && (m.flags & PBOX_F_TREE))) {
+		n->stats.drops[PBOX_DROP_UNEXPECTED]++;
+		return;
+	}
+	m.payload = payload;
+	n->rx_gen = gen;
+	n->rx_gen_want = want;
+	on_data(n, m.chunk, &m);
+	n->rx_gen = NULL;
 }
 
 /* ---- timers ------------------------------------------------------------------------- */

@@ -133,6 +133,7 @@ struct pbox_node_stats {
 	uint64_t retransmits; /* datagrams sent again after a timeout */
 	uint64_t probes;      /* PULLs sent to recover a possibly lost result */
 	uint64_t dup_frags;   /* result fragments received twice */
+	uint64_t torn_frags;  /* in-place results rewritten while copied (pbox_node_rx_split) */
 	uint64_t ops_done;
 	uint64_t ops_failed;
 	uint64_t stale_results;    /* results ignored: older than the staleness bound */
@@ -209,6 +210,18 @@ int pbox_node_submit(struct pbox_node *n, struct pbox_op *op);
  * (cfg->cores) are read; the rest (a spoofed or reflected reply, a stray) are counted in
  * stats.foreign and dropped. */
 void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from);
+
+/*
+ * The same for a result datagram whose payload is not behind its header: hdr (64 bytes,
+ * a private copy) says frag_len == len, payload is read in place (the shared-memory
+ * transport's results' arena). gen: the payload's generation word in that memory, which
+ * must still equal want after the payload was copied into the caller's buffer (a seqlock
+ * read); otherwise the fragment counts as not received (stats.torn_frags), and the
+ * node's probes ask for it again. Only DATA is accepted this way, and not for a node
+ * relaying a broadcast tree.
+ */
+void pbox_node_rx_split(struct pbox_node *n, const void *hdr, const void *payload, uint32_t len,
+			const uint64_t *gen, uint64_t want, const struct pbox_peer *from);
 
 /* Run retransmissions and deadlines due at the current time. */
 void pbox_node_timers(struct pbox_node *n);

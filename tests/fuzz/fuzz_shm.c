@@ -7,15 +7,18 @@
  * producer and an honest consumer on it, and hostile writes in between.
  *
  * Input grammar: a sequence of operations, each one byte (op % 7) and its arguments:
- *   0 push     u16 len: the honest producer writes a datagram of len % 65409 bytes
+ *   0 push     u16 len: the honest producer writes a datagram of len % 65409 bytes (an
+ *              odd len: a descriptor record instead, as pboxd sends results)
  *   1 tail     u64: the shared tail becomes that value
  *   2 tail+    i16 delta: the shared tail becomes the producer's tail + delta * 64
  *   3 record   u32 pos, u32 len, u8 kind: a record header word at pos (8-aligned):
- *              kind % 3: a datagram, a wrap, or the raw u32 that follows
+ *              kind % 4: a datagram, a wrap, a descriptor, or the raw u32 that follows
  *   4 pop      u8 max: the honest consumer takes up to max % 64 + 1 datagrams, reads
  *              every byte it was handed, and releases them
  *   5 head     u64: the shared head becomes that value (a hostile consumer)
  *   6 bytes    u32 pos, u8 n: the next n bytes of input are written into the area at pos
+ * The consumer accepts descriptor records (the worker's) if the first input byte has its
+ * top bit set, else not (pboxd's).
  * Invariants (aborts): a datagram handed out lies inside the area, its length is within
  * [1, PBOX_SHM_MAX_DGRAM], its header copy equals its first bytes at the time of the pop,
  * and once a side reports an error it hands out / accepts nothing more. Reads outside
@@ -44,6 +47,11 @@ static void do_pop(struct pbox_shm_cons *c, const uint8_t *data, unsigned max)
 		FUZZ_CHECK(d[i].data >= data && d[i].data + d[i].len <= data + SIZE,
 			   "datagram at %td + %u outside the area", d[i].data - data, d[i].len);
 		FUZZ_CHECK((d[i].len > PBOX_WIRE_HDR_LEN) == (d[i].payload != NULL), "payload");
+		FUZZ_CHECK(d[i].kind == PBOX_SHM_REC_DGRAM ||
+				   (d[i].kind == PBOX_SHM_REC_DESC && c->accept_desc &&
+				    d[i].len == PBOX_SHM_DESC_DGRAM),
+			   "record kind %#x (descriptors accepted: %d), length %u", d[i].kind,
+			   c->accept_desc, d[i].len);
 		if (d[i].payload != NULL) {
 			FUZZ_CHECK(d[i].payload == d[i].data + PBOX_WIRE_HDR_LEN, "payload offset");
 		}
@@ -75,6 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
 	pbox_shm_ring_ctl_init(ctl);
 	pbox_shm_prod_init(&p, ctl, data, SIZE);
 	pbox_shm_cons_init(&c, ctl, data, SIZE);
+	/* The worker's consumer accepts descriptor records, pboxd's does not: both. */
+	c.accept_desc = size > 0 && (in[0] & 0x80);
 	fz_init(&f, in, size);
 	while (!fz_empty(&f) && ops++ < 4096) {
 		switch (fz_u8(&f) % 7) {
@@ -82,7 +92,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
 			struct pbox_wire_hdr h = { .magic = PBOX_WIRE_MAGIC };
 			uint32_t len = fz_u16(&f) % (PBOX_WIRE_MAX_PAYLOAD + 1);
 			enum pbox_shm_err before = p.err;
-			int rc = pbox_shm_push(&p, &h, g_payload, len);
+			/* An odd length pushes a descriptor record instead (pboxd's results). */
+			struct pbox_shm_desc dsc = { .len = len };
+			int rc = len & 1 ? pbox_shm_push_desc(&p, &h, &dsc)
+					 : pbox_shm_push(&p, &h, g_payload, len);
 
 			FUZZ_CHECK(rc == 0 || rc == -ENOBUFS || rc == -EPIPE, "push: %d", rc);
 			FUZZ_CHECK(before == PBOX_SHM_OK || rc == -EPIPE,
@@ -99,9 +112,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
 			break;
 		case 3: {
 			uint32_t pos = fz_u32(&f) % SIZE & ~7u, len = fz_u32(&f);
-			uint8_t k = fz_u8(&f) % 3;
+			uint8_t k = fz_u8(&f) % 4;
 			uint32_t kind = k == 0   ? PBOX_SHM_REC_DGRAM
 					: k == 1 ? PBOX_SHM_REC_WRAP
+					: k == 2 ? PBOX_SHM_REC_DESC
 						 : fz_u32(&f);
 			uint64_t w = (uint64_t)kind << 32 | len;
 

@@ -21,6 +21,7 @@
 import errno
 import mmap
 import os
+import random
 import signal
 import socket
 import struct
@@ -32,10 +33,11 @@ import time
 from pboxtest import Pboxd, build_path, fail, run_demo, wait_for
 import spoof
 
-SHM_MAGIC, SHM_VERSION = 0x50534D31, 1
-DGRAM, WRAP = 0x44475231, 0x50525731
+SHM_MAGIC, SHM_VERSION = 0x50534D31, 2
+DGRAM, WRAP, DESC = 0x44475231, 0x50525731, 0x44534331
+SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
-WELCOME = struct.Struct("<IIIIQQII")
+WELCOME = struct.Struct("<IIIIQQII64Q")  # shm.h: struct pbox_shm_welcome
 RING_KB = 256
 
 
@@ -47,18 +49,25 @@ class ShmConn:
         self.sock.settimeout(10)
         self.sock.connect("\0" + name[1:] if name.startswith("@") else name)
         self.sock.send(HELLO.pack(SHM_MAGIC, SHM_VERSION, job, rank, cookie))
-        msg, fds, _, _ = socket.recv_fds(self.sock, WELCOME.size, 70)
+        msg, fds, _, _ = socket.recv_fds(self.sock, WELCOME.size, 130)
         (magic, ver, self.status, self.ncores, self.ring, self.seg, self.conn_id,
-         _) = WELCOME.unpack(msg)
+         self.nres) = WELCOME.unpack(msg)[:8]
+        self.res_bytes = WELCOME.unpack(msg)[8:8 + self.nres]
         if magic != SHM_MAGIC or ver != SHM_VERSION:
             fail("shm: bad welcome %r" % (msg,))
         self.fds = fds
         self.mem = None
         if self.status != 0:
             return
-        if len(fds) != self.ncores + 2:
-            fail("shm: welcome with %d descriptors for %d cores" % (len(fds), self.ncores))
-        self.memfd, self.core_efd = fds[0], fds[2:]
+        if len(fds) != self.ncores + 2 + self.nres or self.nres not in (0, self.ncores):
+            fail("shm: welcome with %d descriptors for %d cores, %d results' arenas"
+                 % (len(fds), self.ncores, self.nres))
+        self.memfd, self.core_efd = fds[0], fds[2:2 + self.ncores]
+        self.res_fd = fds[2 + self.ncores:]
+        self.res_mem = [mmap.mmap(fd, n, prot=mmap.PROT_READ)
+                        for fd, n in zip(self.res_fd, self.res_bytes)]
+        self.ndesc = 0
+        self.nstale = 0
         self.mem = mmap.mmap(self.memfd, self.seg)
         # The indices and record headers as 64-bit words: one load or store each, as
         # pboxd's C11 atomics are. struct.pack_into / unpack_from move the 8 bytes one at
@@ -74,6 +83,8 @@ class ShmConn:
         if self.mem is not None:
             self.words.release()
             self.mem.close()
+            for m in self.res_mem:
+                m.close()
         for fd in self.fds:
             os.close(fd)
         self.sock.close()
@@ -124,11 +135,12 @@ class ShmConn:
 
     def peek_all(self, k):
         """Every datagram core k published and this consumer has not released (bytes
-        each), and the head that would release them; nothing is given back."""
+        each), the head that would release them and how many came as descriptors (taken,
+        stale); nothing is given back."""
         ctl, data = self.a2w(k)
         if not hasattr(self, "head"):
             self.head = [0] * self.ncores
-        out = []
+        out, ndesc, nstale = [], 0, 0
         head, tail = self.head[k], self.u64(ctl)
         while head != tail:
             pos = head % self.ring
@@ -137,15 +149,30 @@ class ShmConn:
                 head += self.ring - pos
                 continue
             ln = w & 0xFFFFFFFF
-            out.append(bytes(self.mem[data + pos + 64:data + pos + 64 + ln]))
+            rec = bytes(self.mem[data + pos + 64:data + pos + 64 + ln])
+            if w >> 32 == DESC:
+                # A result left in place: its bytes are in core k's results' arena,
+                # valid while the buffer's generation word is unchanged.
+                off, gen_off, gen, plen, _ = SHMDESC.unpack_from(rec, 64)
+                res = self.res_mem[k]
+                pl = bytes(res[off:off + plen])
+                if struct.unpack_from("<Q", res, gen_off)[0] == gen:
+                    out.append(rec[:64] + pl)
+                    ndesc += 1
+                else:
+                    nstale += 1  # rewritten since: dropped, as libpbox does
+            else:
+                out.append(rec)
             head += 64 + (ln + 63) // 64 * 64
-        return out, head
+        return out, head, ndesc, nstale
 
     def pop_all(self, k):
         """An honest consumer: every datagram core k published (bytes each), room given
         back, and the core woken if it waits for room."""
         ctl, _ = self.a2w(k)
-        out, self.head[k] = self.peek_all(k)
+        out, self.head[k], nd, ns = self.peek_all(k)
+        self.ndesc += nd
+        self.nstale += ns
         self.set_u64(ctl + 64, self.head[k])
         # libpbox reads the core's "waiting for room" flag after a full fence (ring.c:
         # pbox_shm_cons_release_wake); Python has no fence between this store and that
@@ -262,8 +289,9 @@ def backlog_lost(d, name, ten, keys):
     c = ShmConn(name, 1, 0, ten.cookie)
     want = push_unread(c, ten, keys, 1)
     # Every push read by pboxd (so every result sent), some of them held back.
-    wait_for("pboxd to read every push", lambda: all(
-        c.u64(c.w2a(k)[0] + 64) == c.tail[k] for k in range(c.ncores)))
+    wait_for(lambda: all(
+        c.u64(c.w2a(k)[0] + 64) == c.tail[k] for k in range(c.ncores)),
+        "pboxd to read every push")
     if shm_stats(d)["backlogged"] == before["backlogged"]:
         fail("backlog lost: the worker's rings never overflowed (the test needs them to)")
     in_ring = 0
@@ -276,8 +304,8 @@ def backlog_lost(d, name, ten, keys):
     if not c.ended():
         fail("backlog lost: pboxd did not end the connection whose head went backwards")
     c.close()
-    wait_for("bad_head counted",
-             lambda: shm_stats(d)["broken"]["bad_head"] > before["broken"]["bad_head"])
+    wait_for(lambda: shm_stats(d)["broken"]["bad_head"] > before["broken"]["bad_head"],
+             "bad_head counted")
     after = shm_stats(d)
     gone = after["tx_gone"] - before["tx_gone"]
     full = after["tx_full"] - before["tx_full"]
@@ -433,8 +461,9 @@ def part_stuck_backlog():
         ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
         c = ShmConn(d.stats()["transport"]["shm"]["socket"], 1, 0, ten.cookie)
         want = push_unread(c, ten, keys, 1)
-        wait_for("pboxd to read every push", lambda: all(
-            c.u64(c.w2a(k)[0] + 64) == c.tail[k] for k in range(c.ncores)))
+        wait_for(lambda: all(
+            c.u64(c.w2a(k)[0] + 64) == c.tail[k] for k in range(c.ncores)),
+            "pboxd to read every push")
         if shm_stats(d)["backlogged"] == 0:
             fail("stuck backlog: the worker's rings never overflowed (the test needs them to)")
         time.sleep(0.2)
@@ -466,7 +495,7 @@ def paced_run(d):
     """part_paced_beside_shm's run on pboxd d: (seconds, pacer counters)."""
     ten = spoof.Tenant(d.control, 2, 0, "s", [(0, 1000)], "127.0.0.1", "127.0.0.1")
     c = ShmConn(shm_stats(d)["socket"], 2, 0, ten.cookie)
-    wait_for("the idle connection listed", lambda: shm_stats(d)["conns_live"] == 1)
+    wait_for(lambda: shm_stats(d)["conns_live"] == 1, "the idle connection listed")
     t0 = time.time()
     env = dict(os.environ, PBOX_TRANSPORT="udp")
     ps = [subprocess.Popen([build_path("tests/integration/pbox-check-worker"), "--server",
@@ -513,6 +542,130 @@ def part_paced_beside_shm():
         os.environ.pop("PBOX_PACE", None)
     print("paced beside shm: 10 iterations of 2 UDP workers in %.2f s (%d results paced)" %
           (dt, paced["sent_paced"]))
+
+
+def part_results():
+    """Results' arenas: every admitted worker gets, with its welcome, one sealed memfd per
+    core holding its own job's result buffers: it can read its results there (the bytes
+    of each result fragment it received), cannot write or resize them, and another job's
+    worker gets other memory in which none of them appear."""
+    jobs = [{"id": 1, "token": "a", "workers": 1, "mode": "aggregate"},
+            {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
+        keys = [(0, 300000)]  # several chunks: both cores own some
+        ta = spoof.Tenant(d.control, 1, 0, "a", keys, "127.0.0.1", "127.0.0.1")
+        tb = spoof.Tenant(d.control, 2, 0, "b", keys, "127.0.0.1", "127.0.0.1")
+        name = ta.reg.get("shm")
+        ca, cb = ShmConn(name, 1, 0, ta.cookie), ShmConn(name, 2, 0, tb.cookie)
+        for c in (ca, cb):
+            if c.status != 0 or c.nres != c.ncores:
+                fail("results' arenas: status %d, %d arenas for %d cores" %
+                     (c.status, c.nres, c.ncores))
+        ino_a = {os.fstat(fd).st_ino for fd in ca.res_fd}
+        ino_b = {os.fstat(fd).st_ino for fd in cb.res_fd}
+        if len(ino_a) != ca.ncores or ino_a & ino_b:
+            fail("results' arenas shared between jobs: %s / %s" % (ino_a, ino_b))
+        for k, fd in enumerate(ca.res_fd):
+            for label, act in (("map it writable", lambda: mmap.mmap(fd, ca.res_bytes[k])),
+                               ("write it", lambda: os.pwrite(fd, b"x", 0)),
+                               ("shrink it", lambda: os.ftruncate(fd, 4096)),
+                               ("grow it", lambda: os.ftruncate(fd, ca.res_bytes[k] * 2))):
+                try:
+                    act()
+                    fail("a worker could %s (core %d's results' arena)" % (label, k))
+                except PermissionError:
+                    pass
+        ra = [mmap.mmap(fd, n, prot=mmap.PROT_READ) for fd, n in zip(ca.res_fd, ca.res_bytes)]
+        rb = [mmap.mmap(fd, n, prot=mmap.PROT_READ) for fd, n in zip(cb.res_fd, cb.res_bytes)]
+        nchunks = (keys[0][1] * 4 + ta.chunk_bytes - 1) // ta.chunk_bytes
+        rnd = random.Random(10)
+        grad = struct.pack("<%df" % keys[0][1],
+                           *(rnd.uniform(1.0, 2.0) for _ in range(keys[0][1])))
+        want = 0
+        for ch in range(nchunks):
+            off = ch * ta.chunk_bytes
+            for dg in ta.push_dgrams(0, grad[off:off + ta.chunk_len(ch)], ch,
+                                     flags=spoof.F_WANT_REPLY):
+                if not ca.push(ta.core_map[ch], dg):
+                    fail("results' arenas: pboxd stopped reading the ring")
+            want += len(ta.frags(ch))
+        got, deadline = [], time.time() + 20
+        while len(got) < want and time.time() < deadline:
+            for k in range(ca.ncores):
+                got += [(k, dg) for dg in ca.pop_all(k)
+                        if spoof.parse_hdr(dg)["type"] == spoof.DATA]
+            time.sleep(0.01)
+        if len(got) != want:
+            fail("results' arenas: %d of %d result fragments" % (len(got), want))
+        for k, dg in got:
+            h = spoof.parse_hdr(dg)
+            pl = dg[64:64 + h["frag_len"]]
+            off = h["chunk"] * ta.chunk_bytes + h["frag_off"]
+            if pl != grad[off:off + h["frag_len"]]:
+                fail("results' arenas: chunk %d fragment at %d is not the sum" %
+                     (h["chunk"], h["frag_off"]))
+            if ra[k].find(pl) < 0:
+                fail("results' arenas: chunk %d fragment at %d is not in core %d's arena" %
+                     (h["chunk"], h["frag_off"], k))
+            if any(m.find(pl) >= 0 for m in rb):
+                fail("results' arenas: job 1's result is visible in job 2's arenas")
+        # Job 2's arenas: its buffers' generation lines (engine/job.h: struct
+        # pbox_res_line, magic first) and zeros, nothing else.
+        magic = struct.pack("<Q", 0x50424F5852455331)
+        for m in rb:
+            for i in range(0, len(m), 64):
+                line = m[i:i + 64]
+                if line[:8] != magic and line != bytes(64):
+                    fail("results' arenas: job 2's arenas hold bytes it never pushed "
+                         "(at %d)" % i)
+        # Every result came as a descriptor into the arena (no payload in the ring).
+        if ca.ndesc != want or shm_stats(d).get("tx_desc", 0) < want:
+            fail("results' arenas: %d of %d results as descriptors (pboxd: %s)" %
+                 (ca.ndesc, want, shm_stats(d).get("tx_desc")))
+        # Results not read before their buffer is reused: the worker pushes iterations
+        # 1..8 of chunk 0 without reading anything, so the slots of the early ones are
+        # reopened (window < 8) and their generation bumped: those descriptors are
+        # dropped as stale, the last ones read the right sums.
+        k0 = ta.core_map[0]
+        n0, stale0 = len(ta.frags(0)), ca.nstale
+        sent0 = shm_stats(d)["tx_desc"]
+        for it in range(1, 9):
+            pl = struct.pack("<%df" % (ta.chunk_len(0) // 4),
+                             *([float(it)] * (ta.chunk_len(0) // 4)))
+            for dg in ta.push_dgrams(it, pl, 0, flags=spoof.F_WANT_REPLY):
+                if not ca.push(k0, dg):
+                    fail("results' arenas: pboxd stopped reading the ring")
+        # Read only once pboxd has answered all eight (not timing: its counter).
+        wait_for(lambda: shm_stats(d)["tx_desc"] >= sent0 + 8 * n0, "pboxd's answers", 20)
+        fresh, deadline = [], time.time() + 20
+        while len(fresh) + ca.nstale - stale0 < 8 * n0 and time.time() < deadline:
+            fresh += [dg for dg in ca.pop_all(k0) if spoof.parse_hdr(dg)["type"] == spoof.DATA]
+            time.sleep(0.01)
+        nstale = ca.nstale - stale0
+        if nstale == 0 or len(fresh) + nstale != 8 * n0:
+            fail("results' arenas: %d fresh and %d stale results of 8 iterations x %d" %
+                 (len(fresh), nstale, n0))
+        for dg in fresh:
+            h = spoof.parse_hdr(dg)
+            want_pl = struct.pack("<f", float(h["iter"])) * (h["frag_len"] // 4)
+            if dg[64:] != want_pl:
+                fail("results' arenas: iteration %d read other bytes" % h["iter"])
+        iters = sorted({spoof.parse_hdr(dg)["iter"] for dg in fresh})
+        if iters != list(range(9 - len(fresh) // n0, 9)):
+            fail("results' arenas: iterations %s read, not the last ones" % iters)
+        print("results' arenas: 8 iterations unread, %d stale descriptors dropped (their "
+              "buffers reused), %d read with their own iteration's values" %
+              (nstale, len(fresh)))
+        for m in ra + rb:
+            m.close()
+        ca.close()
+        cb.close()
+        ta.close()
+        tb.close()
+    print("results' arenas: %d result fragments sent as descriptors, read in the job's "
+          "own read-only arenas; "
+          "writes, resizing and writable maps refused; another job's arenas are other "
+          "memory and hold none of them" % want)
 
 
 def part_config():
@@ -564,6 +717,7 @@ def main():
     part_equivalence()
     part_stuck_backlog()
     part_paced_beside_shm()
+    part_results()
     part_hostile()
     print("shm: OK")
 

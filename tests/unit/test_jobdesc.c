@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -177,6 +178,40 @@ static bool inside(const struct pbox_core_job *cj, const void *p, uint64_t bytes
 	return q >= a && q + bytes <= a + cj->arena_bytes;
 }
 
+/* Inside the core's results' arena (pbox_result_ops), or its arena when it has none. */
+static bool inside_res(const struct pbox_core_job *cj, const void *p, uint64_t bytes)
+{
+	const char *a = cj->res_arena, *q = p;
+
+	return a == NULL ? inside(cj, p, bytes) : q >= a && q + bytes <= a + cj->res_bytes;
+}
+
+/* A results' allocator for the test: anonymous memory, counted. */
+static unsigned g_res_live;
+
+static int t_res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle)
+{
+	(void)ctx;
+	(void)job;
+	*p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (*p == MAP_FAILED) {
+		return -errno;
+	}
+	*handle = (int)(1000 + core);
+	g_res_live++;
+	return 0;
+}
+
+static void t_res_free(void *ctx, void *p, size_t bytes, int handle)
+{
+	(void)ctx;
+	assert_true(handle >= 1000);
+	munmap(p, bytes);
+	g_res_live--;
+}
+
+static const struct pbox_result_ops t_res_ops = { t_res_alloc, t_res_free, NULL };
+
 /* Every piece of every chunk lies inside its core's arena (a sizing pass that counted
  * less than the carving pass uses would fail here). */
 static void check_layout(const struct pbox_job *job, const struct pbox_job_state *st)
@@ -192,14 +227,27 @@ static void check_layout(const struct pbox_job *job, const struct pbox_job_state
 
 			assert_int_equal(d->chunks[cs->id].core, k);
 			if (job->mode == PBOX_MODE_SERVER_OPT) {
-				assert_true(inside(cj, cs->model[1], b));
+				assert_true(inside_res(cj, cs->model[0], b));
+				assert_true(inside_res(cj, cs->model[1], b));
 				assert_true(job->opt->nstate < 2 || inside(cj, cs->s1, b));
 			}
+			assert_true(inside(cj, cs->pull_want, 4));
 			for (uint32_t s = 0; s < job->window; s++) {
 				const struct pbox_slot *sl = &cs->slot[s];
 
-				assert_true(inside(cj, sl->acc, b));
+				assert_true(inside_res(cj, sl->acc, b));
+				if (cj->res_arena != NULL) {
+					/* Its generation line right before it. */
+					const struct pbox_res_line *l =
+						(const void *)((const char *)sl->acc - sizeof(*l));
+
+					assert_ptr_equal(sl->acc_gen, &l->gen);
+					assert_true(l->magic == PBOX_RES_MAGIC);
+				} else {
+					assert_null(sl->acc_gen);
+				}
 				assert_true(inside(cj, sl->done, 8));
+				assert_true(inside(cj, sl->bits, 8));
 				for (uint32_t w = 0; job->deterministic && w < d->nworkers; w++) {
 					assert_true(inside(cj, sl->stage[w], b));
 				}
@@ -211,7 +259,7 @@ static void check_layout(const struct pbox_job *job, const struct pbox_job_state
 /* pbox_job_state_bytes (what the budget charges, computed before allocation) is exactly
  * what pbox_job_state_create maps, for every layout option; the lower bound from the keys
  * alone is below it; and the memory is really there (RSS grows by that much). */
-static void test_state_bytes(void **state)
+static void state_bytes(bool res)
 {
 	static const struct {
 		enum pbox_job_mode mode;
@@ -229,7 +277,7 @@ static void test_state_bytes(void **state)
 	/* Full chunks, short last chunks, a one-element key. */
 	struct pbox_keyspec keys[] = { { 0, 784 * 256 }, { 1, 256 }, { 2, 1 }, { 3, 100003 } };
 
-	(void)state;
+	pbox_job_set_result_ops(res ? &t_res_ops : NULL);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		struct pbox_jobdesc d;
 		struct pbox_job job = { 0 };
@@ -251,25 +299,92 @@ static void test_state_bytes(void **state)
 		lower = pbox_job_state_bytes_min(&job, keys, 4, cases[c].workers, KB32,
 						 1408 - 1408 % 64);
 		assert_true(lower <= want);
-		/* The lower bound misses only per-core headers and page rounding. */
-		assert_true(want - lower < cases[c].cores * (8192 + cases[c].workers * 64 + 4096));
+		/* The lower bound misses only per-core headers (the chunk table) and page
+		 * rounding; with results' arenas, a second page rounding per core and the
+		 * generation line of every result buffer (window + 2 per chunk at most). */
+		assert_true(
+			want - lower <
+			cases[c].cores * (8192 + cases[c].workers * 64 + 4096) +
+				(uint64_t)d.nchunks * sizeof(struct pbox_chunk_state) +
+				(res ? cases[c].cores * 4096 +
+						 (uint64_t)d.nchunks * (cases[c].window + 2) * 64
+				     : 0));
 		rss0 = rss_bytes();
 		st = pbox_job_state_create(&job);
 		assert_non_null(st);
 		rss1 = rss_bytes();
 		got = ((sizeof(*st) + st->ncores * sizeof(st->core[0]) + 63) / 64) * 64;
 		for (uint32_t k = 0; k < st->ncores; k++) {
-			got += st->core[k].arena_bytes;
-			assert_int_equal(st->core[k].arena_bytes,
+			got += st->core[k].arena_bytes + st->core[k].res_bytes;
+			assert_int_equal(st->core[k].arena_bytes + st->core[k].res_bytes,
 					 pbox_job_state_core_bytes(&job, k));
+			/* The results' arena is the result buffers only: window accumulators
+			 * (and two model versions per server-optimizer chunk), and the rest
+			 * stays in the arena. */
+			assert_int_equal(st->core[k].res_arena != NULL, res);
+			assert_int_equal(st->core[k].res_handle, res ? (int)(1000 + k) : -1);
 		}
+		assert_true(!res || g_res_live == st->ncores);
 		assert_int_equal(got, want);
-		/* MAP_POPULATE: the arenas are resident (a few pages of slack for the rest). */
-		assert_true(rss1 - rss0 + 65536 >= want - 4096 * st->ncores);
+		/* MAP_POPULATE: the arenas are resident (a few pages of slack for the rest;
+		 * the test's results' arenas are not populated). */
+		if (!res) {
+			assert_true(rss1 - rss0 + 65536 >= want - 4096 * st->ncores);
+		}
 		check_layout(&job, st);
 		pbox_job_state_free(st);
+		assert_int_equal(g_res_live, 0);
 		pbox_jobdesc_free(&d);
 	}
+	pbox_job_set_result_ops(NULL);
+}
+
+static void test_state_bytes(void **state)
+{
+	(void)state;
+	state_bytes(false);
+}
+
+/* The same with results' arenas (pbox_result_ops): exact sizes, every result buffer in
+ * the results' arena and nothing else there, freed with the state. */
+static void test_state_bytes_results(void **state)
+{
+	(void)state;
+	state_bytes(true);
+}
+
+/* A core that owns none of a job's chunks still gets a results' arena (a page): every
+ * shm worker maps one per core. (A zero-byte arena could not be created: the job's
+ * state was refused.) */
+static void test_state_results_empty_core(void **state)
+{
+	struct pbox_keyspec keys[] = { { 0, 10 } };
+	struct pbox_jobdesc d;
+	struct pbox_job job = { 0 };
+	struct pbox_job_state *st;
+	char err[128];
+
+	(void)state;
+	pbox_job_set_result_ops(&t_res_ops);
+	assert_int_equal(pbox_jobdesc_build(&d, keys, 1, 2, 2, KB32, 1408 - 1408 % 64, NULL, err,
+					    sizeof(err)),
+			 0);
+	job.wire.desc = &d;
+	job.mode = PBOX_MODE_AGGREGATE;
+	job.opt = pbox_optimizer_find("sgd");
+	job.window = 2;
+	job.sync = pbox_sync_ops(PBOX_SYNC_BSP);
+	st = pbox_job_state_create(&job);
+	assert_non_null(st);
+	for (uint32_t k = 0; k < 2; k++) {
+		assert_non_null(st->core[k].res_arena);
+		assert_true(st->core[k].res_bytes >= 4096);
+	}
+	assert_true(st->core[0].nchunks == 0 || st->core[1].nchunks == 0);
+	pbox_job_state_free(st);
+	assert_int_equal(g_res_live, 0);
+	pbox_jobdesc_free(&d);
+	pbox_job_set_result_ops(NULL);
 }
 
 /* Sizing a hostile geometry saturates instead of wrapping, and is fast: 2^24 chunks of
@@ -407,11 +522,18 @@ static void test_frag_for_mtu(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_boundaries),   cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_huge_key),     cmocka_unit_test(test_lpt_bound),
-		cmocka_unit_test(test_lpt_known),    cmocka_unit_test(test_model_balance),
-		cmocka_unit_test(test_frag_for_mtu), cmocka_unit_test(test_geometry_64bit),
-		cmocka_unit_test(test_state_bytes),  cmocka_unit_test(test_state_bytes_saturate),
+		cmocka_unit_test(test_boundaries),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_huge_key),
+		cmocka_unit_test(test_lpt_bound),
+		cmocka_unit_test(test_lpt_known),
+		cmocka_unit_test(test_model_balance),
+		cmocka_unit_test(test_frag_for_mtu),
+		cmocka_unit_test(test_geometry_64bit),
+		cmocka_unit_test(test_state_bytes),
+		cmocka_unit_test(test_state_bytes_saturate),
+		cmocka_unit_test(test_state_bytes_results),
+		cmocka_unit_test(test_state_results_empty_core),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

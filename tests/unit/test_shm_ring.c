@@ -345,6 +345,49 @@ static void test_bad_records(void **state)
 	ring_free(r);
 }
 
+/* Descriptor records (pboxd -> worker only): refused by a consumer that does not accept
+ * them (pboxd reading a worker's ring), handed out with their kind by one that does,
+ * and only at their exact length; a backlog's copy keeps the kind. */
+static void test_desc_records(void **state)
+{
+	struct pbox_shm_desc dsc = { .data_off = 4096, .gen_off = 64, .gen = 7, .len = 1024 };
+	struct pbox_shm_dgram d[2];
+	struct pbox_wire_hdr h;
+	struct ring *r = ring_new(), *r2;
+
+	(void)state;
+	mkhdr(&h, 1, 1024);
+	assert_int_equal(pbox_shm_push_desc(&r->p, &h, &dsc), 0);
+	expect_broken(r, PBOX_SHM_ERR_KIND);
+	ring_free(r);
+
+	r = ring_new();
+	r->c.accept_desc = true;
+	assert_int_equal(pbox_shm_push_desc(&r->p, &h, &dsc), 0);
+	assert_int_equal(pbox_shm_push(&r->p, &h, NULL, 0), 0);
+	assert_int_equal(pbox_shm_cons_pop(&r->c, d, 2), 2);
+	assert_int_equal(d[0].kind, PBOX_SHM_REC_DESC);
+	assert_int_equal(d[0].len, PBOX_SHM_DESC_DGRAM);
+	assert_memory_equal(d[0].payload, &dsc, sizeof(dsc));
+	assert_int_equal(d[1].kind, PBOX_SHM_REC_DGRAM);
+	/* Moved to another ring as a backlog does: still a descriptor. */
+	r2 = ring_new();
+	r2->c.accept_desc = true;
+	assert_int_equal(pbox_shm_push_dgram(&r2->p, &d[0]), 0);
+	assert_int_equal(pbox_shm_cons_pop(&r2->c, d, 2), 1);
+	assert_int_equal(d[0].kind, PBOX_SHM_REC_DESC);
+	assert_memory_equal(d[0].payload, &dsc, sizeof(dsc));
+	ring_free(r2);
+	ring_free(r);
+
+	r = ring_new();
+	r->c.accept_desc = true;
+	store_rec(r->data, PBOX_SHM_DESC_DGRAM + 8, PBOX_SHM_REC_DESC);
+	atomic_store(&r->ctl.tail, 256);
+	expect_broken(r, PBOX_SHM_ERR_LEN);
+	ring_free(r);
+}
+
 /* The header handed out is a copy: rewriting the ring afterwards changes nothing. */
 static void test_header_copied_once(void **state)
 {
@@ -503,7 +546,7 @@ int main(void)
 		cmocka_unit_test(test_room_wakeup), cmocka_unit_test(test_bad_tail),
 		cmocka_unit_test(test_bad_records), cmocka_unit_test(test_header_copied_once),
 		cmocka_unit_test(test_bad_head),    cmocka_unit_test(test_threads),
-		cmocka_unit_test(test_layout),
+		cmocka_unit_test(test_layout),      cmocka_unit_test(test_desc_records),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

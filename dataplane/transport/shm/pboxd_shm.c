@@ -50,6 +50,13 @@ struct shm_conn {
 	int sock;
 	int wake_fd;       /* the worker's eventfd */
 	int memfd_pending; /* until the welcome carried it */
+	uint32_t nres;     /* results' memfds (dups of the job's) the welcome carries */
+	int res_fd[PBOX_SHM_MAX_CORES];
+	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
+	/* The job state whose results' arenas the worker maps (a reference, so its memory
+	 * is not reused under a descriptor), and where pboxd has them; NULL: none. */
+	struct pbox_job_state *res_state;
+	uint8_t *res_base[PBOX_SHM_MAX_CORES];
 	uint8_t *base;
 	struct pbox_shm_layout lay;
 	uint64_t add_gen, close_gen;
@@ -76,6 +83,9 @@ struct shm_local {
 	struct pbox_shm_cons rx; /* worker -> this core */
 	struct pbox_shm_prod tx; /* this core -> worker */
 	struct shm_backlog *bl;  /* NULL until the first overflow; freed with the connection */
+	uint32_t job;
+	const uint8_t *res_base; /* this core's results' arena of the job, as the worker has it */
+	uint64_t res_len;        /* (NULL / 0: results are copied into the ring) */
 };
 
 struct shm_core_stats {
@@ -83,6 +93,7 @@ struct shm_core_stats {
 	uint64_t rx_bytes;
 	uint64_t tx_pkts;
 	uint64_t tx_bytes;
+	uint64_t tx_desc;    /* result datagrams sent as descriptors (payload left in place) */
 	uint64_t tx_full;    /* replies dropped: the worker's ring and the backlog were full */
 	uint64_t backlogged; /* replies that waited in the core's backlog for ring room */
 	uint64_t tx_gone;    /* replies to a connection that ended or broke: sent after it did,
@@ -184,6 +195,7 @@ static void backlog_reset(struct shm_backlog *b)
 	pbox_shm_ring_ctl_init(&b->ctl);
 	pbox_shm_prod_init(&b->p, &b->ctl, b->data, SHM_BACKLOG_BYTES);
 	pbox_shm_cons_init(&b->c, &b->ctl, b->data, SHM_BACKLOG_BYTES);
+	b->c.accept_desc = true; /* pboxd's own records */
 }
 
 static bool backlog_empty(const struct shm_local *loc)
@@ -210,8 +222,7 @@ static unsigned backlog_drain(struct shm_core *c, uint32_t slot)
 	while (b->p.tail != b->c.head && pbox_shm_prod_fits(&loc->tx, PBOX_WIRE_MAX_PAYLOAD) &&
 	       pbox_shm_cons_pop(&b->c, &b->d, 1) == 1) {
 		/* It fits (checked): only a ring found broken meanwhile refuses it. */
-		if (pbox_shm_push(&loc->tx, (const struct pbox_wire_hdr *)(const void *)b->d.hdr,
-				  b->d.payload, b->d.len - PBOX_WIRE_HDR_LEN) != 0) {
+		if (pbox_shm_push_dgram(&loc->tx, &b->d) != 0) {
 			PBOX_STAT_ADD(&c->st, tx_gone, 1);
 			pbox_shm_cons_release(&b->c);
 			break;
@@ -254,6 +265,9 @@ static void rebuild(struct shm_core *c)
 			loc->peer.ip = htonl(cn->id);
 			loc->peer.port = htons((uint16_t)(slot + 1));
 			loc->peer.ifport = PBOX_SHM_IFPORT;
+			loc->job = cn->job;
+			loc->res_base = cn->res_state != NULL ? cn->res_base[c->k] : NULL;
+			loc->res_len = cn->res_state != NULL ? cn->res_bytes[c->k] : 0;
 			pbox_shm_cons_init(&loc->rx, pbox_shm_ctl_w2a(cn->base, c->k),
 					   pbox_shm_data_w2a(cn->base, &cn->lay, c->k),
 					   cn->lay.ring_bytes);
@@ -408,11 +422,49 @@ static const struct pbox_loop_poller shm_poller = {
 
 /* ---- the engine's send multiplexer ---------------------------------------------------- */
 
+/*
+ * Whether a reply goes as a descriptor, and which: a dense result fragment (DATA, f32,
+ * not a tree relay's) of the connection's own job whose payload is a result buffer in
+ * this core's results' arena of that job, the one the worker maps (engine/job.h: the
+ * buffer starts frag_off bytes before the payload, one struct pbox_res_line after its
+ * generation line). Everything else is copied into the ring as before.
+ */
+static bool result_desc(const struct shm_local *loc, const struct pbox_wire_hdr *hdr,
+			const void *payload, uint32_t len, struct pbox_shm_desc *d)
+{
+	const uint8_t *p = payload, *base = loc->res_base;
+	const struct pbox_res_line *l;
+	uint32_t foff;
+
+	if (base == NULL || len == 0 || hdr->type != PBOX_MSG_DATA ||
+	    hdr->encoding != PBOX_ENC_F32 || (be16toh(hdr->flags) & PBOX_F_TREE) ||
+	    be32toh(hdr->job) != loc->job) {
+		return false;
+	}
+	foff = be32toh(hdr->frag_off);
+	if (p < base || (uint64_t)(p - base) < (uint64_t)foff + sizeof(*l) ||
+	    (uint64_t)(p - base) + len > loc->res_len) {
+		return false;
+	}
+	l = (const struct pbox_res_line *)(const void *)(p - foff - sizeof(*l));
+	if (((uintptr_t)l & (PBOX_CACHE_LINE - 1)) != 0 || l->magic != PBOX_RES_MAGIC) {
+		return false;
+	}
+	d->data_off = (uint64_t)(p - base);
+	d->gen_off = (uint64_t)((const uint8_t *)&l->gen - base);
+	d->gen = __atomic_load_n(&l->gen, __ATOMIC_RELAXED); /* this core writes it */
+	d->len = len;
+	d->pad = 0;
+	return true;
+}
+
 static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wire_hdr *hdr,
 		    const void *payload, uint32_t len)
 {
 	struct shm_core *c = ctx;
 	struct shm_local *loc;
+	struct pbox_shm_desc desc;
+	bool is_desc;
 	uint32_t slot;
 	int rc;
 
@@ -426,8 +478,11 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 		return -EHOSTUNREACH;
 	}
 	loc = &c->local[slot];
+	is_desc = result_desc(loc, hdr, payload, len, &desc);
 	/* In order: while replies wait in the backlog, new ones queue behind them. */
-	rc = backlog_empty(loc) ? pbox_shm_push(&loc->tx, hdr, payload, len) : -ENOBUFS;
+	rc = !backlog_empty(loc) ? -ENOBUFS
+	     : is_desc           ? pbox_shm_push_desc(&loc->tx, hdr, &desc)
+				 : pbox_shm_push(&loc->tx, hdr, payload, len);
 	if (pbox_unlikely(rc == -ENOBUFS)) {
 		if (loc->bl == NULL) {
 			loc->bl = aligned_alloc(PBOX_CACHE_LINE, sizeof(*loc->bl));
@@ -435,7 +490,9 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 				backlog_reset(loc->bl);
 			}
 		}
-		rc = loc->bl != NULL ? pbox_shm_push(&loc->bl->p, hdr, payload, len) : -ENOBUFS;
+		rc = loc->bl == NULL ? -ENOBUFS
+		     : is_desc       ? pbox_shm_push_desc(&loc->bl->p, hdr, &desc)
+				     : pbox_shm_push(&loc->bl->p, hdr, payload, len);
 		if (rc != 0) {
 			PBOX_STAT_ADD(&c->st, tx_full, 1);
 			return -ENOBUFS;
@@ -454,6 +511,7 @@ static int mux_send(void *ctx, const struct pbox_peer *to, const struct pbox_wir
 	}
 	PBOX_STAT_ADD(&c->st, tx_pkts, 1);
 	PBOX_STAT_ADD(&c->st, tx_bytes, PBOX_WIRE_HDR_LEN + len);
+	PBOX_STAT_ADD(&c->st, tx_desc, is_desc);
 	c->pushed += len != 0;
 	touch(c, slot);
 	return 0;
@@ -513,6 +571,55 @@ void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l)
 	l->poller_arg = c;
 }
 
+/* ---- results' arenas ----------------------------------------------------------------- */
+
+/* One sealed memfd per (job, core): pboxd maps it read-write before sealing it against
+ * new writable mappings, so the workers it is handed to map it read-only. */
+static int res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle)
+{
+	char name[48];
+	int fd, err;
+	void *m;
+
+	(void)ctx;
+	snprintf(name, sizeof(name), "pbox-results-j%u-c%u", job, core);
+	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+		goto fail;
+	}
+	/* Populated now: the first results do not take page faults on the core. */
+	m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED) {
+		goto fail;
+	}
+	if (fcntl(fd, F_ADD_SEALS, PBOX_SHM_RES_SEALS) != 0) {
+		err = errno;
+		munmap(m, bytes);
+		errno = err;
+		goto fail;
+	}
+	*p = m;
+	*handle = fd;
+	return 0;
+fail:
+	err = errno;
+	PBOX_LOG_ERR(TRANSPORT, "job %u core %u: cannot create %zu bytes of results' arena: %s",
+		     job, core, bytes, strerror(err));
+	if (fd >= 0) {
+		close(fd);
+	}
+	return -err;
+}
+
+static void res_free(void *ctx, void *p, size_t bytes, int handle)
+{
+	(void)ctx;
+	munmap(p, bytes);
+	close(handle);
+}
+
+const struct pbox_result_ops pboxd_shm_result_ops = { res_alloc, res_free, NULL };
+
 /* ---- the listener ------------------------------------------------------------------- */
 
 static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
@@ -526,6 +633,12 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	if (cn->memfd_pending >= 0) {
 		close(cn->memfd_pending);
 	}
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		close(cn->res_fd[k]);
+	}
+	cn->nres = 0;
+	pbox_job_state_put(cn->res_state); /* no core lists the connection any more */
+	cn->res_state = NULL;
 	if (cn->base != NULL) {
 		munmap(cn->base, cn->lay.seg_bytes);
 	}
@@ -583,17 +696,43 @@ static void refuse(struct pboxd_shm *s, struct shm_conn *cn, uint32_t status)
 	conn_free(s, cn);
 }
 
-/* Whether (job, rank, cookie) is an admitted worker in the published table. */
-static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h)
+/* Whether (job, rank, cookie) is an admitted worker in the published table. If so, and
+ * the job's state has results' arenas (one per core), cn gets its own descriptors of
+ * them (dup, in the same read-side section: the state the table lists is alive). */
+static bool admitted(struct pboxd_shm *s, const struct pbox_shm_hello *h, struct shm_conn *cn)
 {
-	const struct pbox_wire_job *wj;
+	const struct pbox_job *j;
 	bool ok = false;
 
 	rcu_thread_online();
-	wj = pbox_jobtab_lookup((void *)rcu_dereference(*s->tab), h->job);
-	if (wj != NULL && h->rank < wj->desc->nworkers && h->cookie != 0 &&
-	    wj->cookies[h->rank] == h->cookie) {
+	j = pbox_jobtab_find(rcu_dereference(*s->tab), h->job);
+	if (j != NULL && h->rank < j->wire.desc->nworkers && h->cookie != 0 &&
+	    j->wire.cookies[h->rank] == h->cookie) {
 		ok = true;
+		if (j->state != NULL && j->state->result_ops == &pboxd_shm_result_ops &&
+		    j->state->ncores == s->ncores) {
+			for (uint32_t k = 0; k < s->ncores; k++) {
+				int fd = fcntl(j->state->core[k].res_handle, F_DUPFD_CLOEXEC, 0);
+
+				if (fd < 0) {
+					break; /* out of descriptors: the copy path serves it */
+				}
+				cn->res_fd[cn->nres] = fd;
+				cn->res_bytes[cn->nres++] = j->state->core[k].res_bytes;
+			}
+			if (cn->nres != s->ncores) {
+				for (uint32_t k = 0; k < cn->nres; k++) {
+					close(cn->res_fd[k]);
+				}
+				cn->nres = 0;
+			} else {
+				pbox_job_state_get(j->state);
+				cn->res_state = j->state;
+				for (uint32_t k = 0; k < s->ncores; k++) {
+					cn->res_base[k] = j->state->core[k].res_arena;
+				}
+			}
+		}
 	}
 	rcu_thread_offline();
 	return ok;
@@ -615,7 +754,7 @@ static void on_hello(struct pboxd_shm *s, struct shm_conn *cn)
 		refuse(s, cn, EPROTO);
 		return;
 	}
-	if (!admitted(s, &h)) {
+	if (!admitted(s, &h, cn)) {
 		__atomic_fetch_add(&s->auth_failed, 1, __ATOMIC_RELAXED);
 		PBOX_LOG_INFO(TRANSPORT, "shm: refused job %u rank %u: not an admitted worker",
 			      h.job, h.rank);
@@ -671,7 +810,7 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 				      .ring_bytes = cn->lay.ring_bytes,
 				      .seg_bytes = cn->lay.seg_bytes,
 				      .conn_id = cn->id };
-	int fds[PBOX_SHM_MAX_CORES + 2];
+	int fds[PBOX_SHM_MAX_FDS];
 	int rc;
 
 	fds[0] = cn->memfd_pending;
@@ -679,7 +818,16 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 	for (uint32_t k = 0; k < s->ncores; k++) {
 		fds[2 + k] = s->cores[k]->efd;
 	}
-	rc = pbox_shm_send_fds(cn->sock, &w, sizeof(w), fds, s->ncores + 2);
+	w.nres = cn->nres;
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		fds[2 + s->ncores + k] = cn->res_fd[k];
+		w.res_bytes[k] = cn->res_bytes[k];
+	}
+	rc = pbox_shm_send_fds(cn->sock, &w, sizeof(w), fds, s->ncores + 2 + cn->nres);
+	for (uint32_t k = 0; k < cn->nres; k++) {
+		close(cn->res_fd[k]); /* the worker has its own now */
+	}
+	cn->nres = 0;
 	close(cn->memfd_pending); /* the mappings keep the memory */
 	cn->memfd_pending = -1;
 	cn->welcomed = true;
@@ -687,9 +835,10 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 		conn_end(s, cn, "the welcome could not be sent");
 		return;
 	}
-	PBOX_LOG_INFO(TRANSPORT, "shm connection %u: job %u rank %u, %u cores, rings of %llu KiB",
-		      cn->id, cn->job, cn->rank, s->ncores,
-		      (unsigned long long)(cn->lay.ring_bytes >> 10));
+	PBOX_LOG_INFO(TRANSPORT,
+		      "shm connection %u: job %u rank %u, %u cores, rings of %llu KiB, %s", cn->id,
+		      cn->job, cn->rank, s->ncores, (unsigned long long)(cn->lay.ring_bytes >> 10),
+		      w.nres != 0 ? "results' arenas mapped read-only" : "no results' arenas");
 }
 
 static uint64_t now_ms(void)
@@ -843,6 +992,8 @@ struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t nco
 	} else {
 		snprintf(s->name, sizeof(s->name), "%s", cfg->socket);
 	}
+	/* Job states created from now on keep their results in memfds (shown to workers). */
+	pbox_job_set_result_ops(&pboxd_shm_result_ops);
 	s->conns = calloc(cfg->max_conns, sizeof(*s->conns));
 	s->cores = calloc(ncores, sizeof(*s->cores));
 	s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -918,6 +1069,7 @@ void pboxd_shm_destroy(struct pboxd_shm *s)
 		return;
 	}
 	__atomic_store_n(&g_advertised, NULL, __ATOMIC_RELEASE);
+	pbox_job_set_result_ops(NULL); /* states made with them stay valid: the ops are static */
 	if (s->started) {
 		__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
 		ring_fd(s->efd);
@@ -969,6 +1121,7 @@ static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
 		t->rx_bytes += pbox_stat_read(&c->rx_bytes);
 		t->tx_pkts += pbox_stat_read(&c->tx_pkts);
 		t->tx_bytes += pbox_stat_read(&c->tx_bytes);
+		t->tx_desc += pbox_stat_read(&c->tx_desc);
 		t->tx_full += pbox_stat_read(&c->tx_full);
 		t->backlogged += pbox_stat_read(&c->backlogged);
 		t->tx_gone += pbox_stat_read(&c->tx_gone);
@@ -994,26 +1147,31 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 {
 	struct shm_core_stats t;
 	json_t *broken = json_object();
+	json_t *o;
 
 	sum_cores(s, &t);
 	for (int e = 1; e < PBOX_SHM_ERR_COUNT; e++) {
 		json_object_set_new(broken, pbox_shm_err_name((enum pbox_shm_err)e),
 				    json_integer((json_int_t)t.broken[e]));
 	}
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I, s:I, s:o}",
-			 "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
-			 "conns_live", (json_int_t)live_conns(s), "accepted",
-			 (json_int_t)pbox_stat_read(&s->accepted), "refused",
-			 (json_int_t)pbox_stat_read(&s->refused), "auth_failed",
-			 (json_int_t)pbox_stat_read(&s->auth_failed), "bad_hello",
-			 (json_int_t)pbox_stat_read(&s->bad_hello), "closed",
-			 (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
-			 "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
-			 "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
-			 "tx_gone", (json_int_t)t.tx_gone, "backlogged", (json_int_t)t.backlogged,
-			 "wakes", (json_int_t)t.wakes, "sleeps", (json_int_t)t.sleeps, "broken",
-			 broken);
+	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+		      "s:I, s:I, s:I, s:I, s:o}",
+		      "name", "shm", "socket", s->name, "ring_bytes", (json_int_t)s->ring_bytes,
+		      "conns_live", (json_int_t)live_conns(s), "accepted",
+		      (json_int_t)pbox_stat_read(&s->accepted), "refused",
+		      (json_int_t)pbox_stat_read(&s->refused), "auth_failed",
+		      (json_int_t)pbox_stat_read(&s->auth_failed), "bad_hello",
+		      (json_int_t)pbox_stat_read(&s->bad_hello), "closed",
+		      (json_int_t)pbox_stat_read(&s->closed), "rx_pkts", (json_int_t)t.rx_pkts,
+		      "rx_bytes", (json_int_t)t.rx_bytes, "tx_pkts", (json_int_t)t.tx_pkts,
+		      "tx_bytes", (json_int_t)t.tx_bytes, "tx_full", (json_int_t)t.tx_full,
+		      "tx_gone", (json_int_t)t.tx_gone, "backlogged", (json_int_t)t.backlogged,
+		      "wakes", (json_int_t)t.wakes, "sleeps", (json_int_t)t.sleeps, "broken",
+		      broken);
+	if (o != NULL) {
+		json_object_set_new(o, "tx_desc", json_integer((json_int_t)t.tx_desc));
+	}
+	return o;
 }
 
 void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)

@@ -15,10 +15,10 @@
  * Send: the engine's tx ops of a core become a small multiplexer: a reply to a peer that
  * is a shared-memory connection (struct pbox_peer with ifport PBOX_SHM_IFPORT, ip the
  * connection id in 0.0.0.0/8, which no UDP datagram can come from: Linux drops martian
- * sources, port the connection's slot + 1) is copied into that worker's ring at once:
- * one copy per fragment and worker, from the chunk's arena to the ring (every worker of
- * a job has its own ring, so a result fragment is written once per worker); everything
- * else goes to the UDP socket as before. The copy releases the arena at once (queued /
+ * sources, port the connection's slot + 1) is copied into that worker's ring at once,
+ * except a dense result fragment in the job's results' arena, which goes as a descriptor
+ * (shm.h: results written once, read in place by every worker); everything else goes to
+ * the UDP socket as before. The copy releases the arena at once (queued /
  * reclaim count it as released). A ring without room holds the reply back (below);
  * a full backlog drops it (counted, the worker's reliability asks again), as a full
  * socket would.
@@ -57,6 +57,7 @@
 #include <stdio.h>
 
 #include "core/loop.h"
+#include "engine/job.h"
 #include "shm_config.h"
 
 /* pbox_peer.ifport of a shared-memory connection. */
@@ -80,6 +81,11 @@ int pboxd_shm_start(struct pboxd_shm *s);
 /* Stop the listener, end every connection and free everything. After the cores were
  * joined. NULL is a no-op. */
 void pboxd_shm_destroy(struct pboxd_shm *s);
+
+/* The results' arenas pboxd_shm_create installs (pbox_job_set_result_ops): a sealed
+ * memfd per (job, core), handed to that job's shm workers with their welcome (shm.h).
+ * Static: states created with them outlive the listener. */
+extern const struct pbox_result_ops pboxd_shm_result_ops;
 
 /* The socket name workers are told ("@..." abstract), or NULL when no listener runs. */
 const char *pboxd_shm_advertised(void);

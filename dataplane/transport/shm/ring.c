@@ -119,8 +119,8 @@ void pbox_shm_prod_room_ok(struct pbox_shm_prod *p)
 	atomic_store_explicit(&p->ctl->prod_waiting, 0, memory_order_relaxed);
 }
 
-int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
-		  uint32_t len)
+static int push_rec(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
+		    uint32_t len, uint32_t kind)
 {
 	uint64_t need, pos, skip;
 	int rc;
@@ -148,7 +148,7 @@ int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, cons
 	if (len != 0) {
 		memcpy(p->data + pos + PBOX_SHM_REC_HDR + PBOX_WIRE_HDR_LEN, payload, len);
 	}
-	rec_store(p->data + pos, PBOX_WIRE_HDR_LEN + len, PBOX_SHM_REC_DGRAM);
+	rec_store(p->data + pos, PBOX_WIRE_HDR_LEN + len, kind);
 	p->tail += need;
 	/* Publish at once (a plain store on x86): a consumer on another core starts on this
 	 * record while the next is written. The wake-up check is per batch. */
@@ -156,6 +156,24 @@ int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, cons
 	atomic_store_explicit(&p->ctl->tail, p->tail, memory_order_release);
 	p->pushed++;
 	return 0;
+}
+
+int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
+		  uint32_t len)
+{
+	return push_rec(p, hdr, payload, len, PBOX_SHM_REC_DGRAM);
+}
+
+int pbox_shm_push_desc(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
+		       const struct pbox_shm_desc *d)
+{
+	return push_rec(p, hdr, d, sizeof(*d), PBOX_SHM_REC_DESC);
+}
+
+int pbox_shm_push_dgram(struct pbox_shm_prod *p, const struct pbox_shm_dgram *d)
+{
+	return push_rec(p, (const struct pbox_wire_hdr *)(const void *)d->hdr, d->payload,
+			d->len - PBOX_WIRE_HDR_LEN, d->kind);
 }
 
 bool pbox_shm_prod_need_wake(struct pbox_shm_prod *p)
@@ -208,11 +226,13 @@ unsigned pbox_shm_cons_pop(struct pbox_shm_cons *c, struct pbox_shm_dgram *out, 
 			c->head += c->size - pos;
 			continue;
 		}
-		if (pbox_unlikely(kind != PBOX_SHM_REC_DGRAM)) {
+		if (pbox_unlikely(kind != PBOX_SHM_REC_DGRAM &&
+				  (kind != PBOX_SHM_REC_DESC || !c->accept_desc))) {
 			c->err = PBOX_SHM_ERR_KIND;
 			break;
 		}
-		if (pbox_unlikely(len == 0 || len > PBOX_SHM_MAX_DGRAM)) {
+		if (pbox_unlikely(len == 0 || len > PBOX_SHM_MAX_DGRAM ||
+				  (kind == PBOX_SHM_REC_DESC && len != PBOX_SHM_DESC_DGRAM))) {
 			c->err = PBOX_SHM_ERR_LEN;
 			break;
 		}
@@ -230,6 +250,7 @@ unsigned pbox_shm_cons_pop(struct pbox_shm_cons *c, struct pbox_shm_dgram *out, 
 					 : NULL;
 		out[n].data = c->data + pos + PBOX_SHM_REC_HDR;
 		out[n].len = len;
+		out[n].kind = kind;
 		c->head += rec;
 		n++;
 		if (c->head == c->tail && n < max && !refresh_tail(c)) {

@@ -67,6 +67,23 @@
 /* Record kinds (the record header's second word). */
 #define PBOX_SHM_REC_DGRAM 0x44475231u /* "1RGD": a datagram */
 #define PBOX_SHM_REC_WRAP  0x50525731u /* "1WRP": skip to the start of the area */
+/* "1CSD": a result datagram whose payload stays in the results' arena (shm.h): the pbox
+ * header, then a struct pbox_shm_desc. Only pboxd writes them, only a consumer that
+ * accepts them (pbox_shm_cons.accept_desc) reads them; any other breaks the ring. */
+#define PBOX_SHM_REC_DESC 0x44534331u
+
+/* Where a descriptor's payload is: in the results' arena of the core whose ring carried
+ * it. The payload is valid if the generation word still holds gen after it was read
+ * (the engine bumps it before it rewrites the buffer: a seqlock read). */
+struct pbox_shm_desc {
+	uint64_t data_off; /* the payload's offset in the arena */
+	uint64_t gen_off;  /* the buffer's generation word's offset (8-aligned) */
+	uint64_t gen;      /* its value when the payload was complete */
+	uint32_t len;      /* payload bytes: the header's frag_len */
+	uint32_t pad;
+};
+/* A descriptor record's datagram length. */
+#define PBOX_SHM_DESC_DGRAM (PBOX_WIRE_HDR_LEN + (uint32_t)sizeof(struct pbox_shm_desc))
 
 /* The shared control block of one ring. */
 struct pbox_shm_ring_ctl {
@@ -114,7 +131,8 @@ struct pbox_shm_cons {
 	uint64_t released; /* head last stored to ctl->head */
 	uint64_t tail;     /* the producer's index as last read (validated) */
 	enum pbox_shm_err err;
-	uint64_t popped; /* datagrams handed out */
+	uint64_t popped;  /* datagrams handed out */
+	bool accept_desc; /* descriptor records are valid here (set after init) */
 };
 
 /* One datagram handed out by pbox_shm_cons_pop: hdr is a private copy of its first 64
@@ -125,6 +143,7 @@ struct pbox_shm_dgram {
 	const uint8_t *payload;
 	const uint8_t *data; /* the whole datagram in place (a trusting reader's view) */
 	uint32_t len;        /* whole datagram */
+	uint32_t kind;       /* PBOX_SHM_REC_DGRAM, or _DESC: payload is the descriptor */
 };
 
 /* Whether size is a valid ring size. */
@@ -152,6 +171,14 @@ void pbox_shm_cons_init(struct pbox_shm_cons *c, struct pbox_shm_ring_ctl *ctl, 
  */
 int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, const void *payload,
 		  uint32_t len);
+
+/* Write one descriptor record: the header hdr and *d (see PBOX_SHM_REC_DESC). Returns
+ * as pbox_shm_push. */
+int pbox_shm_push_desc(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
+		       const struct pbox_shm_desc *d);
+
+/* Write a record as popped from another ring (a backlog): its kind, header and payload. */
+int pbox_shm_push_dgram(struct pbox_shm_prod *p, const struct pbox_shm_dgram *d);
 
 /* The producer holds data back: set prod_waiting, fence, and look at the head again.
  * Returns true (flag cleared) if len payload bytes fit now. */

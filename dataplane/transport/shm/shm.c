@@ -2,7 +2,9 @@
 /* The shared-memory transport: layout, descriptor passing, the worker's side (shm.h). */
 #include "shm.h"
 
+#include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,13 +50,13 @@ int pbox_shm_sockaddr(const char *name, struct sockaddr_un *su)
 int pbox_shm_send_fds(int sock, const void *msg, size_t len, const int *fds, unsigned nfds)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_CORES + 2))];
+		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_FDS))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
-	if (nfds > PBOX_SHM_MAX_CORES + 2) {
+	if (nfds > PBOX_SHM_MAX_FDS) {
 		return -EINVAL;
 	}
 	if (nfds != 0) {
@@ -78,7 +80,7 @@ int pbox_shm_send_fds(int sock, const void *msg, size_t len, const int *fds, uns
 int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds, unsigned *nfds)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_CORES + 2))];
+		char buf[CMSG_SPACE(sizeof(int) * (PBOX_SHM_MAX_FDS))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = msg, .iov_len = len };
@@ -95,7 +97,7 @@ int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 			unsigned cnt = (unsigned)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int tmp[PBOX_SHM_MAX_CORES + 2];
+			int tmp[PBOX_SHM_MAX_FDS];
 
 			memcpy(tmp, CMSG_DATA(cm),
 			       sizeof(int) * PBOX_MIN(cnt, PBOX_ARRAY_SIZE(tmp)));
@@ -123,6 +125,8 @@ struct pbox_shm_client {
 	int core_fd[PBOX_SHM_MAX_CORES];
 	uint8_t *base;
 	struct pbox_shm_layout lay;
+	const uint8_t *res[PBOX_SHM_MAX_CORES]; /* results' arenas, read-only (NULL: none) */
+	size_t res_len[PBOX_SHM_MAX_CORES];
 	const struct pbox_peer *cores;
 	uint32_t ncores;
 	uint32_t rx_next; /* the core whose ring is read first (round robin) */
@@ -132,6 +136,8 @@ struct pbox_shm_client {
 	struct pbox_shm_prod tx[PBOX_SHM_MAX_CORES]; /* worker -> core k */
 	struct pbox_shm_cons rx[PBOX_SHM_MAX_CORES]; /* core k -> worker */
 	struct pbox_shm_dgram dg[PBOX_SHM_BURST];
+	struct pbox_shm_split split[PBOX_SHM_BURST];
+	bool is_split[PBOX_SHM_BURST];
 };
 
 void pbox_shm_client_close(struct pbox_shm_client *c)
@@ -139,8 +145,21 @@ void pbox_shm_client_close(struct pbox_shm_client *c)
 	if (c == NULL) {
 		return;
 	}
+	if (c->stats.stale + c->stats.bad_desc != 0) { /* said only when it happened */
+		PBOX_LOG_INFO(TRANSPORT,
+			      "shm: %llu results read in place, %llu descriptors dropped as stale "
+			      "(buffer reused before read), %llu out of bounds",
+			      (unsigned long long)c->stats.rx_desc,
+			      (unsigned long long)c->stats.stale,
+			      (unsigned long long)c->stats.bad_desc);
+	}
 	if (c->base != NULL) {
 		munmap(c->base, c->lay.seg_bytes);
+	}
+	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
+		if (c->res[k] != NULL) {
+			munmap((void *)c->res[k], c->res_len[k]);
+		}
 	}
 	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
 		if (c->core_fd[k] >= 0) {
@@ -159,6 +178,46 @@ void pbox_shm_client_close(struct pbox_shm_client *c)
 	free(c);
 }
 
+static void close_all(const int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		close(fds[i]);
+	}
+}
+
+/* Map the results' arenas the welcome announced (fds: one per core) read-only, after
+ * checking each is as pboxd promised: its size, and sealed so that neither side can
+ * resize it under the other's mapping. 0 or -1 with the reason in err. */
+static int map_results(struct pbox_shm_client *c, const struct pbox_shm_welcome *w, const int *fds,
+		       char *err, size_t errlen)
+{
+	for (uint32_t k = 0; k < w->nres; k++) {
+		struct stat st;
+		int seals = fcntl(fds[k], F_GET_SEALS);
+		void *p;
+
+		if (fstat(fds[k], &st) != 0 || (uint64_t)st.st_size != w->res_bytes[k] ||
+		    w->res_bytes[k] == 0 || w->res_bytes[k] > SIZE_MAX || seals < 0 ||
+		    (seals & PBOX_SHM_RES_SEALS) != PBOX_SHM_RES_SEALS) {
+			snprintf(err, errlen,
+				 "core %u's results' arena: %llu bytes announced, not a sealed "
+				 "memfd of that size",
+				 k, (unsigned long long)w->res_bytes[k]);
+			return -1;
+		}
+		p = mmap(NULL, (size_t)w->res_bytes[k], PROT_READ, MAP_SHARED, fds[k], 0);
+		if (p == MAP_FAILED) {
+			snprintf(err, errlen,
+				 "cannot map core %u's results' arena (%llu bytes): %s", k,
+				 (unsigned long long)w->res_bytes[k], strerror(errno));
+			return -1;
+		}
+		c->res[k] = p;
+		c->res_len[k] = (size_t)w->res_bytes[k];
+	}
+	return 0;
+}
+
 struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uint32_t rank,
 					     uint64_t cookie, const struct pbox_peer *cores,
 					     uint32_t ncores, char *err, size_t errlen)
@@ -172,8 +231,8 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 	struct pbox_shm_welcome w;
 	struct sockaddr_un su;
 	struct timeval tv = { .tv_sec = 10 };
-	int fds[PBOX_SHM_MAX_CORES + 2];
-	unsigned nfds = 0;
+	int fds[PBOX_SHM_MAX_FDS], res_fd[PBOX_SHM_MAX_CORES];
+	unsigned nfds = 0, nres_fd = 0;
 	struct stat stt;
 	int sl, rc;
 
@@ -215,7 +274,13 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 		c->wake_fd = fds[1];
 	}
 	for (unsigned i = 2; i < nfds; i++) {
-		c->core_fd[i - 2] = fds[i];
+		if (i - 2 < ncores && ncores <= PBOX_SHM_MAX_CORES) {
+			c->core_fd[i - 2] = fds[i];
+		} else if (nres_fd < PBOX_SHM_MAX_CORES) {
+			res_fd[nres_fd++] = fds[i]; /* results' memfds: mapped below, then closed */
+		} else {
+			close(fds[i]);
+		}
 	}
 	if (rc != 0) {
 		snprintf(err, errlen, "%s: no welcome: %s", name,
@@ -230,8 +295,8 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 		snprintf(err, errlen, "%s: refused: %s", name, strerror((int)w.status));
 		goto fail;
 	}
-	if (w.ncores != ncores || nfds != ncores + 2 ||
-	    pbox_shm_layout(&c->lay, ncores, w.ring_bytes) != 0 ||
+	if (w.ncores != ncores || (w.nres != 0 && w.nres != ncores) ||
+	    nfds != ncores + 2 + w.nres || pbox_shm_layout(&c->lay, ncores, w.ring_bytes) != 0 ||
 	    c->lay.seg_bytes != w.seg_bytes || fstat(c->memfd, &stt) != 0 ||
 	    (uint64_t)stt.st_size != w.seg_bytes) {
 		snprintf(err, errlen, "%s: inconsistent welcome (%u cores, %u descriptors)", name,
@@ -245,27 +310,72 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 			 (unsigned long long)c->lay.seg_bytes, strerror(errno));
 		goto fail;
 	}
+	/* The results' memfds sit after the core eventfds, which are ncores, not 64. */
+	if (w.nres != 0 && map_results(c, &w, res_fd, err, errlen) != 0) {
+		goto fail;
+	}
 	for (uint32_t k = 0; k < ncores; k++) {
 		pbox_shm_prod_init(&c->tx[k], pbox_shm_ctl_w2a(c->base, k),
 				   pbox_shm_data_w2a(c->base, &c->lay, k), c->lay.ring_bytes);
 		pbox_shm_cons_init(&c->rx[k], pbox_shm_ctl_a2w(c->base, k),
 				   pbox_shm_data_a2w(c->base, &c->lay, k), c->lay.ring_bytes);
+		c->rx[k].accept_desc = c->res[k] != NULL; /* else a descriptor breaks it */
 	}
+	close_all(res_fd, nres_fd); /* the mappings keep the memory */
 	return c;
 fail:
+	close_all(res_fd, nres_fd);
 	pbox_shm_client_close(c);
 	return NULL;
 }
 
+/* A descriptor from core k's ring: read once, bounded by the arena's mapping (pboxd is
+ * trusted, but a wrong offset must not become a read outside the mapping), and dropped
+ * if its buffer was already rewritten (the node's probes recover it). */
+static bool take_desc(struct pbox_shm_client *c, uint32_t k, const struct pbox_shm_dgram *dg,
+		      struct pbox_shm_split *sp)
+{
+	const struct pbox_wire_hdr *h = (const struct pbox_wire_hdr *)(const void *)dg->hdr;
+	struct pbox_shm_desc d;
+	size_t lim = c->res_len[k];
+
+	memcpy(&d, dg->payload, sizeof(d));
+	if (pbox_unlikely(c->res[k] == NULL || d.len == 0 || d.len != be16toh(h->frag_len) ||
+			  d.data_off > lim || d.len > lim - d.data_off || d.gen_off % 8 != 0 ||
+			  d.gen_off > lim - 8)) {
+		c->stats.bad_desc++;
+		return false;
+	}
+	sp->payload = c->res[k] + d.data_off;
+	sp->len = d.len;
+	sp->gen = (const uint64_t *)(const void *)(c->res[k] + d.gen_off);
+	sp->want = d.gen;
+	if (__atomic_load_n(sp->gen, __ATOMIC_ACQUIRE) != d.gen) {
+		c->stats.stale++;
+		return false;
+	}
+	c->stats.rx_desc++;
+	return true;
+}
+
+const struct pbox_shm_split *pbox_shm_client_split(const struct pbox_shm_client *c, unsigned i)
+{
+	return i < PBOX_SHM_BURST && c->is_split[i] ? &c->split[i] : NULL;
+}
+
 unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max)
 {
-	unsigned n = 0;
+	unsigned n = 0, used = 0;
 
 	max = PBOX_MIN(max, (unsigned)PBOX_ARRAY_SIZE(c->dg));
-	for (uint32_t i = 0; i < c->ncores && n < max; i++) {
+	for (uint32_t i = 0; i < c->ncores && used < max; i++) {
 		uint32_t k = (c->rx_next + i) % c->ncores;
-		unsigned got = pbox_shm_cons_pop(&c->rx[k], c->dg, max - n);
+		/* Popped after the previous cores' records (dropped ones too): the header
+		 * copies handed out stay valid. */
+		struct pbox_shm_dgram *dg = c->dg + used;
+		unsigned got = pbox_shm_cons_pop(&c->rx[k], dg, max - used);
 
+		used += got;
 		if (pbox_unlikely(c->rx[k].err != PBOX_SHM_OK) && c->err == PBOX_SHM_OK) {
 			c->err = c->rx[k].err;
 			PBOX_LOG_ERR(TRANSPORT, "shm: ring of core %u: %s", k,
@@ -274,10 +384,20 @@ unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts,
 		for (unsigned j = 0; j < got; j++) {
 			/* pboxd is trusted here as it is over UDP: the datagram is read in place.
 			 */
-			pkts[n].data = c->dg[j].data;
-			pkts[n].len = c->dg[j].len;
+			if (dg[j].kind == PBOX_SHM_REC_DESC) {
+				if (!take_desc(c, k, &dg[j], &c->split[n])) {
+					continue;
+				}
+				pkts[n].data = dg[j].hdr;
+				pkts[n].len = PBOX_WIRE_HDR_LEN + c->split[n].len;
+				c->is_split[n] = true;
+			} else {
+				pkts[n].data = dg[j].data;
+				pkts[n].len = dg[j].len;
+				c->is_split[n] = false;
+			}
 			pkts[n].from = c->cores[k];
-			c->stats.rx_bytes += c->dg[j].len;
+			c->stats.rx_bytes += pkts[n].len;
 			n++;
 		}
 	}
@@ -337,6 +457,16 @@ int pbox_shm_client_sock_fd(const struct pbox_shm_client *c)
 enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c)
 {
 	return c->err;
+}
+
+const uint8_t *pbox_shm_client_results(const struct pbox_shm_client *c, uint32_t k, size_t *len)
+{
+	if (k >= c->ncores || c->res[k] == NULL) {
+		*len = 0;
+		return NULL;
+	}
+	*len = c->res_len[k];
+	return c->res[k];
 }
 
 const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c)

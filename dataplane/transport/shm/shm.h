@@ -22,7 +22,12 @@
  *
  * The rings carry the same datagrams as UDP (pbox header + payload), so the chunk engine
  * and the worker's node do not change: a connection is a pbox_tx_ops (this file: the
- * worker's; pboxd_shm.h: pboxd's) plus a receive burst.
+ * worker's; pboxd_shm.h: pboxd's) plus a receive burst. One exception, pboxd -> worker
+ * only: a dense result fragment whose payload lies in the job's results' arena (the
+ * welcome's memfds) goes as a descriptor record (ring.h, PBOX_SHM_REC_DESC); the worker
+ * bounds it against its mapping, drops it if the buffer's generation moved on, and hands
+ * the node the header and the payload in place (pbox_shm_client_split), whose copy into
+ * the caller's buffer is checked against the generation again (a seqlock read).
  *
  * Threading: struct pbox_shm_client is used by one thread (libpbox's progress thread).
  */
@@ -32,12 +37,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <fcntl.h>
 
 #include "common/xport.h"
 #include "ring.h"
 
 #define PBOX_SHM_MAGIC   0x50534d31u /* "PSM1" */
-#define PBOX_SHM_VERSION 1u
+#define PBOX_SHM_VERSION 2u
 /* Data-plane cores a connection can span (one eventfd each in the welcome). */
 #define PBOX_SHM_MAX_CORES 64u
 /* The worker's RTO floor over shared memory, ms (see client.c). */
@@ -46,6 +52,9 @@
 #define PBOX_SHM_SEND_WAIT_MS 100
 /* Datagrams handed out per receive call at most. */
 #define PBOX_SHM_BURST 256u
+/* Descriptors a welcome carries at most: the rings' memfd, the worker's eventfd, one
+ * eventfd per core, one results' memfd per core. */
+#define PBOX_SHM_MAX_FDS (2u + 2u * PBOX_SHM_MAX_CORES)
 /* Bytes of control blocks per core (two rings). */
 #define PBOX_SHM_CTL_PER_CORE (2u * sizeof(struct pbox_shm_ring_ctl))
 
@@ -59,8 +68,15 @@ struct pbox_shm_hello {
 };
 
 /* pboxd -> worker. status 0: fds follow (memfd, the worker's eventfd, then ncores core
- * eventfds); otherwise a positive errno and no fds (EACCES: not an admitted worker;
- * EMFILE: too many connections). */
+ * eventfds, then nres results' memfds); otherwise a positive errno and no fds (EACCES:
+ * not an admitted worker; EMFILE: too many connections).
+ *
+ * Results' arenas (nres == ncores, or 0 when the job's state has none): core k's memfd
+ * holds the buffers core k sends the worker's job's results from (engine/job.h,
+ * struct pbox_result_ops), res_bytes[k] of them, and nothing else: no other job's
+ * memory, no cookies, no other rank's contribution. pboxd sealed each against resizing
+ * and against new writable mappings (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
+ * F_SEAL_SEAL): the worker maps it read-only and can neither write nor resize it. */
 struct pbox_shm_welcome {
 	uint32_t magic;
 	uint32_t version;
@@ -69,8 +85,12 @@ struct pbox_shm_welcome {
 	uint64_t ring_bytes;
 	uint64_t seg_bytes;
 	uint32_t conn_id;
-	uint32_t pad;
+	uint32_t nres;
+	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
 };
+
+/* The seals a results' memfd must carry (the worker checks them before mapping it). */
+#define PBOX_SHM_RES_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 
 /* Where a connection's rings are. */
 struct pbox_shm_layout {
@@ -123,8 +143,21 @@ struct pbox_shm_client_stats {
 	uint64_t tx_waits; /* sends that had to wait for room */
 	uint64_t rx_pkts;
 	uint64_t rx_bytes;
-	uint64_t wakes;   /* eventfd writes to pboxd's cores */
-	uint64_t foreign; /* sends to an endpoint that is none of the cores (dropped) */
+	uint64_t wakes;    /* eventfd writes to pboxd's cores */
+	uint64_t foreign;  /* sends to an endpoint that is none of the cores (dropped) */
+	uint64_t rx_desc;  /* results received as descriptors (read in the results' arena) */
+	uint64_t stale;    /* descriptors whose buffer was rewritten before it was read */
+	uint64_t bad_desc; /* descriptors out of the arena's bounds (dropped) */
+};
+
+/* A datagram pbox_shm_client_rx handed out whose payload is not behind its header: pkts[i]
+ * .data is the header (a private copy, pkts[i].len = 64 + len), the payload is in the
+ * results' arena, valid while *gen == want (check again after reading it: a seqlock). */
+struct pbox_shm_split {
+	const uint8_t *payload;
+	uint32_t len;
+	const uint64_t *gen;
+	uint64_t want;
 };
 
 struct pbox_shm_client;
@@ -145,6 +178,10 @@ void pbox_shm_client_close(struct pbox_shm_client *c);
 /* Datagrams from the cores, up to max, in place (pointers into the rings, valid until
  * pbox_shm_client_rx_done). */
 unsigned pbox_shm_client_rx(struct pbox_shm_client *c, struct pbox_rx_pkt *pkts, unsigned max);
+/* For the i-th datagram of the last pbox_shm_client_rx: its split payload, or NULL if it
+ * is a whole datagram (header and payload at .data). */
+const struct pbox_shm_split *pbox_shm_client_split(const struct pbox_shm_client *c, unsigned i);
+
 /* The datagrams handed out are consumed: give their room back. */
 void pbox_shm_client_rx_done(struct pbox_shm_client *c);
 
@@ -160,6 +197,10 @@ int pbox_shm_client_sock_fd(const struct pbox_shm_client *c);
 
 /* Ring errors seen on receive (pboxd wrote something invalid): PBOX_SHM_OK if none. */
 enum pbox_shm_err pbox_shm_client_err(const struct pbox_shm_client *c);
+
+/* Core k's results' arena as mapped (read-only) by the worker, *len its bytes; NULL (and
+ * *len 0) when pboxd gave none (the job's state has no results' arenas). */
+const uint8_t *pbox_shm_client_results(const struct pbox_shm_client *c, uint32_t k, size_t *len);
 
 const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c);
 
