@@ -482,6 +482,8 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 	uint64_t retx = r->after.retransmits - r->before.retransmits;
 	uint64_t probes = r->after.probes - r->before.probes;
 	uint64_t dropped = r->after.dropped - r->before.dropped;
+	uint64_t rx_pkts = r->after.rx_pkts - r->before.rx_pkts;
+	uint64_t placed = r->after.rx_placed - r->before.rx_placed;
 
 	if (o->json) {
 		printf("{\"rank\": %u, \"workers\": %u, \"model\": \"%s\", \"keys\": %u, "
@@ -489,10 +491,11 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       "\"nchunks\": %u, \"cores\": %u, \"iters\": %u, \"seconds\": %.6f, "
 		       "\"exchanges_per_s\": %.6f, \"push_gbps\": %.6f, \"recv_gbps\": %.6f, "
 		       "\"wire_tx_gbps\": %.6f, \"wire_rx_gbps\": %.6f, \"retransmits\": %" PRIu64
-		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"iter_seconds\": [",
+		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"rx_pkts\": %" PRIu64
+		       ", \"rx_placed\": %" PRIu64 ", \"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
-		       recv, wire_tx, wire_rx, retx, probes, dropped);
+		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed);
 		for (uint32_t i = 0; i < r->iters; i++) {
 			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
 		}

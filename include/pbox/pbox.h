@@ -126,6 +126,9 @@ struct pbox_client_stats {
 	/* received datagrams dropped because they did not come from the appliance's
 	 * data-plane endpoint (address and port) of the chunk's core: spoofed or stray */
 	uint64_t foreign;
+	/* result fragments received straight into the caller's buffer (no copy after the
+	 * kernel's; kernel UDP only) */
+	uint64_t rx_placed;
 };
 
 /* Completion callback of the asynchronous calls: key id and final status; when status is
