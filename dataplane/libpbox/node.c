@@ -1570,10 +1570,13 @@ unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, u
 		n->place_core = n->d->chunks[c].core;
 	}
 	core = n->place_core;
-	for (uint32_t s = 0, c = (n->place_next - 1) % nc; s < PBOX_MIN(nc, PLACE_SCAN) && k < want;
-	     s++, c = c + 1 == nc ? 0 : c + 1) {
-		if (n->d->chunks[c].core == core) {
-			k = place_chunk(n, c, out, k, want);
+	/* That core's run first; if it has fewer results due, the other cores' next. */
+	for (int pass = 0; pass < 2 && k < want; pass++) {
+		for (uint32_t s = 0, c = (n->place_next - 1) % nc;
+		     s < PBOX_MIN(nc, PLACE_SCAN) && k < want; s++, c = c + 1 == nc ? 0 : c + 1) {
+			if ((n->d->chunks[c].core == core) == (pass == 0)) {
+				k = place_chunk(n, c, out, k, want);
+			}
 		}
 	}
 	return k;
