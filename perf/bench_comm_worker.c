@@ -68,6 +68,7 @@ struct result {
 	double seconds;
 	double *iter_s; /* iters entries: each timed exchange's duration */
 	struct pbox_client_stats before, after;
+	uint64_t placed_before, placed_after; /* pbox_client_rx_placed */
 };
 
 static void usage(FILE *f)
@@ -483,7 +484,7 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 	uint64_t probes = r->after.probes - r->before.probes;
 	uint64_t dropped = r->after.dropped - r->before.dropped;
 	uint64_t rx_pkts = r->after.rx_pkts - r->before.rx_pkts;
-	uint64_t placed = r->after.rx_placed - r->before.rx_placed;
+	uint64_t placed = r->placed_after - r->placed_before;
 
 	if (o->json) {
 		printf("{\"rank\": %u, \"workers\": %u, \"model\": \"%s\", \"keys\": %u, "
@@ -617,6 +618,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	pbox_client_stats(c, &r.before);
+	r.placed_before = pbox_client_rx_placed(c);
 	{
 		double ti;
 
@@ -633,6 +635,7 @@ int main(int argc, char **argv)
 		}
 	}
 	pbox_client_stats(c, &r.after);
+	r.placed_after = pbox_client_rx_placed(c);
 	/* The mean of identical gradients is that gradient, exactly; anything else means the
 	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
 	 * Every element of the last exchange is checked (after the timing). */

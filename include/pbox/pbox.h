@@ -126,9 +126,6 @@ struct pbox_client_stats {
 	/* received datagrams dropped because they did not come from the appliance's
 	 * data-plane endpoint (address and port) of the chunk's core: spoofed or stray */
 	uint64_t foreign;
-	/* result fragments received straight into the caller's buffer (no copy after the
-	 * kernel's; kernel UDP only) */
-	uint64_t rx_placed;
 };
 
 /* Completion callback of the asynchronous calls: key id and final status; when status is
@@ -207,6 +204,12 @@ uint32_t pbox_resume_version(const struct pbox_client *c);
 /* A snapshot of the client's counters, taken when an operation last completed (the foreign
  * count also whenever it changes). All zero before pbox_register. */
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
+
+/* Of the datagrams received (pbox_client_stats.rx_pkts, same snapshot), how many were
+ * result fragments received straight into the caller's buffer, with no copy after the
+ * kernel's (kernel UDP only; libpbox's receive placement, PBOX_RX_PLACE=0 turns it off).
+ * A separate call so pbox_client_stats keeps its layout. */
+uint64_t pbox_client_rx_placed(struct pbox_client *c);
 
 /*
  * The control plane's plan for this rank (pbox-ctrld computes it, pboxd forwards it over
