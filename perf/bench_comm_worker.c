@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <pbox/pbox.h>
@@ -69,6 +70,7 @@ struct result {
 	double *iter_s; /* iters entries: each timed exchange's duration */
 	struct pbox_client_stats before, after;
 	uint64_t placed_before, placed_after; /* pbox_client_rx_placed */
+	double cpu_s; /* this process's CPU time (all threads) over the timed iterations */
 };
 
 static void usage(FILE *f)
@@ -493,10 +495,10 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       "\"exchanges_per_s\": %.6f, \"push_gbps\": %.6f, \"recv_gbps\": %.6f, "
 		       "\"wire_tx_gbps\": %.6f, \"wire_rx_gbps\": %.6f, \"retransmits\": %" PRIu64
 		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"rx_pkts\": %" PRIu64
-		       ", \"rx_placed\": %" PRIu64 ", \"iter_seconds\": [",
+		       ", \"rx_placed\": %" PRIu64 ", \"cpu_s\": %.6f, \"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
-		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed);
+		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed, r->cpu_s);
 		for (uint32_t i = 0; i < r->iters; i++) {
 			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
 		}
@@ -514,6 +516,16 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       wire_tx, wire_rx, retx, probes, dropped);
 	}
 	fflush(stdout);
+}
+
+/* CPU seconds of this process (user + system, every thread). */
+static double cpu_now(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 int main(int argc, char **argv)
@@ -619,6 +631,7 @@ int main(int argc, char **argv)
 	}
 	pbox_client_stats(c, &r.before);
 	r.placed_before = pbox_client_rx_placed(c);
+	r.cpu_s = -cpu_now();
 	{
 		double ti;
 
@@ -636,6 +649,7 @@ int main(int argc, char **argv)
 	}
 	pbox_client_stats(c, &r.after);
 	r.placed_after = pbox_client_rx_placed(c);
+	r.cpu_s += cpu_now();
 	/* The mean of identical gradients is that gradient, exactly; anything else means the
 	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
 	 * Every element of the last exchange is checked (after the timing). */
