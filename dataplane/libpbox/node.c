@@ -80,6 +80,7 @@ struct pbox_node {
 	uint32_t active_tail;    /* the oldest of them */
 	uint32_t place_next;     /* receive placement: chunk after the last result + 1 */
 	uint32_t place_core;     /* the core that sent it */
+	uint32_t place_n;        /* places worth offering: the recent runs of hits */
 	uint32_t seq;
 	uint64_t next_due; /* lower bound of every active chunk's due_ns */
 	/* Congestion control and timers (see node.h). Times in ns, sizes in bytes. */
@@ -1495,8 +1496,9 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 
 /* ---- receive placement (node.h) -------------------------------------------------------- */
 
-#define PLACE_MAX  64u  /* places offered per receive, at most */
-#define PLACE_SCAN 512u /* chunks looked at per receive to find them */
+#define PLACE_MAX   64u  /* places offered per receive, at most */
+#define PLACE_SCAN  512u /* chunks looked at per receive to find them */
+#define PLACE_BURST 256u /* datagrams per pbox_node_rx_burst that can be placed */
 
 /* Whether lane ln's result slots are dead until filled: a pull, or a push-pull whose
  * source cannot be read again (acknowledged) or does not overlap its dst. */
@@ -1555,9 +1557,17 @@ static unsigned place_chunk(struct pbox_node *n, uint32_t c, struct pbox_node_pl
  * (its sendmmsg bursts). So the places are the chunks after the last result accepted, of
  * the same core, in index order; before the first, the oldest outstanding chunks.
  */
+/* A miss costs about what a hit saves (the kernel writes a cold slot of the caller's
+ * buffer that the right fragment overwrites later): ask for about as many places as
+ * recent bursts' runs of hits were long (pbox_node_rx_burst adapts place_n). */
+unsigned pbox_node_rx_place_want(const struct pbox_node *n)
+{
+	return PBOX_MAX(n->place_n, 1u);
+}
+
 unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, unsigned max)
 {
-	unsigned k = 0, want = PBOX_MIN(max, PLACE_MAX);
+	unsigned k = 0, want;
 	uint32_t nc = n->d->nchunks, core;
 
 	if (n->wire.accepts_dvf || n->relay != NULL || n->failed || n->active_tail == 0) {
@@ -1569,6 +1579,7 @@ unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, u
 		n->place_next = c + 1;
 		n->place_core = n->d->chunks[c].core;
 	}
+	want = PBOX_MIN(max, PLACE_MAX);
 	core = n->place_core;
 	/* That core's run first; if it has fewer results due, the other cores' next. */
 	for (int pass = 0; pass < 2 && k < want; pass++) {
@@ -1600,23 +1611,36 @@ void pbox_node_rx_burst(struct pbox_node *n, const struct pbox_rx_pkt *pkts, uns
 	 * place expects is taken with no copy; another one (a miss) is copied from the place
 	 * to where it belongs, one copy as without placement, and leaves the place dead.
 	 */
-	for (unsigned k = 0; k < count && placed != NULL; k++) {
+	uint64_t frag[PLACE_BURST]; /* per datagram: chunk << 32 | frag_off, or ~0 */
+	bool any = false;
+
+	for (unsigned k = 0; placed != NULL && k < count; k++) {
+		any |= placed[k] >= 0;
+	}
+	for (unsigned k = 0; any && k < count && k < PLACE_BURST; k++) {
+		struct pbox_msg m;
+
+		frag[k] = pbox_wire_decode(pkts[k].data, pkts[k].len, &m) == PBOX_DROP_NONE &&
+					  m.type == PBOX_MSG_DATA
+				  ? (uint64_t)m.chunk << 32 | m.frag_off
+				  : UINT64_MAX;
+	}
+	for (unsigned k = 0; any && k < count; k++) {
 		const struct pbox_node_place *pl;
 		struct pbox_msg m;
+		uint64_t want;
 		bool ok;
 
 		if (placed[k] < 0) {
 			continue;
 		}
 		pl = (unsigned)placed[k] < nplace ? &place[placed[k]] : NULL;
-		ok = pl != NULL && plain_data(&pkts[k], &m) && m.frag_len == pl->len;
+		/* (A burst longer than the table is handled whole, unplaced.) */
+		ok = pl != NULL && count <= PLACE_BURST && plain_data(&pkts[k], &m) &&
+		     m.frag_len == pl->len;
+		want = pl != NULL ? (uint64_t)pl->chunk << 32 | pl->frag_off : 0;
 		for (unsigned j = 0; ok && j < count; j++) {
-			struct pbox_msg o;
-
-			if (j != k &&
-			    pbox_wire_decode(pkts[j].data, pkts[j].len, &o) == PBOX_DROP_NONE &&
-			    o.type == PBOX_MSG_DATA && o.chunk == pl->chunk &&
-			    o.frag_off == pl->frag_off) {
+			if (j != k && frag[j] == want) {
 				ok = false;
 			}
 		}
@@ -1627,10 +1651,25 @@ void pbox_node_rx_burst(struct pbox_node *n, const struct pbox_rx_pkt *pkts, uns
 			}
 			placed[k] = -1;
 			n->stats.rx_unplaced++;
-		} else if (m.chunk == pl->chunk && m.frag_off == pl->frag_off) {
+		} else if (frag[k] == want) {
 			n->stats.rx_placed++;
 		} else {
 			n->stats.rx_unplaced++;
+		}
+	}
+	if (placed != NULL && nplace > 0 && count > 0) {
+		/* The run of hits from the first place on (a miss shifts every later datagram
+		 * off its place): grow while all hit, else move half way to the run. */
+		unsigned h = 0, filled = PBOX_MIN(nplace, count);
+
+		while (h < filled && placed[h] == (int16_t)h &&
+		       frag[h] == ((uint64_t)place[h].chunk << 32 | place[h].frag_off)) {
+			h++;
+		}
+		if (h == filled && filled == nplace) {
+			n->place_n = PBOX_MIN(n->place_n + n->place_n / 2 + 1, PLACE_MAX);
+		} else if (h < filled) {
+			n->place_n = (n->place_n + h) / 2;
 		}
 	}
 	for (unsigned k = 0; k < count; k++) {

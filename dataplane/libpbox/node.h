@@ -250,6 +250,10 @@ struct pbox_node_place {
 };
 
 unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, unsigned max);
+/* How many places are worth asking for now (>= 1): about the length of the recent bursts'
+ * runs of hits from their first place (after a miss every later datagram is off its place,
+ * and a miss costs about what a hit saves). */
+unsigned pbox_node_rx_place_want(const struct pbox_node *n);
 void pbox_node_rx_burst(struct pbox_node *n, const struct pbox_rx_pkt *pkts, unsigned count,
 			const struct pbox_node_place *place, unsigned nplace, int16_t *placed);
 

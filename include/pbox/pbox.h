@@ -207,7 +207,7 @@ void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
 /* Of the datagrams received (pbox_client_stats.rx_pkts, same snapshot), how many were
  * result fragments received straight into the caller's buffer, with no copy after the
- * kernel's (kernel UDP only; libpbox's receive placement, PBOX_RX_PLACE=0 turns it off).
+ * kernel's (kernel UDP only; libpbox's receive placement, on with PBOX_RX_PLACE=1).
  * A separate call so pbox_client_stats keeps its layout. */
 uint64_t pbox_client_rx_placed(struct pbox_client *c);
 

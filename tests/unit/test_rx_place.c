@@ -180,6 +180,7 @@ static void test_placed_in_order(void **state)
 	(void)state;
 	assert_int_equal(sim_init(&s, &cfg), 0);
 	setup(&s, &c, op, 0, false);
+	assert_int_equal(pbox_node_rx_place_want(s.node[0]), 1); /* no history yet */
 	/* The appliance's order, one core at a time (as the socket sees runs). */
 	for (uint32_t core = 0; core < 2; core++) {
 		const struct dgram *run[MAXDG];
@@ -201,6 +202,7 @@ static void test_placed_in_order(void **state)
 	print_message("placed %llu of 10\n",
 		      (unsigned long long)pbox_node_stats(s.node[0])->rx_placed);
 	assert_true(pbox_node_stats(s.node[0])->rx_placed >= 7);
+	assert_true(pbox_node_rx_place_want(s.node[0]) > 1); /* runs of hits: ask for more */
 	sim_fini(&s);
 }
 
