@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/bitmap.h"
 #include "common/compiler.h"
@@ -1173,6 +1176,51 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 	start_queued(n);
 }
 
+/*
+ * Copy a result fragment into the caller's buffer. Results go to a buffer far larger
+ * than the caches (a model's gradient), which the caller reads after the whole exchange:
+ * an ordinary copy first reads every destination line it is about to overwrite (the
+ * cache's read-for-ownership), non-temporal stores do not, so large fragments are
+ * streamed (PBOX_RESULT_STREAM=0: ordinary copies).
+ */
+#define STREAM_MIN 4096u
+
+static bool g_stream_off;
+static bool g_stream_init;
+
+static void result_copy(uint8_t *to, const uint8_t *from, uint32_t len)
+{
+#ifdef __SSE2__
+	if (!g_stream_init) {
+		const char *v = getenv("PBOX_RESULT_STREAM");
+
+		g_stream_off = v != NULL && strcmp(v, "0") == 0;
+		g_stream_init = true;
+	}
+	if (len >= STREAM_MIN && !g_stream_off) {
+		uint32_t head = (uint32_t)(-(uintptr_t)to & 15u);
+
+		memcpy(to, from, head);
+		to += head;
+		from += head;
+		len -= head;
+		for (; len >= 64; len -= 64, to += 64, from += 64) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)from);
+			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(from + 16));
+			__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(from + 32));
+			__m128i d = _mm_loadu_si128((const __m128i *)(const void *)(from + 48));
+
+			_mm_stream_si128((__m128i *)(void *)to, a);
+			_mm_stream_si128((__m128i *)(void *)(to + 16), b);
+			_mm_stream_si128((__m128i *)(void *)(to + 32), c);
+			_mm_stream_si128((__m128i *)(void *)(to + 48), d);
+		}
+		_mm_sfence(); /* ordered before the completion that hands the buffer over */
+	}
+#endif
+	memcpy(to, from, len);
+}
+
 static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
@@ -1276,7 +1324,7 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 
 			/* Received in place (pbox_node_rx_burst): nothing to copy. */
 			if (to != m->payload) {
-				memcpy(to, m->payload, m->frag_len);
+				result_copy(to, m->payload, m->frag_len);
 			}
 		}
 		n->place_next = c + 1; /* the next results are expected from here on */
