@@ -240,7 +240,8 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
  * pbox_node_rx() (source, job, cookie, chunk, label, duplicates) with their payload where
  * it is: the fragment the place expected is taken with no copy; another one (a miss) is
  * copied from the place to its own slot, one copy as without placement. Whatever is not
- * accepted leaves its place as dead as it was.
+ * accepted leaves its place as dead as it was. (In a burst of more than 256 datagrams
+ * every placed one is copied back.)
  */
 struct pbox_node_place {
 	void *dst;
