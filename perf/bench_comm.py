@@ -175,6 +175,13 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
         "retransmits": sum(o["retransmits"] for o in outs),
         "probes": sum(o["probes"] for o in outs),
         "client_dropped": sum(o["dropped"] for o in outs),
+        # datagrams the workers received, and of them results received straight into
+        # the caller's buffer (libpbox's receive placement; absent in older builds)
+        "client_rx_pkts": sum(o.get("rx_pkts", 0) for o in outs),
+        "client_rx_placed": sum(o.get("rx_placed", 0) for o in outs),
+        # the workers' own CPU seconds per exchange (libpbox: progress thread included)
+        "client_cpu_per_iter": (sum(o["cpu_s"] for o in outs) / r0["iters"]
+                                if all("cpu_s" in o for o in outs) and r0["iters"] else None),
         "iter_seconds": per_iteration_max([o.get("iter_seconds", []) for o in outs]),
         # CPU seconds of pboxd and the workers per exchange round (2 warm-up rounds
         # included): less sensitive to other load on the machine than the wall time.
@@ -319,7 +326,8 @@ def compare(args, model, workers, mtu):
            "samples": samples, "cpu_samples": cpu,
            "runs": {k: [{x: r.get(x) for x in ("iters", "retransmits", "probes", "rcvbuf_errors",
                                                "client_dropped", "pboxd", "transport",
-                                               "median_s", "gso")}
+                                               "median_s", "gso", "client_rx_pkts",
+                                               "client_rx_placed", "client_cpu_per_iter")}
                         for r in extra[k]] for k in systems}}
     for k in systems:
         row[k] = statistics.median(samples[k]) if samples[k] else None
@@ -332,6 +340,12 @@ def compare(args, model, workers, mtu):
             row[k + "_gso"] = tr[-1].get("gso")
         row[k + "_retx"] = sum(r.get("retransmits", 0) for r in extra.get(k, []))
         row[k + "_rcvbuf"] = sum(r.get("rcvbuf_errors") or 0 for r in extra.get(k, []))
+        # share of the workers' received datagrams that landed in the caller's buffer
+        rxp = sum(r.get("client_rx_pkts", 0) for r in extra.get(k, []))
+        row[k + "_placed"] = (sum(r.get("client_rx_placed", 0) for r in extra.get(k, [])) /
+                              rxp if rxp else None)
+        wc = [r["client_cpu_per_iter"] for r in extra.get(k, []) if r.get("client_cpu_per_iter")]
+        row[k + "_wcpu"] = statistics.median(wc) if wc else None
     return row
 
 
@@ -345,9 +359,10 @@ def compare_table(rows, args, load, secs):
     hdr = "%2s %5s %6s %8s %8s %8s %s %9s %9s %s %8s %5s" % (
         "N", "mtu", "frag", "pbox", "gloo", "echo", "%8s " % "base" if base else "",
         "gloo/pbox", "pbox/echo", "%9s " % "base/pbox" if base else "", "dg/call", "retx")
-    hdr += " %7s %8s %8s %9s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox")
+    hdr += " %7s %8s %8s %9s %6s %8s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox",
+                                         "placed", "wcpu")
     if base:
-        hdr += " %8s" % "cpu base"
+        hdr += " %8s %8s" % ("cpu base", "wcpu bas")
     if shm:
         hdr += " %8s %8s %9s %8s" % ("shm", "gloo/shm", "pbox/shm", "cpu shm")
     print(hdr)
@@ -363,10 +378,13 @@ def compare_table(rows, args, load, secs):
             f(r["echo"]), f(r.get("base")) + " " if base else "", q(r["gloo"], r["pbox"]),
             q(r["echo"], r["pbox"]), q(r.get("base"), r["pbox"]) + " " if base else "",
             "%.2f" % r["pbox_per_call"] if r.get("pbox_per_call") else "-", r["pbox_retx"])
-        line += " %7d %s %s %s" % (r["pbox_rcvbuf"], f(r["pbox_cpu"]), f(r["echo_cpu"]),
-                                   q(r["echo_cpu"], r["pbox_cpu"]))
+        line += " %7d %s %s %s %6s" % (r["pbox_rcvbuf"], f(r["pbox_cpu"]), f(r["echo_cpu"]),
+                                       q(r["echo_cpu"], r["pbox_cpu"]),
+                                       "%.2f" % r["pbox_placed"]
+                                       if r.get("pbox_placed") is not None else "-")
+        line += " %s" % f(r.get("pbox_wcpu"))
         if base:
-            line += " %s" % f(r.get("base_cpu"))
+            line += " %s %s" % (f(r.get("base_cpu")), f(r.get("base_wcpu")))
         if shm:
             line += " %s %s %s %s" % (f(r.get("shm")), q(r["gloo"], r.get("shm")),
                                       q(r["pbox"], r.get("shm")), f(r.get("shm_cpu")))
@@ -380,7 +398,9 @@ def compare_table(rows, args, load, secs):
           "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
           "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
           "processes per exchange round (medians; echo/pbox: pbox's CPU efficiency against "
-          "the bound)" %
+          "the bound); placed: share of the workers' received datagrams that went straight "
+          "into the caller's buffer; wcpu: the workers' own CPU seconds per exchange (summed "
+          "over workers, timed iterations only; '-' for builds that do not report it)" %
           ("; base/pbox: speed-up over the baseline build" if base else ""))
     sys.stdout.flush()
 

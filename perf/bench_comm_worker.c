@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <pbox/pbox.h>
@@ -68,6 +69,8 @@ struct result {
 	double seconds;
 	double *iter_s; /* iters entries: each timed exchange's duration */
 	struct pbox_client_stats before, after;
+	uint64_t placed_before, placed_after; /* pbox_client_rx_placed */
+	double cpu_s; /* this process's CPU time (all threads) over the timed iterations */
 };
 
 static void usage(FILE *f)
@@ -482,6 +485,8 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 	uint64_t retx = r->after.retransmits - r->before.retransmits;
 	uint64_t probes = r->after.probes - r->before.probes;
 	uint64_t dropped = r->after.dropped - r->before.dropped;
+	uint64_t rx_pkts = r->after.rx_pkts - r->before.rx_pkts;
+	uint64_t placed = r->placed_after - r->placed_before;
 
 	if (o->json) {
 		printf("{\"rank\": %u, \"workers\": %u, \"model\": \"%s\", \"keys\": %u, "
@@ -489,10 +494,11 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       "\"nchunks\": %u, \"cores\": %u, \"iters\": %u, \"seconds\": %.6f, "
 		       "\"exchanges_per_s\": %.6f, \"push_gbps\": %.6f, \"recv_gbps\": %.6f, "
 		       "\"wire_tx_gbps\": %.6f, \"wire_rx_gbps\": %.6f, \"retransmits\": %" PRIu64
-		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"iter_seconds\": [",
+		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"rx_pkts\": %" PRIu64
+		       ", \"rx_placed\": %" PRIu64 ", \"cpu_s\": %.6f, \"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
-		       recv, wire_tx, wire_rx, retx, probes, dropped);
+		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed, r->cpu_s);
 		for (uint32_t i = 0; i < r->iters; i++) {
 			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
 		}
@@ -510,6 +516,16 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       wire_tx, wire_rx, retx, probes, dropped);
 	}
 	fflush(stdout);
+}
+
+/* CPU seconds of this process (user + system, every thread). */
+static double cpu_now(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 int main(int argc, char **argv)
@@ -614,6 +630,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	pbox_client_stats(c, &r.before);
+	r.placed_before = pbox_client_rx_placed(c);
+	r.cpu_s = -cpu_now();
 	{
 		double ti;
 
@@ -630,6 +648,8 @@ int main(int argc, char **argv)
 		}
 	}
 	pbox_client_stats(c, &r.after);
+	r.placed_after = pbox_client_rx_placed(c);
+	r.cpu_s += cpu_now();
 	/* The mean of identical gradients is that gradient, exactly; anything else means the
 	 * results were not the aggregates (or the appliance sums: then it is workers x 1).
 	 * Every element of the last exchange is checked (after the timing). */

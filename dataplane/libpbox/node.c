@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "common/bitmap.h"
 #include "common/compiler.h"
@@ -78,7 +81,11 @@ struct pbox_node {
 	uint32_t inflight;       /* wchunks in PH_SEND */
 	uint64_t inflight_bytes; /* their bytes */
 	uint32_t q_head, q_tail; /* queued wchunks, index + 1 */
-	uint32_t active_head;    /* wchunks in PH_SEND / PH_WAIT, index + 1 */
+	uint32_t active_head;    /* wchunks in PH_SEND / PH_WAIT, index + 1 (newest first) */
+	uint32_t active_tail;    /* the oldest of them */
+	uint32_t place_next;     /* receive placement: chunk after the last result + 1 */
+	uint32_t place_core;     /* the core that sent it */
+	uint32_t place_n;        /* places worth offering: the recent runs of hits */
 	uint32_t seq;
 	uint64_t next_due; /* lower bound of every active chunk's due_ns */
 	/* Congestion control and timers (see node.h). Times in ns, sizes in bytes. */
@@ -209,9 +216,12 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 		crcs += (size_t)n->d->chunks[c].nfrags * n->nlanes;
 	}
 	n->bits_arena = calloc(words ? 2 * words : 1, sizeof(uint64_t));
-	n->crc_arena = n->cfg.crc ? calloc(crcs ? crcs : 1, sizeof(uint32_t)) : NULL;
+	n->crc_arena = n->cfg.crc || n->cfg.sampled_words
+			       ? calloc(crcs ? crcs : 1, sizeof(uint32_t))
+			       : NULL;
 	if (n->ch == NULL || n->lanes == NULL || n->bits_arena == NULL || n->pending_head == NULL ||
-	    n->pending_tail == NULL || (n->cfg.crc && n->crc_arena == NULL)) {
+	    n->pending_tail == NULL ||
+	    (n->crc_arena == NULL && (n->cfg.crc || n->cfg.sampled_words))) {
 		goto oom;
 	}
 	words = 0;
@@ -306,6 +316,8 @@ static void active_add(struct pbox_node *n, uint32_t i)
 	w->next_active = n->active_head;
 	if (n->active_head) {
 		n->ch[n->active_head - 1].prev_active = i + 1;
+	} else {
+		n->active_tail = i + 1;
 	}
 	n->active_head = i + 1;
 }
@@ -321,6 +333,8 @@ static void active_del(struct pbox_node *n, uint32_t i)
 	}
 	if (w->next_active) {
 		n->ch[w->next_active - 1].prev_active = w->prev_active;
+	} else {
+		n->active_tail = w->prev_active;
 	}
 	w->next_active = w->prev_active = 0;
 }
@@ -363,6 +377,36 @@ static void add_result_sack(const struct pbox_node *n, uint32_t c, const struct 
 	m->flags |= PBOX_F_SACK;
 	m->arg0 = w->rlabel;
 	m->frag_off = base * n->d->frag_bytes;
+}
+
+/*
+ * The sampled version word (cfg.sampled_words, node.h): a 32-bit mix of the fragment's
+ * first and last 8 bytes and of one 8-byte word every SAMPLE_STRIDE bytes. It touches
+ * one cache line in 16 of a 32 KB fragment and no byte is read twice, so the first send
+ * costs no pass over the payload (the kernel's copy is the only one); the resend that
+ * needs it recomputes it the same way.
+ */
+#define SAMPLE_STRIDE 1024u
+
+static uint32_t sampled_word(const uint8_t *p, uint32_t len)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ len, w;
+
+	if (len < 8) {
+		w = 0;
+		memcpy(&w, p, len);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+	} else {
+		for (uint32_t off = 0; off + 8 <= len; off += SAMPLE_STRIDE) {
+			memcpy(&w, p + off, 8);
+			h = (h ^ w) * 0xff51afd7ed558ccdull;
+			h ^= h >> 29;
+		}
+		memcpy(&w, p + len - 8, 8);
+		h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+	}
+	h ^= h >> 32;
+	return (uint32_t)h;
 }
 
 enum send_mode {
@@ -433,7 +477,8 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 			m.flags |= PBOX_F_LAST;
 		}
 		if (w->crc != NULL) {
-			uint32_t crc = pbox_crc32c(pl, m.frag_len, PBOX_CRC_INIT);
+			uint32_t crc = n->cfg.crc ? pbox_crc32c(pl, m.frag_len, PBOX_CRC_INIT)
+						  : sampled_word(pl, m.frag_len);
 
 			if (!again) {
 				w->crc[f] = crc;
@@ -450,8 +495,10 @@ static bool send_chunk(struct pbox_node *n, uint32_t i, enum send_mode mode)
 					  f);
 				return false;
 			}
-			m.flags |= PBOX_F_CRC;
-			m.arg1 = crc;
+			if (n->cfg.crc) {
+				m.flags |= PBOX_F_CRC;
+				m.arg1 = crc;
+			}
 		}
 		xmit(n, c, &m, pl);
 		w->round_seq = m.seq;
@@ -1138,6 +1185,51 @@ static bool rx_gen_still(const struct pbox_node *n)
 	return __atomic_load_n(n->rx_gen, __ATOMIC_RELAXED) == n->rx_gen_want;
 }
 
+/*
+ * Copy a result fragment into the caller's buffer. Results go to a buffer far larger
+ * than the caches (a model's gradient), which the caller reads after the whole exchange:
+ * an ordinary copy first reads every destination line it is about to overwrite (the
+ * cache's read-for-ownership), non-temporal stores do not, so large fragments are
+ * streamed (PBOX_RESULT_STREAM=0: ordinary copies).
+ */
+#define STREAM_MIN 4096u
+
+static bool g_stream_off;
+static bool g_stream_init;
+
+static void result_copy(uint8_t *to, const uint8_t *from, uint32_t len)
+{
+#ifdef __SSE2__
+	if (!g_stream_init) {
+		const char *v = getenv("PBOX_RESULT_STREAM");
+
+		g_stream_off = v != NULL && strcmp(v, "0") == 0;
+		g_stream_init = true;
+	}
+	if (len >= STREAM_MIN && !g_stream_off) {
+		uint32_t head = (uint32_t)(-(uintptr_t)to & 15u);
+
+		memcpy(to, from, head);
+		to += head;
+		from += head;
+		len -= head;
+		for (; len >= 64; len -= 64, to += 64, from += 64) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)from);
+			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(from + 16));
+			__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(from + 32));
+			__m128i d = _mm_loadu_si128((const __m128i *)(const void *)(from + 48));
+
+			_mm_stream_si128((__m128i *)(void *)to, a);
+			_mm_stream_si128((__m128i *)(void *)(to + 16), b);
+			_mm_stream_si128((__m128i *)(void *)(to + 32), c);
+			_mm_stream_si128((__m128i *)(void *)(to + 48), d);
+		}
+		_mm_sfence(); /* ordered before the completion that hands the buffer over */
+	}
+#endif
+	memcpy(to, from, len);
+}
+
 static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 {
 	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
@@ -1237,14 +1329,20 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		if (m->encoding == PBOX_ENC_DVF) {
 			pbox_dvf_push_expand(n->dvf, &v, ln->dst + cd->elem_off + m->frag_off / 4);
 		} else {
-			memcpy((uint8_t *)(ln->dst + cd->elem_off) + m->frag_off, m->payload,
-			       m->frag_len);
+			uint8_t *to = (uint8_t *)(ln->dst + cd->elem_off) + m->frag_off;
+
+			/* Received in place (pbox_node_rx_burst): nothing to copy. */
+			if (to != m->payload) {
+				result_copy(to, m->payload, m->frag_len);
+			}
 			if (pbox_unlikely(n->rx_gen != NULL) && !rx_gen_still(n)) {
 				pbox_bit_clear(w->rbits, f); /* torn: not received */
 				n->stats.torn_frags++;
 				continue;
 			}
 		}
+		n->place_next = c + 1; /* the next results are expected from here on */
+		n->place_core = cd->core;
 		if (++w->rgot == cd->nfrags) {
 			if (ln->op != NULL) {
 				ln->op->label = m->iter;
@@ -1389,7 +1487,10 @@ static void tree_rx(struct pbox_node *n, const void *pkt, uint32_t len,
 	on_data(n, m.chunk, &m);
 }
 
-void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
+/* pbox_node_rx; payload, if not NULL, is where the datagram's payload is (received in
+ * place), pkt being its header. */
+static void node_rx(struct pbox_node *n, const void *pkt, uint32_t len,
+		    const struct pbox_peer *from, const void *payload)
 {
 	const struct pbox_wire_job *j;
 	enum pbox_drop_reason r;
@@ -1426,6 +1527,9 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
 	if (r != PBOX_DROP_NONE) {
 		n->stats.drops[r]++;
 		return;
+	}
+	if (payload != NULL && m.payload != NULL) {
+		m.payload = payload;
 	}
 	if (!from_appliance(n, from, n->d->chunks[m.chunk].core)) {
 		n->stats.foreign++;
@@ -1480,6 +1584,195 @@ void pbox_node_rx_split(struct pbox_node *n, const void *hdr, const void *payloa
 	n->rx_gen_want = want;
 	on_data(n, m.chunk, &m);
 	n->rx_gen = NULL;
+}
+
+void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const struct pbox_peer *from)
+{
+	node_rx(n, pkt, len, from, NULL);
+}
+
+/* ---- receive placement (node.h) -------------------------------------------------------- */
+
+#define PLACE_MAX   64u  /* places offered per receive, at most */
+#define PLACE_SCAN  512u /* chunks looked at per receive to find them */
+#define PLACE_BURST 256u /* datagrams per pbox_node_rx_burst that can be placed */
+
+/* Whether lane ln's result slots are dead until filled: a pull, or a push-pull whose
+ * source cannot be read again (acknowledged) or does not overlap its dst. */
+static bool lane_dst_dead(const struct pbox_node *n, const struct lane *ln, const struct wchunk *w,
+			  uint32_t c)
+{
+	size_t bytes;
+
+	if (ln->dst == NULL || (ln->kind != PBOX_OP_PULL && ln->kind != PBOX_OP_PUSH_PULL)) {
+		return false;
+	}
+	if (ln->kind == PBOX_OP_PULL || w->phase == PH_WAIT) {
+		return true;
+	}
+	bytes = (size_t)n->d->keys[n->d->chunks[c].key].nelem * sizeof(float);
+	return (const uint8_t *)ln->src >= (const uint8_t *)ln->dst + bytes ||
+	       (const uint8_t *)ln->dst >= (const uint8_t *)ln->src + bytes;
+}
+
+/* Offer chunk c's missing result fragments (of the first lane that collects one into a
+ * dead buffer). */
+static unsigned place_chunk(struct pbox_node *n, uint32_t c, struct pbox_node_place *out,
+			    unsigned k, unsigned want)
+{
+	const struct pbox_chunk_desc *cd = &n->d->chunks[c];
+
+	for (uint32_t l = 0; l < n->nlanes; l++) {
+		uint32_t i = wc_index(n, c, l);
+		struct wchunk *w = &n->ch[i];
+		struct lane *ln = wc_lane(n, i);
+		unsigned k0 = k;
+
+		if ((w->phase != PH_SEND && w->phase != PH_WAIT) || !lane_dst_dead(n, ln, w, c)) {
+			continue;
+		}
+		for (uint32_t f = 0; f < cd->nfrags && k < want; f++) {
+			if (w->rgot > 0 && pbox_bit_test(w->rbits, f)) {
+				continue;
+			}
+			out[k].frag_off = f * n->d->frag_bytes;
+			out[k].len = pbox_frag_len(n->d, cd->bytes, f);
+			out[k].chunk = c;
+			out[k].dst = (uint8_t *)(ln->dst + cd->elem_off) + out[k].frag_off;
+			k++;
+		}
+		if (k > k0) {
+			break; /* one lane per chunk: the others' slots stay untouched */
+		}
+	}
+	return k;
+}
+
+/*
+ * Which results come next: an appliance core sends its results about in the order the
+ * chunks were pushed (their index order), and the socket sees long runs from one core
+ * (its sendmmsg bursts). So the places are the chunks after the last result accepted, of
+ * the same core, in index order; before the first, the oldest outstanding chunks.
+ */
+/* A miss costs about what a hit saves (the kernel writes a cold slot of the caller's
+ * buffer that the right fragment overwrites later): ask for about as many places as
+ * recent bursts' runs of hits were long (pbox_node_rx_burst adapts place_n). */
+unsigned pbox_node_rx_place_want(const struct pbox_node *n)
+{
+	return PBOX_MAX(n->place_n, 1u);
+}
+
+unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, unsigned max)
+{
+	unsigned k = 0, want;
+	uint32_t nc = n->d->nchunks, core;
+
+	if (n->wire.accepts_dvf || n->relay != NULL || n->failed || n->active_tail == 0) {
+		return 0; /* results may come encoded or down the tree; or none is due */
+	}
+	if (n->place_next == 0) {
+		uint32_t c = wc_chunk(n, n->active_tail - 1);
+
+		n->place_next = c + 1;
+		n->place_core = n->d->chunks[c].core;
+	}
+	want = PBOX_MIN(max, PLACE_MAX);
+	core = n->place_core;
+	/* That core's run first; if it has fewer results due, the other cores' next. */
+	for (int pass = 0; pass < 2 && k < want; pass++) {
+		for (uint32_t s = 0, c = (n->place_next - 1) % nc;
+		     s < PBOX_MIN(nc, PLACE_SCAN) && k < want; s++, c = c + 1 == nc ? 0 : c + 1) {
+			if ((n->d->chunks[c].core == core) == (pass == 0)) {
+				k = place_chunk(n, c, out, k, want);
+			}
+		}
+	}
+	return k;
+}
+
+/* Whether a header decodes as a plain (F32, not tree) result fragment. */
+static bool plain_data(const struct pbox_rx_pkt *p, struct pbox_msg *m)
+{
+	return pbox_wire_decode(p->data, p->len, m) == PBOX_DROP_NONE && m->type == PBOX_MSG_DATA &&
+	       m->encoding == PBOX_ENC_F32 && !(m->flags & PBOX_F_TREE);
+}
+
+void pbox_node_rx_burst(struct pbox_node *n, const struct pbox_rx_pkt *pkts, unsigned count,
+			const struct pbox_node_place *place, unsigned nplace, int16_t *placed)
+{
+	/*
+	 * Before anything is accepted: a placed datagram goes back behind its header, whole,
+	 * if it is not a plain result fragment, or if another datagram of the burst carries
+	 * its place's fragment (that one could be accepted into the place while this payload
+	 * still sits there). Every other placed datagram is handled where it is: the one its
+	 * place expects is taken with no copy; another one (a miss) is copied from the place
+	 * to where it belongs, one copy as without placement, and leaves the place dead.
+	 */
+	uint64_t frag[PLACE_BURST]; /* per datagram: chunk << 32 | frag_off, or ~0 */
+	bool any = false;
+
+	for (unsigned k = 0; placed != NULL && k < count; k++) {
+		any |= placed[k] >= 0;
+	}
+	for (unsigned k = 0; any && k < count && k < PLACE_BURST; k++) {
+		struct pbox_msg m;
+
+		frag[k] = pbox_wire_decode(pkts[k].data, pkts[k].len, &m) == PBOX_DROP_NONE &&
+					  m.type == PBOX_MSG_DATA
+				  ? (uint64_t)m.chunk << 32 | m.frag_off
+				  : UINT64_MAX;
+	}
+	for (unsigned k = 0; any && k < count; k++) {
+		const struct pbox_node_place *pl;
+		struct pbox_msg m;
+		uint64_t want;
+		bool ok;
+
+		if (placed[k] < 0) {
+			continue;
+		}
+		pl = (unsigned)placed[k] < nplace ? &place[placed[k]] : NULL;
+		/* (A burst longer than the table is handled whole, unplaced.) */
+		ok = pl != NULL && count <= PLACE_BURST && plain_data(&pkts[k], &m) &&
+		     m.frag_len == pl->len;
+		want = pl != NULL ? (uint64_t)pl->chunk << 32 | pl->frag_off : 0;
+		for (unsigned j = 0; ok && j < count; j++) {
+			if (j != k && frag[j] == want) {
+				ok = false;
+			}
+		}
+		if (!ok) {
+			if (pl != NULL && pkts[k].len > PBOX_WIRE_HDR_LEN) {
+				memcpy((uint8_t *)pkts[k].data + PBOX_WIRE_HDR_LEN, pl->dst,
+				       PBOX_MIN(pkts[k].len - PBOX_WIRE_HDR_LEN, pl->len));
+			}
+			placed[k] = -1;
+			n->stats.rx_unplaced++;
+		} else if (frag[k] == want) {
+			n->stats.rx_placed++;
+		} else {
+			n->stats.rx_unplaced++;
+		}
+	}
+	if (placed != NULL && nplace > 0 && count > 0) {
+		/* The run of hits from the first place on (a miss shifts every later datagram
+		 * off its place): grow while all hit, else move half way to the run. */
+		unsigned h = 0, filled = PBOX_MIN(nplace, count);
+
+		while (h < filled && placed[h] == (int16_t)h &&
+		       frag[h] == ((uint64_t)place[h].chunk << 32 | place[h].frag_off)) {
+			h++;
+		}
+		if (h == filled && filled == nplace) {
+			n->place_n = PBOX_MIN(n->place_n + n->place_n / 2 + 1, PLACE_MAX);
+		} else if (h < filled) {
+			n->place_n = (n->place_n + h) / 2;
+		}
+	}
+	for (unsigned k = 0; k < count; k++) {
+		node_rx(n, pkts[k].data, pkts[k].len, &pkts[k].from,
+			placed != NULL && placed[k] >= 0 ? place[placed[k]].dst : NULL);
+	}
 }
 
 /* ---- timers ------------------------------------------------------------------------- */

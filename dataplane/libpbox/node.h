@@ -35,7 +35,13 @@
  *  - with cfg.crc, every fragment carries a CRC32C version word of its bytes taken when
  *    the operation started; a resend whose bytes no longer match (the caller changed the
  *    buffer while the push was in flight) fails the operation instead of sending torn
- *    data, and an appliance that verifies the words drops corrupted fragments;
+ *    data, and an appliance that verifies the words drops corrupted fragments. With
+ *    cfg.sampled_words instead, the word stays in the node (nothing on the wire) and
+ *    covers a sample of the fragment (its first and last 8 bytes and 8 bytes of every
+ *    KiB): the first send reads no payload byte itself, the resend that compares reads
+ *    the same sample again. It catches the hazard it is for, a caller writing its next
+ *    gradient or an optimizer step into a buffer whose push is in flight (every element
+ *    changes), but not a change confined to bytes between samples: cfg.crc does;
  *  - every operation has a deadline; when it passes the operation fails with -ETIMEDOUT
  *    and a message saying what was and was not received;
  *  - jobs with DVF (cfg.dvf): a chunk of a push is filtered and encoded once, when it
@@ -134,6 +140,8 @@ struct pbox_node_stats {
 	uint64_t probes;      /* PULLs sent to recover a possibly lost result */
 	uint64_t dup_frags;   /* result fragments received twice */
 	uint64_t torn_frags;  /* in-place results rewritten while copied (pbox_node_rx_split) */
+	uint64_t rx_placed;   /* result fragments received straight into the caller's buffer */
+	uint64_t rx_unplaced; /* placed datagrams that were not their place's fragment */
 	uint64_t ops_done;
 	uint64_t ops_failed;
 	uint64_t stale_results;    /* results ignored: older than the staleness bound */
@@ -184,7 +192,8 @@ struct pbox_node_cfg {
 	uint32_t result_lag;   /* broadcast jobs: a push-pull of t wants the aggregate of t - lag */
 	uint32_t credits;      /* lanes per key: unacknowledged contributions (0: 1) */
 	bool plain;            /* pushes complete when sent (node keeps a copy) */
-	bool crc;              /* stamp fragments with CRC32C version words */
+	bool crc;              /* stamp fragments with CRC32C version words (on the wire) */
+	bool sampled_words;    /* without crc: sampled version words, kept by the node */
 	/* The job's DVF settings (NULL or not enabled: none): pushes are filtered with this
 	 * worker's residual and results may come as DVF blocks (libpbox/dvf_push.h). */
 	const struct pbox_dvf_job *dvf;
@@ -222,6 +231,45 @@ void pbox_node_rx(struct pbox_node *n, const void *pkt, uint32_t len, const stru
  */
 void pbox_node_rx_split(struct pbox_node *n, const void *hdr, const void *payload, uint32_t len,
 			const uint64_t *gen, uint64_t want, const struct pbox_peer *from);
+
+/*
+ * Results received straight into the caller's buffer (issue 10, section 3): a receive
+ * with placement (transport/udp/udp.h, pbox_udp_rx_placed) asks first where the next
+ * datagrams' payloads are expected. pbox_node_rx_places() gives up to max places in the
+ * order their results are expected (an appliance core sends results about in chunk order
+ * and the socket sees runs from one core: the chunks after the last result accepted, of
+ * its core): each the result slot of a fragment in the operation's dst whose bytes are
+ * dead until the fragment is accepted: not yet received for the result being collected,
+ * and not the source of a push that may still be resent (a push-pull whose src overlaps
+ * its dst is offered only once acknowledged). None for jobs whose results may come
+ * DVF-encoded or down a broadcast tree.
+ *
+ * pbox_node_rx_burst() then handles the count datagrams received: placed[k] >= 0 says
+ * datagram k's payload is at place[placed[k]] (pkts[k].data is its header, with room
+ * behind it for the payload); -1 that pkts[k].data is whole. Before any datagram is
+ * handled, every placed one that is not a plain (F32) result fragment of the place's
+ * length, or whose place's fragment another datagram of the burst carries, is copied
+ * back behind its header (placed[k] becomes -1). The rest go through the same checks as
+ * pbox_node_rx() (source, job, cookie, chunk, label, duplicates) with their payload where
+ * it is: the fragment the place expected is taken with no copy; another one (a miss) is
+ * copied from the place to its own slot, one copy as without placement. Whatever is not
+ * accepted leaves its place as dead as it was. (In a burst of more than 256 datagrams
+ * every placed one is copied back.)
+ */
+struct pbox_node_place {
+	void *dst;
+	uint32_t len;
+	uint32_t chunk;
+	uint32_t frag_off;
+};
+
+unsigned pbox_node_rx_places(struct pbox_node *n, struct pbox_node_place *out, unsigned max);
+/* How many places are worth asking for now (>= 1): about the length of the recent bursts'
+ * runs of hits from their first place (after a miss every later datagram is off its place,
+ * and a miss costs about what a hit saves). */
+unsigned pbox_node_rx_place_want(const struct pbox_node *n);
+void pbox_node_rx_burst(struct pbox_node *n, const struct pbox_rx_pkt *pkts, unsigned count,
+			const struct pbox_node_place *place, unsigned nplace, int16_t *placed);
 
 /* Run retransmissions and deadlines due at the current time. */
 void pbox_node_timers(struct pbox_node *n);

@@ -205,6 +205,12 @@ uint32_t pbox_resume_version(const struct pbox_client *c);
  * count also whenever it changes). All zero before pbox_register. */
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st);
 
+/* Of the datagrams received (pbox_client_stats.rx_pkts, same snapshot), how many were
+ * result fragments received straight into the caller's buffer, with no copy after the
+ * kernel's (kernel UDP only; libpbox's receive placement, on with PBOX_RX_PLACE=1).
+ * A separate call so pbox_client_stats keeps its layout. */
+uint64_t pbox_client_rx_placed(struct pbox_client *c);
+
 /*
  * The control plane's plan for this rank (pbox-ctrld computes it, pboxd forwards it over
  * the control channel: with the register answer and whenever it changes; see README

@@ -15,6 +15,8 @@
  *    chunk, fragment, label (relative to an operation in flight), arguments and payload;
  *    a "corrupt" bit lets the input overwrite fields or bytes;
  *  - a raw datagram;
+ *  - (event bytes 12..15 of 16) a structured datagram delivered as the UDP transport's
+ *    receive placement does: its payload in the place the node offered, whatever it is;
  *  - the virtual clock advances and the node's timers run (retransmissions, probes,
  *    deadlines);
  *  - the node fails as a whole (pbox_node_fail).
@@ -283,7 +285,46 @@ static void dvf_payload(struct fix *x, struct fz *in, uint8_t *pay, struct pbox_
 	}
 }
 
-static void structured(struct fix *x, struct fz *in)
+/*
+ * Deliver a datagram the way the UDP transport's receive placement does (udp.h,
+ * node.h): if the node offers a place, the payload goes there (the kernel writes it
+ * whatever the datagram is) and the header to a scratch buffer; one of another length
+ * comes back whole behind its header. Every place must lie in the dst (or in-place src)
+ * of an operation in flight: memory the caller does not own until it completes.
+ */
+static void deliver_placed(struct fix *x, const uint8_t *buf, uint32_t len,
+			   const struct pbox_peer *from)
+{
+	static uint8_t scratch[MAX_DGRAM];
+	struct pbox_node_place pl;
+	struct pbox_rx_pkt p = { .data = scratch, .len = len, .from = *from };
+	uint32_t pay = len > PBOX_WIRE_HDR_LEN ? len - PBOX_WIRE_HDR_LEN : 0;
+	unsigned np = pbox_node_rx_places(x->node, &pl, 1);
+	int16_t placed = -1;
+
+	memcpy(scratch, buf, len < PBOX_WIRE_HDR_LEN ? len : PBOX_WIRE_HDR_LEN);
+	if (np == 1) {
+		bool owned = false;
+
+		for (unsigned i = 0; i < NOPS; i++) {
+			const uint8_t *d = (const uint8_t *)x->ops[i].op.dst;
+
+			owned |= x->ops[i].busy && d != NULL && (const uint8_t *)pl.dst >= d &&
+				 (const uint8_t *)pl.dst + pl.len <= d + sizeof(x->ops[i].dst);
+		}
+		FUZZ_CHECK(owned, "a place outside every operation's buffer in flight");
+		memcpy(pl.dst, buf + PBOX_WIRE_HDR_LEN, pay < pl.len ? pay : pl.len);
+		if (pay == pl.len) {
+			placed = 0;
+		}
+	}
+	if (placed < 0) {
+		memcpy(scratch + PBOX_WIRE_HDR_LEN, buf + PBOX_WIRE_HDR_LEN, pay);
+	}
+	pbox_node_rx_burst(x->node, &p, 1, &pl, np, &placed);
+}
+
+static void structured(struct fix *x, struct fz *in, bool place)
 {
 	static const uint8_t types[4] = { PBOX_MSG_DATA, PBOX_MSG_DATA, PBOX_MSG_ACK,
 					  PBOX_MSG_ERROR };
@@ -368,7 +409,11 @@ static void structured(struct fix *x, struct fz *in)
 	if (bits & 16) {
 		from.port = htons(fz_u16(in)); /* a stranger's address */
 	}
-	pbox_node_rx(x->node, buf, PBOX_WIRE_HDR_LEN + m.frag_len, &from);
+	if (place) {
+		deliver_placed(x, buf, PBOX_WIRE_HDR_LEN + m.frag_len, &from);
+	} else {
+		pbox_node_rx(x->node, buf, PBOX_WIRE_HDR_LEN + m.frag_len, &from);
+	}
 	if (bits & 32) {
 		pbox_node_flush(x->node);
 	}
@@ -430,7 +475,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			break;
 		default:
-			structured(&x, &in);
+			/* Events 12..15: through receive placement. */
+			structured(&x, &in, ev % 16 >= 12);
 			break;
 		}
 	}

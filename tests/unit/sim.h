@@ -131,6 +131,7 @@ struct sim_job_cfg {
 	bool verify_crc;
 	enum pbox_non_finite non_finite; /* zero: reject */
 	bool plain;                      /* nodes: plain flow */
+	bool sampled_words;              /* nodes: sampled version words, not CRC32C */
 	uint32_t window_bytes;           /* nodes: 0 = default */
 	uint32_t timeout_ms, rto_ms;
 	bool no_nodes;                  /* tests that speak to the engine directly */

@@ -399,6 +399,77 @@ static void test_torn_buffer(void **state)
 }
 
 /* Two credits: two pushes of one key may be in flight; a third is refused. */
+struct crc_seen {
+	uint32_t drop_last; /* drop this many round tails (the timeout resends them) */
+	uint32_t pushes, flagged;
+};
+
+static enum sim_verdict count_crc(struct sim *s, enum sim_dir dir, uint32_t ep,
+				  const struct pbox_msg *m, void *arg)
+{
+	struct crc_seen *c = arg;
+
+	if (dir == SIM_TO_APPLIANCE && m->type == PBOX_MSG_PUSH) {
+		c->pushes++;
+		c->flagged += (m->flags & PBOX_F_CRC) != 0;
+		if (c->drop_last > 0 && (m->flags & PBOX_F_LAST)) {
+			c->drop_last--;
+			return SIM_DROP;
+		}
+	}
+	(void)s;
+	(void)ep;
+	return SIM_PASS;
+}
+
+/*
+ * Sampled version words (cfg.sampled_words, what libpbox uses unless the appliance
+ * verifies CRC32C words): nothing on the wire, a resend of unchanged bytes matches its
+ * word and completes, and a caller that writes its next gradient into the buffer while
+ * the push is in flight is caught at the resend, as with full words.
+ */
+static void test_torn_buffer_sampled(void **state)
+{
+	struct sim_job_cfg cfg = base_cfg(1);
+	static struct ranks R;
+	struct crc_seen c = { .drop_last = 1 };
+	struct sim s;
+
+	(void)state;
+	cfg.nkeys = 1; /* key 0: 2500 floats, 3 chunks of 4 fragments */
+	cfg.sampled_words = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	s.filter = count_crc;
+	s.filter_arg = &c;
+	/* A lost fragment, an unchanged buffer: the resend matches and the sum is right. */
+	start_all(&s, &R, 0, 0, 1);
+	sim_pump(&s, 0);
+	for (int i = 0; i < 100 && s.ncompleted < 1; i++) {
+		sim_advance(&s, 5 * MS);
+	}
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, 0);
+	check_sum(&R, 1, 0, 0);
+	assert_true(pbox_node_stats(s.node[0])->retransmits > 0);
+	assert_true(c.pushes > 10);
+	assert_int_equal(c.flagged, 0);
+	/* The caller writes the next gradient while the push is in flight. */
+	s.ncompleted = 0;
+	c.drop_last = 1;
+	start_all(&s, &R, 0, 1, 1);
+	sim_pump(&s, 0);
+	for (uint32_t i = 0; i < 2500; i++) {
+		R.g[0][i] += 0.5f;
+	}
+	for (int i = 0; i < 100 && s.ncompleted < 1; i++) {
+		sim_advance(&s, 5 * MS);
+	}
+	assert_int_equal(s.ncompleted, 1);
+	assert_int_equal(R.op[0].status, -EILSEQ);
+	assert_non_null(strstr(R.op[0].errmsg, "buffer changed while its push was in flight"));
+	sim_fini(&s);
+}
+
 static void test_credit_lanes(void **state)
 {
 	struct sim_job_cfg cfg = base_cfg(1);
@@ -1557,6 +1628,7 @@ int main(void)
 		cmocka_unit_test(test_nonfinite_message),
 		cmocka_unit_test(test_chaos),
 		cmocka_unit_test(test_torn_buffer),
+		cmocka_unit_test(test_torn_buffer_sampled),
 		cmocka_unit_test(test_credit_lanes),
 		cmocka_unit_test(test_plain_flow),
 		cmocka_unit_test(test_plain_waiting_pushes_fail),

@@ -326,6 +326,78 @@ static void test_rx_wait(void **state)
 	pbox_udp_close(rx[0]);
 }
 
+/* The payload of datagram pkts[k] (sent as index idx) is where it should be: in place p
+ * (placed[k] == p) or whole behind its header. */
+static void check_placed(const struct pbox_rx_pkt *pk, int16_t placed, const uint8_t *dst,
+			 unsigned idx, uint32_t len, int16_t want_place)
+{
+	struct pbox_wire_hdr h;
+
+	assert_int_equal(placed, want_place);
+	assert_int_equal(pk->len, sizeof(h) + len);
+	memcpy(&h, pk->data, sizeof(h));
+	assert_int_equal(h.seq, idx);
+	assert_memory_equal(placed >= 0 ? dst : pk->data + sizeof(h), g_payload[idx], len);
+}
+
+/*
+ * Receive placement: a datagram of exactly header + place.len bytes leaves its payload
+ * in its place; a shorter one, and a header-only one, in a slot that had a place come
+ * back whole (the place's bytes copied back); places are ignored where GRO can coalesce.
+ */
+static void test_rx_placed(void **state)
+{
+	struct pbox_udp *tx = open_udp(true, true);
+	struct pbox_udp *rx[2] = { open_udp(true, true), open_udp(true, false) };
+	struct dgram d[5] = { { 0, 1000 }, { 0, 1000 }, { 0, 500 }, { 0, 1000 }, { 0, 0 } };
+	static uint8_t dst[4][1000];
+	struct pbox_udp_place pl[4];
+	struct pbox_rx_pkt pkts[8];
+	int16_t placed[8];
+	struct pbox_udp_info info;
+
+	(void)state;
+	for (unsigned i = 0; i < 4; i++) {
+		pl[i].dst = dst[i];
+		pl[i].len = sizeof(dst[i]);
+	}
+	memset(dst, 0xee, sizeof(dst));
+	send_all(tx, rx, d, 5);
+	/* Room for 3: three messages, the first two placed, the short one whole. */
+	assert_int_equal(pbox_udp_rx_placed(rx[0], pkts, 3, pl, 4, placed, 1000), 3);
+	check_placed(&pkts[0], placed[0], dst[0], 0, 1000, 0);
+	check_placed(&pkts[1], placed[1], dst[1], 1, 1000, 1);
+	check_placed(&pkts[2], placed[2], dst[2], 2, 500, -1);
+	/* The next call's slots start again at place 0; the header-only one comes whole. */
+	assert_int_equal(pbox_udp_rx_placed(rx[0], pkts, 8, pl, 4, placed, 1000), 2);
+	check_placed(&pkts[0], placed[0], dst[0], 3, 1000, 0);
+	check_placed(&pkts[1], placed[1], dst[1], 4, 0, -1);
+	assert_int_equal(pbox_udp_stats(rx[0])->rx_placed, 3);
+	assert_int_equal(pbox_udp_stats(rx[0])->rx_unplaced, 2);
+	assert_int_equal(pbox_udp_rx_placed(rx[0], pkts, 8, pl, 4, placed, 1), 0);
+
+	/* With GRO, 1000-byte places are not used (two such datagrams fit one message). */
+	pbox_udp_info(rx[1], &info);
+	if (info.gro) {
+		struct dgram g[3] = { { 1, 1000 }, { 1, 1000 }, { 1, 1000 } };
+		unsigned got = 0;
+
+		send_all(tx, rx, g, 3);
+		while (got < 3) {
+			unsigned n = pbox_udp_rx_placed(rx[1], pkts, 8, pl, 4, placed, 1000);
+
+			assert_true(n > 0);
+			for (unsigned k = 0; k < n; k++, got++) {
+				check_placed(&pkts[k], placed[k], NULL, got, 1000, -1);
+			}
+		}
+		assert_int_equal(pbox_udp_stats(rx[1])->rx_placed, 0);
+	}
+	pbox_udp_close(tx);
+	pbox_udp_close(rx[0]);
+	pbox_udp_close(rx[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_gso_refused_fallback),
 		cmocka_unit_test(test_gso_bounds),
 		cmocka_unit_test(test_rx_wait),
+		cmocka_unit_test(test_rx_placed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -72,6 +72,10 @@ struct pbox_udp {
 	struct iovec *rx_iov;
 	struct rx_slot *rx_slot;
 	uint8_t *rx_buf;
+	/* placement (pbox_udp_rx_placed): 3 iovecs per slot, and the place each slot's
+	 * payload is in (-1: none, the datagram is whole in the slot's buffer) */
+	struct iovec *rx_piov;
+	int16_t *rx_pidx;
 	/* messages of the last recvmmsg not yet handed out: slot rx_next at byte rx_off */
 	unsigned rx_nmsgs, rx_next;
 	uint32_t rx_off;
@@ -189,18 +193,22 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	u->rx_iov = calloc(u->burst, sizeof(*u->rx_iov));
 	u->rx_slot = calloc(u->burst, sizeof(*u->rx_slot));
 	u->rx_buf = aligned_alloc(PBOX_CACHE_LINE, (size_t)u->burst * u->rx_buf_len);
+	u->rx_piov = calloc((size_t)u->burst * 3, sizeof(*u->rx_piov));
+	u->rx_pidx = calloc(u->burst, sizeof(*u->rx_pidx));
 	u->tx = calloc(u->tx_cap, sizeof(*u->tx));
 	u->tx_iov = calloc((size_t)u->tx_cap * 2, sizeof(*u->tx_iov));
 	u->tx_msgs = calloc(u->tx_cap, sizeof(*u->tx_msgs));
 	u->tx_msg = calloc(u->tx_cap, sizeof(*u->tx_msg));
 	if (u->rx_msgs == NULL || u->rx_iov == NULL || u->rx_slot == NULL || u->rx_buf == NULL ||
-	    u->tx == NULL || u->tx_iov == NULL || u->tx_msgs == NULL || u->tx_msg == NULL) {
+	    u->rx_piov == NULL || u->rx_pidx == NULL || u->tx == NULL || u->tx_iov == NULL ||
+	    u->tx_msgs == NULL || u->tx_msg == NULL) {
 		PBOX_LOG_ERR(TRANSPORT, "udp: out of memory for %u-datagram bursts", u->burst);
 		goto fail;
 	}
 	for (unsigned i = 0; i < u->burst; i++) {
 		u->rx_iov[i].iov_base = u->rx_buf + (size_t)i * u->rx_buf_len;
 		u->rx_iov[i].iov_len = u->rx_buf_len;
+		u->rx_pidx[i] = -1;
 	}
 	pbox_fault_init(&u->fault, &cfg->fault);
 	u->faulty = pbox_fault_enabled(&u->fault);
@@ -255,6 +263,8 @@ void pbox_udp_close(struct pbox_udp *u)
 	free(u->rx_iov);
 	free(u->rx_slot);
 	free(u->rx_buf);
+	free(u->rx_piov);
+	free(u->rx_pidx);
 	free(u->tx);
 	free(u->tx_iov);
 	free(u->tx_msgs);
@@ -320,7 +330,7 @@ static uint32_t gro_size(struct pbox_udp *u, unsigned i)
 /* Hand out datagrams of the messages received and not yet handed out, up to max. A
  * message is cut at its GRO segment size (the last piece may be shorter); a message
  * without one is one datagram (an empty datagram too: validation drops it). */
-static unsigned deliver(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max)
+static unsigned deliver(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max, int16_t *placed)
 {
 	unsigned n = 0;
 
@@ -349,6 +359,10 @@ static unsigned deliver(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned m
 			memset(&p->from, 0, sizeof(p->from));
 			p->from.ip = u->rx_slot[i].from.sin_addr.s_addr;
 			p->from.port = u->rx_slot[i].from.sin_port;
+			if (placed != NULL) {
+				placed[n - 1] = u->rx_pidx[i];
+				u->stats.rx_placed += u->rx_pidx[i] >= 0;
+			}
 			u->stats.rx_bytes += len;
 			u->rx_off += len;
 		} while (n < max && u->rx_off < total);
@@ -361,8 +375,36 @@ static unsigned deliver(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned m
 	return n;
 }
 
-/* One recvmmsg into every slot (at most `want`), then hand out up to max. */
-static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max, int flags)
+/* Whether a place can take a slot's payload: it fits the slot's buffer's layout, and GRO
+ * cannot coalesce two datagrams of its size into one message (udp.h). */
+static bool placeable(const struct pbox_udp *u, const struct pbox_udp_place *pl)
+{
+	uint32_t dg = PBOX_WIRE_HDR_LEN + pl->len;
+
+	return pl->dst != NULL && pl->len > 0 && dg <= u->rx_buf_len &&
+	       (!u->gro || 2 * dg > PBOX_UDP_MAX_MSG);
+}
+
+/* Slot i's message went (partly) to a place it is not returned in: copy what the place
+ * got back behind the header, where the slot's buffer left room for it, so the datagram
+ * is whole there. */
+static void unplace(struct pbox_udp *u, unsigned i)
+{
+	const struct iovec *v = &u->rx_piov[3 * i];
+	uint32_t total = u->rx_msgs[i].msg_len;
+
+	if (total > PBOX_WIRE_HDR_LEN) {
+		memcpy((uint8_t *)v[0].iov_base + PBOX_WIRE_HDR_LEN, v[1].iov_base,
+		       PBOX_MIN(total - PBOX_WIRE_HDR_LEN, (uint32_t)v[1].iov_len));
+	}
+	u->rx_pidx[i] = -1;
+	u->stats.rx_unplaced++;
+}
+
+/* One recvmmsg into every slot (at most `want`), then hand out up to max. With places
+ * (pbox_udp_rx_placed), slot i < nplace receives its payload into place[i]. */
+static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max, int flags,
+			const struct pbox_udp_place *place, unsigned nplace, int16_t *placed)
 {
 	unsigned want = PBOX_MIN(max, u->burst);
 	int n;
@@ -374,6 +416,21 @@ static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned m
 		h->msg_namelen = sizeof(u->rx_slot[i].from);
 		h->msg_iov = &u->rx_iov[i];
 		h->msg_iovlen = 1;
+		u->rx_pidx[i] = -1;
+		if (i < nplace && placeable(u, &place[i])) {
+			struct iovec *v = &u->rx_piov[3 * i];
+			uint8_t *b = u->rx_iov[i].iov_base;
+
+			v[0].iov_base = b;
+			v[0].iov_len = PBOX_WIRE_HDR_LEN;
+			v[1].iov_base = place[i].dst;
+			v[1].iov_len = place[i].len;
+			v[2].iov_base = b + PBOX_WIRE_HDR_LEN + place[i].len;
+			v[2].iov_len = u->rx_buf_len - PBOX_WIRE_HDR_LEN - place[i].len;
+			h->msg_iov = v;
+			h->msg_iovlen = 3;
+			u->rx_pidx[i] = (int16_t)i;
+		}
 		h->msg_control = u->gro ? u->rx_slot[i].ctl.buf : NULL;
 		h->msg_controllen = u->gro ? sizeof(u->rx_slot[i].ctl.buf) : 0;
 		h->msg_flags = 0;
@@ -392,11 +449,34 @@ static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned m
 		u->stats.rx_empty++;
 		return 0;
 	}
+	/* A placed message stays placed only if it is one datagram that filled its place
+	 * exactly (header + place.len bytes, nothing in the tail). */
+	for (int i = 0; i < n; i++) {
+		const struct mmsghdr *m = &u->rx_msgs[i];
+		uint32_t seg;
+
+		if (u->rx_pidx[i] < 0) {
+			continue;
+		}
+		seg = gro_size(u, (unsigned)i);
+		if ((m->msg_hdr.msg_flags & MSG_TRUNC) || (seg != 0 && seg < m->msg_len) ||
+		    m->msg_len != PBOX_WIRE_HDR_LEN + u->rx_piov[3 * i + 1].iov_len) {
+			unplace(u, (unsigned)i);
+		}
+	}
 	u->stats.rx_msgs += (unsigned)n;
 	u->rx_nmsgs = (unsigned)n;
 	u->rx_next = 0;
 	u->rx_off = 0;
-	return deliver(u, pkts, max);
+	n = (int)deliver(u, pkts, max, placed);
+	/* Messages left for the next call are never returned placed: by then the caller
+	 * may have filled their places with other datagrams. */
+	for (unsigned i = u->rx_next; i < u->rx_nmsgs; i++) {
+		if (u->rx_pidx[i] >= 0) {
+			unplace(u, i);
+		}
+	}
+	return (unsigned)n;
 }
 
 unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max)
@@ -406,9 +486,9 @@ unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigne
 	}
 	/* Datagrams left from the last call first: their buffers are still in use. */
 	if (u->rx_next < u->rx_nmsgs) {
-		return deliver(u, pkts, max);
+		return deliver(u, pkts, max, NULL);
 	}
-	return receive(u, pkts, max, MSG_DONTWAIT);
+	return receive(u, pkts, max, MSG_DONTWAIT, NULL, 0, NULL);
 }
 
 unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
@@ -418,7 +498,7 @@ unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned
 		return 0;
 	}
 	if (u->rx_next < u->rx_nmsgs) {
-		return deliver(u, pkts, max);
+		return deliver(u, pkts, max, NULL);
 	}
 	if (timeout_ms != u->rcvtimeo_ms) {
 		struct timeval tv = { .tv_sec = timeout_ms / 1000,
@@ -430,7 +510,37 @@ unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned
 		u->rcvtimeo_ms = timeout_ms;
 	}
 	/* Blocks (up to SO_RCVTIMEO) for the first message, then takes what is queued. */
-	return receive(u, pkts, max, MSG_WAITFORONE);
+	return receive(u, pkts, max, MSG_WAITFORONE, NULL, 0, NULL);
+}
+
+unsigned pbox_udp_rx_placed(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
+			    const struct pbox_udp_place *place, unsigned nplace, int16_t *placed,
+			    int timeout_ms)
+{
+	int flags = MSG_DONTWAIT;
+
+	if (max == 0) {
+		return 0;
+	}
+	if (u->rx_next < u->rx_nmsgs) {
+		unsigned n = deliver(u, pkts, max, placed);
+
+		return n; /* leftovers are never placed (receive) */
+	}
+	if (timeout_ms > 0) {
+		if (timeout_ms != u->rcvtimeo_ms) {
+			struct timeval tv = { .tv_sec = timeout_ms / 1000,
+					      .tv_usec = (timeout_ms % 1000) * 1000 };
+
+			if (setsockopt(u->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) {
+				u->rcvtimeo_ms = timeout_ms;
+			}
+		}
+		if (u->rcvtimeo_ms == timeout_ms) {
+			flags = MSG_WAITFORONE;
+		}
+	}
+	return receive(u, pkts, max, flags, place, PBOX_MIN(nplace, u->burst), placed);
 }
 
 void pbox_udp_wake(struct pbox_udp *u)

@@ -69,6 +69,8 @@ struct pbox_udp_stats {
 	uint64_t rx_empty;    /* recvmmsg calls that returned nothing */
 	uint64_t rx_msgs;     /* messages the kernel returned (a GRO message holds several) */
 	uint64_t rx_gro_msgs; /* of which coalesced by GRO */
+	uint64_t rx_placed;   /* datagrams whose payload went straight to an offered place */
+	uint64_t rx_unplaced; /* offered places that got another datagram (copied back out) */
 	uint64_t tx_pkts;
 	uint64_t tx_bytes;
 	uint64_t tx_dropped;  /* could not be sent (socket full, errors) */
@@ -106,6 +108,41 @@ unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigne
  * at once forever after pbox_udp_wake(). */
 unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
 			  int timeout_ms);
+
+/*
+ * Receive placement: the payload of a datagram received straight into the memory it is
+ * meant for (libpbox: a result fragment into the caller's buffer), no copy after the
+ * kernel's. place[i] (i < nplace) is where the caller expects the payload (the bytes after
+ * the 64-byte pbox header) of the i-th message of this call, and how long it is; the
+ * message is received as header -> the slot's own buffer, payload -> place[i].dst, the
+ * rest (if longer) -> the slot's buffer after room for place[i].len bytes.
+ *
+ * On return placed[k] says, for each datagram k < the count returned, which place holds
+ * its payload (>= 0), or -1: pkts[k].data is then the whole datagram, contiguous, as
+ * with pbox_udp_rx_burst (the bytes that went to a place were copied back). A datagram
+ * is left placed only if it is a single datagram of exactly PBOX_WIRE_HDR_LEN +
+ * place.len bytes; its pkts[k].data is then the header, followed by place.len bytes of
+ * room the caller may copy the payload into if it decides against the place (the
+ * buffer is the transport's, valid until the next rx call). The transport does not look
+ * at headers: whether a placed datagram is the one expected is the caller's to check.
+ *
+ * Every offered place's bytes may have been overwritten by whatever datagram arrived in
+ * its slot, whether or not it is returned as placed: offer only memory whose contents are
+ * dead until a datagram validly fills it. Places are not offered to messages GRO could
+ * coalesce (two datagrams of the place's size fit into one message): the transport then
+ * ignores them (a coalesced message would need a copy back, and GRO's saving is larger).
+ * Datagrams returned by a later call (no room in pkts) are never placed. timeout_ms > 0
+ * blocks for the first datagram as pbox_udp_rx_wait(), 0 does not block. nplace is at
+ * most the burst size (larger is cut).
+ */
+struct pbox_udp_place {
+	void *dst;
+	uint32_t len;
+};
+
+unsigned pbox_udp_rx_placed(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
+			    const struct pbox_udp_place *place, unsigned nplace, int16_t *placed,
+			    int timeout_ms);
 
 /* Any thread: make every pbox_udp_rx_wait(), now and later, return 0 at once (shuts the
  * socket's receive side down: only for stopping). */
