@@ -734,6 +734,18 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		}
 		return;
 	}
+	if (final_now && x->data_done) {
+		/* push_data summed it in its final form (final_fusable): the rest of
+		 * finalize_reduce, without reading the payload again */
+		sl->fcnt[f]++;
+		if (sl->enc != NULL) {
+			pbox_enc_result_final(x->e, x->job, x->cs, sl, f, off * 4,
+					      pbox_frag_len(x->d, x->cd->bytes, f) / 4);
+		}
+		sl->need[f] = PBOX_FRAG_FINAL;
+		sl->nfinal++;
+		return;
+	}
 	if (final_now && x->npay == 1 && x->enc == NULL) {
 		/* Payloads are read in place (they may be unaligned; kernels allow that). */
 		const float *src[2] = { sl->acc + off, x->pay[0].base };
@@ -940,6 +952,17 @@ static bool nonfinite_found(struct ctx *x, size_t n)
  * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
  * the counters of both routes).
  */
+/* Whether the final arrival of a fragment can be summed with its check fused in: an
+ * aggregate job (the final reduce is a sum or mean into the accumulator) under
+ * "propagate", where nothing is refused and so nothing would need undoing (sum2_nonfinite
+ * in push_data). Under "reject" the final sum overwrites the accumulator, so the payload is
+ * checked first, apart. */
+static bool final_fusable(const struct ctx *x)
+{
+	return x->job->mode == PBOX_MODE_AGGREGATE &&
+	       x->job->non_finite == PBOX_NON_FINITE_PROPAGATE;
+}
+
 static bool push_fusable(const struct ctx *x)
 {
 	const struct pbox_msg *m = x->m;
@@ -960,7 +983,8 @@ static bool push_fusable(const struct ctx *x)
 		return false;
 	}
 	return sl->need[f] != 0 && sl->need[f] != PBOX_FRAG_FINAL &&
-	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version));
+	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version) ||
+		final_fusable(x));
 }
 
 /*
@@ -994,7 +1018,14 @@ static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	if (x->job->deterministic) {
 		n = k->copy_nonfinite(sl->stage[x->m->sender] + x->m->frag_off / 4, g, nf);
 	} else if (sl->fcnt[f] == 0) {
+		/* also a final arrival that is the fragment's only data: its sum / mean (mean
+		 * of one: / 1) is the payload itself */
 		n = k->copy_nonfinite(acc, g, nf);
+	} else if (sl->need[f] == 1 && sl->iter == x->cs->version) {
+		/* the final arrival (final_fusable): the final reduce of aggregate() */
+		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)(sl->fcnt[f] + 1) : 1.0f;
+
+		n = k->sum2_nonfinite(acc, g, nf, div);
 	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
 		n = k->add_nonfinite(acc, g, nf);
 	} else {

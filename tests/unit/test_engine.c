@@ -746,7 +746,7 @@ static void test_non_finite(void **state)
 /* The engine's kernels, wrapped to count which route a fragment took: the separate scan
  * (nonfinite) or the fused data passes. */
 static const struct pbox_kernels *g_real;
-static unsigned g_n_scan, g_n_copy, g_n_addc, g_n_addf;
+static unsigned g_n_scan, g_n_copy, g_n_addc, g_n_addf, g_n_sum2;
 
 static size_t w_nonfinite(const float *g, size_t n)
 {
@@ -772,6 +772,23 @@ static size_t w_add_finite(float *acc, const float *g, size_t n)
 	return g_real->add_finite(acc, g, n);
 }
 
+static size_t w_sum2_nonfinite(float *acc, const float *g, size_t n, float div)
+{
+	g_n_sum2++;
+	return g_real->sum2_nonfinite(acc, g, n, div);
+}
+
+/* Fragments of all chunks of the job. */
+static unsigned nfrags_total(const struct sim *s)
+{
+	unsigned n = 0;
+
+	for (uint32_t c = 0; c < s->desc.nchunks; c++) {
+		n += s->desc.chunks[c].nfrags;
+	}
+	return n;
+}
+
 static void wrap_kernels(struct sim *s, struct pbox_kernels *k)
 {
 	g_real = s->eng[0].kern;
@@ -780,10 +797,11 @@ static void wrap_kernels(struct sim *s, struct pbox_kernels *k)
 	k->copy_nonfinite = w_copy_nonfinite;
 	k->add_nonfinite = w_add_nonfinite;
 	k->add_finite = w_add_finite;
+	k->sum2_nonfinite = w_sum2_nonfinite;
 	for (uint32_t i = 0; i < s->ncores; i++) {
 		s->eng[i].kern = k;
 	}
-	g_n_scan = g_n_copy = g_n_addc = g_n_addf = 0;
+	g_n_scan = g_n_copy = g_n_addc = g_n_addf = g_n_sum2 = 0;
 }
 
 /* Everything of chunk c's slot for iteration 0 (its accumulator without fragment skip's
@@ -999,6 +1017,10 @@ static void test_non_finite_fused(void **state)
 	}
 	assert_true(g_n_addc > 0);
 	assert_int_equal(g_n_addf, 0);
+	/* Every fragment's final arrival (rank 2's) summed and counted in one pass
+	 * (sum2_nonfinite); only each slot's first datagram scanned apart. */
+	assert_int_equal(g_n_sum2, nfrags_total(&s));
+	assert_int_equal(g_n_scan, s.desc.nchunks);
 	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
 	assert_int_equal(SIM_STAT(&s, nonfinite), 4);
 	assert_int_equal(SIM_STAT(&s, iterations), 2);
@@ -1010,6 +1032,37 @@ static void test_non_finite_fused(void **state)
 		assert_int_equal(memcmp(&got[i], &want, 4), 0);
 	}
 	sim_fini(&s);
+
+	/* "propagate", mean: the final arrival divides in the same pass, bit for bit what the
+	 * final reduce gives ((g0 + g1) + g2) / 3, NaN / Inf elements included; a non-final
+	 * arrival under "reject" still takes the separate scan (the accumulator cannot be
+	 * restored once summed). */
+	cfg.reduce = PBOX_REDUCE_MEAN;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	g[2][3 * fe + 5] = NAN; /* a final arrival's NaN */
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+			}
+		}
+	}
+	assert_int_equal(g_n_sum2, nfrags_total(&s));
+	assert_int_equal(SIM_STAT(&s, nonfinite), 5);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = ((g[0][i] + g[1][i]) + g[2][i]) / 3.0f;
+
+		if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("mean, element %u: %a, want %a", i, (double)got[i], (double)want);
+		}
+	}
+	assert_true(isnan(got[3 * fe + 5]));
+	sim_fini(&s);
+	cfg.reduce = PBOX_REDUCE_SUM;
 	for (uint32_t r = 0; r < 3; r++) {
 		free(g[r]);
 	}
