@@ -939,19 +939,6 @@ static bool nonfinite_found(struct ctx *x, size_t n)
 	return false;
 }
 
-/*
- * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
- * effect before that data pass other than marking it received: a contiguous payload
- * (the fast path of every transport), an iteration in the window whose slot is open
- * already, credit available, not a duplicate, and a fragment that does not fold (quorum
- * reached) and, unless in deterministic mode, does not finalise now (the optimizer / final
- * reduce reads the payload while writing the model or the result, so its check must come
- * first; deterministic mode copies the payload to the rank's stage before finalising). Then
- * the non-finite check is fused into that pass (push_data) instead of a separate scan of
- * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
- * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
- * the counters of both routes).
- */
 /* Whether the final arrival of a fragment can be summed with its check fused in: an
  * aggregate job (the final reduce is a sum or mean into the accumulator) under
  * "propagate", where nothing is refused and so nothing would need undoing (sum2_nonfinite
@@ -963,6 +950,20 @@ static bool final_fusable(const struct ctx *x)
 	       x->job->non_finite == PBOX_NON_FINITE_PROPAGATE;
 }
 
+/*
+ * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
+ * effect before that data pass other than marking it received: a contiguous payload
+ * (the fast path of every transport), an iteration in the window whose slot is open
+ * already, credit available, not a duplicate, and a fragment that does not fold (quorum
+ * reached) and, unless in deterministic mode or final_fusable(), does not finalise now (the
+ * optimizer / final reduce reads the payload while writing the model or the result, so its
+ * check must come first; deterministic mode copies the payload to the rank's stage before
+ * finalising; an aggregate job under "propagate" refuses nothing). Then
+ * the non-finite check is fused into that pass (push_data) instead of a separate scan of
+ * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
+ * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
+ * the counters of both routes).
+ */
 static bool push_fusable(const struct ctx *x)
 {
 	const struct pbox_msg *m = x->m;
@@ -1001,6 +1002,9 @@ static bool push_fusable(const struct ctx *x)
  *   aggregate() finalises. Refused, the staged bytes are never read: staged_sources()
  *   lists only ranks whose fragment bit is set, which it is not, and the rank's next
  *   copy of the fragment overwrites them.
+ *   Final data of an aggregate fragment under "propagate" (final_fusable): the final sum
+ *   or mean and the count in one pass (sum2_nonfinite); aggregate() then only marks the
+ *   fragment final (and encodes the result where the slot has a result encoding).
  *   Later data under "propagate": add and count in one pass (add_nonfinite).
  *   Later data under "reject": nothing may be added before all of it is checked (an
  *   addition cannot be undone bit-exactly): add_finite checks the fragment, then adds
