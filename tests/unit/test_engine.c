@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "common/bitmap.h"
+#include "dvf/dvf_job.h"
 #include "kernels/kernels.h"
 #include "sim.h"
 
@@ -1068,6 +1069,98 @@ static void test_non_finite_fused(void **state)
 	}
 }
 
+/* Every reply to rank 0 (type, place, encoding, length, payload bytes) appended to out;
+ * returns the bytes written. */
+static unsigned g_dvf_replies;
+
+static size_t reply_image(struct sim *s, uint8_t *out, size_t max)
+{
+	static uint8_t payload[PBOX_WIRE_MAX_PAYLOAD];
+	struct pbox_msg m;
+	size_t n = 0;
+
+	while (sim_take_reply(s, 0, &m, payload)) {
+		uint32_t len = m.type == PBOX_MSG_DATA ? m.frag_len : 0;
+
+		g_dvf_replies += m.type == PBOX_MSG_DATA && m.encoding == PBOX_ENC_DVF;
+
+		assert_true(n + 16 + len <= max);
+		memcpy(out + n, &m.type, 1);
+		memcpy(out + n + 1, &m.encoding, 1);
+		memcpy(out + n + 2, &m.chunk, 4);
+		memcpy(out + n + 6, &m.frag_off, 4);
+		memcpy(out + n + 10, &len, 4);
+		n += 16;
+		memcpy(out + n, payload, len);
+		n += len;
+	}
+	return n;
+}
+
+/*
+ * The final arrival summed in its check's pass (sum2_nonfinite, "propagate") gives the
+ * replies the separate scan and the final reduce give ("reject", the old route), byte for
+ * byte, where the job filters its results with DVF (the result is encoded from the sum
+ * the fused pass wrote), over several iterations so the appliance's residual carries.
+ */
+static void test_final_fused_dvf_results(void **state)
+{
+	struct pbox_dvf_job dvf;
+	struct sim_job_cfg cfg = {
+		.nranks = 3,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+		.dvf = &dvf,
+	};
+	static uint8_t img[2][1u << 20];
+	size_t len[2];
+	struct pbox_kernels k;
+	float *g[3];
+	struct sim s;
+
+	(void)state;
+	g_dvf_replies = 0;
+	pbox_dvf_job_default(&dvf);
+	dvf.params.delta_low = 20.0f;
+	dvf.params.delta_up = 20.0f;
+	for (uint32_t r = 0; r < 3; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+	}
+	for (int run = 0; run < 2; run++) {
+		cfg.non_finite = run == 0 ? PBOX_NON_FINITE_REJECT : PBOX_NON_FINITE_PROPAGATE;
+		assert_int_equal(sim_init(&s, &cfg), 0);
+		wrap_kernels(&s, &k);
+		len[run] = 0;
+		for (uint32_t t = 0; t < 4; t++) {
+			for (uint32_t r = 0; r < 3; r++) {
+				fill_grad(g[r], r, t);
+			}
+			push_all(&s, t, g, false, false);
+			len[run] +=
+				reply_image(&s, img[run] + len[run], sizeof(img[run]) - len[run]);
+		}
+		assert_int_equal(SIM_STAT(&s, iterations), 4 * s.desc.nchunks);
+		assert_true(SIM_STAT(&s, dvf_out_frags) > 0);
+		if (run == 1) {
+			assert_int_equal(g_n_sum2, 4 * nfrags_total(&s));
+		} else {
+			assert_int_equal(g_n_sum2, 0);
+		}
+		sim_fini(&s);
+	}
+	assert_true(g_dvf_replies > 0); /* filtered results among them */
+	assert_int_equal(len[0], len[1]);
+	assert_memory_equal(img[0], img[1], len[0]);
+	for (uint32_t r = 0; r < 3; r++) {
+		free(g[r]);
+	}
+}
+
 /*
  * NACKs: a push round that ends (PBOX_F_LAST) with fragments missing is answered with an
  * ACK carrying PBOX_F_SACK: the first missing fragment as the base, the ones held after it
@@ -1140,6 +1233,7 @@ int main(void)
 		cmocka_unit_test(test_source_pinned_cores),
 		cmocka_unit_test(test_non_finite),
 		cmocka_unit_test(test_non_finite_fused),
+		cmocka_unit_test(test_final_fused_dvf_results),
 		cmocka_unit_test(test_nack_bitmap),
 	};
 
