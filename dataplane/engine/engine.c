@@ -952,17 +952,17 @@ static bool final_fusable(const struct ctx *x)
 
 /*
  * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
- * effect before that data pass other than marking it received: a contiguous payload
- * (the fast path of every transport), an iteration in the window whose slot is open
- * already, credit available, not a duplicate, and a fragment that does not fold (quorum
- * reached) and, unless in deterministic mode or final_fusable(), does not finalise now (the
- * optimizer / final reduce reads the payload while writing the model or the result, so its
- * check must come first; deterministic mode copies the payload to the rank's stage before
- * finalising; an aggregate job under "propagate" refuses nothing). Then
- * the non-finite check is fused into that pass (push_data) instead of a separate scan of
- * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
- * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
- * the counters of both routes).
+ * effect before that data pass other than marking it received (and, under "propagate",
+ * opening the slot): a contiguous payload (the fast path of every transport), an iteration
+ * in the window, credit available, not a duplicate, and a fragment that does not fold
+ * (quorum reached) and, unless in deterministic mode or final_fusable(), does not finalise
+ * now (the optimizer / final reduce reads the payload while writing the model or the
+ * result, so its check must come first; deterministic mode copies the payload to the rank's
+ * stage before finalising; an aggregate job under "propagate" refuses nothing). Then the
+ * non-finite check is fused into that pass (push_data) instead of a separate scan of the
+ * payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect free;
+ * mirrors on_push's and aggregate()'s tests in their order (test_engine checks the
+ * counters of both routes).
  */
 static bool push_fusable(const struct ctx *x)
 {
@@ -976,7 +976,16 @@ static bool push_fusable(const struct ctx *x)
 		return false;
 	}
 	sl = slot_of(x, t);
-	if (!slot_holds(sl, t) || (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits)) {
+	if (!slot_holds(sl, t)) {
+		/* The slot's first datagram: on_push opens the slot before the data pass, which
+		 * only a check that refuses nothing may follow ("propagate": the counts come
+		 * out the same either side of slot_open); the fragment is then empty, a first
+		 * arrival (copy_nonfinite), a final one only where that is fusable too. */
+		return x->job->non_finite == PBOX_NON_FINITE_PROPAGATE &&
+		       (x->job->deterministic || final_fusable(x)) &&
+		       outstanding(x, w) < x->job->credits;
+	}
+	if (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits) {
 		return false;
 	}
 	f = m->frag_off / x->d->frag_bytes;

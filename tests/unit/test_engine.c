@@ -1019,9 +1019,11 @@ static void test_non_finite_fused(void **state)
 	assert_true(g_n_addc > 0);
 	assert_int_equal(g_n_addf, 0);
 	/* Every fragment's final arrival (rank 2's) summed and counted in one pass
-	 * (sum2_nonfinite); only each slot's first datagram scanned apart. */
+	 * (sum2_nonfinite); each slot's first datagram copied and counted after the slot
+	 * was opened (nothing is refused): no separate scan at all. */
 	assert_int_equal(g_n_sum2, nfrags_total(&s));
-	assert_int_equal(g_n_scan, s.desc.nchunks);
+	assert_int_equal(g_n_copy, nfrags_total(&s));
+	assert_int_equal(g_n_scan, 0);
 	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
 	assert_int_equal(SIM_STAT(&s, nonfinite), 4);
 	assert_int_equal(SIM_STAT(&s, iterations), 2);
@@ -1064,6 +1066,36 @@ static void test_non_finite_fused(void **state)
 	assert_true(isnan(got[3 * fe + 5]));
 	sim_fini(&s);
 	cfg.reduce = PBOX_REDUCE_SUM;
+
+	/* "propagate", deterministic, ranks arriving last to first: every push, each slot's
+	 * first too, copied to its rank's stage and counted in one pass; the rank-order sum
+	 * bit for bit. */
+	cfg.deterministic = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	for (uint32_t r = 3; r-- > 0;) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+			}
+		}
+	}
+	assert_int_equal(g_n_scan, 0);
+	assert_int_equal(g_n_copy, 3 * nfrags_total(&s));
+	assert_int_equal(SIM_STAT(&s, nonfinite), 5);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("deterministic, element %u: %a, want %a", i, (double)got[i],
+				 (double)want);
+		}
+	}
+	sim_fini(&s);
+	cfg.deterministic = false;
 	for (uint32_t r = 0; r < 3; r++) {
 		free(g[r]);
 	}
