@@ -736,6 +736,18 @@ static void aggregate(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		}
 		return;
 	}
+	if (final_now && x->data_done) {
+		/* push_data summed it in its final form (final_fusable): the rest of
+		 * finalize_reduce, without reading the payload again */
+		sl->fcnt[f]++;
+		if (sl->enc != NULL) {
+			pbox_enc_result_final(x->e, x->job, x->cs, sl, f, off * 4,
+					      pbox_frag_len(x->d, x->cd->bytes, f) / 4);
+		}
+		sl->need[f] = PBOX_FRAG_FINAL;
+		sl->nfinal++;
+		return;
+	}
 	if (final_now && x->npay == 1 && x->enc == NULL) {
 		/* Payloads are read in place (they may be unaligned; kernels allow that). */
 		const float *src[2] = { sl->acc + off, x->pay[0].base };
@@ -929,18 +941,30 @@ static bool nonfinite_found(struct ctx *x, size_t n)
 	return false;
 }
 
+/* Whether the final arrival of a fragment can be summed with its check fused in: an
+ * aggregate job (the final reduce is a sum or mean into the accumulator) under
+ * "propagate", where nothing is refused and so nothing would need undoing (sum2_nonfinite
+ * in push_data). Under "reject" the final sum overwrites the accumulator, so the payload is
+ * checked first, apart. */
+static bool final_fusable(const struct ctx *x)
+{
+	return x->job->mode == PBOX_MODE_AGGREGATE &&
+	       x->job->non_finite == PBOX_NON_FINITE_PROPAGATE;
+}
+
 /*
  * Whether on_push will take this PUSH straight to accumulate() of its slot, with no
- * effect before that data pass other than marking it received: a contiguous payload
- * (the fast path of every transport), an iteration in the window whose slot is open
- * already, credit available, not a duplicate, and a fragment that does not fold (quorum
- * reached) and, unless in deterministic mode, does not finalise now (the optimizer / final
- * reduce reads the payload while writing the model or the result, so its check must come
- * first; deterministic mode copies the payload to the rank's stage before finalising). Then
- * the non-finite check is fused into that pass (push_data) instead of a separate scan of
- * the payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect
- * free; mirrors on_push's and aggregate()'s tests in their order (test_engine checks
- * the counters of both routes).
+ * effect before that data pass other than marking it received (and, under "propagate",
+ * opening the slot): a contiguous payload (the fast path of every transport), an iteration
+ * in the window, credit available, not a duplicate, and a fragment that does not fold
+ * (quorum reached) and, unless in deterministic mode or final_fusable(), does not finalise
+ * now (the optimizer / final reduce reads the payload while writing the model or the
+ * result, so its check must come first; deterministic mode copies the payload to the rank's
+ * stage before finalising; an aggregate job under "propagate" refuses nothing). Then the
+ * non-finite check is fused into that pass (push_data) instead of a separate scan of the
+ * payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect free;
+ * mirrors on_push's and aggregate()'s tests in their order (test_engine checks the
+ * counters of both routes).
  */
 static bool push_fusable(const struct ctx *x)
 {
@@ -954,7 +978,16 @@ static bool push_fusable(const struct ctx *x)
 		return false;
 	}
 	sl = slot_of(x, t);
-	if (!slot_holds(sl, t) || (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits)) {
+	if (!slot_holds(sl, t)) {
+		/* The slot's first datagram: on_push opens the slot before the data pass, which
+		 * only a check that refuses nothing may follow ("propagate": the counts come
+		 * out the same either side of slot_open); the fragment is then empty, a first
+		 * arrival (copy_nonfinite), a final one only where that is fusable too. */
+		return x->job->non_finite == PBOX_NON_FINITE_PROPAGATE &&
+		       (x->job->deterministic || final_fusable(x)) &&
+		       outstanding(x, w) < x->job->credits;
+	}
+	if (sl->wcnt[w] == 0 && outstanding(x, w) >= x->job->credits) {
 		return false;
 	}
 	f = m->frag_off / x->d->frag_bytes;
@@ -962,7 +995,8 @@ static bool push_fusable(const struct ctx *x)
 		return false;
 	}
 	return sl->need[f] != 0 && sl->need[f] != PBOX_FRAG_FINAL &&
-	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version));
+	       (x->job->deterministic || !(sl->need[f] == 1 && t == cs->version) ||
+		final_fusable(x));
 }
 
 /*
@@ -979,6 +1013,9 @@ static bool push_fusable(const struct ctx *x)
  *   aggregate() finalises. Refused, the staged bytes are never read: staged_sources()
  *   lists only ranks whose fragment bit is set, which it is not, and the rank's next
  *   copy of the fragment overwrites them.
+ *   Final data of an aggregate fragment under "propagate" (final_fusable): the final sum
+ *   or mean and the count in one pass (sum2_nonfinite); aggregate() then only marks the
+ *   fragment final (and encodes the result where the slot has a result encoding).
  *   Later data under "propagate": add and count in one pass (add_nonfinite).
  *   Later data under "reject": nothing may be added before all of it is checked (an
  *   addition cannot be undone bit-exactly): add_finite checks the fragment, then adds
@@ -996,7 +1033,14 @@ static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 	if (x->job->deterministic) {
 		n = k->copy_nonfinite(sl->stage[x->m->sender] + x->m->frag_off / 4, g, nf);
 	} else if (sl->fcnt[f] == 0) {
+		/* also a final arrival that is the fragment's only data: its sum / mean (mean
+		 * of one: / 1) is the payload itself */
 		n = k->copy_nonfinite(acc, g, nf);
+	} else if (sl->need[f] == 1 && sl->iter == x->cs->version) {
+		/* the final arrival (final_fusable): the final reduce of aggregate() */
+		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)(sl->fcnt[f] + 1) : 1.0f;
+
+		n = k->sum2_nonfinite(acc, g, nf, div);
 	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
 		n = k->add_nonfinite(acc, g, nf);
 	} else {

@@ -242,6 +242,48 @@ static size_t KFN(add_finite)(float *acc, const float *g, size_t n)
 	return cnt;
 }
 
+/*
+ * acc[i] = (acc[i] + g[i]) / div, the division skipped when div == 1: element for element
+ * what reduce(acc, {acc, g}, 2, n, div) computes (the same IEEE addition, then the same
+ * division); returns the number of NaN / Inf elements of g, counted in the same pass. The
+ * final arrival of an aggregate fragment under non_finite = "propagate" (nothing refused,
+ * so nothing to undo).
+ */
+static size_t KFN(sum2_nonfinite)(float *acc, const float *g, size_t n, float div)
+{
+	size_t i = 0, cnt = 0;
+
+	if (div == 1.0f) {
+		return KFN(add_nonfinite)(acc, g, n);
+	}
+#if VW > 1
+	vi c = { 0 };
+
+	for (; i + VW <= n; i += VW) {
+		vi v;
+		vf s;
+
+		memcpy(&v, g + i, sizeof(v));
+		s = VLD(acc + i) + (vf)v;
+		VST(acc + i, s / div);
+		c -= (v & K_EXP) == K_EXP;
+	}
+	for (unsigned k = 0; k < VW; k++) {
+		cnt += (uint32_t)c[k];
+	}
+#endif
+	for (; i < n; i++) {
+		uint32_t b;
+		float x;
+
+		memcpy(&b, g + i, sizeof(b));
+		memcpy(&x, &b, sizeof(x));
+		acc[i] = (acc[i] + x) / div;
+		cnt += (b & K_EXP) == K_EXP;
+	}
+	return cnt;
+}
+
 #define REDUCE_ELEM(T, LD, ST, SQ, MINS, MAXS, i) \
 	do {                                      \
 		T s_;                             \
@@ -426,6 +468,7 @@ const struct pbox_kernels KFN(table) = {
 	.copy_nonfinite = KFN(copy_nonfinite),
 	.add_nonfinite = KFN(add_nonfinite),
 	.add_finite = KFN(add_finite),
+	.sum2_nonfinite = KFN(sum2_nonfinite),
 	.reduce = KFN(reduce),
 	.sgd = KFN(sgd),
 	.momentum = KFN(momentum),

@@ -23,6 +23,7 @@
  *   --seconds 2              measurement time per configuration
  *   --cold                   cycle the feed through at least twice the LLC (sysfs), so
  *                            payloads are not cache-resident when they arrive
+ *   --non-finite reject      the job's policy: reject (the default) or propagate
  *
  * GB/cpu-s is the capacity per second the lcore's thread actually ran (/proc schedstat)
  * times its busy share less its waits for the feeder to free replies (reclaim_cycles; a
@@ -76,6 +77,7 @@ struct conf {
 };
 
 static unsigned g_seq;
+static enum pbox_non_finite g_non_finite = PBOX_NON_FINITE_REJECT;
 
 static int parse_list(const char *s, unsigned *out, unsigned max, unsigned lo, unsigned hi)
 {
@@ -227,6 +229,7 @@ static int run_one(unsigned seg, unsigned nw, unsigned chunk, unsigned model, do
 		.mode = PBOX_MODE_AGGREGATE,
 		.reduce = PBOX_REDUCE_SUM,
 		.no_nodes = true,
+		.non_finite = g_non_finite,
 	};
 	struct pbox_dpdk_cfg cfg = {
 		.ncores = 1,
@@ -525,7 +528,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: pbox-bench-dpdk-engine [--sizes 1024,4096,8192] [--workers 2,4,8]\n"
 		"         [--chunk BYTES | --sweep 8192,32768,...] [--model BYTES] [--seconds S]\n"
-		"         [--cold] [-- EAL arguments]\n"
+		"         [--cold] [--non-finite reject|propagate] [-- EAL arguments]\n"
 		"Throughput of one DPDK data-plane lcore fed in-process (net_ring) beside the\n"
 		"add kernel's in-cache bandwidth. Needs 2 CPUs; uses hugepages if free, else\n"
 		"--no-huge.\n");
@@ -534,9 +537,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "sizes", 1, NULL, 's' }, { "workers", 1, NULL, 'w' }, { "chunk", 1, NULL, 'c' },
-		{ "sweep", 1, NULL, 'S' }, { "model", 1, NULL, 'm' },   { "seconds", 1, NULL, 't' },
-		{ "cold", 0, NULL, 'C' },  { "help", 0, NULL, 'h' },    { NULL, 0, NULL, 0 },
+		{ "sizes", 1, NULL, 's' }, { "workers", 1, NULL, 'w' },
+		{ "chunk", 1, NULL, 'c' }, { "sweep", 1, NULL, 'S' },
+		{ "model", 1, NULL, 'm' }, { "seconds", 1, NULL, 't' },
+		{ "cold", 0, NULL, 'C' },  { "non-finite", 1, NULL, 'n' },
+		{ "help", 0, NULL, 'h' },  { NULL, 0, NULL, 0 },
 	};
 	struct conf cf = { .sizes = { 1024, 4096, 8192 },
 			   .nsizes = 3,
@@ -593,6 +598,14 @@ int main(int argc, char **argv)
 		case 'C':
 			cf.cold = true;
 			break;
+		case 'n':
+			if (strcmp(optarg, "reject") != 0 && strcmp(optarg, "propagate") != 0) {
+				fprintf(stderr, "--non-finite %s: reject or propagate\n", optarg);
+				return 64;
+			}
+			g_non_finite = optarg[0] == 'r' ? PBOX_NON_FINITE_REJECT
+							: PBOX_NON_FINITE_PROPAGATE;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -646,10 +659,11 @@ int main(int argc, char **argv)
 	       "# %s memory, model %u B, %.1f s per point\n",
 	       pbox_kernels_get()->isa, free_hp >= 256 ? "hugepage" : "4 KB-page", cf.model,
 	       cf.seconds);
-	printf("# feed payload: %s (LLC %llu KB)\n",
+	printf("# feed payload: %s (LLC %llu KB); non_finite = %s\n",
 	       cf.cold ? "cycled through at least 2 x LLC: not cache-resident"
 		       : "at most a quarter of the LLC: cache-resident",
-	       (unsigned long long)(pbox_bench_llc_bytes() >> 10));
+	       (unsigned long long)(pbox_bench_llc_bytes() >> 10),
+	       g_non_finite == PBOX_NON_FINITE_REJECT ? "reject" : "propagate");
 	printf("%-6s %-7s %-8s %12s %9s %14s %10s %7s %10s %11s %9s %9s %8s %9s %10s %9s\n",
 	       "seg_B", "workers", "chunk_B", "seg/s", "GB/s", "seg/busy-s", "GB/busy-s", "busy%",
 	       "GB/cpu-s", "add_GB/s", "ratio", "ratio_cpu", "waits", "feed_MB", "eng_GB/s",

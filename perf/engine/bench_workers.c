@@ -228,6 +228,14 @@ static size_t no_scan_add(float *acc, const float *g, size_t n)
 	return 0;
 }
 
+static size_t no_scan_sum2(float *acc, const float *g, size_t n, float div)
+{
+	const float *src[2] = { acc, g };
+
+	g_plain->reduce(acc, src, 2, n, div);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t workers[16] = { 2, 8, 64, 256, 1024 };
@@ -310,6 +318,7 @@ int main(int argc, char **argv)
 	no_scan_kernels.copy_nonfinite = no_scan_copy;
 	no_scan_kernels.add_nonfinite = no_scan_add;
 	no_scan_kernels.add_finite = no_scan_add;
+	no_scan_kernels.sum2_nonfinite = no_scan_sum2;
 	printf("\nNon-finite check in the engine: 8 workers, sum, %s kernels (ns per fragment; "
 	       "best of %d alternating pairs)\n\n",
 	       k->isa, REPS);

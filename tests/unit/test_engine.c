@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "common/bitmap.h"
+#include "dvf/dvf_job.h"
 #include "kernels/kernels.h"
 #include "sim.h"
 
@@ -746,7 +747,7 @@ static void test_non_finite(void **state)
 /* The engine's kernels, wrapped to count which route a fragment took: the separate scan
  * (nonfinite) or the fused data passes. */
 static const struct pbox_kernels *g_real;
-static unsigned g_n_scan, g_n_copy, g_n_addc, g_n_addf;
+static unsigned g_n_scan, g_n_copy, g_n_addc, g_n_addf, g_n_sum2;
 
 static size_t w_nonfinite(const float *g, size_t n)
 {
@@ -772,6 +773,23 @@ static size_t w_add_finite(float *acc, const float *g, size_t n)
 	return g_real->add_finite(acc, g, n);
 }
 
+static size_t w_sum2_nonfinite(float *acc, const float *g, size_t n, float div)
+{
+	g_n_sum2++;
+	return g_real->sum2_nonfinite(acc, g, n, div);
+}
+
+/* Fragments of all chunks of the job. */
+static unsigned nfrags_total(const struct sim *s)
+{
+	unsigned n = 0;
+
+	for (uint32_t c = 0; c < s->desc.nchunks; c++) {
+		n += s->desc.chunks[c].nfrags;
+	}
+	return n;
+}
+
 static void wrap_kernels(struct sim *s, struct pbox_kernels *k)
 {
 	g_real = s->eng[0].kern;
@@ -780,10 +798,11 @@ static void wrap_kernels(struct sim *s, struct pbox_kernels *k)
 	k->copy_nonfinite = w_copy_nonfinite;
 	k->add_nonfinite = w_add_nonfinite;
 	k->add_finite = w_add_finite;
+	k->sum2_nonfinite = w_sum2_nonfinite;
 	for (uint32_t i = 0; i < s->ncores; i++) {
 		s->eng[i].kern = k;
 	}
-	g_n_scan = g_n_copy = g_n_addc = g_n_addf = 0;
+	g_n_scan = g_n_copy = g_n_addc = g_n_addf = g_n_sum2 = 0;
 }
 
 /* Everything of chunk c's slot for iteration 0 (its accumulator without fragment skip's
@@ -999,6 +1018,12 @@ static void test_non_finite_fused(void **state)
 	}
 	assert_true(g_n_addc > 0);
 	assert_int_equal(g_n_addf, 0);
+	/* Every fragment's final arrival (rank 2's) summed and counted in one pass
+	 * (sum2_nonfinite); each slot's first datagram copied and counted after the slot
+	 * was opened (nothing is refused): no separate scan at all. */
+	assert_int_equal(g_n_sum2, nfrags_total(&s));
+	assert_int_equal(g_n_copy, nfrags_total(&s));
+	assert_int_equal(g_n_scan, 0);
 	assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 0);
 	assert_int_equal(SIM_STAT(&s, nonfinite), 4);
 	assert_int_equal(SIM_STAT(&s, iterations), 2);
@@ -1010,6 +1035,159 @@ static void test_non_finite_fused(void **state)
 		assert_int_equal(memcmp(&got[i], &want, 4), 0);
 	}
 	sim_fini(&s);
+
+	/* "propagate", mean: the final arrival divides in the same pass, bit for bit what the
+	 * final reduce gives ((g0 + g1) + g2) / 3, NaN / Inf elements included; a non-final
+	 * arrival under "reject" still takes the separate scan (the accumulator cannot be
+	 * restored once summed). */
+	cfg.reduce = PBOX_REDUCE_MEAN;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	g[2][3 * fe + 5] = NAN; /* a final arrival's NaN */
+	for (uint32_t r = 0; r < 3; r++) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+			}
+		}
+	}
+	assert_int_equal(g_n_sum2, nfrags_total(&s));
+	assert_int_equal(SIM_STAT(&s, nonfinite), 5);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = ((g[0][i] + g[1][i]) + g[2][i]) / 3.0f;
+
+		if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("mean, element %u: %a, want %a", i, (double)got[i], (double)want);
+		}
+	}
+	assert_true(isnan(got[3 * fe + 5]));
+	sim_fini(&s);
+	cfg.reduce = PBOX_REDUCE_SUM;
+
+	/* "propagate", deterministic, ranks arriving last to first: every push, each slot's
+	 * first too, copied to its rank's stage and counted in one pass; the rank-order sum
+	 * bit for bit. */
+	cfg.deterministic = true;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	wrap_kernels(&s, &k);
+	for (uint32_t r = 3; r-- > 0;) {
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, r, 0, c, f, g[r], PBOX_F_WANT_REPLY);
+			}
+		}
+	}
+	assert_int_equal(g_n_scan, 0);
+	assert_int_equal(g_n_copy, 3 * nfrags_total(&s));
+	assert_int_equal(SIM_STAT(&s, nonfinite), 5);
+	assert_int_equal(SIM_STAT(&s, iterations), 2);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(collect(&s, 0, got, &label, NULL, NULL), 12);
+	for (uint32_t i = 0; i < NELEM; i++) {
+		float want = (g[0][i] + g[1][i]) + g[2][i];
+
+		if (isnan(want) ? !isnan(got[i]) : memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("deterministic, element %u: %a, want %a", i, (double)got[i],
+				 (double)want);
+		}
+	}
+	sim_fini(&s);
+	cfg.deterministic = false;
+	for (uint32_t r = 0; r < 3; r++) {
+		free(g[r]);
+	}
+}
+
+/* Every reply to rank 0 (type, place, encoding, length, payload bytes) appended to out;
+ * returns the bytes written. */
+static unsigned g_dvf_replies;
+
+static size_t reply_image(struct sim *s, uint8_t *out, size_t max)
+{
+	static uint8_t payload[PBOX_WIRE_MAX_PAYLOAD];
+	struct pbox_msg m;
+	size_t n = 0;
+
+	while (sim_take_reply(s, 0, &m, payload)) {
+		uint32_t len = m.type == PBOX_MSG_DATA ? m.frag_len : 0;
+
+		g_dvf_replies += m.type == PBOX_MSG_DATA && m.encoding == PBOX_ENC_DVF;
+
+		assert_true(n + 16 + len <= max);
+		memcpy(out + n, &m.type, 1);
+		memcpy(out + n + 1, &m.encoding, 1);
+		memcpy(out + n + 2, &m.chunk, 4);
+		memcpy(out + n + 6, &m.frag_off, 4);
+		memcpy(out + n + 10, &len, 4);
+		n += 16;
+		memcpy(out + n, payload, len);
+		n += len;
+	}
+	return n;
+}
+
+/*
+ * The final arrival summed in its check's pass (sum2_nonfinite, "propagate") gives the
+ * replies the separate scan and the final reduce give ("reject", the old route), byte for
+ * byte, where the job filters its results with DVF (the result is encoded from the sum
+ * the fused pass wrote), over several iterations so the appliance's residual carries.
+ */
+static void test_final_fused_dvf_results(void **state)
+{
+	struct pbox_dvf_job dvf;
+	struct sim_job_cfg cfg = {
+		.nranks = 3,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.no_nodes = true,
+		.dvf = &dvf,
+	};
+	static uint8_t img[2][1u << 20];
+	size_t len[2];
+	struct pbox_kernels k;
+	float *g[3];
+	struct sim s;
+
+	(void)state;
+	g_dvf_replies = 0;
+	pbox_dvf_job_default(&dvf);
+	dvf.params.delta_low = 20.0f;
+	dvf.params.delta_up = 20.0f;
+	for (uint32_t r = 0; r < 3; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+	}
+	for (int run = 0; run < 2; run++) {
+		cfg.non_finite = run == 0 ? PBOX_NON_FINITE_REJECT : PBOX_NON_FINITE_PROPAGATE;
+		assert_int_equal(sim_init(&s, &cfg), 0);
+		wrap_kernels(&s, &k);
+		len[run] = 0;
+		for (uint32_t t = 0; t < 4; t++) {
+			for (uint32_t r = 0; r < 3; r++) {
+				fill_grad(g[r], r, t);
+			}
+			push_all(&s, t, g, false, false);
+			len[run] +=
+				reply_image(&s, img[run] + len[run], sizeof(img[run]) - len[run]);
+		}
+		assert_int_equal(SIM_STAT(&s, iterations), 4 * s.desc.nchunks);
+		assert_true(SIM_STAT(&s, dvf_out_frags) > 0);
+		if (run == 1) {
+			assert_int_equal(g_n_sum2, 4 * nfrags_total(&s));
+		} else {
+			assert_int_equal(g_n_sum2, 0);
+		}
+		sim_fini(&s);
+	}
+	assert_true(g_dvf_replies > 0); /* filtered results among them */
+	assert_int_equal(len[0], len[1]);
+	assert_memory_equal(img[0], img[1], len[0]);
 	for (uint32_t r = 0; r < 3; r++) {
 		free(g[r]);
 	}
@@ -1087,6 +1265,7 @@ int main(void)
 		cmocka_unit_test(test_source_pinned_cores),
 		cmocka_unit_test(test_non_finite),
 		cmocka_unit_test(test_non_finite_fused),
+		cmocka_unit_test(test_final_fused_dvf_results),
 		cmocka_unit_test(test_nack_bitmap),
 	};
 

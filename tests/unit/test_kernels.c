@@ -361,10 +361,26 @@ static void check_fused(const struct pbox_kernels *k, const float *g, size_t n, 
 		fail_msg("%s add_finite: %zu of %zu counted, want %zu", k->isa, got, n, want);
 	}
 	assert_memory_equal(acc, want == 0 ? ref : acc0, sizeof(acc));
+	/* final sum / mean, counting: the scalar reduce(acc, {acc, g}, 2, n, div)'s bits */
+	for (unsigned v = 0; v < 3; v++) {
+		static const float divs[] = { 1.0f, 3.0f, 7.0f };
+		const float *src[2] = { r, g };
+
+		memcpy(acc, acc0, sizeof(acc));
+		memcpy(ref, acc0, sizeof(ref));
+		g_scalar->reduce(r, src, 2, n, divs[v]);
+		got = k->sum2_nonfinite(a, g, n, divs[v]);
+		if (got != want) {
+			fail_msg("%s sum2_nonfinite / %g: %zu of %zu counted, want %zu", k->isa,
+				 (double)divs[v], got, n, want);
+		}
+		assert_memory_equal(acc, ref, sizeof(acc));
+	}
 }
 
-/* The fused ingest kernels (copy + count, add + count, add only if finite) count exactly
- * what nonfinite() counts and move exactly the bits of copy / add, with one or two
+/* The fused ingest kernels (copy + count, add + count, add only if finite, final sum or
+ * mean + count) count exactly what nonfinite() counts and move exactly the bits of copy /
+ * add / reduce, with one or two
  * non-finite values at every position of every length (all vector bodies and tails of
  * every ISA), at vector and 512-element boundaries of a long fragment, on every ISA with
  * unaligned pointers. */
