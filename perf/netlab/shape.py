@@ -39,7 +39,9 @@ VARIANTS = {
     "pbox": {"PBOX_PACE": "0"},          # the default: results sent as they complete
     "pbox-pace": {"PBOX_PACE": "1"},     # the core loop's per-worker pacer (core/pace.h)
 }
-SYSTEMS = tuple(VARIANTS) + ("gloo",)
+# pbox-old: the default, with libpbox and pbox-bench-comm from --old-build (a build of an
+# earlier commit: before/after comparisons in one interleaved run); pboxd is this build's.
+OLD = "pbox-old"
 
 
 def parse_list(text, conv, what):
@@ -65,11 +67,31 @@ def with_env(env, fn):
                 os.environ[k] = v
 
 
-def run_one(lab, sc, system, build_dir, loss, timeout):
+def run_one(lab, sc, system, build_dir, loss, timeout, old_build=None):
     if system == "gloo":
         return netlab.run_gloo(lab, sc, timeout)
+    if system == OLD:
+        return with_env(VARIANTS["pbox"], lambda: run_old(lab, sc, build_dir, old_build, loss,
+                                                          timeout))
     return with_env(VARIANTS[system],
                     lambda: netlab.run_pbox(lab, sc, build_dir, loss, timeout))
+
+
+def run_old(lab, sc, build_dir, old_build, loss, timeout):
+    """pbox with the workers' pbox-bench-comm (and its libpbox) from old_build, pboxd from
+    build_dir: a directory of links that netlab.run_pbox takes as its build."""
+    mix = os.path.join(old_build, "netlab-mix")
+    os.makedirs(os.path.join(mix, "perf"), exist_ok=True)
+    os.makedirs(os.path.join(mix, "dataplane"), exist_ok=True)
+    links = {os.path.join("perf", "pbox-bench-comm"): old_build,
+             os.path.join("dataplane", "libpbox.so.0"): old_build,
+             os.path.join("dataplane", "pboxd"): build_dir}
+    for rel, src in links.items():
+        dst = os.path.join(mix, rel)
+        if os.path.lexists(dst):
+            os.unlink(dst)
+        os.symlink(os.path.realpath(os.path.join(src, rel)), dst)
+    return netlab.run_pbox(lab, sc, mix, loss, timeout)
 
 
 def pooled(runs, sc, nbytes, rate_bps):
@@ -132,7 +154,7 @@ def run_point(args, sc, systems, build_dir, nbytes, rate_bps, loss_always=False,
                 before = loss.counters(lab) if counted else None
                 t0 = time.time()
                 try:
-                    r = run_one(lab, sc, s, build_dir, loss, timeout)
+                    r = run_one(lab, sc, s, build_dir, loss, timeout, args.old_build)
                 except LabError as e:
                     r = {"status": "failed", "error": str(e)}
                 if counted:
@@ -168,9 +190,9 @@ def ratios(pt, link_bound, cpu_bound):
             continue
         if link_bound:
             p["over_link_bound"] = p["median_s"] / link_bound
-        if cpu_bound and name in VARIANTS:
+        if cpu_bound and name != "gloo":
             p["over_cpu_bound"] = p["median_s"] / cpu_bound
-        if name in VARIANTS and "median_s" in s.get("gloo", {}):
+        if name != "gloo" and "median_s" in s.get("gloo", {}):
             out["gloo_over_" + name] = s["gloo"]["median_s"] / p["median_s"]
     return out
 
@@ -186,8 +208,16 @@ def cmd_run(args):
     rates = parse_list(args.rates, float, "--rates")
     variants = parse_list(args.pbox, str, "--pbox")
     for v in variants:
-        if v not in VARIANTS:
-            raise LabError("--pbox: unknown variant '%s' (known: %s)" % (v, ", ".join(VARIANTS)))
+        if v not in VARIANTS and v != OLD:
+            raise LabError("--pbox: unknown variant '%s' (known: %s, %s)" % (
+                v, ", ".join(VARIANTS), OLD))
+    if OLD in variants:
+        if not args.old_build:
+            raise LabError("--pbox %s needs --old-build DIR" % OLD)
+        args.old_build = os.path.abspath(args.old_build)
+        for rel in ("perf/pbox-bench-comm", "dataplane/libpbox.so.0"):
+            if not os.path.exists(os.path.join(args.old_build, rel)):
+                raise LabError("--old-build %s has no %s" % (args.old_build, rel))
     systems = variants + (["gloo"] if args.gloo else [])
     losses = parse_list(args.losses, float, "--losses") if args.losses else []
     _, sizes = netlab.read_table(scenario(args, None).model_path())
@@ -239,7 +269,7 @@ def cmd_run(args):
         lr = float(lr)
         link = 8.0 * nbytes / (lr * 1e6)
         res["loss_rate_mbit"] = lr
-        lsys = variants[:1] + (["gloo"] if args.gloo and args.loss_method == "xdp" else [])
+        lsys = variants + (["gloo"] if args.gloo and args.loss_method == "xdp" else [])
         for p in losses:
             sc = scenario(args, lr, p)
             log("shape: loss %g (%s) at %g Mbit/s" % (p, args.loss_method, lr))
@@ -332,8 +362,10 @@ def main(argv=None):
                    help="interleaved runs of every system per point (default 2)")
     p.add_argument("--appliance-cores", type=int, default=1)
     p.add_argument("--pbox", default="pbox",
-                   help="pbox variants, comma-separated (%s; default pbox)" %
-                   ", ".join(VARIANTS))
+                   help="pbox variants, comma-separated (%s, %s; default pbox)" %
+                   (", ".join(VARIANTS), OLD))
+    p.add_argument("--old-build", metavar="DIR", help="build directory of an earlier "
+                   "commit: its libpbox and pbox-bench-comm run as system %s" % OLD)
     p.add_argument("--no-gloo", dest="gloo", action="store_false", help="pbox only")
     p.add_argument("--no-cpu-bound", action="store_true",
                    help="skip the unlimited-veth point (the CPU bound)")

@@ -175,11 +175,79 @@ static void test_random_loss_1gbit(void **state)
 	loss_curve(125000000, 4.0);
 }
 
+/*
+ * Many small keys (a network's biases and norms: one fragment each) at 5% random loss on
+ * 1 Gbit/s links: a rank whose contribution was acknowledged waits for the result; when
+ * that single-fragment result is lost, the probe that recovers it must come after about
+ * the wait measured for the other results, not after four initial RTOs (200 ms: before,
+ * an exchange of this test took 97 ms on average; now 22 ms).
+ */
+#define SMALL_KEYS 64u
+static struct pbox_keyspec g_small[SMALL_KEYS];
+static float g_ssrc[RANKS][SMALL_KEYS][256], g_sdst[RANKS][SMALL_KEYS][256];
+
+static void test_small_keys_lost_results(void **state)
+{
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 125000000,
+				  .delay_ns = MS / 10,
+				  .queue_bytes = 1250000 };
+	struct rand_loss loss = { .state = 77, .p = 0.05 };
+	static struct pbox_op op[RANKS][SMALL_KEYS];
+	struct sim s;
+	uint64_t t0;
+	double secs;
+
+	(void)state;
+	for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+		g_small[k] = (struct pbox_keyspec){ 100 + k, 256 };
+	}
+	cfg.keys = g_small;
+	cfg.nkeys = SMALL_KEYS;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	t0 = s.now_ns;
+	for (uint32_t it = 0; it < 20; it++) {
+		if (it == 1) {
+			t0 = s.now_ns; /* after the first exchange: the RTT is measured */
+		}
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+				for (uint32_t e = 0; e < 256; e++) {
+					g_ssrc[r][k][e] = (float)(r + k + e + it);
+				}
+				op[r][k] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+							     .key = k,
+							     .iter = it,
+							     .src = g_ssrc[r][k],
+							     .dst = g_sdst[r][k] };
+				assert_int_equal(pbox_node_submit(s.node[r], &op[r][k]), 0);
+			}
+			pbox_node_flush(s.node[r]);
+		}
+		assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+				assert_int_equal(op[r][k].status, 0);
+				assert_true(g_sdst[r][k][255] == (float)(2 * (k + 255 + it) + 1));
+			}
+		}
+	}
+	secs = (double)(s.now_ns - t0) / 1e9 / 19;
+	print_message("small keys, 5%% loss: %.2f ms per exchange, %llu probes (rank 0)\n",
+		      secs * 1e3, (unsigned long long)pbox_node_stats(s.node[0])->probes);
+	assert_true(secs < 0.05);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_loss_100mbit),
 		cmocka_unit_test(test_random_loss_1gbit),
+		cmocka_unit_test(test_small_keys_lost_results),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
