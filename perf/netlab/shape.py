@@ -198,14 +198,7 @@ def ratios(pt, link_bound, cpu_bound):
 
 
 def cmd_run(args):
-    why = netlab.missing()
-    if why:
-        raise LabError(why)
-    build_dir = os.path.abspath(args.build_dir)
-    why = netlab.build_dir_problem(build_dir, ["pbox"])
-    if why:
-        raise LabError(why)
-    rates = parse_list(args.rates, float, "--rates")
+    rates = [] if args.rates == "none" else parse_list(args.rates, float, "--rates")
     variants = parse_list(args.pbox, str, "--pbox")
     for v in variants:
         if v not in VARIANTS and v != OLD:
@@ -220,6 +213,15 @@ def cmd_run(args):
                 raise LabError("--old-build %s has no %s" % (args.old_build, rel))
     systems = variants + (["gloo"] if args.gloo else [])
     losses = parse_list(args.losses, float, "--losses") if args.losses else []
+    if any(not 0 <= p <= 0.5 for p in losses) or any(r <= 0 for r in rates):
+        raise LabError("--losses must be within 0..0.5 and --rates positive")
+    why = netlab.missing()
+    if why:
+        raise LabError(why)
+    build_dir = os.path.abspath(args.build_dir)
+    why = netlab.build_dir_problem(build_dir, ["pbox"])
+    if why:
+        raise LabError(why)
     _, sizes = netlab.read_table(scenario(args, None).model_path())
     nbytes = 4 * sum(sizes)
     log = (lambda s: print(s, file=sys.stderr, flush=True))
@@ -259,6 +261,8 @@ def cmd_run(args):
         save()
     if losses:
         lr = args.loss_rate
+        if lr == "auto" and cpu is None:
+            raise LabError("--loss-rate auto needs the CPU bound and --rates")
         if lr == "auto":
             ok = [p["rate_mbit"] for p in res["points"] if p["binds"] == "link" and
                   p["link_bound_s"] >= 1.25 * cpu]
@@ -350,7 +354,8 @@ def main(argv=None):
     sub.required = True
     p = sub.add_parser("run", help="run the rate ladder (and the loss curve)")
     p.add_argument("--rates", default="1000,400,200,100",
-                   help="worker link rates in Mbit/s (default 1000,400,200,100)")
+                   help="worker link rates in Mbit/s (default 1000,400,200,100; 'none': only "
+                   "the loss curve)")
     p.add_argument("--appliance-factor", type=float, default=4.0,
                    help="appliance link = factor x worker rate (default 4)")
     p.add_argument("--workers", type=int, default=4)
