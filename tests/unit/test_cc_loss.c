@@ -242,12 +242,80 @@ static void test_small_keys_lost_results(void **state)
 	sim_fini(&s);
 }
 
+/*
+ * A large key and small ones (a network's weights and its biases) on 1 Gbit/s links at 5%
+ * random loss: a one-fragment chunk is acknowledged in a fraction of a 32 KB chunk's RTT,
+ * so the minimum RTT is a small key's and every large chunk's RTT sits above it. That
+ * difference is no queue: the window must not be halved on each random loss for it.
+ * Before, it was (cwnd pinned at one chunk, 32 KB); now it stays above four chunks.
+ */
+static void test_mixed_keys_window(void **state)
+{
+	static struct pbox_keyspec keys[1 + 32];
+	static float msrc[RANKS][32][256], mdst[RANKS][32][256];
+	static struct pbox_op op[RANKS][1 + 32];
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 125000000,
+				  .delay_ns = MS / 10,
+				  .queue_bytes = 1250000 };
+	struct rand_loss loss = { .state = 5, .p = 0.05 };
+	uint64_t cwnd_sum = 0, samples = 0;
+	struct sim s;
+
+	(void)state;
+	keys[0] = g_key[0];
+	for (uint32_t k = 1; k <= 32; k++) {
+		keys[k] = (struct pbox_keyspec){ 200 + k, 256 };
+	}
+	cfg.keys = keys;
+	cfg.nkeys = 33;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	for (uint32_t it = 0; it < 4; it++) {
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k <= 32; k++) {
+				op[r][k] = (struct pbox_op){
+					.kind = PBOX_OP_PUSH_PULL,
+					.key = k,
+					.iter = it,
+					.src = k == 0 ? g_src[r] : msrc[r][k - 1],
+					.dst = k == 0 ? g_dst[r] : mdst[r][k - 1],
+				};
+			}
+			for (uint32_t k = 1; k <= 33; k++) {
+				/* small keys first: theirs are the first RTT samples */
+				assert_int_equal(pbox_node_submit(s.node[r], &op[r][k % 33]), 0);
+			}
+			pbox_node_flush(s.node[r]);
+		}
+		while (!sim_run(&s, s.now_ns + 5 * MS)) {
+			if (it > 0) {
+				cwnd_sum += pbox_node_stats(s.node[0])->cwnd;
+				samples++;
+			}
+		}
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k <= 32; k++) {
+				assert_int_equal(op[r][k].status, 0);
+			}
+		}
+	}
+	print_message("mixed keys, 5%% loss: mean cwnd %.0f B over %llu samples\n",
+		      samples ? (double)cwnd_sum / samples : 0.0, (unsigned long long)samples);
+	assert_true(samples > 0);
+	assert_true(cwnd_sum / samples >= 4 * 32768);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_loss_100mbit),
 		cmocka_unit_test(test_random_loss_1gbit),
 		cmocka_unit_test(test_small_keys_lost_results),
+		cmocka_unit_test(test_mixed_keys_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
