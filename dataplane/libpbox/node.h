@@ -64,22 +64,27 @@
  *    delay signal alone is noisy; loss is what a tbf or a switch port reports exactly.
  *    Delay is used where it is robust: slow start ends when three RTT samples in a row
  *    are a quarter (at least 1 ms) above the minimum (HyStart), not only at a loss after
- *    a queue overflowed; TCP Veno's rule takes a loss with less than one chunk queued on
- *    the path as random (window x 0.8) and one with a queue as congestion (x 0.5), which
- *    keeps goodput under random loss. The queue is read from the standing RTT (the least
- *    sample of the last half round trip, Copa's filter), not the smoothed one, so a
- *    descheduled progress thread does not read as a queue. A Vegas-style ceiling (stop
- *    growing while 4 chunks stand queued) was tried and dropped: on the shared 2-CPU test
- *    machine (load 20) every RTT sample carries scheduling delay, the ceiling read it as
- *    a queue and held the window at a third of the link (netlab: 33 s instead of 11 s). A result
- * that arrives in part counts as a loss too: results leave the appliance at the pace of the
- * workers' pushes, so that is the lever for the appliance's link and the worker's downlink.
+ *    a queue overflowed; a loss shrinks the window by the bytes queued on the path (at
+ *    most half; Westwood's bandwidth x minimum RTT), so a random loss with no queue costs
+ *    no rate and an overflow drains the queue (TCP Veno's x0.8, used before, held the
+ *    window near one chunk at 1% loss on 1 Gbit/s). The queue is read from the standing
+ *    RTT (the least sample of the last half round trip, Copa's filter), not the smoothed
+ *    one, so a descheduled progress thread does not read as a queue. A Vegas-style
+ *    ceiling (stop growing while 4 chunks stand queued) was tried and dropped: on the
+ *    shared 2-CPU test machine (load 20) every RTT sample carries scheduling delay, the
+ *    ceiling read it as a queue and held the window at a third of the link (netlab: 33 s
+ *    instead of 11 s). A result that arrives in part counts as a loss too: results leave
+ *    the appliance at the pace of the workers' pushes, so that is the lever for the
+ *    appliance's link and the worker's downlink.
  *  - Pacing: chunks start at gain x cwnd / srtt (gain 2 in slow start, 1.25 after), so a
  *    window does not arrive at a rate limiter as one burst; a late wake-up may catch up
  *    2 ms worth.
  *  - RTO from measured RTT (RFC 6298): SRTT/RTTVAR from contributions sent once (Karn),
  *    RTO = SRTT + max(1 ms, 4 RTTVAR) within [rto_min_ms, rto_max_ms], rto_ms before the
- *    first sample; each chunk's timer doubles on expiry. A chunk whose timer expires while
+ *    first sample; the first timeout of a send round, and of a result that has started
+ *    to arrive, is a tail-loss probe after max(2 SRTT, 2 ms) within the RTO (RFC 8985:
+ *    the 10 ms floor alone stalled a chunk 20 RTTs per lost last fragment at 1 Gbit/s);
+ *    each chunk's timer doubles on expiry. A chunk whose timer expires while
  *    acknowledgements still arrive, none for anything sent after it, is waiting in a queue
  *    of the path, not lost: its timer restarts (TCP restarts its one timer on each ACK;
  *    RACK, RFC 8985, declares a loss once something sent later is acknowledged).

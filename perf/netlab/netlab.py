@@ -527,9 +527,10 @@ class XdpLoss:
         self.tool = os.path.join(build_dir or os.path.join(ROOT, "build"),
                                  "nicfw", "pbox-xdp-loss")
         self.links = []
+        self.always = False  # attach at p = 0 too (a loss-free point on the same path)
 
     def apply(self, lab):
-        if self.p <= 0:
+        if self.p <= 0 and not self.always:
             return
         if not os.path.exists(self.tool):
             raise LabError("%s not found: loss_method 'xdp' needs a build with nicfw/ "
@@ -998,7 +999,7 @@ def run_scenario(sc, build_dir, log=print):
             log("netlab: %s on %d workers, worker links %s, appliance link %s, mtu %d, "
                 "loss %g ..." % (system, sc.workers, fmt_rate(sc.worker_bps()),
                                  fmt_rate(sc.appliance_bps()), sc.mtu, sc.loss))
-            counted = hasattr(loss, "counters") and sc.loss > 0
+            counted = hasattr(loss, "counters") and bool(getattr(loss, "links", None))
             before = loss.counters(lab) if counted else None
             try:
                 with Cross(lab, sc.cross) as cross:

@@ -164,6 +164,45 @@ with tempfile.TemporaryDirectory() as d:
                            capture_output=True, text=True)
         check(r.returncode == 2 and "needs root" in r.stderr, "not root: " + r.stderr)
 
+# shape.py (issue 10's shape at a scale of rates): refusals before anything is built, and
+# the summary of a point from its runs
+import argparse  # noqa: E402
+import shape  # noqa: E402
+
+cli = [sys.executable, os.path.join(NETLAB, "shape.py")]
+for argv, needle in ((["--pbox", "bogus"], "unknown variant 'bogus'"),
+                     (["--pbox", "pbox-old"], "needs --old-build"),
+                     (["--rates", "100,x"], "comma-separated"),
+                     (["--losses", "0,0.9"], "within 0..0.5")):
+    r = subprocess.run(cli + ["run"] + argv, capture_output=True, text=True)
+    check(r.returncode == 2 and needle in r.stderr, "shape run %s: %d %s" % (
+        " ".join(argv), r.returncode, r.stderr))
+sc = shape.scenario(argparse.Namespace(
+    workers=2, mtu=1500, model="resnet50", iterations=2, warmup=1, loss_method="xdp",
+    appliance_cores=1, appliance_factor=4.0, seed=1, timeout=None), 100)
+check(sc.worker_bps() == 100e6 and sc.appliance_bps() == 400e6, "shape scenario rates")
+link = {"tx_bytes": 0, "rx_bytes": 0, "tbf_drops_host": 1, "tbf_drops_switch": 2}
+run = {"status": "ok", "iter_seconds": [2.0, 4.0], "median_s": 3.0, "retransmits": 10,
+       "frag_bytes": 1000, "pboxd": {"busy_pct": 50, "dups": 1},
+       "links": {"app": dict(link), "w0": dict(link, tx_bytes=3 * 25e6),
+                 "w1": dict(link, tx_bytes=3 * 25e6)}}
+pt = shape.pooled([run, dict(run, iter_seconds=[3.0, 3.0], median_s=3.0)], sc, 1e6, 100e6)
+check(pt["median_s"] == 3.0 and pt["min_s"] == 2.0 and pt["max_s"] == 4.0, "pooled times")
+check(abs(pt["worker_tx_bytes_per_exchange"] - 25e6) < 1, "pooled tx per exchange %r" %
+      pt["worker_tx_bytes_per_exchange"])
+check(abs(pt["worker_link_utilisation"] - 25e6 * 8 / 100e6 / 3.0) < 1e-9, "utilisation")
+check(pt["tbf_drops_switch"] == 12 and pt["retransmits"] == 20, "pooled counters")
+check(abs(pt["retransmitted_payload_pct"] - 100.0 * 20 * 1000 / (1e6 * 2 * 6)) < 1e-9,
+      "retransmitted payload %")
+res = {"systems": {"pbox": dict(pt), "gloo": dict(pt, median_s=6.0)}}
+rs = shape.ratios(res, 2.0, 1.5)
+check(rs == {"gloo_over_pbox": 2.0} and res["systems"]["pbox"]["over_link_bound"] == 1.5
+      and res["systems"]["pbox"]["over_cpu_bound"] == 2.0
+      and "over_cpu_bound" not in res["systems"]["gloo"], "ratios %r" % rs)
+rows = shape.table({"points": [dict(res, rate_mbit=100, link_bound_s=2.0, binds="link",
+                                    ratios=rs)], "loss": []})
+check(any("| pbox | 3.00 (2.00–4.00) | 1.50 | 2.00 |" in r for r in rows), "table %r" % rows)
+
 if failures:
     print("%d check(s) failed" % len(failures), file=sys.stderr)
     sys.exit(1)

@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * libpbox's congestion control and loss recovery under random loss, on the simulated
+ * appliance's links (sim_set_links: a rate, a drop-tail queue and a delay per direction,
+ * virtual clock): every datagram in both directions is dropped with probability p, as
+ * netlab's XDP loss injector does on every link. Issue 10 asks 1% loss to cost at most
+ * 1.3x the loss-free exchange time and the curve to stay within 2x at 1%.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sim.h"
+
+#define MS    1000000ull
+#define ELEMS (1u << 21) /* 8 MiB per rank: 256 chunks of 32 KB */
+#define RANKS 2u
+
+static const struct pbox_keyspec g_key[] = { { 3, ELEMS } };
+static float g_src[RANKS][ELEMS], g_dst[RANKS][ELEMS];
+
+struct rand_loss {
+	uint64_t state;
+	double p;
+	uint64_t seen, dropped;
+};
+
+static enum sim_verdict drop_random(struct sim *s, enum sim_dir dir, uint32_t ep,
+				    const struct pbox_msg *m, void *arg)
+{
+	struct rand_loss *l = arg;
+
+	(void)s;
+	(void)dir;
+	(void)ep;
+	(void)m;
+	/* xorshift64*: reproducible per seed */
+	l->state ^= l->state >> 12;
+	l->state ^= l->state << 25;
+	l->state ^= l->state >> 27;
+	l->seen++;
+	if ((double)((l->state * 2685821657736338717ull) >> 11) / 9007199254740992.0 < l->p) {
+		l->dropped++;
+		return SIM_DROP;
+	}
+	return SIM_PASS;
+}
+
+static struct sim_job_cfg cfg_of(void)
+{
+	struct sim_job_cfg c = {
+		.nranks = RANKS,
+		.ncores = 1,
+		.keys = g_key,
+		.nkeys = 1,
+		.chunk_bytes = 32768,
+		.frag_bytes = 1408,
+		.mode = PBOX_MODE_AGGREGATE,
+		.reduce = PBOX_REDUCE_SUM,
+		.rto_ms = 50,
+		.timeout_ms = 120000,
+	};
+	return c;
+}
+
+/* One push-pull by every rank, run to completion; checks the sums, returns seconds. */
+static double round_once(struct sim *s, uint32_t iter)
+{
+	static struct pbox_op op[RANKS];
+	uint64_t t0 = s->now_ns;
+
+	for (uint32_t r = 0; r < RANKS; r++) {
+		for (uint32_t i = 0; i < ELEMS; i++) {
+			g_src[r][i] = (float)((i + r + iter) & 1023);
+		}
+		op[r] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+					  .key = 0,
+					  .iter = iter,
+					  .src = g_src[r],
+					  .dst = g_dst[r] };
+		assert_int_equal(pbox_node_submit(s->node[r], &op[r]), 0);
+		pbox_node_flush(s->node[r]);
+	}
+	assert_true(sim_run(s, s->now_ns + 120000 * MS));
+	for (uint32_t r = 0; r < RANKS; r++) {
+		assert_int_equal(op[r].status, 0);
+		for (uint32_t i = 0; i < ELEMS; i += 101) {
+			float want = 0;
+
+			for (uint32_t q = 0; q < RANKS; q++) {
+				want += (float)((i + q + iter) & 1023);
+			}
+			assert_true(g_dst[r][i] == want);
+		}
+	}
+	return (double)(s->now_ns - t0) / 1e9;
+}
+
+/* Median-free: the mean of `rounds` exchanges after one warm-up, at loss p. */
+static double run_at(double p, uint64_t seed, const struct sim_link_cfg *l, uint32_t rounds)
+{
+	struct sim_job_cfg cfg = cfg_of();
+	struct rand_loss loss = { .state = seed * 0x9e3779b97f4a7c15ull + 1, .p = p };
+	struct sim s;
+	double sum = 0;
+
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, l, l), 0);
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	round_once(&s, 0);
+	for (uint32_t t = 1; t <= rounds; t++) {
+		sum += round_once(&s, t);
+	}
+	const struct pbox_node_stats *st = pbox_node_stats(s.node[0]);
+	print_message("loss %.3f: %.3f s per exchange (%.4f dropped), rank 0: cwnd %llu srtt %llu "
+		      "us rto %llu us, %llu loss events, %llu nacks, %llu retransmits, %llu "
+		      "probes, %llu timer waits, queue drops up %llu down %llu\n",
+		      p, sum / rounds, loss.seen ? (double)loss.dropped / loss.seen : 0.0,
+		      (unsigned long long)st->cwnd, (unsigned long long)st->srtt_us,
+		      (unsigned long long)st->rto_us, (unsigned long long)st->loss_events,
+		      (unsigned long long)st->nacks, (unsigned long long)st->retransmits,
+		      (unsigned long long)st->probes, (unsigned long long)st->timer_waits,
+		      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
+		      (unsigned long long)s.link_drops[SIM_TO_WORKER]);
+	sim_fini(&s);
+	return sum / rounds;
+}
+
+/*
+ * Two ranks on links of rate_Bps, 0.1 ms each way, a 10 ms drop-tail port (netlab's
+ * switch port), 8 MiB per rank, chunks of 32 KB in 1408-byte fragments (MTU 1500): the
+ * exchange time at 0.1%, 1% and 5% random loss on every datagram, both directions, as a
+ * multiple of the loss-free time: 1% within 1.3x (issue 10), 5% within max5.
+ *
+ * Before (libpbox until this test): at 1 Gbit/s 1% cost 1.40x and 5% 7.1x. A random loss
+ * shrank the window by a fifth (Veno) at most once per 10 ms, pinning it near one chunk,
+ * below the path's bandwidth-delay product; and every lost last fragment of a send round
+ * or lost result fragment stalled its chunk for the 10 ms RTO floor where the RTT is
+ * 0.5 ms. Now a loss shrinks the window by the queue the RTT shows (at most half), and the
+ * first timeout of a round is a tail-loss probe after max(2 SRTT, 2 ms): 1.1-1.2x and 2.7x.
+ */
+static void loss_curve(uint64_t rate_Bps, double max5)
+{
+	struct sim_link_cfg l = { .rate_Bps = rate_Bps,
+				  .delay_ns = MS / 10,
+				  .queue_bytes = rate_Bps / 100 };
+	double t0, t1, t5;
+
+	print_message("%.0f Mbit/s links\n", rate_Bps * 8 / 1e6);
+	t0 = run_at(0.0, 1, &l, 2);
+	(void)run_at(0.001, 2, &l, 2);
+	t1 = run_at(0.01, 3, &l, 2);
+	t5 = run_at(0.05, 4, &l, 2);
+	print_message("1%%: %.2fx, 5%%: %.2fx the loss-free time\n", t1 / t0, t5 / t0);
+	assert_true(t1 <= 1.3 * t0);
+	assert_true(t5 <= max5 * t0);
+}
+
+static void test_random_loss_100mbit(void **state)
+{
+	(void)state;
+	loss_curve(12500000, 2.0);
+}
+
+static void test_random_loss_1gbit(void **state)
+{
+	(void)state;
+	loss_curve(125000000, 4.0);
+}
+
+/*
+ * Many small keys (a network's biases and norms: one fragment each) at 5% random loss on
+ * 1 Gbit/s links: a rank whose contribution was acknowledged waits for the result; when
+ * that single-fragment result is lost, the probe that recovers it must come after about
+ * the wait measured for the other results, not after four initial RTOs (200 ms: before,
+ * an exchange of this test took 97 ms on average; now 22 ms).
+ */
+#define SMALL_KEYS 64u
+static struct pbox_keyspec g_small[SMALL_KEYS];
+static float g_ssrc[RANKS][SMALL_KEYS][256], g_sdst[RANKS][SMALL_KEYS][256];
+
+static void test_small_keys_lost_results(void **state)
+{
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 125000000,
+				  .delay_ns = MS / 10,
+				  .queue_bytes = 1250000 };
+	struct rand_loss loss = { .state = 77, .p = 0.05 };
+	static struct pbox_op op[RANKS][SMALL_KEYS];
+	struct sim s;
+	uint64_t t0;
+	double secs;
+
+	(void)state;
+	for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+		g_small[k] = (struct pbox_keyspec){ 100 + k, 256 };
+	}
+	cfg.keys = g_small;
+	cfg.nkeys = SMALL_KEYS;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	t0 = s.now_ns;
+	for (uint32_t it = 0; it < 20; it++) {
+		if (it == 1) {
+			t0 = s.now_ns; /* after the first exchange: the RTT is measured */
+		}
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+				for (uint32_t e = 0; e < 256; e++) {
+					g_ssrc[r][k][e] = (float)(r + k + e + it);
+				}
+				op[r][k] = (struct pbox_op){ .kind = PBOX_OP_PUSH_PULL,
+							     .key = k,
+							     .iter = it,
+							     .src = g_ssrc[r][k],
+							     .dst = g_sdst[r][k] };
+				assert_int_equal(pbox_node_submit(s.node[r], &op[r][k]), 0);
+			}
+			pbox_node_flush(s.node[r]);
+		}
+		assert_true(sim_run(&s, s.now_ns + 60000 * MS));
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k < SMALL_KEYS; k++) {
+				assert_int_equal(op[r][k].status, 0);
+				assert_true(g_sdst[r][k][255] == (float)(2 * (k + 255 + it) + 1));
+			}
+		}
+	}
+	secs = (double)(s.now_ns - t0) / 1e9 / 19;
+	print_message("small keys, 5%% loss: %.2f ms per exchange, %llu probes (rank 0)\n",
+		      secs * 1e3, (unsigned long long)pbox_node_stats(s.node[0])->probes);
+	assert_true(secs < 0.05);
+	sim_fini(&s);
+}
+
+/*
+ * A large key and small ones (a network's weights and its biases) on 1 Gbit/s links at 5%
+ * random loss: a one-fragment chunk is acknowledged in a fraction of a 32 KB chunk's RTT,
+ * so the minimum RTT is a small key's and every large chunk's RTT sits above it. That
+ * difference is no queue: the window must not be halved on each random loss for it.
+ * Before, it was (cwnd pinned at one chunk, 32 KB); now it stays above four chunks.
+ */
+static void test_mixed_keys_window(void **state)
+{
+	static struct pbox_keyspec keys[1 + 32];
+	static float msrc[RANKS][32][256], mdst[RANKS][32][256];
+	static struct pbox_op op[RANKS][1 + 32];
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 125000000,
+				  .delay_ns = MS / 10,
+				  .queue_bytes = 1250000 };
+	struct rand_loss loss = { .state = 5, .p = 0.05 };
+	uint64_t cwnd_sum = 0, samples = 0;
+	struct sim s;
+
+	(void)state;
+	keys[0] = g_key[0];
+	for (uint32_t k = 1; k <= 32; k++) {
+		keys[k] = (struct pbox_keyspec){ 200 + k, 256 };
+	}
+	cfg.keys = keys;
+	cfg.nkeys = 33;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	for (uint32_t it = 0; it < 4; it++) {
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k <= 32; k++) {
+				op[r][k] = (struct pbox_op){
+					.kind = PBOX_OP_PUSH_PULL,
+					.key = k,
+					.iter = it,
+					.src = k == 0 ? g_src[r] : msrc[r][k - 1],
+					.dst = k == 0 ? g_dst[r] : mdst[r][k - 1],
+				};
+			}
+			for (uint32_t k = 1; k <= 33; k++) {
+				/* small keys first: theirs are the first RTT samples */
+				assert_int_equal(pbox_node_submit(s.node[r], &op[r][k % 33]), 0);
+			}
+			pbox_node_flush(s.node[r]);
+		}
+		while (!sim_run(&s, s.now_ns + 5 * MS)) {
+			if (it > 0) {
+				cwnd_sum += pbox_node_stats(s.node[0])->cwnd;
+				samples++;
+			}
+		}
+		for (uint32_t r = 0; r < RANKS; r++) {
+			for (uint32_t k = 0; k <= 32; k++) {
+				assert_int_equal(op[r][k].status, 0);
+			}
+		}
+	}
+	print_message("mixed keys, 5%% loss: mean cwnd %.0f B over %llu samples\n",
+		      samples ? (double)cwnd_sum / samples : 0.0, (unsigned long long)samples);
+	assert_true(samples > 0);
+	assert_true(cwnd_sum / samples >= 4 * 32768);
+	sim_fini(&s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_random_loss_100mbit),
+		cmocka_unit_test(test_random_loss_1gbit),
+		cmocka_unit_test(test_small_keys_lost_results),
+		cmocka_unit_test(test_mixed_keys_window),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
