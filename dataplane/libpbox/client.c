@@ -735,7 +735,7 @@ static unsigned udp_rx_once(struct pbox_client *c, struct pbox_rx_pkt *pkts, uns
 /*
  * The socket sees long runs of results from one appliance core, and which core's run is
  * at the head is what placement cannot guess: take one datagram first, then the rest
- * placed after it (one more recvmmsg per burst, far cheaper than the copies it saves).
+ * placed after it (one more recvmmsg per burst).
  */
 static unsigned udp_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts,
 		       struct pbox_node_place *place, struct pbox_udp_place *uplace,
@@ -949,7 +949,7 @@ static int parse_register(struct pbox_client *c, json_t *resp, const struct pbox
 		 * appliance verifies them (the job says "crc"), or PBOX_VERSION_WORDS=crc
 		 * asks for them. Otherwise, in NOTIFY-ACK flow, sampled words kept by the
 		 * node let a resend notice a buffer changed under it without a pass over
-		 * every payload byte (loopback and most NICs checksum UDP already). A plain
+		 * every payload byte (UDP's own checksum covers the wire). A plain
 		 * push resends from the node's own copy, which cannot change. */
 		c->crc = json_is_true(json_object_get(resp, "crc")) || vwords_full();
 		c->sampled_words = !c->plain && !c->crc;
