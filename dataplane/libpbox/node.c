@@ -737,6 +737,15 @@ static uint64_t pto(const struct pbox_node *n)
 	return PBOX_MIN(n->rto, PBOX_MAX(2 * n->srtt, PTO_MIN_NS));
 }
 
+/* The same for a result: not with a broadcast tree (TSB), whose relays forward results
+ * later than the appliance would send them; there a probe within 2 SRTT asked the
+ * appliance for what was still on its way down the tree (test_tsb: the appliance sent
+ * 0.7 bytes per byte received instead of 0.35). */
+static uint64_t result_pto(const struct pbox_node *n)
+{
+	return n->relay != NULL ? n->rto : pto(n);
+}
+
 /* ---- completion --------------------------------------------------------------------- */
 
 static void op_finish(struct pbox_node *n, struct pbox_op *op)
@@ -1119,8 +1128,8 @@ static uint64_t probe_tmo(const struct pbox_node *n)
 {
 	uint64_t slow = PBOX_MIN(4 * PBOX_MAX(n->rto, (uint64_t)n->cfg.rto_ms * MS_NS), n->rto_max);
 
-	if (n->wsrtt == 0) {
-		return slow;
+	if (n->wsrtt == 0 || n->relay != NULL) {
+		return slow; /* TSB: see result_pto() */
 	}
 	return PBOX_MIN(slow, n->wsrtt + PBOX_MAX(4 * n->wvar, pto(n)));
 }
@@ -1363,7 +1372,7 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			/* The rest of the result is on its way: a probe is due after one
 			 * retransmission timeout, not after the slower probe pace. */
 			delivered(n, i, now(n));
-			enter_wait(n, i, pto(n));
+			enter_wait(n, i, result_pto(n));
 		} else if (w->phase == PH_WAIT && w->rgot == 0) {
 			/* The result has started to arrive: the rest follows within about an
 			 * RTT, so a fragment lost on the way is asked for after one RTO, not
@@ -1371,7 +1380,7 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			wait_sample(n, now(n) - w->sent_ns); /* probes or not: a lost one
 								  only raises it */
 			w->tries = 0;
-			w->tmo_ns = pto(n);
+			w->tmo_ns = result_pto(n);
 			arm(n, w, now(n));
 			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
 		}
