@@ -562,6 +562,7 @@ static void end_session(struct pboxd_sessions *s, struct job *j)
 	 * the tables that cores may still read are retired and the transport released its
 	 * replies, never sooner (dataplane.h). */
 	publish(s);
+	pboxd_shm_session_ended(s->dp != NULL ? s->dp->shm : NULL); /* their pin on st */
 	tsb_retire(s, j);
 	pbox_job_state_put(st);
 	pboxd_budget_release(&s->budget, j->charged);

@@ -39,6 +39,13 @@ SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
 WELCOME = struct.Struct("<IIIIQQII64Q")  # shm.h: struct pbox_shm_welcome
 RING_KB = 256
+# A result fragment of a shm worker is a descriptor record in its ring (64-byte record
+# header, pbox header, 32-byte descriptor into the results' arena: 192 bytes), so a
+# 256 KB ring (pboxd's minimum) holds ~1365 of them. The parts that need a ring to
+# overflow (pboxd then holds the rest in its backlog) push one key of 8 MB: at 32 KB
+# chunks of 1408-byte fragments, one iteration asks ~3000 result fragments of each core.
+DESC_REC = 192
+OVERFLOW_KEYS = [(0, 1 << 21)]
 
 
 class ShmConn:
@@ -236,8 +243,17 @@ def run_workers(d, job, token, n, keys, iters, extra=()):
 
 def push_unread(c, ten, keys, iters):
     """Push iters iterations of key 0 (each fragment asks for its result) without reading
-    any result; returns how many result fragments that asks for."""
+    any result; returns how many result fragments that asks for. The caller wants the
+    worker's rings to overflow: each core must answer more descriptor records than its
+    ring holds (checked first; pboxd's `backlogged` then shows the overflow was used)."""
     nchunks = (keys[0][1] * 4 + ten.chunk_bytes - 1) // ten.chunk_bytes
+    per_core = [0] * c.ncores
+    for ch in range(nchunks):
+        per_core[ten.core_map[ch]] += iters * len(ten.frags(ch))
+    if max(per_core) * DESC_REC < 2 * c.ring:
+        fail("push_unread: %s result fragments per core fit in rings of %d bytes (as "
+             "%d-byte descriptor records): the test would not overflow them" %
+             (per_core, c.ring, DESC_REC))
     want = 0
     for it in range(iters):
         for ch in range(nchunks):
@@ -250,8 +266,8 @@ def push_unread(c, ten, keys, iters):
 
 
 def slow_worker(d, name, ten, keys):
-    """A slow worker: it pushes two iterations of a key larger than its rings before
-    reading any result. pboxd holds what does not fit (its backlog) and moves it in as the
+    """A slow worker: it pushes two iterations of a key before reading any result, whose
+    result fragments are more than its rings hold (as descriptor records). pboxd holds what does not fit (its backlog) and moves it in as the
     worker frees room: every fragment arrives, none is dropped, lost or refused."""
     before = shm_stats(d)
     c = ShmConn(name, 1, 0, ten.cookie)
@@ -328,7 +344,7 @@ def part_hostile():
                             ["--server-opt", "--optimizer", "nag", "--lr", "0.1", "--async"])
         # A worker killed in the middle of its pushes (a large key keeps it busy).
         victim = run_workers(d, 3, "victim", 1, "4000000", 1000)[0]
-        keys = [(0, 262144)]
+        keys = OVERFLOW_KEYS
         ten = spoof.Tenant(d.control, 1, 0, "evil", keys, "127.0.0.1", "127.0.0.1")
         name = ten.reg.get("shm")
         if not name:
@@ -456,7 +472,7 @@ def part_stuck_backlog():
     on it (its cores sleep until the worker gives room back and rings them; they polled
     the full rings at 100 % before), and delivers all of it once the worker reads."""
     jobs = [{"id": 1, "token": "t", "workers": 1, "mode": "aggregate"}]
-    keys = [(0, 262144)]
+    keys = OVERFLOW_KEYS
     with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
         ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
         c = ShmConn(d.stats()["transport"]["shm"]["socket"], 1, 0, ten.cookie)
@@ -668,6 +684,68 @@ def part_results():
           "memory and hold none of them" % want)
 
 
+def results_memfds(d, job):
+    """How many results' memfds of job pboxd holds open (one per core of each live job
+    state: they go with the state)."""
+    fd_dir = "/proc/%d/fd" % d.proc.pid
+    n = 0
+    for fd in os.listdir(fd_dir):
+        try:
+            n += os.readlink(os.path.join(fd_dir, fd)).startswith(
+                "/memfd:pbox-results-j%d-c" % job)
+        except OSError:
+            pass  # closed meanwhile
+    return n
+
+
+def part_session_end():
+    """A session's end ends its workers' shm connections (review R1): a connection pins
+    the job state it was admitted with (its descriptors point into that state's results'
+    arenas), and the memory budget gives the session's bytes back when it ends; a worker
+    that stays connected after its session ended (aborted, removed, a failed peer) kept
+    the whole old state alive beside the next session's. Now pboxd closes the socket and
+    the state goes (its results' memfds are closed); the next session connects afresh."""
+    jobs = [{"id": 1, "token": "t", "workers": 1, "mode": "aggregate"}]
+    keys = [(0, 300000)]
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
+        ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
+        c = ShmConn(shm_stats(d)["socket"], 1, 0, ten.cookie)
+        if c.status != 0 or c.nres != c.ncores:
+            fail("session end: status %d, %d results' arenas" % (c.status, c.nres))
+        wait_for(lambda: shm_stats(d)["conns_live"] == 1, "the connection listed")
+        held = results_memfds(d, 1)
+        if held != c.ncores:
+            fail("session end: pboxd holds %d results' memfds of job 1, not %d" %
+                 (held, c.ncores))
+        ten.close()  # the only member leaves: the session ends; the worker stays
+        if not c.ended(10):
+            fail("session end: the worker's shm connection outlived its session (it pins "
+                 "the old job state: %d results' memfds still open)" % results_memfds(d, 1))
+        wait_for(lambda: shm_stats(d)["conns_live"] == 0, "the connection dropped", 10)
+        wait_for(lambda: results_memfds(d, 1) == 0, "the old state freed", 10)
+        c.close()
+        # The next session of the job: a new connection, admitted with the new state.
+        ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
+        c = ShmConn(shm_stats(d)["socket"], 1, 0, ten.cookie)
+        if c.status != 0 or c.nres != c.ncores:
+            fail("session end: the next session's worker got status %d" % c.status)
+        dg = ten.push_dgrams(0, bytes(ten.chunk_len(0)), 0, flags=spoof.F_WANT_REPLY)
+        for x in dg:
+            if not c.push(ten.core_map[0], x):
+                fail("session end: pboxd does not read the new connection's ring")
+        got, deadline = 0, time.time() + 20
+        while got < len(dg) and time.time() < deadline:
+            got += sum(1 for x in c.pop_all(ten.core_map[0])
+                       if spoof.parse_hdr(x)["type"] == spoof.DATA)
+            time.sleep(0.01)
+        if got != len(dg):
+            fail("session end: the next session got %d of %d results" % (got, len(dg)))
+        c.close()
+        ten.close()
+    print("session end: the worker's connection ended with its session, the old state "
+          "freed; the next session connected and got its results")
+
+
 def part_config():
     """appliance.shm is checked like the rest of the configuration."""
     from pboxtest import to_libconfig
@@ -718,6 +796,7 @@ def main():
     part_stuck_backlog()
     part_paced_beside_shm()
     part_results()
+    part_session_end()
     part_hostile()
     print("shm: OK")
 

@@ -130,6 +130,8 @@ struct pboxd_shm {
 	int lfd;
 	int efd; /* the listener's doorbell: stop, or a core found a broken ring */
 	bool stop;
+	uint64_t sessions_ended; /* pboxd_shm_session_ended calls (atomic); the listener's: */
+	uint64_t sessions_seen;
 	bool started;
 	pthread_t thread;
 	_Atomic uint64_t gen;
@@ -686,6 +688,44 @@ static void conn_end(struct pboxd_shm *s, struct shm_conn *cn, const char *why)
 	ring_cores(s);
 }
 
+/* A connection pins the job state it was admitted with (its descriptors point into that
+ * state's results' arenas): once the published table no longer lists that state (its
+ * session ended), the connection ends too, so the state and its bytes, which the memory
+ * budget already gave back, go now rather than when the worker disconnects. */
+static void end_stale_sessions(struct pboxd_shm *s)
+{
+	uint64_t n = __atomic_load_n(&s->sessions_ended, __ATOMIC_ACQUIRE);
+
+	if (n == s->sessions_seen) {
+		return;
+	}
+	s->sessions_seen = n;
+	rcu_thread_online();
+	for (uint32_t i = 0; i < s->cfg.max_conns; i++) {
+		struct shm_conn *cn = &s->conns[i];
+		const struct pbox_job *j;
+
+		if (atomic_load_explicit(&cn->state, memory_order_relaxed) != CONN_LIVE ||
+		    cn->res_state == NULL) {
+			continue;
+		}
+		j = pbox_jobtab_find(rcu_dereference(*s->tab), cn->job);
+		if (j == NULL || j->state != cn->res_state) {
+			conn_end(s, cn, "its session ended");
+		}
+	}
+	rcu_thread_offline();
+}
+
+void pboxd_shm_session_ended(struct pboxd_shm *s)
+{
+	if (s == NULL) {
+		return;
+	}
+	__atomic_fetch_add(&s->sessions_ended, 1, __ATOMIC_RELEASE);
+	ring_fd(s->efd);
+}
+
 static void refuse(struct pboxd_shm *s, struct shm_conn *cn, uint32_t status)
 {
 	struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
@@ -918,6 +958,7 @@ static void *listener_main(void *arg)
 		if (p[1].revents & POLLIN) {
 			drain_fd(s->efd);
 		}
+		end_stale_sessions(s);
 		for (unsigned i = 2; rc > 0 && i < np; i++) {
 			struct shm_conn *cn = &s->conns[who[i]];
 

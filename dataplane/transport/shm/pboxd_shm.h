@@ -82,6 +82,11 @@ int pboxd_shm_start(struct pboxd_shm *s);
  * joined. NULL is a no-op. */
 void pboxd_shm_destroy(struct pboxd_shm *s);
 
+/* A session ended (its state is no longer in the published table): the listener ends
+ * the connections admitted with that state (they pin it; their workers see the socket
+ * close). Any thread, after the table without the state was published; NULL: no-op. */
+void pboxd_shm_session_ended(struct pboxd_shm *s);
+
 /* The results' arenas pboxd_shm_create installs (pbox_job_set_result_ops): a sealed
  * memfd per (job, core), handed to that job's shm workers with their welcome (shm.h).
  * Static: states created with them outlive the listener. */
