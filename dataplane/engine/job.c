@@ -385,13 +385,17 @@ void pbox_job_set_result_ops(const struct pbox_result_ops *ops)
 	g_result_ops = ops;
 }
 
-struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
+/* The state with results' arenas from rops (NULL: in the chunk state's own arena). NULL
+ * after logging why, *err the cause (ENOMEM, or the allocators' errno). */
+static struct pbox_job_state *state_create(const struct pbox_job *job,
+					   const struct pbox_result_ops *rops, int *err)
 {
 	const struct pbox_jobdesc *d = job->wire.desc;
 	struct pbox_job_state *st;
 
 	st = aligned_alloc(PBOX_CACHE_LINE, table_bytes(d->ncores));
 	if (st == NULL) {
+		*err = ENOMEM;
 		PBOX_LOG_ERR(ENGINE, "job %u: out of memory for the per-core state table",
 			     job->wire.id);
 		return NULL;
@@ -400,7 +404,7 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 	st->ncores = d->ncores;
 	st->refs = 1;
 	st->arena_ops = g_arena_ops;
-	st->result_ops = result_ops_now();
+	st->result_ops = rops;
 	for (uint32_t k = 0; k < d->ncores; k++) {
 		st->core[k].res_handle = -1;
 	}
@@ -427,6 +431,7 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 			}
 		}
 		if (c.base == NULL) {
+			*err = errno != 0 ? errno : ENOMEM;
 			pbox_job_state_free(st);
 			return NULL;
 		}
@@ -437,9 +442,14 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 		if (st->result_ops != NULL) {
 			/* The results' arena: zeroed, page aligned (its allocator logs a
 			 * failure). */
-			if (rbytes > SIZE_MAX ||
-			    st->result_ops->alloc(st->result_ops->ctx, (size_t)rbytes, job->wire.id,
-						  k, &cj->res_arena, &cj->res_handle) != 0) {
+			int rc = rbytes > SIZE_MAX
+					 ? -ENOMEM
+					 : st->result_ops->alloc(st->result_ops->ctx,
+								 (size_t)rbytes, job->wire.id, k,
+								 &cj->res_arena, &cj->res_handle);
+
+			if (rc != 0) {
+				*err = rc < 0 ? -rc : ENOMEM;
 				pbox_job_state_free(st);
 				return NULL;
 			}
@@ -448,6 +458,30 @@ struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
 			c.res = &r;
 		}
 		layout_core(job, k, &c, cj, &st->pins);
+	}
+	return st;
+}
+
+struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job)
+{
+	const struct pbox_result_ops *rops = result_ops_now();
+	struct pbox_job_state *st;
+	int err = ENOMEM;
+
+	errno = 0;
+	st = state_create(job, rops, &err);
+	if (st == NULL && rops != NULL && (err == EMFILE || err == ENFILE)) {
+		/* Out of descriptors, not memory: the results stay in the chunk state's arena
+		 * and go to shm workers as copies; the session is not refused for it. */
+		PBOX_LOG_WARN(ENGINE,
+			      "job %u: no file descriptor for its results' arenas (%s): its "
+			      "results go to shared-memory workers as copies",
+			      job->wire.id, strerror(err));
+		errno = 0;
+		st = state_create(job, NULL, &err);
+	}
+	if (st == NULL) {
+		errno = err;
 	}
 	return st;
 }

@@ -358,7 +358,9 @@ void pbox_jobtab_free(struct pbox_jobtab *tab);
  * owned chunk's model, optimizer state, window slots and bitmaps. Server-optimizer
  * chunks start uninitialised; aggregate chunks ready. The state starts with one reference
  * (the caller's). Returns NULL after logging why (out of memory names the job and the
- * size).
+ * size), errno the cause (ENOMEM, EMFILE, ...). Results' arenas (pbox_job_set_result_ops)
+ * that cannot be had for want of file descriptors (EMFILE / ENFILE) are not a failure: the
+ * state keeps its results in its own arena instead (logged).
  */
 struct pbox_job_state *pbox_job_state_create(const struct pbox_job *job);
 

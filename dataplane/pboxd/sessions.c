@@ -57,6 +57,7 @@ struct alloc_req {
 	struct job *job;
 	struct pbox_job desc;         /* what pbox_job_state_create reads; points into job */
 	struct pbox_job_state *state; /* the result (NULL: failed) */
+	int err;                      /* why it failed (errno) */
 	uint64_t elapsed_ns;
 	struct alloc_req *next;
 };
@@ -164,6 +165,7 @@ static void *allocator_main(void *arg)
 		pthread_mutex_unlock(&a->lock);
 		t0 = mono_ns();
 		r->state = pbox_job_state_create(&r->desc);
+		r->err = r->state == NULL ? errno : 0;
 		r->elapsed_ns = mono_ns() - t0;
 		pthread_mutex_lock(&a->lock);
 		r->next = a->done;
@@ -1170,10 +1172,12 @@ static void finish_start(struct pboxd_sessions *s, struct alloc_req *r)
 		return;
 	}
 	if (r->state == NULL) {
-		resp = pbox_ctl_error(ENOMEM,
-				      "job %u: not enough memory for the chunk state (see "
-				      "pboxd's log)",
-				      j->cfg->id);
+		bool nofd = r->err == EMFILE || r->err == ENFILE;
+
+		resp = pbox_ctl_error(
+			nofd ? r->err : ENOMEM, "job %u: %s for the chunk state (see pboxd's log)",
+			j->cfg->id,
+			nofd ? "pboxd is out of file descriptors" : "not enough memory");
 		for (uint32_t k = 0; k < j->cfg->workers; k++) {
 			struct member *m = &j->members[k];
 

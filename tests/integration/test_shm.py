@@ -746,6 +746,63 @@ def part_session_end():
           "freed; the next session connected and got its results")
 
 
+def part_fd_reserve():
+    """Results' memfds and the open-file limit (review R2): every (session, core) holds
+    one for the session's life. Clients that used up pboxd's descriptors made
+    memfd_create fail, and a legit job was refused as "not enough memory for the chunk
+    state". Now a memfd never takes the last descriptors under the limit: the session
+    starts without results' arenas (its results go to shm workers as copies), pboxd's log
+    names the cause, and shm.res_fds counts the memfds held."""
+    import resource
+    jobs = [{"id": 1, "token": "t", "workers": 1, "mode": "aggregate"}]
+    keys = [(0, 300000)]
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB}) as d:
+        pid = d.proc.pid
+        if shm_stats(d).get("res_fds", 0) != 0:
+            fail("fd reserve: res_fds %d without a session" % shm_stats(d)["res_fds"])
+        time.sleep(0.2)  # the stats connection closed
+        lim = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        nopen = len(os.listdir("/proc/%d/fd" % pid))
+        # Room for the rank's control connection and one memfd: descriptors exhausted.
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nopen + 2, lim[1]))
+        try:
+            ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
+        except RuntimeError as e:
+            fail("fd reserve: with pboxd's descriptors used up, a job was refused: %s" % e)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, lim)
+        c = ShmConn(shm_stats(d)["socket"], 1, 0, ten.cookie)
+        if c.status != 0 or c.nres != 0:
+            fail("fd reserve: status %d, %d results' arenas (none could be had)" %
+                 (c.status, c.nres))
+        dg = ten.push_dgrams(0, bytes(ten.chunk_len(0)), 0, flags=spoof.F_WANT_REPLY)
+        k = ten.core_map[0]
+        for x in dg:
+            if not c.push(k, x):
+                fail("fd reserve: pboxd does not read the ring")
+        got, deadline = 0, time.time() + 20
+        while got < len(dg) and time.time() < deadline:
+            got += sum(1 for x in c.pop_all(k) if spoof.parse_hdr(x)["type"] == spoof.DATA)
+            time.sleep(0.01)
+        if got != len(dg) or c.ndesc != 0:
+            fail("fd reserve: %d of %d results, %d as descriptors" % (got, len(dg), c.ndesc))
+        c.close()
+        ten.close()
+        with open(d.logpath) as f:
+            log = f.read()
+        if "out of file descriptors" not in log or "go to shared-memory workers as copies" \
+                not in log:
+            fail("fd reserve: pboxd's log does not name the cause:\n" + log[-2000:])
+        # A session with descriptors to spare gets its arenas; they are counted.
+        ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
+        held = shm_stats(d)["res_fds"]
+        ten.close()
+        if held != 2:
+            fail("fd reserve: res_fds %d with one session on 2 cores" % held)
+    print("fd reserve: with descriptors used up the job started without results' arenas "
+          "(%d results as copies, the cause logged); res_fds counts the memfds" % got)
+
+
 def part_config():
     """appliance.shm is checked like the rest of the configuration."""
     from pboxtest import to_libconfig
@@ -797,6 +854,7 @@ def main():
     part_paced_beside_shm()
     part_results()
     part_session_end()
+    part_fd_reserve()
     part_hostile()
     print("shm: OK")
 

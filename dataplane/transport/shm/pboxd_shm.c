@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -575,17 +576,35 @@ void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l)
 
 /* ---- results' arenas ----------------------------------------------------------------- */
 
+/* Descriptors results' memfds never take: the control plane's accepts, checkpoints and
+ * the shm listener need them (control.c caps its connections FD_RESERVE below the limit;
+ * every (session, core) holds one memfd for the session's life, up to PBOXD_MAX_JOBS x
+ * ncores, counted here instead). */
+#define SHM_RES_FD_RESERVE 64u
+
+static uint64_t g_res_fds; /* results' memfds open (atomic) */
+
 /* One sealed memfd per (job, core): pboxd maps it read-write before sealing it against
- * new writable mappings, so the workers it is handed to map it read-only. */
+ * new writable mappings, so the workers it is handed to map it read-only. A memfd that
+ * would leave fewer than SHM_RES_FD_RESERVE descriptors under the open-file limit is not
+ * taken: -EMFILE (the state then keeps its results in its own arena: copies). */
 static int res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void **p, int *handle)
 {
 	char name[48];
+	struct rlimit rl;
 	int fd, err;
 	void *m;
 
 	(void)ctx;
 	snprintf(name, sizeof(name), "pbox-results-j%u-c%u", job, core);
 	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	/* Descriptors are allocated lowest first: every one below fd is taken. */
+	if (fd >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)fd + SHM_RES_FD_RESERVE >= (uint64_t)rl.rlim_cur) {
+		close(fd);
+		fd = -1;
+		errno = EMFILE;
+	}
 	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
 		goto fail;
 	}
@@ -602,11 +621,14 @@ static int res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void 
 	}
 	*p = m;
 	*handle = fd;
+	__atomic_fetch_add(&g_res_fds, 1, __ATOMIC_RELAXED);
 	return 0;
 fail:
 	err = errno;
 	PBOX_LOG_ERR(TRANSPORT, "job %u core %u: cannot create %zu bytes of results' arena: %s",
-		     job, core, bytes, strerror(err));
+		     job, core, bytes,
+		     err == EMFILE || err == ENFILE ? "out of file descriptors (EMFILE)"
+						    : strerror(err));
 	if (fd >= 0) {
 		close(fd);
 	}
@@ -618,6 +640,7 @@ static void res_free(void *ctx, void *p, size_t bytes, int handle)
 	(void)ctx;
 	munmap(p, bytes);
 	close(handle);
+	__atomic_fetch_sub(&g_res_fds, 1, __ATOMIC_RELAXED);
 }
 
 const struct pbox_result_ops pboxd_shm_result_ops = { res_alloc, res_free, NULL };
@@ -1211,6 +1234,9 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 		      broken);
 	if (o != NULL) {
 		json_object_set_new(o, "tx_desc", json_integer((json_int_t)t.tx_desc));
+		json_object_set_new(
+			o, "res_fds",
+			json_integer((json_int_t)__atomic_load_n(&g_res_fds, __ATOMIC_RELAXED)));
 	}
 	return o;
 }
