@@ -322,9 +322,16 @@ def backlog_lost(d, name, ten, keys):
     c.close()
     wait_for(lambda: shm_stats(d)["broken"]["bad_head"] > before["broken"]["bad_head"],
              "bad_head counted")
-    after = shm_stats(d)
-    gone = after["tx_gone"] - before["tx_gone"]
-    full = after["tx_full"] - before["tx_full"]
+    # Each core counts what its backlog held when it drops the connection, which can
+    # come after the listener counted the broken ring: wait (bounded) for the counts.
+    deadline = time.time() + 20
+    while True:
+        after = shm_stats(d)
+        gone = after["tx_gone"] - before["tx_gone"]
+        full = after["tx_full"] - before["tx_full"]
+        if in_ring + gone + full >= want or time.time() > deadline:
+            break
+        time.sleep(0.05)
     if in_ring >= want or in_ring + gone + full < want:
         fail("backlog lost: %d result fragments, %d in the ring, %d counted lost, %d dropped"
              % (want, in_ring, gone, full))
