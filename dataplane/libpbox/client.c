@@ -1110,6 +1110,7 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 		 * there means a descheduled peer on a busy host, not a loss; a low floor would
 		 * only resend what is about to be read. */
 		ncfg.rto_min_ms = PBOX_SHM_RTO_MIN_MS;
+		ncfg.pto_min_ms = PBOX_SHM_RTO_MIN_MS;
 		ncfg.rto_ms = PBOX_MAX(ncfg.rto_ms, (uint32_t)PBOX_SHM_RTO_MIN_MS);
 	}
 	ncfg.timeout_ms = c->opts.timeout_ms;

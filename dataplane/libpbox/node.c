@@ -98,6 +98,7 @@ struct pbox_node {
 	uint64_t wsrtt, wvar;  /* an acknowledged contribution's wait for its result */
 	uint64_t rto;          /* current RTO (before a chunk's own back-off) */
 	uint64_t rto_min, rto_max;
+	uint64_t pto_min; /* floor of the tail-loss probe (cfg.pto_min_ms) */
 	uint64_t min_rtt; /* windowed minimum: min(min_prev, min_cur) */
 	uint64_t min_prev, min_cur, min_epoch;
 	uint64_t standing; /* least RTT sample of the last srtt / 2 (0: none yet) */
@@ -580,6 +581,7 @@ static void arm(struct pbox_node *n, struct wchunk *w, uint64_t t)
 /* ---- congestion control and RTO (node.h explains the choice) -------------------------- */
 
 #define MS_NS            1000000ull
+#define PTO_MIN_NS       (2ull * MS_NS)     /* the tail-loss probe's default floor */
 #define MIN_RTT_EPOCH_NS (10000ull * MS_NS) /* the minimum RTT forgets after 10-20 s */
 #define RTO_CLOCK_NS     (1ull * MS_NS)     /* RFC 6298's G: the progress loop sleeps in ms */
 #define PACE_SLACK_NS    (2ull * MS_NS)     /* a late wake-up may catch up this much */
@@ -594,6 +596,7 @@ static void cc_init(struct pbox_node *n)
 	n->ssthresh = UINT64_MAX;
 	n->rto = (uint64_t)n->cfg.rto_ms * MS_NS;
 	n->rto_min = (uint64_t)n->cfg.rto_min_ms * MS_NS;
+	n->pto_min = n->cfg.pto_min_ms != 0 ? (uint64_t)n->cfg.pto_min_ms * MS_NS : PTO_MIN_NS;
 	n->rto_max = (uint64_t)n->cfg.rto_max_ms * MS_NS;
 	n->stats.cwnd = n->cwnd;
 	n->stats.rto_us = n->rto / 1000;
@@ -726,15 +729,15 @@ static void pace(struct pbox_node *n, uint64_t bytes, uint64_t t)
  * small (the round's last fragment, which asks for a NACK, or a PULL saying which result
  * fragments are here), so a spurious one costs a datagram; each later expiry doubles
  * the timeout. With the RTO's 10 ms floor alone, every lost last fragment or result fragment
- * stalled a chunk for 10 ms where the RTT is 0.5 ms (1 Gbit/s: 5% loss cost 5x). */
-#define PTO_MIN_NS (2ull * MS_NS)
+ * stalled a chunk for 10 ms where the RTT is 0.5 ms (1 Gbit/s: 5% loss cost 5x). The
+ * floor is PTO_MIN_NS unless the transport sets its own (cfg.pto_min_ms: shm). */
 
 static uint64_t pto(const struct pbox_node *n)
 {
 	if (n->srtt == 0) {
 		return n->rto;
 	}
-	return PBOX_MIN(n->rto, PBOX_MAX(2 * n->srtt, PTO_MIN_NS));
+	return PBOX_MIN(n->rto, PBOX_MAX(2 * n->srtt, n->pto_min));
 }
 
 /* The same for a result: not with a broadcast tree (TSB), whose relays forward results

@@ -188,6 +188,9 @@ struct pbox_node_cfg {
 	void *now_arg;
 	uint32_t rto_ms;       /* RTO before the first RTT sample (0: 50 ms) */
 	uint32_t rto_min_ms;   /* floor of the measured RTO (0: 10 ms; at most rto_ms) */
+	uint32_t pto_min_ms;   /* floor of the tail-loss probe (0: 2 ms; at most the RTO): a
+				* transport that loses nothing unless it counts it (shm) sets
+				* its RTO floor, so a descheduled peer is not probed for */
 	uint32_t rto_max_ms;   /* cap of the RTO and of its doubling (0: 1000 ms) */
 	uint32_t timeout_ms;   /* operation deadline (0: 30 s) */
 	uint32_t max_inflight; /* cap: chunks sending at once (0: 256) */

@@ -321,6 +321,8 @@ int sim_init(struct sim *s, const struct sim_job_cfg *c)
 			.now_ns = sim_now,
 			.now_arg = s,
 			.rto_ms = c->rto_ms ? c->rto_ms : 10,
+			.rto_min_ms = c->rto_min_ms,
+			.pto_min_ms = c->pto_min_ms,
 			.rto_max_ms = 80,
 			.timeout_ms = c->timeout_ms ? c->timeout_ms : 2000,
 			.staleness = s->job.sync->worker_staleness(&s->job.sync_cfg),

@@ -134,8 +134,9 @@ struct sim_job_cfg {
 	bool sampled_words;              /* nodes: sampled version words, not CRC32C */
 	uint32_t window_bytes;           /* nodes: 0 = default */
 	uint32_t timeout_ms, rto_ms;
-	bool no_nodes;                  /* tests that speak to the engine directly */
-	const struct pbox_dvf_job *dvf; /* NULL: no DVF (kept: must outlive the sim) */
+	uint32_t rto_min_ms, pto_min_ms; /* nodes: 0 = defaults */
+	bool no_nodes;                   /* tests that speak to the engine directly */
+	const struct pbox_dvf_job *dvf;  /* NULL: no DVF (kept: must outlive the sim) */
 };
 
 /* Build the job, the engines and (unless no_nodes) one node per rank. 0 on success. */
