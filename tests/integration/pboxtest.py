@@ -290,6 +290,30 @@ def starve_descriptors(pid, port, settle):
     return cpu, wall
 
 
+def run_threads(n, fn, timeout=600):
+    """Run fn(r) for r in range(n), each in its own thread (ranks of a job calling
+    libpbox through ctypes); fail with the first exception a thread raised, or if one
+    is still running after timeout s."""
+    errors = []
+
+    def body(r):
+        try:
+            fn(r)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.time()))
+        if t.is_alive():
+            fail("a rank did not finish within %d s" % timeout)
+    if errors:
+        fail(str(errors[0]))
+
+
 def register_rank(control, job, token, keys, rank=0, may_refuse=False):
     """hello + register of keys ([(id, elements)]) as rank of job on one control connection
     to control ("host:port"), closed on return (the rank leaves without a goodbye);

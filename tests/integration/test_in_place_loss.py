@@ -7,9 +7,8 @@ injected on pboxd's and on every worker's sends: every result is exact and nothi
 overwritten gradient and fail with EILSEQ). Ranks run in threads, calling libpbox through
 ctypes (which releases the GIL during each call)."""
 import ctypes
-import threading
 
-from pboxtest import ClientOpts, KeyInfo, Pboxd, fail, load_libpbox
+from pboxtest import ClientOpts, KeyInfo, Pboxd, fail, load_libpbox, run_threads
 
 WORKERS = 3
 ITERS = 8
@@ -33,7 +32,6 @@ def main():
     lib.pbox_last_error.restype = ctypes.c_char_p
     jobs = [{"id": 1, "token": "a", "workers": WORKERS, "mode": "aggregate",
              "reduce": "sum"}]
-    errors = []
     stats = [None] * WORKERS
 
     def rank(r, control):
@@ -63,22 +61,8 @@ def main():
         finally:
             lib.pbox_close(c)
 
-    def body(r, control):
-        try:
-            rank(r, control)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
     with Pboxd(jobs, cores=2, mtu=1500, fault=FAULT + ",seed=9") as d:
-        threads = [threading.Thread(target=body, args=(r, d.control)) for r in range(WORKERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
-            if t.is_alive():
-                fail("a rank did not finish")
-        if errors:
-            fail(str(errors[0]))
+        run_threads(WORKERS, lambda r: rank(r, d.control))
         for r, st in enumerate(stats):
             print("rank %d: %d ops, %d retransmits, %d probes, %d foreign" % (
                 r, st.ops_done, st.retransmits, st.probes, st.foreign))

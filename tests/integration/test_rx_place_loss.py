@@ -8,9 +8,8 @@ fails, and results did land in place (pbox_client_rx_placed). Ranks run in threa
 calling libpbox through ctypes (which releases the GIL during each call)."""
 import ctypes
 import os
-import threading
 
-from pboxtest import Pboxd, fail, load_libpbox
+from pboxtest import Pboxd, fail, load_libpbox, run_threads
 
 WORKERS = 3
 ITERS = 6
@@ -43,7 +42,6 @@ def main():
     lib.pbox_client_rx_placed.restype = ctypes.c_uint64
     jobs = [{"id": 1, "token": "a", "workers": WORKERS, "mode": "aggregate",
              "reduce": "sum"}]
-    errors = []
     placed = [0] * WORKERS
 
     def rank(r, control):
@@ -73,22 +71,8 @@ def main():
         finally:
             lib.pbox_close(c)
 
-    def body(r, control):
-        try:
-            rank(r, control)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
     with Pboxd(jobs, cores=2, mtu=65535, fault=FAULT + ",seed=11") as d:
-        threads = [threading.Thread(target=body, args=(r, d.control)) for r in range(WORKERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
-            if t.is_alive():
-                fail("a rank did not finish")
-        if errors:
-            fail(str(errors[0]))
+        run_threads(WORKERS, lambda r: rank(r, d.control))
         print("results received in place per rank: %s" % placed)
         if sum(placed) == 0:
             fail("no result was received in place: placement did not run")
