@@ -179,6 +179,11 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
         # the caller's buffer (libpbox's receive placement; absent in older builds)
         "client_rx_pkts": sum(o.get("rx_pkts", 0) for o in outs),
         "client_rx_placed": sum(o.get("rx_placed", 0) for o in outs),
+        # shared-memory workers: results read through descriptors into pboxd's results'
+        # arena, and those dropped as stale / torn (rewritten before / while read)
+        "shm_rx_desc": sum(o.get("shm_rx_desc", 0) for o in outs),
+        "shm_stale": sum(o.get("shm_stale", 0) for o in outs),
+        "shm_torn": sum(o.get("shm_torn", 0) for o in outs),
         # the workers' own CPU seconds per exchange (libpbox: progress thread included)
         "client_cpu_per_iter": (sum(o["cpu_s"] for o in outs) / r0["iters"]
                                 if all("cpu_s" in o for o in outs) and r0["iters"] else None),
@@ -327,7 +332,8 @@ def compare(args, model, workers, mtu):
            "runs": {k: [{x: r.get(x) for x in ("iters", "retransmits", "probes", "rcvbuf_errors",
                                                "client_dropped", "pboxd", "transport",
                                                "median_s", "gso", "client_rx_pkts",
-                                               "client_rx_placed", "client_cpu_per_iter")}
+                                               "client_rx_placed", "client_cpu_per_iter",
+                                               "shm_rx_desc", "shm_stale", "shm_torn")}
                         for r in extra[k]] for k in systems}}
     for k in systems:
         row[k] = statistics.median(samples[k]) if samples[k] else None
@@ -346,6 +352,9 @@ def compare(args, model, workers, mtu):
                               rxp if rxp else None)
         wc = [r["client_cpu_per_iter"] for r in extra.get(k, []) if r.get("client_cpu_per_iter")]
         row[k + "_wcpu"] = statistics.median(wc) if wc else None
+    row["shm_desc"], row["shm_stale"], row["shm_torn"] = (
+        sum(r.get(x, 0) for r in extra.get("shm", [])) for x in
+        ("shm_rx_desc", "shm_stale", "shm_torn"))
     return row
 
 
@@ -364,7 +373,8 @@ def compare_table(rows, args, load, secs):
     if base:
         hdr += " %8s %8s" % ("cpu base", "wcpu bas")
     if shm:
-        hdr += " %8s %8s %9s %8s" % ("shm", "gloo/shm", "pbox/shm", "cpu shm")
+        hdr += " %8s %8s %9s %8s %11s" % ("shm", "gloo/shm", "pbox/shm", "cpu shm",
+                                          "stale/torn")
     print(hdr)
 
     def f(v):
@@ -388,12 +398,15 @@ def compare_table(rows, args, load, secs):
         if shm:
             line += " %s %s %s %s" % (f(r.get("shm")), q(r["gloo"], r.get("shm")),
                                       q(r["pbox"], r.get("shm")), f(r.get("shm_cpu")))
+            line += " %11s" % ("%d/%d" % (r["shm_stale"], r["shm_torn"]))
         print(line)
         for e in r["errors"]:
             print("   error: " + e)
     if shm:
         print("shm: pbox with the workers on the shared-memory transport (pbox: kernel UDP); "
-              "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP")
+              "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP; "
+              "stale/torn: shm results dropped (rewritten before / while read) and "
+              "re-requested, over all rounds")
     print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
           "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
           "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "

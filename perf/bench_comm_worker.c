@@ -487,6 +487,11 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 	uint64_t dropped = r->after.dropped - r->before.dropped;
 	uint64_t rx_pkts = r->after.rx_pkts - r->before.rx_pkts;
 	uint64_t placed = r->placed_after - r->placed_before;
+	/* shared-memory transport: results read through descriptors, and those dropped
+	 * (buffer rewritten before / while read) and re-requested */
+	uint64_t desc = r->after.shm_rx_desc - r->before.shm_rx_desc;
+	uint64_t stale = r->after.shm_stale - r->before.shm_stale;
+	uint64_t torn = r->after.shm_torn - r->before.shm_torn;
 
 	if (o->json) {
 		printf("{\"rank\": %u, \"workers\": %u, \"model\": \"%s\", \"keys\": %u, "
@@ -495,10 +500,13 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       "\"exchanges_per_s\": %.6f, \"push_gbps\": %.6f, \"recv_gbps\": %.6f, "
 		       "\"wire_tx_gbps\": %.6f, \"wire_rx_gbps\": %.6f, \"retransmits\": %" PRIu64
 		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"rx_pkts\": %" PRIu64
-		       ", \"rx_placed\": %" PRIu64 ", \"cpu_s\": %.6f, \"iter_seconds\": [",
+		       ", \"rx_placed\": %" PRIu64 ", \"shm_rx_desc\": %" PRIu64
+		       ", \"shm_stale\": %" PRIu64 ", \"shm_torn\": %" PRIu64
+		       ", \"cpu_s\": %.6f, \"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
-		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed, r->cpu_s);
+		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed, desc, stale,
+		       torn, r->cpu_s);
 		for (uint32_t i = 0; i < r->iters; i++) {
 			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
 		}
@@ -514,6 +522,11 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		printf("  wire (headers included): %.3f GB/s out, %.3f GB/s in; %" PRIu64
 		       " retransmits, %" PRIu64 " probes, %" PRIu64 " dropped\n",
 		       wire_tx, wire_rx, retx, probes, dropped);
+		if (desc + stale + torn != 0) {
+			printf("  shm: %" PRIu64 " results read through descriptors, %" PRIu64
+			       " stale and %" PRIu64 " torn (dropped, re-requested)\n",
+			       desc, stale, torn);
+		}
 	}
 	fflush(stdout);
 }

@@ -387,6 +387,16 @@ static void snapshot_stats(struct pbox_client *c)
 	c->rx_placed = s->rx_placed;
 	c->stats.ops_done = s->ops_done;
 	c->stats.ops_failed = s->ops_failed;
+	c->stats.shm_torn = s->torn_frags; /* only shm results are read split (node.h) */
+	if (c->shm != NULL) {
+		const struct pbox_shm_client_stats *m = pbox_shm_client_stats(c->shm);
+
+		c->stats.shm_rx_desc = m->rx_desc;
+		c->stats.shm_stale = m->stale;
+		c->stats.shm_bad_desc = m->bad_desc;
+		c->stats.shm_tx_full = m->tx_full;
+		c->stats.shm_tx_waits = m->tx_waits;
+	}
 }
 
 static bool ctl_read_events(struct pbox_client *c);
@@ -1448,6 +1458,27 @@ uint64_t pbox_client_rx_placed(struct pbox_client *c)
 	v = c->rx_placed;
 	pthread_mutex_unlock(&c->lock);
 	return v;
+}
+
+size_t pbox_struct_size(const char *name)
+{
+	static const struct {
+		const char *name;
+		size_t size;
+	} sizes[] = {
+		{ "pbox_client_opts", sizeof(struct pbox_client_opts) },
+		{ "pbox_key_info", sizeof(struct pbox_key_info) },
+		{ "pbox_job_info", sizeof(struct pbox_job_info) },
+		{ "pbox_client_stats", sizeof(struct pbox_client_stats) },
+		{ "pbox_plan", sizeof(struct pbox_plan) },
+	};
+
+	for (size_t i = 0; name != NULL && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		if (strcmp(name, sizes[i].name) == 0) {
+			return sizes[i].size;
+		}
+	}
+	return 0;
 }
 
 void pbox_client_stats(struct pbox_client *c, struct pbox_client_stats *st)

@@ -55,6 +55,7 @@
 #define PBOX_PBOX_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -126,7 +127,23 @@ struct pbox_client_stats {
 	/* received datagrams dropped because they did not come from the appliance's
 	 * data-plane endpoint (address and port) of the chunk's core: spoofed or stray */
 	uint64_t foreign;
+	/* Shared-memory transport only (pbox_transport() == "shm"; zero over UDP). Results
+	 * pboxd wrote once for all workers arrive as descriptors into its read-only results'
+	 * arena; one whose buffer pboxd reused before it was read (stale) or while it was
+	 * copied (torn) is dropped and the result re-requested, like a lost datagram. */
+	uint64_t shm_rx_desc;  /* results read through a descriptor */
+	uint64_t shm_stale;    /* descriptors dropped: buffer rewritten before the read */
+	uint64_t shm_torn;     /* results dropped: buffer rewritten during the copy */
+	uint64_t shm_bad_desc; /* descriptors out of the arena's bounds (dropped) */
+	uint64_t shm_tx_full;  /* datagrams dropped: the ring to pboxd stayed full */
+	uint64_t shm_tx_waits; /* sends that waited for room in the ring */
 };
+
+/* sizeof(struct name) as this libpbox was built, for bindings that mirror the public
+ * structs by hand (ctypes): "pbox_client_opts", "pbox_key_info", "pbox_job_info",
+ * "pbox_client_stats", "pbox_plan". 0 for another name. A mirror whose size differs must not be
+ * passed in: the structs grow at their end (new fields appended). Any thread. */
+size_t pbox_struct_size(const char *name);
 
 /* Completion callback of the asynchronous calls: key id and final status; when status is
  * negative, pbox_last_error() called inside the callback says why. Runs on the progress

@@ -1347,14 +1347,34 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
 		return NULL;
 	}
 	pbox_client_stats(self->c, &s);
-	return Py_BuildValue(
-		"{s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K, s:K}", "tx_bytes",
-		(unsigned long long)s.tx_bytes, "rx_bytes", (unsigned long long)s.rx_bytes,
-		"tx_pkts", (unsigned long long)s.tx_pkts, "rx_pkts", (unsigned long long)s.rx_pkts,
-		"retransmits", (unsigned long long)s.retransmits, "probes",
-		(unsigned long long)s.probes, "dropped", (unsigned long long)s.dropped, "ops_done",
-		(unsigned long long)s.ops_done, "ops_failed", (unsigned long long)s.ops_failed,
-		"foreign", (unsigned long long)s.foreign);
+	{
+		const struct {
+			const char *name;
+			uint64_t v;
+		} f[] = {
+			{ "tx_bytes", s.tx_bytes },       { "rx_bytes", s.rx_bytes },
+			{ "tx_pkts", s.tx_pkts },         { "rx_pkts", s.rx_pkts },
+			{ "retransmits", s.retransmits }, { "probes", s.probes },
+			{ "dropped", s.dropped },         { "ops_done", s.ops_done },
+			{ "ops_failed", s.ops_failed },   { "foreign", s.foreign },
+			{ "shm_rx_desc", s.shm_rx_desc }, { "shm_stale", s.shm_stale },
+			{ "shm_torn", s.shm_torn },       { "shm_bad_desc", s.shm_bad_desc },
+			{ "shm_tx_full", s.shm_tx_full }, { "shm_tx_waits", s.shm_tx_waits },
+		};
+		PyObject *d = PyDict_New();
+
+		for (size_t i = 0; d != NULL && i < sizeof(f) / sizeof(f[0]); i++) {
+			PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)f[i].v);
+
+			if (v == NULL || PyDict_SetItemString(d, f[i].name, v) != 0) {
+				Py_XDECREF(v);
+				Py_DECREF(d);
+				return NULL;
+			}
+			Py_DECREF(v);
+		}
+		return d;
+	}
 }
 
 static PyObject *client_repr(struct client *self)

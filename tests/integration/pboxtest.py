@@ -33,7 +33,7 @@ __all__ = ["Pboxd", "build_path", "free_ports", "free_port", "to_libconfig", "co
            "fail", "run_demo", "children", "alive", "check_gone", "load_libpbox", "wait_for",
            "finish", "pbox_job", "connect_from", "ask", "closed_within", "cpu_seconds",
            "starve_descriptors", "wait_answering", "print_tail", "ClientOpts", "KeyInfo",
-           "register_rank"]
+           "ClientStats", "MIRRORS", "check_mirrors", "client_stats", "register_rank"]
 
 START_ATTEMPTS = 3  # pboxd exits with 69 when a port was taken before it could bind it
 EX_UNAVAILABLE = 69
@@ -67,12 +67,15 @@ def load_libpbox():
               "an uninstrumented Python through ctypes (the test runs in the -Werror build)",
               flush=True)
         sys.exit(77)
-    return ctypes.CDLL(path)
+    lib = ctypes.CDLL(path)
+    check_mirrors(lib)
+    return lib
 
 
 class ClientOpts(ctypes.Structure):
     """struct pbox_client_opts (include/pbox/pbox.h), for tests that call libpbox through
-    ctypes (load_libpbox())."""
+    ctypes (load_libpbox()). The mirrors of pbox.h's structs live here only (MIRRORS);
+    test_ctypes_mirrors checks every field's offset and size against the C struct."""
     _fields_ = [("server", ctypes.c_char_p), ("job", ctypes.c_uint32),
                 ("token", ctypes.c_char_p), ("rank", ctypes.c_uint32),
                 ("local_addr", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
@@ -84,6 +87,41 @@ class ClientOpts(ctypes.Structure):
 class KeyInfo(ctypes.Structure):
     """struct pbox_key_info (include/pbox/pbox.h)."""
     _fields_ = [("id", ctypes.c_uint32), ("nelem", ctypes.c_uint64)]
+
+
+class ClientStats(ctypes.Structure):
+    """struct pbox_client_stats (include/pbox/pbox.h): every field a uint64_t."""
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "retransmits", "probes", "dropped",
+        "ops_done", "ops_failed", "foreign", "shm_rx_desc", "shm_stale", "shm_torn",
+        "shm_bad_desc", "shm_tx_full", "shm_tx_waits")]
+
+
+# C struct name -> its ctypes mirror. A struct passed to libpbox through ctypes is mirrored
+# here and nowhere else (test_ctypes_mirrors fails on a ctypes.Structure elsewhere).
+MIRRORS = {"pbox_client_opts": ClientOpts, "pbox_key_info": KeyInfo,
+           "pbox_client_stats": ClientStats}
+
+
+def check_mirrors(lib):
+    """Fail, naming the struct, if a mirror's size differs from the C struct's as lib was
+    built (pbox_struct_size): libpbox would read or write past the Python object (memory
+    corruption) instead of a clear error."""
+    lib.pbox_struct_size.restype = ctypes.c_size_t
+    lib.pbox_struct_size.argtypes = [ctypes.c_char_p]
+    for name, mirror in MIRRORS.items():
+        want = lib.pbox_struct_size(name.encode())
+        if want != ctypes.sizeof(mirror):
+            fail("ctypes mirror %s of struct %s is %d bytes, libpbox's is %d: update it in "
+                 "tests/integration/pboxtest.py to match include/pbox/pbox.h" %
+                 (mirror.__name__, name, ctypes.sizeof(mirror), want))
+
+
+def client_stats(lib, c):
+    """pbox_client_stats of client c, as a ClientStats (size checked by load_libpbox)."""
+    st = ClientStats()
+    lib.pbox_client_stats(c, ctypes.byref(st))
+    return st
 
 
 def free_ports(n_udp):

@@ -8,18 +8,13 @@ overwritten gradient and fail with EILSEQ). Ranks run in threads, calling libpbo
 ctypes (which releases the GIL during each call)."""
 import ctypes
 
-from pboxtest import ClientOpts, KeyInfo, Pboxd, fail, load_libpbox, run_threads
+from pboxtest import (ClientOpts, KeyInfo, Pboxd, client_stats, fail, load_libpbox,
+                      run_threads)
 
 WORKERS = 3
 ITERS = 8
 KEYS = {0: 300000, 1: 8000, 2: 1}  # 37 chunks, one chunk of 23 fragments, one value
 FAULT = "drop=0.04,dup=0.02,reorder=0.05"
-
-
-class Stats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in (
-        "tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "retransmits", "probes", "dropped",
-        "ops_done", "ops_failed", "foreign")]
 
 
 def grad(rank, it, key, i):
@@ -55,9 +50,7 @@ def main():
                         if buf[i] != want:
                             raise RuntimeError("rank %d key %d iteration %d element %d: "
                                                "%r, want %r" % (r, k, it, i, buf[i], want))
-            st = Stats()
-            lib.pbox_client_stats(c, ctypes.byref(st))
-            stats[r] = st
+            stats[r] = client_stats(lib, c)
         finally:
             lib.pbox_close(c)
 

@@ -9,25 +9,12 @@ calling libpbox through ctypes (which releases the GIL during each call)."""
 import ctypes
 import os
 
-from pboxtest import Pboxd, fail, load_libpbox, run_threads
+from pboxtest import ClientOpts, KeyInfo, Pboxd, fail, load_libpbox, run_threads
 
 WORKERS = 3
 ITERS = 6
 KEYS = {0: 400000, 1: 8000, 2: 1}  # 49 chunks, one short chunk, one value
 FAULT = "drop=0.03,dup=0.03,reorder=0.05"
-
-
-class Opts(ctypes.Structure):
-    _fields_ = [("server", ctypes.c_char_p), ("job", ctypes.c_uint32),
-                ("token", ctypes.c_char_p), ("rank", ctypes.c_uint32),
-                ("local_addr", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
-                ("rto_ms", ctypes.c_uint32), ("max_inflight", ctypes.c_uint32),
-                ("window_bytes", ctypes.c_uint32), ("fault", ctypes.c_char_p),
-                ("busy_poll", ctypes.c_bool), ("probe", ctypes.c_char_p)]
-
-
-class KeyInfo(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint32), ("nelem", ctypes.c_uint64)]
 
 
 def grad(rank, it, key, i):
@@ -46,8 +33,8 @@ def main():
 
     def rank(r, control):
         c = ctypes.c_void_p()
-        o = Opts(server=control.encode(), job=1, token=b"a", rank=r, timeout_ms=60000,
-                 fault=("%s,seed=%d" % (FAULT, 70 + r)).encode())
+        o = ClientOpts(server=control.encode(), job=1, token=b"a", rank=r, timeout_ms=60000,
+                       fault=("%s,seed=%d" % (FAULT, 70 + r)).encode())
         keys = (KeyInfo * len(KEYS))(*[KeyInfo(k, n) for k, n in KEYS.items()])
         if lib.pbox_connect(ctypes.byref(o), ctypes.byref(c)) < 0:
             raise RuntimeError("rank %d: %s" % (r, lib.pbox_last_error().decode()))

@@ -61,6 +61,10 @@ def test_numpy_round_trip(appliance):
                     np.testing.assert_array_equal(out, mean_of(2, it, k, n))
             st = c.stats()
             assert st["ops_done"] == 3 * len(sizes) and st["ops_failed"] == 0
+            # the shared-memory transport's counters (pbox_client_stats' shm_*)
+            assert sorted(k for k in st if k.startswith("shm_")) == [
+                "shm_bad_desc", "shm_rx_desc", "shm_stale", "shm_torn", "shm_tx_full",
+                "shm_tx_waits"]
             return c.info
 
     infos = run_ranks(2, rank)
