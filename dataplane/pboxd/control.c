@@ -26,14 +26,15 @@
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/statusmsg.h"
+#include "fdbudget.h"
 #include "jobstatus.h"
 
 #define MAX_BAD_REQUESTS 8
 /* A hello is small: the token is at most 255 bytes (6 each when JSON-escaped). */
 #define UNAUTH_LINE_BYTES 4096u
-/* Descriptors kept for everything but control connections (cores' sockets, timers, logs,
- * the Unix socket's clients while shedding). */
-#define FD_RESERVE 128u
+/* Descriptors kept for everything but the holders of fdbudget.h (cores' sockets, timers,
+ * logs, the descriptor kept to shed a connection). */
+#define FD_RESERVE PBOXD_FD_RESERVE
 /* Events taken per epoll_wait and connections accepted per listener event: bounded turns,
  * so that established connections are served between bursts of new ones. */
 #define MAX_EVENTS       256
@@ -113,6 +114,7 @@ struct ctl_counters {
 	uint64_t job_rm_refused;     /* no such job */
 	uint64_t probe_refused;      /* probe requests refused (any cause, admin included) */
 	uint64_t accept_no_fds;      /* EMFILE / ENFILE */
+	uint64_t refused_fd_budget;  /* no descriptor left in pboxd's budget (fdbudget.h) */
 	uint64_t accept_errors;
 	uint64_t listener_pauses;
 	uint64_t peak_connections;
@@ -266,6 +268,7 @@ static void reap(struct pboxd_control *ctl)
 		/* May send events to other connections (a session aborted): they are alive. */
 		pboxd_sessions_disconnect(ctl->sessions, &c->ref);
 		close(c->fd);
+		pboxd_fd_give(PBOXD_FD_CONTROL, 1);
 		pbox_linebuf_free(&c->in);
 		free(c->out);
 		free(c);
@@ -1052,9 +1055,21 @@ static void accept_some(struct pboxd_control *ctl, bool unix_socket)
 
 			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 		}
+		if (pboxd_fd_take(PBOXD_FD_CONTROL, 1) != 0) {
+			char what[256], why[160];
+
+			ctl->n.refused_fd_budget++;
+			snprintf(what, sizeof(what),
+				 "refused: no descriptor left in pboxd's budget (%s)",
+				 pboxd_fd_explain(why, sizeof(why)));
+			refuse_log(&ctl->log_conn, peer, what);
+			close(fd);
+			continue;
+		}
 		c = conn_new(ctl, fd, a);
 		if (c == NULL) {
 			close(fd);
+			pboxd_fd_give(PBOXD_FD_CONTROL, 1);
 			continue;
 		}
 		snprintf(c->ref.peer, sizeof(c->ref.peer), "%s", peer);
@@ -1172,7 +1187,9 @@ static int open_unix(struct pboxd_control *ctl)
 	return 0;
 }
 
-/* max_connections, lowered so that accepted connections fit the open-file limit. */
+/* max_connections, lowered so that accepted connections fit the open-file limit at
+ * start. The limit may drop later, and shm connections and results' memfds take from the
+ * same descriptors: each accept also takes one from pboxd's budget (fdbudget.h). */
 static uint32_t fit_fd_limit(uint32_t want)
 {
 	struct rlimit rl;
@@ -1222,6 +1239,14 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 	ctl->ksrc.kind = SRC_BACKLOG;
 	ctl->authed_line_bytes = pbox_ctl_register_line_bytes(cfg->limits.max_register_keys);
 	ctl->max_conns = fit_fd_limit(cfg->limits.max_connections);
+	{
+		char why[160];
+
+		PBOX_LOG_INFO(ADMIN,
+			      "descriptor budget: %s (control connections 1 each, shm "
+			      "connections 2, results' memfds 1 per session and core)",
+			      pboxd_fd_explain(why, sizeof(why)));
+	}
 	ctl->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ctl->epfd < 0) {
 		PBOX_LOG_ERR(ADMIN, "epoll_create1: %s", strerror(errno));
@@ -1467,6 +1492,7 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	PUT(job_plan_refused);
 	PUT(job_rm_refused);
 	PUT(accept_no_fds);
+	PUT(refused_fd_budget);
 	PUT(accept_errors);
 	PUT(listener_pauses);
 	PUT(peak_connections);
@@ -1474,5 +1500,6 @@ json_t *pboxd_control_stats(const struct pboxd_control *ctl)
 	json_object_set_new(o, "connections", json_integer(ctl->nconns));
 	json_object_set_new(o, "unauthenticated", json_integer(ctl->nunauth));
 	json_object_set_new(o, "max_connections", json_integer(ctl->max_conns));
+	json_object_set_new(o, "fds", pboxd_fd_stats());
 	return o;
 }

@@ -13,6 +13,8 @@
  *    and per source address (a new one closes the oldest, after reading what it sent),
  *    closed after unauth_timeout seconds, and read with a small line bound;
  *  - all connections are capped in all (also by the open-file limit) and per address;
+ *    each takes a descriptor from pboxd's budget (fdbudget.h), shared with shm connections
+ *    and results' memfds, or is refused (counted, logged with the budget's numbers);
  *  - request lines are bounded by what a register of max_register_keys keys needs;
  *  - answers wait in a bounded per-connection queue; a client that does not read is
  *    closed when its queue would exceed max_output_bytes;

@@ -298,16 +298,16 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def starve_descriptors(pid, port, settle):
+def starve_descriptors(pid, port, settle, headroom=8):
     """Run process pid (listening on 127.0.0.1:port) out of descriptors below its connection
-    cap: lower its open-file limit to what it has open + 8, connect 60 times (from
+    cap: lower its open-file limit to what it has open + headroom, connect 60 times (from
     127.0.3.1..60, without waiting), and measure the CPU it uses in the next second (a loop
     spinning on accept() failing with EMFILE shows there). Then close the connections, wait
     settle seconds (for the accepted ones to time out) and restore the limit. Returns
     (CPU seconds, wall seconds) of the measurement."""
     nfds = len(os.listdir("/proc/%d/fd" % pid))
     old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + 8, old[1]))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + headroom, old[1]))
     try:
         conns = []
         for i in range(60):

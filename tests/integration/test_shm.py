@@ -770,8 +770,11 @@ def part_fd_reserve():
         time.sleep(0.2)  # the stats connection closed
         lim = resource.prlimit(pid, resource.RLIMIT_NOFILE)
         nopen = len(os.listdir("/proc/%d/fd" % pid))
-        # Room for the rank's control connection and one memfd: descriptors exhausted.
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nopen + 2, lim[1]))
+        # Room in pboxd's descriptor budget (its 128 reserved + 2: fdbudget.h) for the
+        # rank's control connection, not for memfds (they leave 64 for connections).
+        if nopen + 16 > 128:
+            fail("fd reserve: pboxd has %d descriptors open" % nopen)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (128 + 2, lim[1]))
         try:
             ten = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
         except RuntimeError as e:

@@ -20,8 +20,10 @@
 #include <unistd.h>
 #include <urcu-qsbr.h>
 
+#include "common/ctlproto.h"
 #include "common/log.h"
 #include "engine/engine.h"
+#include "pboxd/fdbudget.h"
 #include "shm.h"
 
 /* Datagrams taken from one connection's ring per poll: fairness between workers. */
@@ -48,6 +50,7 @@ struct shm_conn {
 	uint32_t job, rank;
 	bool welcomed;
 	uint64_t accepted_ms; /* CLOCK_MONOTONIC, for the hello timeout */
+	bool fds_held;        /* 2 descriptors of pboxd's budget (fdbudget.h) */
 	int sock;
 	int wake_fd;       /* the worker's eventfd */
 	int memfd_pending; /* until the welcome carried it */
@@ -141,6 +144,7 @@ struct pboxd_shm {
 	struct shm_core **cores;
 	/* listener counters (relaxed) */
 	uint64_t accepted, refused, auth_failed, bad_hello, closed;
+	struct pbox_ratelog refuse_log; /* listener only */
 };
 
 static const char *g_advertised;
@@ -576,10 +580,9 @@ void pboxd_shm_core_attach(struct pboxd_shm *s, uint32_t k, struct pbox_loop *l)
 
 /* ---- results' arenas ----------------------------------------------------------------- */
 
-/* Descriptors results' memfds never take: the control plane's accepts, checkpoints and
- * the shm listener need them (control.c caps its connections FD_RESERVE below the limit;
- * every (session, core) holds one memfd for the session's life, up to PBOXD_MAX_JOBS x
- * ncores, counted here instead). */
+/* Descriptors results' memfds never take, whatever pboxd's budget (pboxd/fdbudget.h, where
+ * every memfd is counted) says: a second guard against descriptors the budget does not
+ * count. */
 #define SHM_RES_FD_RESERVE 64u
 
 static uint64_t g_res_fds; /* results' memfds open (atomic) */
@@ -596,6 +599,16 @@ static int res_alloc(void *ctx, size_t bytes, uint32_t job, uint32_t core, void 
 	void *m;
 
 	(void)ctx;
+	if (pboxd_fd_take(PBOXD_FD_RESULTS, 1) != 0) {
+		char why[160];
+
+		PBOX_LOG_WARN(TRANSPORT,
+			      "job %u core %u: no results' arena: out of file descriptors in "
+			      "pboxd's budget (%s; results' memfds leave %u for connections)",
+			      job, core, pboxd_fd_explain(why, sizeof(why)),
+			      PBOXD_FD_CONN_HEADROOM);
+		return -EMFILE;
+	}
 	snprintf(name, sizeof(name), "pbox-results-j%u-c%u", job, core);
 	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	/* Descriptors are allocated lowest first: every one below fd is taken. */
@@ -632,6 +645,7 @@ fail:
 	if (fd >= 0) {
 		close(fd);
 	}
+	pboxd_fd_give(PBOXD_FD_RESULTS, 1);
 	return -err;
 }
 
@@ -640,6 +654,7 @@ static void res_free(void *ctx, void *p, size_t bytes, int handle)
 	(void)ctx;
 	munmap(p, bytes);
 	close(handle);
+	pboxd_fd_give(PBOXD_FD_RESULTS, 1);
 	__atomic_fetch_sub(&g_res_fds, 1, __ATOMIC_RELAXED);
 }
 
@@ -660,6 +675,10 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	}
 	for (uint32_t k = 0; k < cn->nres; k++) {
 		close(cn->res_fd[k]);
+	}
+	if (cn->fds_held) {
+		pboxd_fd_give(PBOXD_FD_SHM, 2);
+		cn->fds_held = false;
 	}
 	cn->nres = 0;
 	pbox_job_state_put(cn->res_state); /* no core lists the connection any more */
@@ -912,6 +931,32 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
+/* A connection refused at accept: log the worker's process and the cause (rate-limited;
+ * the worker is told EMFILE and takes kernel UDP). */
+static void refused_log(struct pboxd_shm *s, int fd, bool slots)
+{
+	struct ucred cr = { 0 };
+	socklen_t len = sizeof(cr);
+	uint64_t sup;
+	char why[160];
+
+	if (!pbox_ratelog_ok(&s->refuse_log, now_ms(), &sup)) {
+		return;
+	}
+	(void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
+	if (slots) {
+		snprintf(why, sizeof(why), "all %u connections taken (shm.max_conns)",
+			 s->cfg.max_conns);
+	} else {
+		char b[128];
+
+		snprintf(why, sizeof(why), "no descriptor left in pboxd's budget (%s)",
+			 pboxd_fd_explain(b, sizeof(b)));
+	}
+	PBOX_LOG_WARN(TRANSPORT, "shm: connection of pid %d refused: %s%s", (int)cr.pid, why,
+		      sup ? " (similar messages left out)" : "");
+}
+
 static void accept_some(struct pboxd_shm *s)
 {
 	for (;;) {
@@ -928,16 +973,18 @@ static void accept_some(struct pboxd_shm *s)
 				break;
 			}
 		}
-		if (cn == NULL) {
+		if (cn == NULL || pboxd_fd_take(PBOXD_FD_SHM, 2) != 0) {
 			struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
 						      .version = PBOX_SHM_VERSION,
 						      .status = EMFILE };
 
 			__atomic_fetch_add(&s->refused, 1, __ATOMIC_RELAXED);
+			refused_log(s, fd, cn == NULL);
 			(void)pbox_shm_send_fds(fd, &w, sizeof(w), NULL, 0);
 			close(fd);
 			continue;
 		}
+		cn->fds_held = true;
 		cn->sock = fd;
 		cn->accepted_ms = now_ms();
 		cn->wake_fd = -1;

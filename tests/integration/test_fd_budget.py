@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""pboxd's file-descriptor budget (dataplane/pboxd/fdbudget.h): control connections, shared-
+memory connections (2 each) and results' memfds (1 per session and core) take from one
+account under the open-file limit, with 128 descriptors reserved for pboxd's own. Before,
+control connections were capped at limit - 128 while shm connections and results' memfds
+were not counted at all: under a low limit they took the descriptors the cap promised
+(accept() then failed with EMFILE) or the other way round.
+
+With pboxd's limit lowered (prlimit) to the reserve + 5:
+1. A job of two workers (libpbox, transport chosen by itself) trains to exact results
+   (pbox-check-worker checks every element): both control connections fit, one worker's
+   shm connection fits, the other is refused (told EMFILE: it takes kernel UDP), the
+   session's results' memfds are refused (they leave 64 descriptors for connections: its
+   results go to the shm worker as copies). Refusals are counted per class and logged with
+   the object (the worker's pid; the job and core) and the cause (the budget's numbers).
+2. 30 control connections at once: the 5 the budget holds are accepted, the others are
+   refused by the budget (counted, logged with the peer and the budget), and accept() never
+   failed for want of descriptors: the budget refused before the kernel did.
+3. With the limit restored, everything taken was given back, and a new session takes its
+   results' memfds (held 2 on 2 cores) and gives them back when it ends."""
+import os
+import resource
+import socket
+import subprocess
+import time
+
+import spoof
+from pboxtest import Pboxd, build_path, fail, wait_for
+
+RESERVE = 128
+FREE = 5
+
+
+def fds(d):
+    return d.stats()["control"]["fds"]
+
+
+def settled(d, control=1):
+    """The budget holds only the stats request's own connection (and `control` - 1 more)."""
+    f = fds(d)
+    return f["held"] == {"control": control, "shm": 0, "results": 0}
+
+
+def nopen(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def lower(pid):
+    """pboxd's open-file limit to the budget's reserve + FREE; returns the old limits."""
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    if nopen(pid) + 16 > RESERVE:
+        fail("pboxd has %d descriptors open: its reserve of %d would not hold them" %
+             (nopen(pid), RESERVE))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (RESERVE + FREE, old[1]))
+    return old
+
+
+def part_job(d):
+    pid = d.proc.pid
+    wait_for(lambda: settled(d), "the budget to hold only the stats connection")
+    time.sleep(0.2)  # the stats connection closed
+    env = dict(os.environ, PBOX_TRANSPORT="auto")
+    old = lower(pid)
+    try:
+        ps = [subprocess.Popen([build_path("tests/integration/pbox-check-worker"),
+                                "--server", d.control, "--job", "1", "--token", "a",
+                                "--rank", str(r), "--workers", "2", "--keys",
+                                "1000,50000,8193", "--iters", "40"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env)
+              for r in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in ps]
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    for r, (p, out) in enumerate(zip(ps, outs)):
+        if p.returncode != 0 or "OK 40 iterations" not in out:
+            fail("rank %d under descriptor pressure (exit %d):\n%s" % (r, p.returncode, out))
+    wait_for(lambda: settled(d), "the job's descriptors to be given back")
+    st = d.stats()
+    f, shm = st["control"]["fds"], st["transport"]["shm"]
+    print("job under pressure: both ranks exact; fds %s; shm accepted %d refused %d" %
+          (f, shm["accepted"], shm["refused"]))
+    if f["refused"]["shm"] != 1 or shm["refused"] != 1 or shm["accepted"] != 1:
+        fail("expected one shm connection taken and one refused by the budget: %s, shm %s"
+             % (f, shm))
+    if f["refused"]["results"] < 1 or f["refused"]["control"] != 0:
+        fail("expected the results' memfds refused, no control connection: %s" % f)
+    log = d.log()
+    for want in ("job 1 core 0: no results' arena: out of file descriptors in pboxd's "
+                 "budget (open-file limit %d" % (RESERVE + FREE),
+                 "go to shared-memory workers as copies",
+                 "refused: no descriptor left in pboxd's budget (open-file limit"):
+        if want not in log:
+            fail("pboxd's log lacks %r:\n%s" % (want, log[-3000:]))
+    if "shm: connection of pid %d refused" % ps[0].pid not in log and \
+            "shm: connection of pid %d refused" % ps[1].pid not in log:
+        fail("the shm refusal does not name the worker's pid:\n" + log[-3000:])
+
+
+def part_flood(d):
+    pid = d.proc.pid
+    wait_for(lambda: settled(d), "the budget to hold only the stats connection")
+    time.sleep(0.2)
+    n0 = nopen(pid)
+    before = d.stats()["control"]
+    wait_for(lambda: nopen(pid) <= n0, "the stats connection closed")
+    old = lower(pid)
+    conns = []
+    try:
+        for i in range(30):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.3.%d" % (1 + i), 0))
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", d.tcp))
+            conns.append(s)
+        time.sleep(1.0)
+        for s in conns:
+            s.close()
+        wait_for(lambda: nopen(pid) <= n0, "pboxd to close the flood's connections")
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    after = d.stats()["control"]
+    if after["fds"]["held"] != {"control": 1, "shm": 0, "results": 0}:
+        fail("flood: descriptors not given back: %s" % after["fds"])
+    refused = after["refused_fd_budget"] - before["refused_fd_budget"]
+    accepted = after["accepted"] - before["accepted"] - 1  # this stats request
+    print("flood: %d accepted, %d refused by the budget, accept() out of descriptors %d" %
+          (accepted, refused, after["accept_no_fds"]))
+    if accepted != FREE or refused != 30 - FREE:
+        fail("flood: %d accepted and %d refused of 30 at a budget of %d" %
+             (accepted, refused, FREE))
+    if after["accept_no_fds"] != 0 or after["fds"]["refused"]["control"] < refused:
+        fail("flood: the kernel ran out of descriptors before the budget: %s" % after)
+    if "127.0.3." not in d.log():
+        fail("flood: the refusals do not name the peer")
+
+
+def part_recovered(d):
+    keys = [(0, 300000)]
+    ten = spoof.Tenant(d.control, 2, 0, "b", keys, "127.0.0.1", "127.0.0.1")
+    f = fds(d)
+    ten.close()
+    print("recovered: a new session holds %s" % f["held"])
+    if f["held"] != {"control": 2, "shm": 0, "results": 2}:
+        fail("a session on 2 cores with descriptors to spare: %s" % f)
+    wait_for(lambda: settled(d), "the session's memfds to be given back")
+
+
+def main():
+    jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"},
+            {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=2, control_limits={"unauth_timeout": 30}) as d:
+        if "descriptor budget: open-file limit" not in d.log():
+            fail("pboxd does not log its descriptor budget at start")
+        part_job(d)
+        part_flood(d)
+        part_recovered(d)
+    print("fd budget: OK")
+
+
+if __name__ == "__main__":
+    main()
