@@ -12,7 +12,7 @@ static uint64_t g_total; /* descriptors held by every class */
 static uint64_t g_held[PBOXD_FD_CLASSES];
 static uint64_t g_refused[PBOXD_FD_CLASSES];
 
-static const char *const g_names[PBOXD_FD_CLASSES] = { "control", "shm", "results" };
+static const char *const g_names[PBOXD_FD_CLASSES] = { "control", "shm", "metrics", "results" };
 
 uint64_t pboxd_fd_limit(void)
 {
@@ -69,10 +69,11 @@ const char *pboxd_fd_explain(char *buf, size_t len)
 	}
 	snprintf(buf, len,
 		 "open-file limit %" PRIu64 ": %u reserved, control %" PRIu64 ", shm %" PRIu64
-		 ", results %" PRIu64 " held, %" PRIu64 " free",
+		 ", metrics %" PRIu64 ", results %" PRIu64 " held, %" PRIu64 " free",
 		 lim, PBOXD_FD_RESERVE,
 		 __atomic_load_n(&g_held[PBOXD_FD_CONTROL], __ATOMIC_RELAXED),
 		 __atomic_load_n(&g_held[PBOXD_FD_SHM], __ATOMIC_RELAXED),
+		 __atomic_load_n(&g_held[PBOXD_FD_METRICS], __ATOMIC_RELAXED),
 		 __atomic_load_n(&g_held[PBOXD_FD_RESULTS], __ATOMIC_RELAXED), budget_free(lim));
 	return buf;
 }

@@ -3,7 +3,7 @@
  * pboxd's file-descriptor budget: the one account of the descriptors pboxd holds for as
  * long as a client or a session lasts, against the open-file limit (RLIMIT_NOFILE, soft).
  *
- *   limit = PBOXD_FD_RESERVE + control + shm + results + free
+ *   limit = PBOXD_FD_RESERVE + control + shm + metrics + results + free
  *
  *   reserve  pboxd's own descriptors, opened at start or for a short while: listeners,
  *            epoll, timers, the cores' sockets and eventfds, log and checkpoint files,
@@ -15,6 +15,8 @@
  *   shm      shared-memory connections, 2 each (the socket and the worker's eventfd);
  *            also capped by shm.max_conns. A refused worker is told EMFILE and takes kernel
  *            UDP (unless it forced PBOX_TRANSPORT=shm).
+ *   metrics  the /metrics endpoint's connections, 2 each (the socket and a dup), taken
+ *            at start for metrics.max_connections: pboxd does not start if they do not fit.
  *   results  results' memfds (transport/shm/pboxd_shm.c), 1 per (session, core), held for
  *            the session. They are optional (a session without them sends its results to
  *            shared-memory workers as copies), so they never take the last
@@ -39,7 +41,13 @@
 #define PBOXD_FD_RESERVE       128u
 #define PBOXD_FD_CONN_HEADROOM 64u
 
-enum pboxd_fd_class { PBOXD_FD_CONTROL = 0, PBOXD_FD_SHM, PBOXD_FD_RESULTS, PBOXD_FD_CLASSES };
+enum pboxd_fd_class {
+	PBOXD_FD_CONTROL = 0,
+	PBOXD_FD_SHM,
+	PBOXD_FD_METRICS,
+	PBOXD_FD_RESULTS,
+	PBOXD_FD_CLASSES,
+};
 
 /* Take n descriptors for a holder of class k: 0, or -EMFILE (refused, counted). */
 int pboxd_fd_take(enum pboxd_fd_class k, uint32_t n);
@@ -49,11 +57,12 @@ void pboxd_fd_give(enum pboxd_fd_class k, uint32_t n);
 /* The open-file limit now (UINT64_MAX: none). */
 uint64_t pboxd_fd_limit(void);
 
-/* "limit L: R reserved, control C, shm S, results M held, F free" into buf; returns buf. */
+/* "open-file limit L: R reserved, control C, shm S, metrics X, results M held, F free"
+ * into buf; returns buf. */
 const char *pboxd_fd_explain(char *buf, size_t len);
 
-/* {"limit", "reserve", "headroom", "free", "held": {control, shm, results},
- *  "refused": {control, shm, results}} (new reference; limit -1: none). */
+/* {"limit", "reserve", "headroom", "free", "held": {control, shm, metrics, results},
+ *  "refused": {...the same classes}} (new reference; limit and free -1: no limit). */
 json_t *pboxd_fd_stats(void);
 
 #endif /* PBOXD_FDBUDGET_H */

@@ -25,6 +25,7 @@
 #include "config.h"
 #include "control.h"
 #include "dataplane.h"
+#include "fdbudget.h"
 #include "metrics.h"
 #include "sessions.h"
 #include "stats.h"
@@ -199,6 +200,23 @@ static json_t *metrics_stats(void *arg)
 		json_object_set_new(o, "control", pboxd_control_stats(a->control));
 	}
 	return o;
+}
+
+/* The /metrics endpoint's connections (2 descriptors each) from pboxd's descriptor budget,
+ * for as long as pboxd runs: 0, or -EMFILE after logging why. */
+static int metrics_fds(const struct pbox_metrics_cfg *m)
+{
+	char why[192];
+
+	if (pboxd_fd_take(PBOXD_FD_METRICS, 2 * m->max_connections) == 0) {
+		return 0;
+	}
+	PBOX_LOG_ERR(MAIN,
+		     "metrics.max_connections %u needs %u descriptors, more than pboxd's "
+		     "descriptor budget has (%s): lower it or raise the open-file limit",
+		     m->max_connections, 2 * m->max_connections,
+		     pboxd_fd_explain(why, sizeof(why)));
+	return -EMFILE;
 }
 
 /* Raise the soft open-file limit to the hard one: each control connection takes a
@@ -647,7 +665,8 @@ int main(int argc, char **argv)
 	a.metrics = NULL;
 	a.metrics_src = (struct pboxd_metrics_src){ metrics_stats, &a, a.sessions };
 	if (a.control != NULL && a.cfg.metrics.enabled &&
-	    (a.metrics = pbox_metrics_start(&a.cfg.metrics, "pboxd")) == NULL) {
+	    (metrics_fds(&a.cfg.metrics) != 0 ||
+	     (a.metrics = pbox_metrics_start(&a.cfg.metrics, "pboxd")) == NULL)) {
 		pboxd_control_close(a.control);
 		a.control = NULL;
 	}

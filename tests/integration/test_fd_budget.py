@@ -26,34 +26,80 @@ import subprocess
 import time
 
 import spoof
-from pboxtest import Pboxd, build_path, fail, wait_for
+from pboxtest import Pboxd, build_path, fail, free_ports, wait_for
 
 RESERVE = 128
 FREE = 5
+
+
+METRICS_CONNS = 4
+
+
+class MetricsPboxd(Pboxd):
+    """A pboxd with its /metrics endpoint on a free port."""
+    conns = METRICS_CONNS
+
+    def choose_ports(self):
+        super().choose_ports()
+        with open(self.conf, "a") as f:
+            f.write('metrics = { listen = "127.0.0.1:%d"; max_connections = %d; };\n' %
+                    (free_ports(1)[0], self.conns))
+
+
+def part_metrics_too_big():
+    """metrics.max_connections whose descriptors do not fit the budget: pboxd does not start,
+    and says why."""
+    class Big(MetricsPboxd):
+        conns = 100
+
+    d = Big([{"id": 1, "token": "a", "workers": 1, "mode": "aggregate"}], cores=1)
+    try:
+        p = subprocess.run(d.args, capture_output=True, text=True, timeout=60,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                                 (256, 256)))
+    finally:
+        import shutil
+        shutil.rmtree(d.dir, ignore_errors=True)
+    out = p.stdout + p.stderr
+    if p.returncode == 0 or "metrics.max_connections 100 needs 200 descriptors" not in out:
+        fail("pboxd with /metrics over its descriptor budget: exit %d:\n%s" %
+             (p.returncode, out[-2000:]))
+    print("metrics too big: pboxd refused to start (exit %d): %s" % (
+        p.returncode, [x for x in out.splitlines() if "max_connections 100" in x][0][-160:]))
 
 
 def fds(d):
     return d.stats()["control"]["fds"]
 
 
+def held(f):
+    """What the budget holds, less the /metrics endpoint's share (taken at start)."""
+    return {k: v for k, v in f["held"].items() if k != "metrics"}
+
+
 def settled(d, control=1):
     """The budget holds only the stats request's own connection (and `control` - 1 more)."""
-    f = fds(d)
-    return f["held"] == {"control": control, "shm": 0, "results": 0}
+    return held(fds(d)) == {"control": control, "shm": 0, "results": 0}
 
 
 def nopen(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
-def lower(pid):
-    """pboxd's open-file limit to the budget's reserve + FREE; returns the old limits."""
+def lower(d):
+    """pboxd's open-file limit to the budget's reserve + /metrics' share + FREE; returns
+    the old limits."""
+    pid = d.proc.pid
     old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     if nopen(pid) + 16 > RESERVE:
         fail("pboxd has %d descriptors open: its reserve of %d would not hold them" %
              (nopen(pid), RESERVE))
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (RESERVE + FREE, old[1]))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit(d), old[1]))
     return old
+
+
+def limit(d):
+    return RESERVE + d.metrics_fds + FREE
 
 
 def part_job(d):
@@ -61,7 +107,7 @@ def part_job(d):
     wait_for(lambda: settled(d), "the budget to hold only the stats connection")
     time.sleep(0.2)  # the stats connection closed
     env = dict(os.environ, PBOX_TRANSPORT="auto")
-    old = lower(pid)
+    old = lower(d)
     try:
         ps = [subprocess.Popen([build_path("tests/integration/pbox-check-worker"),
                                 "--server", d.control, "--job", "1", "--token", "a",
@@ -88,7 +134,7 @@ def part_job(d):
         fail("expected the results' memfds refused, no control connection: %s" % f)
     log = d.log()
     for want in ("job 1 core 0: no results' arena: out of file descriptors in pboxd's "
-                 "budget (open-file limit %d" % (RESERVE + FREE),
+                 "budget (open-file limit %d" % limit(d),
                  "go to shared-memory workers as copies",
                  "refused: no descriptor left in pboxd's budget (open-file limit"):
         if want not in log:
@@ -105,7 +151,7 @@ def part_flood(d):
     n0 = nopen(pid)
     before = d.stats()["control"]
     wait_for(lambda: nopen(pid) <= n0, "the stats connection closed")
-    old = lower(pid)
+    old = lower(d)
     conns = []
     try:
         for i in range(30):
@@ -121,7 +167,7 @@ def part_flood(d):
     finally:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
     after = d.stats()["control"]
-    if after["fds"]["held"] != {"control": 1, "shm": 0, "results": 0}:
+    if held(after["fds"]) != {"control": 1, "shm": 0, "results": 0}:
         fail("flood: descriptors not given back: %s" % after["fds"])
     refused = after["refused_fd_budget"] - before["refused_fd_budget"]
     accepted = after["accepted"] - before["accepted"] - 1  # this stats request
@@ -142,7 +188,7 @@ def part_recovered(d):
     f = fds(d)
     ten.close()
     print("recovered: a new session holds %s" % f["held"])
-    if f["held"] != {"control": 2, "shm": 0, "results": 2}:
+    if held(f) != {"control": 2, "shm": 0, "results": 2}:
         fail("a session on 2 cores with descriptors to spare: %s" % f)
     wait_for(lambda: settled(d), "the session's memfds to be given back")
 
@@ -150,12 +196,18 @@ def part_recovered(d):
 def main():
     jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"},
             {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
-    with Pboxd(jobs, cores=2, control_limits={"unauth_timeout": 30}) as d:
+    with MetricsPboxd(jobs, cores=2, control_limits={"unauth_timeout": 30}) as d:
         if "descriptor budget: open-file limit" not in d.log():
             fail("pboxd does not log its descriptor budget at start")
+        # /metrics takes 2 per connection of metrics.max_connections, at start
+        d.metrics_fds = fds(d)["held"]["metrics"]
+        if d.metrics_fds != 2 * METRICS_CONNS:
+            fail("the /metrics endpoint holds %d descriptors of the budget, not 2 x %d" %
+                 (d.metrics_fds, METRICS_CONNS))
         part_job(d)
         part_flood(d)
         part_recovered(d)
+    part_metrics_too_big()
     print("fd budget: OK")
 
 

@@ -58,8 +58,8 @@ static void test_one_account(void **state)
 	pboxd_fd_give(PBOXD_FD_SHM, 2);
 	assert_int_equal(pboxd_fd_take(PBOXD_FD_RESULTS, 1), -EMFILE);
 	assert_non_null(strstr(pboxd_fd_explain(buf, sizeof(buf)),
-			       "open-file limit 138: 128 reserved, control 6, shm 2, results 0 "
-			       "held, 2 free"));
+			       "open-file limit 138: 128 reserved, control 6, shm 2, metrics 0, "
+			       "results 0 held, 2 free"));
 	/* a limit raised (or lowered) while running counts at the next take */
 	set_soft(PBOXD_FD_RESERVE + 8 + PBOXD_FD_CONN_HEADROOM + 2);
 	assert_int_equal(pboxd_fd_take(PBOXD_FD_RESULTS, 1), 0);
