@@ -7,19 +7,21 @@
  *
  *   reserve  pboxd's own descriptors, opened at start or for a short while: listeners,
  *            epoll, timers, the cores' sockets and eventfds, log and checkpoint files,
- *            pbox-ctrld's connection, the descriptors a shared-memory welcome carries
- *            (dups, closed once sent), the one control.c keeps to shed a connection when
+ *            pbox-ctrld's connection, the one control.c keeps to shed a connection when
  *            accept() fails with EMFILE. No holder below ever takes them.
  *   control  control connections (TCP and the operators' Unix socket), 1 each; also
  *            capped by control_limits.max_connections.
- *   shm      shared-memory connections, 2 each (the socket and the worker's eventfd);
- *            also capped by shm.max_conns. A refused worker is told EMFILE and takes kernel
- *            UDP (unless it forced PBOX_TRANSPORT=shm).
+ *   shm      shared-memory connections, 2 each (the socket and the worker's eventfd),
+ *            and 1 + cores more until the welcome is sent (the rings' memfd and dups of
+ *            the results' memfds it carries); also capped by shm.max_conns. A refused
+ *            worker is told EMFILE and takes kernel UDP (unless it forced
+ *            PBOX_TRANSPORT=shm).
  *   metrics  the /metrics endpoint's connections, 2 each (the socket and a dup), taken
- *            at start for metrics.max_connections: pboxd does not start if they do not fit.
- *   results  results' memfds (transport/shm/pboxd_shm.c), 1 per (session, core), held for
- *            the session. They are optional (a session without them sends its results to
- *            shared-memory workers as copies), so they never take the last
+ *            at start for metrics.max_connections: pboxd does not start if they do not
+ *            fit.
+ *   results  results' memfds (transport/shm/pboxd_shm.c), 1 per (session, core), held
+ *            for the session. They are optional (a session without them sends its
+ *            results to shared-memory workers as copies), so they never take the last
  *            PBOXD_FD_CONN_HEADROOM free descriptors: those stay for connections.
  *
  * The limit is read at every take, so a limit lowered while pboxd runs (prlimit) counts

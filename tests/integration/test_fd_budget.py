@@ -7,18 +7,22 @@ control connections were capped at limit - 128 while shm connections and results
 were not counted at all: under a low limit they took the descriptors the cap promised
 (accept() then failed with EMFILE) or the other way round.
 
-With pboxd's limit lowered (prlimit) to the reserve + 5:
+With pboxd's limit lowered (prlimit) to the reserve + /metrics' share + 7:
 1. A job of two workers (libpbox, transport chosen by itself) trains to exact results
    (pbox-check-worker checks every element): both control connections fit, one worker's
-   shm connection fits, the other is refused (told EMFILE: it takes kernel UDP), the
+   shm connection fits (5 descriptors until its welcome is sent on 2 cores, then 2), the
+   other's does not (told EMFILE: it takes kernel UDP), the
    session's results' memfds are refused (they leave 64 descriptors for connections: its
    results go to the shm worker as copies). Refusals are counted per class and logged with
    the object (the worker's pid; the job and core) and the cause (the budget's numbers).
-2. 30 control connections at once: the 5 the budget holds are accepted, the others are
+2. 30 control connections at once: the 7 the budget holds are accepted, the others are
    refused by the budget (counted, logged with the peer and the budget), and accept() never
    failed for want of descriptors: the budget refused before the kernel did.
 3. With the limit restored, everything taken was given back, and a new session takes its
-   results' memfds (held 2 on 2 cores) and gives them back when it ends."""
+   results' memfds (held 2 on 2 cores) and its worker's shm connection 2 once welcomed,
+   given back when they end.
+4. metrics.max_connections whose descriptors do not fit: pboxd does not start, and says
+   why."""
 import os
 import resource
 import socket
@@ -29,7 +33,7 @@ import spoof
 from pboxtest import Pboxd, build_path, fail, free_ports, wait_for
 
 RESERVE = 128
-FREE = 5
+FREE = 7
 
 
 METRICS_CONNS = 4
@@ -183,14 +187,21 @@ def part_flood(d):
 
 
 def part_recovered(d):
+    """A session with descriptors to spare takes its memfds; its worker's shm connection
+    holds 2 once welcomed; everything is given back when they end."""
+    from test_shm import ShmConn
     keys = [(0, 300000)]
     ten = spoof.Tenant(d.control, 2, 0, "b", keys, "127.0.0.1", "127.0.0.1")
+    c = ShmConn(d.stats()["transport"]["shm"]["socket"], 2, 0, ten.cookie)
     f = fds(d)
+    status, nres = c.status, c.nres
+    c.close()
     ten.close()
-    print("recovered: a new session holds %s" % f["held"])
-    if held(f) != {"control": 2, "shm": 0, "results": 2}:
-        fail("a session on 2 cores with descriptors to spare: %s" % f)
-    wait_for(lambda: settled(d), "the session's memfds to be given back")
+    print("recovered: a new session and its shm connection hold %s" % f["held"])
+    if status != 0 or nres != 2 or held(f) != {"control": 2, "shm": 2, "results": 2}:
+        fail("a session on 2 cores with descriptors to spare (shm status %d, %d arenas): %s"
+             % (status, nres, f))
+    wait_for(lambda: settled(d), "the session's descriptors to be given back")
 
 
 def main():

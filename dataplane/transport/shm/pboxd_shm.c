@@ -31,6 +31,11 @@
 /* Bytes of replies a core holds for a worker whose ring is full (a descheduled worker),
  * per (connection, core), allocated at the first overflow. */
 #define SHM_BACKLOG_BYTES (4u << 20)
+/* Descriptors a connection holds in pboxd (pboxd/fdbudget.h): its socket and the worker's
+ * eventfd for its life; until its welcome is sent also the rings' memfd and a dup of each
+ * core's results' memfd. */
+#define SHM_CONN_FDS     2u
+#define SHM_HELLO_FDS(s) (1u + (s)->ncores)
 /* A connection that says no hello within this long is closed (it holds a slot). */
 #define SHM_HELLO_TIMEOUT_MS 5000u
 
@@ -50,7 +55,7 @@ struct shm_conn {
 	uint32_t job, rank;
 	bool welcomed;
 	uint64_t accepted_ms; /* CLOCK_MONOTONIC, for the hello timeout */
-	bool fds_held;        /* 2 descriptors of pboxd's budget (fdbudget.h) */
+	uint32_t fds_held;    /* descriptors of pboxd's budget (fdbudget.h): SHM_CONN_FDS */
 	int sock;
 	int wake_fd;       /* the worker's eventfd */
 	int memfd_pending; /* until the welcome carried it */
@@ -676,9 +681,9 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	for (uint32_t k = 0; k < cn->nres; k++) {
 		close(cn->res_fd[k]);
 	}
-	if (cn->fds_held) {
-		pboxd_fd_give(PBOXD_FD_SHM, 2);
-		cn->fds_held = false;
+	if (cn->fds_held != 0) {
+		pboxd_fd_give(PBOXD_FD_SHM, cn->fds_held);
+		cn->fds_held = 0;
 	}
 	cn->nres = 0;
 	pbox_job_state_put(cn->res_state); /* no core lists the connection any more */
@@ -912,6 +917,8 @@ static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 	cn->nres = 0;
 	close(cn->memfd_pending); /* the mappings keep the memory */
 	cn->memfd_pending = -1;
+	pboxd_fd_give(PBOXD_FD_SHM, cn->fds_held - SHM_CONN_FDS);
+	cn->fds_held = SHM_CONN_FDS;
 	cn->welcomed = true;
 	if (rc != 0) {
 		conn_end(s, cn, "the welcome could not be sent");
@@ -973,7 +980,8 @@ static void accept_some(struct pboxd_shm *s)
 				break;
 			}
 		}
-		if (cn == NULL || pboxd_fd_take(PBOXD_FD_SHM, 2) != 0) {
+		if (cn == NULL ||
+		    pboxd_fd_take(PBOXD_FD_SHM, SHM_CONN_FDS + SHM_HELLO_FDS(s)) != 0) {
 			struct pbox_shm_welcome w = { .magic = PBOX_SHM_MAGIC,
 						      .version = PBOX_SHM_VERSION,
 						      .status = EMFILE };
@@ -984,7 +992,7 @@ static void accept_some(struct pboxd_shm *s)
 			close(fd);
 			continue;
 		}
-		cn->fds_held = true;
+		cn->fds_held = SHM_CONN_FDS + SHM_HELLO_FDS(s);
 		cn->sock = fd;
 		cn->accepted_ms = now_ms();
 		cn->wake_fd = -1;
