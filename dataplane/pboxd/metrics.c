@@ -200,6 +200,40 @@ static void jobs(struct pbox_prom *p, const json_t *arr)
 	}
 }
 
+/* pboxd's descriptor budget (fdbudget.h, the control object's "fds"): gauges of the limit,
+ * what is free and what each class holds; refusals per class. */
+static void fds(struct pbox_prom *p, const json_t *f)
+{
+	const json_t *held = json_object_get(f, "held"), *refused = json_object_get(f, "refused");
+	const json_t *v;
+	const char *key;
+
+	if (!json_is_object(f) || json_integer_value(json_object_get(f, "limit")) < 0) {
+		return;
+	}
+	pbox_prom_family(p, "pboxd_fds_limit", "gauge", "open-file limit (RLIMIT_NOFILE, soft)");
+	pbox_prom_u64(p, "pboxd_fds_limit", NULL,
+		      (uint64_t)json_integer_value(json_object_get(f, "limit")));
+	pbox_prom_family(p, "pboxd_fds_free", "gauge",
+			 "descriptors of pboxd's budget free (limit less the reserve and holders)");
+	pbox_prom_u64(p, "pboxd_fds_free", NULL,
+		      (uint64_t)json_integer_value(json_object_get(f, "free")));
+	pbox_prom_family(p, "pboxd_fds_held", "gauge", "descriptors held, by class of holder");
+	json_object_foreach((json_t *)held, key, v)
+	{
+		pbox_prom_u64(p, "pboxd_fds_held", (pbox_prom_labels){ "class", key, NULL },
+			      (uint64_t)json_integer_value(v));
+	}
+	pbox_prom_family(p, "pboxd_fds_refused_total", "counter",
+			 "holders refused for want of descriptors in the budget, by class");
+	json_object_foreach((json_t *)refused, key, v)
+	{
+		pbox_prom_u64(p, "pboxd_fds_refused_total",
+			      (pbox_prom_labels){ "class", key, NULL },
+			      (uint64_t)json_integer_value(v));
+	}
+}
+
 void pboxd_metrics_render(void *arg, struct pbox_prom *p)
 {
 	struct pboxd_metrics_src *src = arg;
@@ -212,6 +246,7 @@ void pboxd_metrics_render(void *arg, struct pbox_prom *p)
 		cores(p, json_object_get(st, "cores"));
 		counters(p, "pboxd_control", "control channel counter", NULL,
 			 json_object_get(st, "control"), NULL, NULL);
+		fds(p, json_object_get(json_object_get(st, "control"), "fds"));
 		counters(p, "pboxd_lifetime", "data-plane memory lifetime counter", NULL,
 			 json_object_get(st, "lifetime"), NULL, NULL);
 		counters(p, "pboxd_probe", "probe agent counter", NULL,

@@ -74,6 +74,26 @@ static void print_control(const json_t *ctl)
 		any = true;
 	}
 	printf("\n");
+	if (json_is_object(json_object_get(ctl, "fds"))) {
+		const json_t *f = json_object_get(ctl, "fds"), *h = json_object_get(f, "held"),
+			     *r = json_object_get(f, "refused");
+
+		printf("descriptors: limit %" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
+		       " reserved, %" JSON_INTEGER_FORMAT " free; held",
+		       json_integer_value(json_object_get(f, "limit")),
+		       json_integer_value(json_object_get(f, "reserve")),
+		       json_integer_value(json_object_get(f, "free")));
+		json_object_foreach((json_t *)h, key, v)
+		{
+			printf(" %s=%" JSON_INTEGER_FORMAT, key, json_integer_value(v));
+		}
+		printf("; refused");
+		json_object_foreach((json_t *)r, key, v)
+		{
+			printf(" %s=%" JSON_INTEGER_FORMAT, key, json_integer_value(v));
+		}
+		printf("\n");
+	}
 	if (pbox_cli_json_u64(ctl, "jobs_created") || pbox_cli_json_u64(ctl, "jobs_removed")) {
 		printf("runtime jobs: %" PRIu64 " created, %" PRIu64 " removed\n",
 		       pbox_cli_json_u64(ctl, "jobs_created"),

@@ -45,9 +45,10 @@ class MetricsPboxd(Pboxd):
 
     def choose_ports(self):
         super().choose_ports()
+        self.mport = free_ports(1)[0]
         with open(self.conf, "a") as f:
             f.write('metrics = { listen = "127.0.0.1:%d"; max_connections = %d; };\n' %
-                    (free_ports(1)[0], self.conns))
+                    (self.mport, self.conns))
 
 
 def part_metrics_too_big():
@@ -204,6 +205,24 @@ def part_recovered(d):
     wait_for(lambda: settled(d), "the session's descriptors to be given back")
 
 
+def part_shown(d):
+    """The budget in `pbox stats` and /metrics."""
+    from test_metrics import scrape
+    out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--control", d.control],
+                         env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    line = [x for x in out.splitlines() if x.startswith("descriptors: limit")]
+    if not line or "metrics=%d" % d.metrics_fds not in line[0] or "shm=1" not in line[0]:
+        fail("pbox stats does not show the descriptor budget:\n" + out)
+    fams = scrape(d.mport)
+    held = {lab["class"]: int(v) for lab, v in fams["pboxd_fds_held"]["samples"]}
+    refused = {lab["class"]: int(v) for lab, v in fams["pboxd_fds_refused_total"]["samples"]}
+    if held.get("metrics") != d.metrics_fds or refused.get("shm") != 1 or \
+            refused.get("control", 0) < 30 - FREE or "pboxd_fds_free" not in fams:
+        fail("/metrics: held %s, refused %s" % (held, refused))
+    print("shown: %s; /metrics held %s refused %s" % (line[0], held, refused))
+
+
 def main():
     jobs = [{"id": 1, "token": "a", "workers": 2, "mode": "aggregate"},
             {"id": 2, "token": "b", "workers": 1, "mode": "aggregate"}]
@@ -218,6 +237,7 @@ def main():
         part_job(d)
         part_flood(d)
         part_recovered(d)
+        part_shown(d)
     part_metrics_too_big()
     print("fd budget: OK")
 
