@@ -304,10 +304,25 @@ def starve_descriptors(pid, port, settle, headroom=8):
     127.0.3.1..60, without waiting), and measure the CPU it uses in the next second (a loop
     spinning on accept() failing with EMFILE shows there). Then close the connections, wait
     settle seconds (for the accepted ones to time out) and restore the limit. Returns
-    (CPU seconds, wall seconds) of the measurement."""
-    nfds = len(os.listdir("/proc/%d/fd" % pid))
+    (CPU seconds, wall seconds) of the measurement. headroom 0: the limit is its lowest
+    free descriptor number once its descriptors stopped changing, so that not even one
+    accept() succeeds (a process that closes what it accepts beyond a budget of its own,
+    as pboxd does, would otherwise never see EMFILE)."""
+    if headroom == 0:
+        def listing():
+            return set(int(x) for x in os.listdir("/proc/%d/fd" % pid))
+        prev = None
+        for _ in range(100):
+            cur = listing()
+            if cur == prev:
+                break
+            prev = cur
+            time.sleep(0.2)
+        limit = min(set(range(len(cur) + 1)) - cur)
+    else:
+        limit = len(os.listdir("/proc/%d/fd" % pid)) + headroom
     old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + headroom, old[1]))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, old[1]))
     try:
         conns = []
         for i in range(60):
