@@ -91,6 +91,22 @@ def nopen(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def quiet(d):
+    """The budget holds no client's connection, and pboxd's descriptors stopped changing
+    (the stats request's own connection is closed)."""
+    pid = d.proc.pid
+    wait_for(lambda: settled(d), "the budget to hold only the stats connection")
+    same, prev = 0, None
+    for _ in range(200):
+        cur = sorted(os.listdir("/proc/%d/fd" % pid))
+        same = same + 1 if cur == prev else 0
+        if same >= 5:
+            return
+        prev = cur
+        time.sleep(0.1)
+    fail("pboxd's descriptors keep changing")
+
+
 def lower(d):
     """pboxd's open-file limit to the budget's reserve + /metrics' share + FREE; returns
     the old limits."""
@@ -109,8 +125,7 @@ def limit(d):
 
 def part_job(d):
     pid = d.proc.pid
-    wait_for(lambda: settled(d), "the budget to hold only the stats connection")
-    time.sleep(0.2)  # the stats connection closed
+    quiet(d)
     env = dict(os.environ, PBOX_TRANSPORT="auto")
     old = lower(d)
     try:
@@ -151,8 +166,7 @@ def part_job(d):
 
 def part_flood(d):
     pid = d.proc.pid
-    wait_for(lambda: settled(d), "the budget to hold only the stats connection")
-    time.sleep(0.2)
+    quiet(d)
     n0 = nopen(pid)
     before = d.stats()["control"]
     wait_for(lambda: nopen(pid) <= n0, "the stats connection closed")
