@@ -1241,11 +1241,20 @@ struct pboxd_control *pboxd_control_open(const struct pboxd_config *cfg,
 	ctl->max_conns = fit_fd_limit(cfg->limits.max_connections);
 	{
 		char why[160];
+		uint32_t own = pboxd_fd_open_now();
 
 		PBOX_LOG_INFO(ADMIN,
 			      "descriptor budget: %s (control connections 1 each, shm "
-			      "connections 2, results' memfds 1 per session and core)",
-			      pboxd_fd_explain(why, sizeof(why)));
+			      "connections 2, results' memfds 1 per session and core); %u open "
+			      "now",
+			      pboxd_fd_explain(why, sizeof(why)), own);
+		if (own > PBOXD_FD_RESERVE / 2) {
+			PBOX_LOG_WARN(ADMIN,
+				      "pboxd's own %u descriptors take more than half of the %u "
+				      "reserved: connections may meet EMFILE (shed) before the "
+				      "budget refuses them",
+				      own, PBOXD_FD_RESERVE);
+		}
 	}
 	ctl->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (ctl->epfd < 0) {

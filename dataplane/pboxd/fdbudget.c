@@ -2,6 +2,7 @@
 /* pboxd's file-descriptor budget (see fdbudget.h). */
 #include "fdbudget.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -22,6 +23,21 @@ uint64_t pboxd_fd_limit(void)
 		return UINT64_MAX;
 	}
 	return (uint64_t)rl.rlim_cur;
+}
+
+uint32_t pboxd_fd_open_now(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	uint32_t n = 0;
+
+	if (d == NULL) {
+		return 0;
+	}
+	while (readdir(d) != NULL) {
+		n++;
+	}
+	closedir(d);
+	return n > 3 ? n - 3 : 0; /* ".", ".." and the directory's own descriptor */
 }
 
 int pboxd_fd_take(enum pboxd_fd_class k, uint32_t n)

@@ -59,6 +59,10 @@ void pboxd_fd_give(enum pboxd_fd_class k, uint32_t n);
 /* The open-file limit now (UINT64_MAX: none). */
 uint64_t pboxd_fd_limit(void);
 
+/* Descriptors this process has open now (/proc/self/fd; 0 if it cannot be read): at
+ * start, before any holder, what the reserve has to hold. */
+uint32_t pboxd_fd_open_now(void);
+
 /* "open-file limit L: R reserved, control C, shm S, metrics X, results M held, F free"
  * into buf; returns buf. */
 const char *pboxd_fd_explain(char *buf, size_t len);
