@@ -122,8 +122,10 @@ struct pbox_node {
 	 * when). When the core's last timer probe for a contribution / a result went while
 	 * the core answered nothing (timers: one per RTO per core, as F-RTO sends one). */
 	uint64_t *core_res, *core_res_t, *core_quiet_send, *core_quiet_probe;
-	uint64_t pace_next;     /* earliest start of the next queued chunk */
-	bool pace_wait;         /* start_queued stopped for the pacer */
+	uint64_t *core_quiet_gap, *core_quiet_sgap; /* the intervals of those probes (they
+						       double; 0: none yet) */
+	uint64_t pace_next;                         /* earliest start of the next queued chunk */
+	bool pace_wait;                             /* start_queued stopped for the pacer */
 	uint32_t ss_high;       /* RTT samples in a row above the slow-start exit threshold */
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
@@ -229,7 +231,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	n->lanes = calloc((size_t)n->d->nkeys * n->nlanes, sizeof(*n->lanes));
 	n->pending_head = calloc(n->d->nkeys, sizeof(*n->pending_head));
 	n->pending_tail = calloc(n->d->nkeys, sizeof(*n->pending_tail));
-	n->core_acked = calloc(6 * (size_t)PBOX_MAX(n->d->ncores, 1u), sizeof(uint64_t));
+	n->core_acked = calloc(8 * (size_t)PBOX_MAX(n->d->ncores, 1u), sizeof(uint64_t));
 	if (n->core_acked != NULL) {
 		size_t nc = PBOX_MAX(n->d->ncores, 1u);
 
@@ -238,6 +240,8 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 		n->core_res_t = n->core_acked + 3 * nc;
 		n->core_quiet_probe = n->core_acked + 4 * nc;
 		n->core_quiet_send = n->core_acked + 5 * nc;
+		n->core_quiet_gap = n->core_acked + 6 * nc;
+		n->core_quiet_sgap = n->core_acked + 7 * nc;
 	}
 	for (uint32_t c = 0; c < n->d->nchunks; c++) {
 		words += pbox_bitmap_words(n->d->chunks[c].nfrags) * n->nlanes;
@@ -1155,6 +1159,7 @@ static void delivered(struct pbox_node *n, uint32_t i, uint64_t t)
 		n->core_acked[core] = PBOX_MAX(n->core_acked[core], w->order);
 	}
 	n->core_delivery[core] = t;
+	n->core_quiet_sgap[core] = 0;
 	cc_delivered(n, n->d->chunks[wc_chunk(n, i)].bytes, n->inflight_bytes, t);
 }
 
@@ -1226,6 +1231,7 @@ static void judge_timer(struct pbox_node *n, uint32_t i, int verdict, uint64_t t
 			/* It recovered a lost result: the core's quiet was a loss, the next
 			 * quiet probe may go at once. */
 			n->core_quiet_probe[core] = 0;
+			n->core_quiet_gap[core] = 0;
 		}
 		return;
 	}
@@ -1260,6 +1266,7 @@ static void judge_timer(struct pbox_node *n, uint32_t i, int verdict, uint64_t t
 		}
 		if (sent == TMO_QUIET) {
 			n->core_quiet_send[core] = 0;
+			n->core_quiet_sgap[core] = 0;
 		}
 	}
 	n->stats.pto_floor_us = n->pto_adapt / 1000;
@@ -1506,6 +1513,7 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		 * before it was spurious. */
 		respun = (m->flags & PBOX_F_RETRANSMIT) ? 0 : 1;
 		n->core_res_t[cd->core] = now(n);
+		n->core_quiet_gap[cd->core] = 0;
 		if (unacked) {
 			/* The rest of the result is on its way: a probe is due after one
 			 * retransmission timeout, not after the slower probe pace. An
@@ -2096,18 +2104,24 @@ void pbox_node_timers(struct pbox_node *n)
 				 * reason; a loss is known once something sent later is
 				 * acknowledged, as in RACK, RFC 8985.) Per core: another core's
 				 * thread may run while this one is descheduled. When the core
-				 * answers nothing for an RTO, one chunk probes per RTO, the rest
-				 * wait for its answer (F-RTO, RFC 5682: a spurious timeout costs
-				 * one datagram per core, not one per chunk in flight). */
-				bool flowing = t - n->core_delivery[core] < n->rto;
+				 * has answered nothing for a tail-loss probe's time, one chunk
+				 * probes (RACK's TLP), the next after twice that, and so on, the
+				 * rest wait for the answer (F-RTO, RFC 5682: a spurious timeout
+				 * costs one datagram per core, not one per chunk in flight). */
+				uint64_t pt = pto(n), gap = n->core_quiet_sgap[core];
+				bool flowing = t - n->core_delivery[core] < pt;
 
-				if (flowing || t - n->core_quiet_send[core] < n->rto) {
+				if (flowing || t - n->core_quiet_send[core] < gap) {
 					n->stats.timer_waits++;
-					w->tmo_ns = n->rto;
+					w->tmo_ns =
+						flowing ? n->rto
+							: PBOX_MAX(pt, n->core_quiet_send[core] +
+									       gap - t);
 					arm(n, w, t);
 					continue;
 				}
 				n->core_quiet_send[core] = t;
+				n->core_quiet_sgap[core] = gap ? PBOX_MIN(2 * gap, n->rto_max) : pt;
 				quiet = true;
 			}
 			if (w->phase == PH_WAIT && w->rgot == 0 && n->relay == NULL &&
@@ -2115,17 +2129,25 @@ void pbox_node_timers(struct pbox_node *n)
 				/* No result has come for anything acknowledged after this chunk:
 				 * it is not overtaken, so not known lost (RACK). While the core
 				 * still sends results, ours waits in its queue (or for a peer);
-				 * when it sends none, one probe per RTO per core asks (a stalled
-				 * peer leaves every chunk waiting: R6 in perf/README.md s. 4). */
-				bool flowing = t - n->core_res_t[core] < n->rto;
+				 * when it has sent none for the probe interval, one chunk of the
+				 * core probes, then the next after twice the interval, and so on
+				 * until results come again (a stalled peer leaves every chunk
+				 * waiting: R6, perf/README.md section 4). */
+				uint64_t pt = probe_tmo(n), gap = n->core_quiet_gap[core];
+				bool flowing = t - n->core_res_t[core] < pt;
 
-				if (flowing || t - n->core_quiet_probe[core] < n->rto) {
+				if (flowing || t - n->core_quiet_probe[core] < gap) {
 					n->stats.timer_waits++;
-					w->tmo_ns = PBOX_MAX(probe_tmo(n), flowing ? 0 : n->rto);
+					w->tmo_ns =
+						flowing ? pt
+							: PBOX_MAX(pt, n->core_quiet_probe[core] +
+									       gap - t);
 					arm(n, w, t);
 					continue;
 				}
 				n->core_quiet_probe[core] = t;
+				n->core_quiet_gap[core] =
+					gap ? PBOX_MIN(2 * gap, probe_slow(n)) : pt;
 				quiet = true;
 			}
 			w->tmo_ns = PBOX_MIN(w->tmo_ns * 2, n->rto_max);

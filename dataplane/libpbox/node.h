@@ -98,13 +98,16 @@
  *    (and the RTO) rise to 1.25 x the delay seen, at most rto_max / 4; each timeout that
  *    proves right (answered by its resend, or a NACK) lowers that floor by a quarter
  *    (RACK's reordering window also grows on DSACKs and decays after recoveries). While a
- *    core answers nothing for an RTO, only one of its chunks probes per RTO (F-RTO: one
- *    datagram first; its answer says whether the rest were lost), not every chunk in
- *    flight. stats.spurious_retx counts the proven ones.
+ *    core answers nothing for a tail-loss probe's time, one of its chunks probes (RACK's
+ *    TLP), the next after twice that, and so on (F-RTO: one datagram first; its answer
+ *    says whether the rest were lost), not every chunk in flight; an answer that proves a
+ *    loss lets the others, now overtaken, go at once. stats.spurious_retx counts the
+ *    proven spurious ones.
  *  - Result probes of an acknowledged push-pull: a probe goes only for a chunk that is
  *    overtaken (a result came from its core for a chunk acknowledged after it: its own
- *    was lost), or, while the core sends no results at all for an RTO (a peer is late,
- *    or the tail was lost), one probe per RTO per core: every chunk of a key waits for
+ *    was lost), or, while the core has sent no results for the probe interval (a peer is
+ *    late, or the tail was lost), one chunk of the core, then the next after twice the
+ *    interval, and so on until results come again: every chunk of a key waits for
  *    the slowest peer, and probing each one (after the measured wait and doubling) sent
  *    ~7 probes per waiting chunk during a 200 ms stall of a peer (thousands of PULLs and
  *    status ACKs; R6 in perf/README.md section 4). A result that arrives unflagged after
