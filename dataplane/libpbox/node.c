@@ -120,7 +120,8 @@ struct pbox_node {
 	uint64_t *core_acked, *core_delivery;
 	/* The same for results (a waiting chunk's first result fragment: its send_order and
 	 * when). When the core's last timer probe for a contribution / a result went while
-	 * the core answered nothing (timers: one per RTO per core, as F-RTO sends one). */
+	 * the core answered nothing (timers: one chunk probes, as F-RTO sends one datagram,
+	 * the next after twice the interval). */
 	uint64_t *core_res, *core_res_t, *core_quiet_send, *core_quiet_probe;
 	uint64_t *core_quiet_gap, *core_quiet_sgap; /* the intervals of those probes (they
 						       double; 0: none yet) */
@@ -1149,12 +1150,11 @@ static int start_op(struct pbox_node *n, struct pbox_op *op)
 static void delivered(struct pbox_node *n, uint32_t i, uint64_t t)
 {
 	struct wchunk *w = &n->ch[i];
+	uint32_t core = n->d->chunks[wc_chunk(n, i)].core;
 
 	if (w->tries == 1 && t >= w->sent_ns) {
 		rtt_sample(n, t - w->sent_ns, t);
 	}
-	uint32_t core = n->d->chunks[wc_chunk(n, i)].core;
-
 	if (w->tries == 1) {
 		n->core_acked[core] = PBOX_MAX(n->core_acked[core], w->order);
 	}
@@ -1167,7 +1167,7 @@ static void delivered(struct pbox_node *n, uint32_t i, uint64_t t)
  * wait measured so far (from the ACK to the result's first fragment, smoothed as RFC
  * 6298 smooths RTTs) plus max(4 x its variation, one tail-loss probe timeout), at most
  * four RTOs or four initial RTOs, whichever is more (a slow peer raises the measured
- * wait; the timers probe only overtaken chunks, or one per core and RTO while the core
+ * wait; the timers probe only overtaken chunks, or one chunk at a time while the core
  * sends nothing: thousands of chunks may wait for a slow peer). Before the measured
  * wait, a lost single-fragment result (a small tensor) stalled its exchange 200 ms: 5%
  * loss cost 5.5x at 1 Gbit/s in netlab. */
@@ -1200,7 +1200,7 @@ static void wait_sample(struct pbox_node *n, uint64_t d)
 
 /* wchunk.tmo_sent: what the timer sent, to be judged by the answer (judge_timer) */
 #define TMO_SENT  1 /* a resend or a probe after the chunk's own timeout */
-#define TMO_QUIET 2 /* a result probe while its core sent nothing (timers) */
+#define TMO_QUIET 2 /* a probe while the chunk's core answered nothing (timers) */
 
 /*
  * Spurious timeouts (node.h). The timer of wchunk i re-sent or probed (tmo_sent) and an
