@@ -314,8 +314,8 @@ static void test_mixed_keys_window(void **state)
 }
 
 /* Probes and resends rank 0 sends in an exchange that follows fast ones, when its peer
- * (rank 1) submits 50 ms late (a worker descheduled on a busy host), nothing lost. */
-static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
+ * (rank 1) submits late_ms late (a worker descheduled on a busy host), nothing lost. */
+static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms, uint64_t late_ms)
 {
 	struct sim_job_cfg cfg = cfg_of();
 	struct sim_link_cfg l = { .rate_Bps = 1250000000ull,
@@ -348,7 +348,7 @@ static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
 	}
 	assert_int_equal(pbox_node_submit(s.node[0], &op[0]), 0);
 	pbox_node_flush(s.node[0]);
-	assert_false(sim_run(&s, s.now_ns + 50 * MS)); /* rank 1 is late: not done */
+	assert_false(sim_run(&s, s.now_ns + late_ms * MS)); /* rank 1 is late: not done */
 	assert_int_equal(pbox_node_submit(s.node[1], &op[1]), 0);
 	pbox_node_flush(s.node[1]);
 	assert_true(sim_run(&s, s.now_ns + 120000 * MS));
@@ -358,8 +358,9 @@ static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
 	st = pbox_node_stats(s.node[0]);
 	resent = st->retransmits + st->probes - before;
 	print_message("rto_min %u ms, pto_min %u ms: rank 0 sent %llu probes / resends while "
-		      "its peer was 50 ms late\n",
-		      rto_min_ms, pto_min_ms, (unsigned long long)resent);
+		      "its peer was %llu ms late\n",
+		      rto_min_ms, pto_min_ms, (unsigned long long)resent,
+		      (unsigned long long)late_ms);
 	sim_fini(&s);
 	return resent;
 }
@@ -370,15 +371,16 @@ static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
  * no results at all, one chunk per core, at the probe interval and then doubling (node.c
  * timers). Before, every waiting chunk probed after the measured wait and the tail-loss
  * probe's 2 ms floor, doubling: rank 0 sent 825 probes while its peer was 50 ms late (256
- * chunks waiting), now 4. A shared-memory worker also sets its probe floor to its RTO
- * floor (100 ms): 0.
+ * chunks waiting), now 4; 1335 while it was 200 ms late (R6 of the review), now 6. A
+ * shared-memory worker also sets its probe floor to its RTO floor (100 ms): 0.
  */
 static void test_stall_probe_floor(void **state)
 {
 	(void)state;
-	assert_true(resent_in_stall(10, 0) <= 10);      /* UDP defaults */
-	assert_true(resent_in_stall(100, 0) <= 10);     /* RTO floor 100 ms */
-	assert_int_equal(resent_in_stall(100, 100), 0); /* shm */
+	assert_true(resent_in_stall(10, 0, 50) <= 10);      /* UDP defaults */
+	assert_true(resent_in_stall(100, 0, 50) <= 10);     /* RTO floor 100 ms */
+	assert_int_equal(resent_in_stall(100, 100, 50), 0); /* shm */
+	assert_true(resent_in_stall(10, 0, 200) <= 16);     /* R6: a 200 ms stall */
 }
 
 /*
