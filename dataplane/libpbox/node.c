@@ -42,6 +42,9 @@ struct wchunk {
 	uint64_t *rbits;
 	uint64_t *sacked;     /* fragments of the contribution the appliance said it holds */
 	uint32_t round_seq;   /* seq of the last datagram of the latest send round */
+	uint32_t tmo_seq;     /* seq of the first datagram the timer sent (tmo_sent) */
+	uint8_t tmo_sent;     /* the timer re-sent or probed; not yet judged (judge_timer) */
+	uint64_t tmo_base;    /* when the timer's current round began (its delay's origin) */
 	uint32_t *crc;        /* per fragment version word (crc mode) */
 	uint32_t next_queued; /* FIFO link (wchunk index + 1, 0 = end) */
 	uint32_t next_active; /* active list link (wchunk index + 1, 0 = end) */
@@ -99,6 +102,11 @@ struct pbox_node {
 	uint64_t rto;          /* current RTO (before a chunk's own back-off) */
 	uint64_t rto_min, rto_max;
 	uint64_t pto_min; /* floor of the tail-loss probe (cfg.pto_min_ms) */
+	/* Spurious timeouts (judge_timer()): the tail-loss probe's floor raised to the
+	 * delays that proved timers too eager, decayed when timers prove right; the window
+	 * before the last timeout's reduction, to undo when it proves spurious (0: none). */
+	uint64_t pto_adapt;
+	uint64_t undo_cwnd, undo_ssthresh;
 	uint64_t min_rtt; /* windowed minimum: min(min_prev, min_cur) */
 	uint64_t min_prev, min_cur, min_epoch;
 	uint64_t standing; /* least RTT sample of the last srtt / 2 (0: none yet) */
@@ -106,9 +114,19 @@ struct pbox_node {
 	uint64_t recover_until; /* no second window reduction before this (one per RTT) */
 	uint64_t last_delivery; /* last time a contribution was acknowledged */
 	uint64_t send_order;    /* counts contribution sends (first sends and resends) */
-	uint64_t newest_acked;  /* highest send_order acknowledged unambiguously (Karn) */
-	uint64_t pace_next;     /* earliest start of the next queued chunk */
-	bool pace_wait;         /* start_queued stopped for the pacer */
+	/* Per appliance core (its own queue: cores run as threads that are descheduled
+	 * independently, so one core's acknowledgements say nothing about another's queue):
+	 * the highest send_order acknowledged unambiguously (Karn), and when. */
+	uint64_t *core_acked, *core_delivery;
+	/* The same for results (a waiting chunk's first result fragment: its send_order and
+	 * when). When the core's last timer probe for a contribution / a result went while
+	 * the core answered nothing (timers: one chunk probes, as F-RTO sends one datagram,
+	 * the next after twice the interval). */
+	uint64_t *core_res, *core_res_t, *core_quiet_send, *core_quiet_probe;
+	uint64_t *core_quiet_gap, *core_quiet_sgap; /* the intervals of those probes (they
+						       double; 0: none yet) */
+	uint64_t pace_next;                         /* earliest start of the next queued chunk */
+	bool pace_wait;                             /* start_queued stopped for the pacer */
 	uint32_t ss_high;       /* RTT samples in a row above the slow-start exit threshold */
 	uint64_t next_deadline; /* lower bound of every busy lane's deadline_ns */
 	int failed;
@@ -214,6 +232,18 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 	n->lanes = calloc((size_t)n->d->nkeys * n->nlanes, sizeof(*n->lanes));
 	n->pending_head = calloc(n->d->nkeys, sizeof(*n->pending_head));
 	n->pending_tail = calloc(n->d->nkeys, sizeof(*n->pending_tail));
+	n->core_acked = calloc(8 * (size_t)PBOX_MAX(n->d->ncores, 1u), sizeof(uint64_t));
+	if (n->core_acked != NULL) {
+		size_t nc = PBOX_MAX(n->d->ncores, 1u);
+
+		n->core_delivery = n->core_acked + nc;
+		n->core_res = n->core_acked + 2 * nc;
+		n->core_res_t = n->core_acked + 3 * nc;
+		n->core_quiet_probe = n->core_acked + 4 * nc;
+		n->core_quiet_send = n->core_acked + 5 * nc;
+		n->core_quiet_gap = n->core_acked + 6 * nc;
+		n->core_quiet_sgap = n->core_acked + 7 * nc;
+	}
 	for (uint32_t c = 0; c < n->d->nchunks; c++) {
 		words += pbox_bitmap_words(n->d->chunks[c].nfrags) * n->nlanes;
 		crcs += (size_t)n->d->chunks[c].nfrags * n->nlanes;
@@ -223,7 +253,7 @@ struct pbox_node *pbox_node_create(const struct pbox_node_cfg *cfg)
 			       ? calloc(crcs ? crcs : 1, sizeof(uint32_t))
 			       : NULL;
 	if (n->ch == NULL || n->lanes == NULL || n->bits_arena == NULL || n->pending_head == NULL ||
-	    n->pending_tail == NULL ||
+	    n->pending_tail == NULL || n->core_acked == NULL ||
 	    (n->crc_arena == NULL && (n->cfg.crc || n->cfg.sampled_words))) {
 		goto oom;
 	}
@@ -262,6 +292,7 @@ void pbox_node_destroy(struct pbox_node *n)
 	free(n->lanes);
 	free(n->pending_head);
 	free(n->pending_tail);
+	free(n->core_acked);
 	free(n->bits_arena);
 	free(n->crc_arena);
 	pbox_dvf_push_destroy(n->dvf);
@@ -618,7 +649,7 @@ static void rtt_sample(struct pbox_node *n, uint64_t r, uint64_t t)
 		n->srtt = PBOX_MAX((7 * n->srtt + r) / 8, 1u);
 	}
 	n->rto = n->srtt + PBOX_MAX(RTO_CLOCK_NS, 4 * n->rttvar);
-	n->rto = PBOX_MIN(PBOX_MAX(n->rto, n->rto_min), n->rto_max);
+	n->rto = PBOX_MIN(PBOX_MAX(n->rto, PBOX_MAX(n->rto_min, n->pto_adapt)), n->rto_max);
 	if (t >= n->min_epoch + MIN_RTT_EPOCH_NS) {
 		n->min_prev = n->min_cur;
 		n->min_cur = UINT64_MAX;
@@ -698,9 +729,16 @@ static void cc_delivered(struct pbox_node *n, uint64_t bytes, uint64_t inflight_
  */
 static void cc_loss(struct pbox_node *n, uint64_t t, bool timeout)
 {
-	(void)timeout;
+	if (!timeout) {
+		n->undo_cwnd = 0; /* the appliance said what is missing: a loss for sure */
+	}
 	if (t < n->recover_until) {
 		return;
+	}
+	if (timeout && n->undo_cwnd == 0) {
+		/* A timer's guess: undone if it proves spurious (judge_timer). */
+		n->undo_cwnd = n->cwnd;
+		n->undo_ssthresh = n->ssthresh;
 	}
 	n->cwnd -= PBOX_MIN(backlog(n), n->cwnd / 2);
 	n->cwnd = PBOX_MAX(n->cwnd, n->unit);
@@ -735,9 +773,9 @@ static void pace(struct pbox_node *n, uint64_t bytes, uint64_t t)
 static uint64_t pto(const struct pbox_node *n)
 {
 	if (n->srtt == 0) {
-		return n->rto;
+		return PBOX_MAX(n->rto, n->pto_adapt);
 	}
-	return PBOX_MIN(n->rto, PBOX_MAX(2 * n->srtt, n->pto_min));
+	return PBOX_MAX(PBOX_MIN(n->rto, PBOX_MAX(2 * n->srtt, n->pto_min)), n->pto_adapt);
 }
 
 /* The same for a result: not with a broadcast tree (TSB), whose relays forward results
@@ -924,6 +962,8 @@ static void start_chunk(struct pbox_node *n, uint32_t i, uint64_t t)
 	w->tries = 1;
 	w->tmo_ns = pto(n);
 	w->sent_ns = t;
+	w->tmo_base = t;
+	w->tmo_sent = 0;
 	w->order = ++n->send_order;
 	w->rgot = 0;
 	w->ndone_seen = 0;
@@ -1110,26 +1150,35 @@ static int start_op(struct pbox_node *n, struct pbox_op *op)
 static void delivered(struct pbox_node *n, uint32_t i, uint64_t t)
 {
 	struct wchunk *w = &n->ch[i];
+	uint32_t core = n->d->chunks[wc_chunk(n, i)].core;
 
 	if (w->tries == 1 && t >= w->sent_ns) {
 		rtt_sample(n, t - w->sent_ns, t);
 	}
 	if (w->tries == 1) {
-		n->newest_acked = PBOX_MAX(n->newest_acked, w->order);
+		n->core_acked[core] = PBOX_MAX(n->core_acked[core], w->order);
 	}
+	n->core_delivery[core] = t;
+	n->core_quiet_sgap[core] = 0;
 	cc_delivered(n, n->d->chunks[wc_chunk(n, i)].bytes, n->inflight_bytes, t);
 }
 
 /* The interval of probes for a result that waits for slower peers, not for a loss: the
  * wait measured so far (from the ACK to the result's first fragment, smoothed as RFC
- * 6298 smooths RTTs) plus max(4 x its variation, one tail-loss probe timeout), at most four
- * RTOs and never more eager than four initial RTOs (a slow peer can leave thousands of
- * chunks waiting: a peer that falls behind raises the measured wait). Before the measured
+ * 6298 smooths RTTs) plus max(4 x its variation, one tail-loss probe timeout), at most
+ * four RTOs or four initial RTOs, whichever is more (a slow peer raises the measured
+ * wait; the timers probe only overtaken chunks, or one chunk at a time while the core
+ * sends nothing: thousands of chunks may wait for a slow peer). Before the measured
  * wait, a lost single-fragment result (a small tensor) stalled its exchange 200 ms: 5%
  * loss cost 5.5x at 1 Gbit/s in netlab. */
+static uint64_t probe_slow(const struct pbox_node *n)
+{
+	return PBOX_MIN(4 * PBOX_MAX(n->rto, (uint64_t)n->cfg.rto_ms * MS_NS), n->rto_max);
+}
+
 static uint64_t probe_tmo(const struct pbox_node *n)
 {
-	uint64_t slow = PBOX_MIN(4 * PBOX_MAX(n->rto, (uint64_t)n->cfg.rto_ms * MS_NS), n->rto_max);
+	uint64_t slow = probe_slow(n);
 
 	if (n->wsrtt == 0 || n->relay != NULL) {
 		return slow; /* TSB: see result_pto() */
@@ -1149,6 +1198,80 @@ static void wait_sample(struct pbox_node *n, uint64_t d)
 	n->wsrtt = PBOX_MAX((7 * n->wsrtt + d) / 8, 1u);
 }
 
+/* wchunk.tmo_sent: what the timer sent, to be judged by the answer (judge_timer) */
+#define TMO_SENT  1 /* a resend or a probe after the chunk's own timeout */
+#define TMO_QUIET 2 /* a probe while the chunk's core answered nothing (timers) */
+
+/*
+ * Spurious timeouts (node.h). The timer of wchunk i re-sent or probed (tmo_sent) and an
+ * answer came: to the original (the timer fired too early: a descheduled thread, a queue,
+ * a peer's wait, nothing lost) or to what the timer sent? verdict > 0: spurious, 0: the
+ * timer was right, < 0: cannot tell. result: the answer is a waiting chunk's first result
+ * fragment (its probes are paced by the timers' per-core rules, not by a floor: a peer's
+ * wait says nothing about the path, and a floor raised by it delays the recovery of lost
+ * results; test_cc_loss small keys: 25 -> 38 ms per exchange at 5% loss).
+ */
+static void judge_timer(struct pbox_node *n, uint32_t i, int verdict, uint64_t t, bool result)
+{
+	struct wchunk *w = &n->ch[i];
+	uint32_t core = n->d->chunks[wc_chunk(n, i)].core;
+	uint8_t sent = w->tmo_sent;
+
+	if (sent == 0) {
+		return;
+	}
+	w->tmo_sent = 0;
+	if (verdict < 0) {
+		return;
+	}
+	if (result) {
+		if (verdict > 0) {
+			n->stats.spurious_probes++;
+		} else if (sent == TMO_QUIET) {
+			/* It recovered a lost result: the core's quiet was a loss, the next
+			 * quiet probe may go at once. */
+			n->core_quiet_probe[core] = 0;
+			n->core_quiet_gap[core] = 0;
+		}
+		return;
+	}
+	if (verdict > 0) {
+		uint64_t d = t > w->tmo_base ? t - w->tmo_base : 0;
+
+		/* Eifel (RFC 3522, response RFC 4015): the original was answered, so the
+		 * timeout came from delay. Cover the delay seen with a quarter of margin
+		 * (RACK's reordering window grows in quarters), at most a quarter of rto_max,
+		 * and give back the window the timeout took. */
+		n->pto_adapt = PBOX_MIN(PBOX_MAX(n->pto_adapt, d + d / 4), n->rto_max / 4);
+		n->rto = PBOX_MAX(n->rto, n->pto_adapt); /* and the RTO (RFC 4015's response) */
+		n->stats.rto_us = n->rto / 1000;
+		n->stats.spurious_retx++;
+		if (n->undo_cwnd != 0) {
+			n->cwnd = PBOX_MAX(n->cwnd, n->undo_cwnd);
+			n->ssthresh = PBOX_MAX(n->ssthresh, n->undo_ssthresh);
+			n->recover_until = 0;
+			n->undo_cwnd = 0;
+			n->stats.loss_undone++;
+			n->stats.cwnd = n->cwnd;
+		}
+	} else {
+		/* A loss the timer recovered: the floor decays (RACK shrinks its reordering
+		 * window again after recoveries without DSACKs). The answer is the resend's:
+		 * what was sent before it and is still unanswered is overtaken (timers), and
+		 * after a quiet core's probe the next may go at once. */
+		n->pto_adapt -= n->pto_adapt / 4;
+		n->undo_cwnd = 0;
+		if (w->phase == PH_SEND) {
+			n->core_acked[core] = PBOX_MAX(n->core_acked[core], w->order);
+		}
+		if (sent == TMO_QUIET) {
+			n->core_quiet_send[core] = 0;
+			n->core_quiet_sgap[core] = 0;
+		}
+	}
+	n->stats.pto_floor_us = n->pto_adapt / 1000;
+}
+
 /* A push-pull's contribution is known consumed: stop sending its data (the wchunk leaves
  * the in-flight window) and from now on only probe, after tmo, for a lost result. */
 static void enter_wait(struct pbox_node *n, uint32_t i, uint64_t tmo)
@@ -1161,6 +1284,8 @@ static void enter_wait(struct pbox_node *n, uint32_t i, uint64_t tmo)
 	w->tries = 0;
 	w->tmo_ns = tmo;
 	w->sent_ns = now(n); /* the wait starts: wait_sample() */
+	w->tmo_base = w->sent_ns;
+	w->tmo_sent = 0;
 	arm(n, w, w->sent_ns);
 }
 
@@ -1183,9 +1308,11 @@ static bool on_nack(struct pbox_node *n, uint32_t i, const struct pbox_msg *m)
 		return true; /* answers an older round; the latest one is still on its way */
 	}
 	n->stats.nacks++;
+	judge_timer(n, i, 0, t, false); /* fragments were missing: not spurious */
 	cc_loss(n, t, false);
 	w->tries++; /* Karn: no RTT sample from this contribution */
 	w->tmo_ns = pto(n);
+	w->tmo_base = t;
 	arm(n, w, t);
 	return send_chunk(n, i, SEND_MISSING);
 }
@@ -1205,7 +1332,9 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			if (w->phase == PH_SEND && ln->kind != PBOX_OP_PULL) {
 				w->tmo_ns = n->rto;
 				w->tries++; /* Karn: no RTT sample from this contribution */
-				arm(n, w, now(n));
+				w->tmo_base = now(n);
+				w->tmo_sent = 0;
+				arm(n, w, w->tmo_base);
 				n->stats.retry_hints++;
 				if (!send_chunk(n, i, SEND_MISSING)) {
 					break; /* the lane failed; queued chunks may go below */
@@ -1227,6 +1356,13 @@ static void on_ack(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		if (w->phase == PH_WAIT || (m->flags & PBOX_F_STATUS)) {
 			continue; /* the answer to a probe: only the count is news */
 		}
+		/* arg0 echoes the seq of the datagram that completed the contribution (0: not
+		 * said): one sent before the timer's is the original (Eifel's timestamp). */
+		judge_timer(n, i,
+			    m->arg0 == 0                          ? -1
+			    : (int32_t)(m->arg0 - w->tmo_seq) < 0 ? 1
+								  : 0,
+			    now(n), false);
 		delivered(n, i, now(n));
 		if (ln->kind == PBOX_OP_PUSH_PULL) {
 			/* The data is in; from now on only probe for a lost result. */
@@ -1325,6 +1461,7 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 		struct wchunk *w = &n->ch[i];
 		struct lane *ln = wc_lane(n, i);
 		bool unacked;
+		int respun;
 
 		if (w->phase != PH_SEND && w->phase != PH_WAIT) {
 			continue;
@@ -1371,21 +1508,35 @@ static void on_data(struct pbox_node *n, uint32_t c, const struct pbox_msg *m)
 			n->stats.dup_frags++;
 			continue;
 		}
+		/* The appliance flags what it sends again for a resend or a probe: a result
+		 * that is not flagged answers the original request, so a timer that fired
+		 * before it was spurious. */
+		respun = (m->flags & PBOX_F_RETRANSMIT) ? 0 : 1;
+		n->core_res_t[cd->core] = now(n);
+		n->core_quiet_gap[cd->core] = 0;
 		if (unacked) {
 			/* The rest of the result is on its way: a probe is due after one
-			 * retransmission timeout, not after the slower probe pace. */
+			 * retransmission timeout, not after the slower probe pace. An
+			 * unflagged result says nothing here: a resend that found the push
+			 * complete is held like the original and released unflagged. */
+			judge_timer(n, i, -1, now(n), false);
 			delivered(n, i, now(n));
 			enter_wait(n, i, result_pto(n));
 		} else if (w->phase == PH_WAIT && w->rgot == 0) {
 			/* The result has started to arrive: the rest follows within about an
 			 * RTT, so a fragment lost on the way is asked for after one RTO, not
 			 * after the probe pace meant for results that wait for peers. */
+			judge_timer(n, i, respun, now(n), true);
+			n->core_res[cd->core] = PBOX_MAX(n->core_res[cd->core], w->order);
 			wait_sample(n, now(n) - w->sent_ns); /* probes or not: a lost one
 								  only raises it */
 			w->tries = 0;
 			w->tmo_ns = result_pto(n);
+			w->tmo_base = now(n);
 			arm(n, w, now(n));
 			w->ndone_seen = n->d->nworkers; /* a result: the iteration had its quorum */
+		} else if (w->phase == PH_WAIT) {
+			judge_timer(n, i, respun, now(n), false); /* the rest of a result */
 		}
 		pbox_bit_set(w->rbits, f);
 		if (m->encoding == PBOX_ENC_DVF) {
@@ -1912,7 +2063,7 @@ static void timeout_lane(struct pbox_node *n, struct lane *ln, uint64_t t)
 void pbox_node_timers(struct pbox_node *n)
 {
 	uint64_t t = now(n);
-	uint32_t a;
+	uint32_t a, core;
 
 	/* Deadlines first: a failed lane takes its chunks off the active list. The scans run
 	 * only when the cached lower bound says something may be due. */
@@ -1936,28 +2087,77 @@ void pbox_node_timers(struct pbox_node *n)
 		for (a = n->active_head; a != 0;) {
 			uint32_t i = a - 1;
 			struct wchunk *w = &n->ch[i];
+			bool quiet = false;
 
 			a = w->next_active;
 			if (t < w->due_ns) {
 				n->next_due = PBOX_MIN(n->next_due, w->due_ns);
 				continue;
 			}
+			core = n->d->chunks[wc_chunk(n, i)].core;
 			if (w->phase == PH_SEND && ln_kind_sends_data(n, i) &&
-			    n->newest_acked < w->order && t - n->last_delivery < n->rto) {
-				/* Acknowledgements still arrive, but none yet for anything sent
-				 * at or after this contribution: it waits in a queue of the
-				 * path, as everything sent after it does; it is not lost. (TCP's
-				 * one timer restarts on every ACK for the same reason; a loss is
-				 * known once something sent later is acknowledged, as in RACK,
-				 * RFC 8985.) */
-				n->stats.timer_waits++;
-				w->tmo_ns = n->rto;
-				arm(n, w, t);
-				continue;
+			    n->core_acked[core] < w->order) {
+				/* Acknowledgements of this core still arrive, but none yet for
+				 * anything sent at or after this contribution: it waits in the
+				 * core's queue, as everything sent after it does; it is not
+				 * lost. (TCP's one timer restarts on every ACK for the same
+				 * reason; a loss is known once something sent later is
+				 * acknowledged, as in RACK, RFC 8985.) Per core: another core's
+				 * thread may run while this one is descheduled. When the core
+				 * has answered nothing for a tail-loss probe's time, one chunk
+				 * probes (RACK's TLP), the next after twice that, and so on, the
+				 * rest wait for the answer (F-RTO, RFC 5682: a spurious timeout
+				 * costs one datagram per core, not one per chunk in flight). */
+				uint64_t pt = pto(n), gap = n->core_quiet_sgap[core];
+				bool flowing = t - n->core_delivery[core] < pt;
+
+				if (flowing || t - n->core_quiet_send[core] < gap) {
+					n->stats.timer_waits++;
+					w->tmo_ns =
+						flowing ? n->rto
+							: PBOX_MAX(pt, n->core_quiet_send[core] +
+									       gap - t);
+					arm(n, w, t);
+					continue;
+				}
+				n->core_quiet_send[core] = t;
+				n->core_quiet_sgap[core] = gap ? PBOX_MIN(2 * gap, n->rto_max) : pt;
+				quiet = true;
+			}
+			if (w->phase == PH_WAIT && w->rgot == 0 && n->relay == NULL &&
+			    n->core_res[core] < w->order) {
+				/* No result has come for anything acknowledged after this chunk:
+				 * it is not overtaken, so not known lost (RACK). While the core
+				 * still sends results, ours waits in its queue (or for a peer);
+				 * when it has sent none for the probe interval, one chunk of the
+				 * core probes, then the next after twice the interval, and so on
+				 * until results come again (a stalled peer leaves every chunk
+				 * waiting: R6, perf/README.md section 4). */
+				uint64_t pt = probe_tmo(n), gap = n->core_quiet_gap[core];
+				bool flowing = t - n->core_res_t[core] < pt;
+
+				if (flowing || t - n->core_quiet_probe[core] < gap) {
+					n->stats.timer_waits++;
+					w->tmo_ns =
+						flowing ? pt
+							: PBOX_MAX(pt, n->core_quiet_probe[core] +
+									       gap - t);
+					arm(n, w, t);
+					continue;
+				}
+				n->core_quiet_probe[core] = t;
+				n->core_quiet_gap[core] =
+					gap ? PBOX_MIN(2 * gap, probe_slow(n)) : pt;
+				quiet = true;
 			}
 			w->tmo_ns = PBOX_MIN(w->tmo_ns * 2, n->rto_max);
 			w->tries++;
 			arm(n, w, t);
+			if (!w->tmo_sent) {
+				/* judged by the answer (judge_timer) */
+				w->tmo_sent = quiet ? TMO_QUIET : TMO_SENT;
+				w->tmo_seq = n->seq;
+			}
 			if (w->phase == PH_SEND && ln_kind_sends_data(n, i)) {
 				cc_loss(n, t, true);
 			}
@@ -1976,7 +2176,7 @@ void pbox_node_timers(struct pbox_node *n)
 					 * on the way back. Results are sent at the pace of the
 					 * workers' pushes, so slowing ours is what relieves the
 					 * appliance's link and our own downlink. */
-					cc_loss(n, t, false);
+					cc_loss(n, t, true);
 				}
 				send_probe(n, i);
 			}

@@ -84,10 +84,36 @@
  *    first sample; the first timeout of a send round, and of a result that has started
  *    to arrive, is a tail-loss probe after max(2 SRTT, 2 ms) within the RTO (RFC 8985:
  *    the 10 ms floor alone stalled a chunk 20 RTTs per lost last fragment at 1 Gbit/s);
- *    each chunk's timer doubles on expiry. A chunk whose timer expires while
- *    acknowledgements still arrive, none for anything sent after it, is waiting in a queue
- *    of the path, not lost: its timer restarts (TCP restarts its one timer on each ACK;
- *    RACK, RFC 8985, declares a loss once something sent later is acknowledged).
+ *    each chunk's timer doubles on expiry. A chunk whose timer expires while its core's
+ *    acknowledgements still arrive, none for anything sent after it, is waiting in that
+ *    core's queue, not lost: its timer restarts (TCP restarts its one timer on each ACK;
+ *    RACK, RFC 8985, declares a loss once something sent later is acknowledged). Per
+ *    appliance core: each core is a thread that the host deschedules on its own, so core
+ *    0 acknowledging chunks sent after core 1's says nothing about core 1's (on 2 CPUs
+ *    with 2 workers and 2 pboxd cores this took ~14k chunks per 35 exchanges for lost).
+ *  - Spurious timeouts (TCP's Eifel, RFC 3522 / 4015, and F-RTO, RFC 5682): an ACK echoes
+ *    the seq of the datagram that completed the contribution, so an ACK of a datagram
+ *    sent before the timer's resend proves the timeout spurious (a descheduled thread, not
+ *    a loss); the window the timeout took is given back, and the tail-loss probe's floor
+ *    (and the RTO) rise to 1.25 x the delay seen, at most rto_max / 4; each timeout that
+ *    proves right (answered by its resend, or a NACK) lowers that floor by a quarter
+ *    (RACK's reordering window also grows on DSACKs and decays after recoveries). While a
+ *    core answers nothing for a tail-loss probe's time, one of its chunks probes (RACK's
+ *    TLP), the next after twice that, and so on (F-RTO: one datagram first; its answer
+ *    says whether the rest were lost), not every chunk in flight; an answer that proves a
+ *    loss lets the others, now overtaken, go at once. stats.spurious_retx counts the
+ *    proven spurious ones.
+ *  - Result probes of an acknowledged push-pull: a probe goes only for a chunk that is
+ *    overtaken (a result came from its core for a chunk acknowledged after it: its own
+ *    was lost), or, while the core has sent no results for the probe interval (a peer is
+ *    late, or the tail was lost), one chunk of the core, then the next after twice the
+ *    interval, and so on until results come again: every chunk of a key waits for
+ *    the slowest peer, and probing each one (after the measured wait and doubling) sent
+ *    ~7 probes per waiting chunk during a 200 ms stall of a peer (thousands of PULLs and
+ *    status ACKs; R6 in perf/README.md section 4). A result that arrives unflagged after
+ *    a probe answered the original request (stats.spurious_probes). The measured wait
+ *    sets no floor: a peer's wait says nothing about the path, and raising the probe's
+ *    timer by it delayed the recovery of lost results (see judge_timer in node.c).
  *
  * Threading: a node is used by one thread at a time (the progress thread); completion
  * callbacks run on that thread.
@@ -161,6 +187,11 @@ struct pbox_node_stats {
 	uint64_t rto_us;           /* retransmission timeout now */
 	uint64_t timer_waits;      /* timeouts not taken as losses: acknowledgements of
 				      earlier sends still arriving (a queue, not a loss) */
+	uint64_t spurious_retx;    /* timer resends proven needless: the original was
+				      answered (node.h, "Spurious timeouts") */
+	uint64_t spurious_probes;  /* result probes proven needless: the result came unasked */
+	uint64_t loss_undone;      /* window reductions of spurious timeouts given back */
+	uint64_t pto_floor_us;     /* the tail-loss probe's floor learnt from them (0: none) */
 	/* TSB (relay.h): broadcast fragments accepted, forwarded to children, refused for a
 	 * bad MAC, refused for coming from neither the parent nor the owning core */
 	uint64_t tsb_rx;

@@ -105,6 +105,10 @@ static void link_send(struct sim *s, const struct sim_pkt *p)
 	if (p->dir == SIM_TO_APPLIANCE && s->core_tick_ns > 0) {
 		e.at = (e.at + s->core_tick_ns - 1) / s->core_tick_ns * s->core_tick_ns;
 	}
+	if (p->dir == SIM_TO_APPLIANCE && s->stall_ns[p->to] > 0 &&
+	    e.at % s->stall_period_ns[p->to] < s->stall_ns[p->to]) {
+		e.at += s->stall_ns[p->to] - e.at % s->stall_period_ns[p->to];
+	}
 	e.seq = s->heap_seq++;
 	e.p = *p;
 	heap_push(s, &e);

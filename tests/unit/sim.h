@@ -74,8 +74,11 @@ struct sim {
 	/* link model (sim_set_links); links == false: instant FIFO delivery */
 	bool links;
 	struct sim_link_cfg up, down;
-	uint64_t core_tick_ns;         /* > 0: a CPU-starved appliance core, run only every tick:
-					  arrivals wait for the next multiple of it */
+	uint64_t core_tick_ns; /* > 0: a CPU-starved appliance core, run only every tick:
+				  arrivals wait for the next multiple of it */
+	/* per core, stall_ns > 0: its thread is descheduled for the first stall_ns of every
+	   stall_period_ns (arrivals then wait for the end of the stall) */
+	uint64_t stall_ns[SIM_MAX_CORES], stall_period_ns[SIM_MAX_CORES];
 	uint64_t *up_free, *down_free; /* per rank: when the link finishes what it holds */
 	struct sim_timed *heap;
 	uint32_t nheap;

@@ -121,14 +121,18 @@ static double run_at(double p, uint64_t seed, const struct sim_link_cfg *l, uint
 	const struct pbox_node_stats *st = pbox_node_stats(s.node[0]);
 	print_message("loss %.3f: %.3f s per exchange (%.4f dropped), rank 0: cwnd %llu srtt %llu "
 		      "us rto %llu us, %llu loss events, %llu nacks, %llu retransmits, %llu "
-		      "probes, %llu timer waits, queue drops up %llu down %llu\n",
+		      "probes, %llu timer waits, queue drops up %llu down %llu; spurious: %llu "
+		      "resends %llu probes, probe floor %llu us\n",
 		      p, sum / rounds, loss.seen ? (double)loss.dropped / loss.seen : 0.0,
 		      (unsigned long long)st->cwnd, (unsigned long long)st->srtt_us,
 		      (unsigned long long)st->rto_us, (unsigned long long)st->loss_events,
 		      (unsigned long long)st->nacks, (unsigned long long)st->retransmits,
 		      (unsigned long long)st->probes, (unsigned long long)st->timer_waits,
 		      (unsigned long long)s.link_drops[SIM_TO_APPLIANCE],
-		      (unsigned long long)s.link_drops[SIM_TO_WORKER]);
+		      (unsigned long long)s.link_drops[SIM_TO_WORKER],
+		      (unsigned long long)st->spurious_retx,
+		      (unsigned long long)st->spurious_probes,
+		      (unsigned long long)st->pto_floor_us);
 	sim_fini(&s);
 	return sum / rounds;
 }
@@ -310,8 +314,8 @@ static void test_mixed_keys_window(void **state)
 }
 
 /* Probes and resends rank 0 sends in an exchange that follows fast ones, when its peer
- * (rank 1) submits 50 ms late (a worker descheduled on a busy host), nothing lost. */
-static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
+ * (rank 1) submits late_ms late (a worker descheduled on a busy host), nothing lost. */
+static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms, uint64_t late_ms)
 {
 	struct sim_job_cfg cfg = cfg_of();
 	struct sim_link_cfg l = { .rate_Bps = 1250000000ull,
@@ -344,7 +348,7 @@ static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
 	}
 	assert_int_equal(pbox_node_submit(s.node[0], &op[0]), 0);
 	pbox_node_flush(s.node[0]);
-	assert_false(sim_run(&s, s.now_ns + 50 * MS)); /* rank 1 is late: not done */
+	assert_false(sim_run(&s, s.now_ns + late_ms * MS)); /* rank 1 is late: not done */
 	assert_int_equal(pbox_node_submit(s.node[1], &op[1]), 0);
 	pbox_node_flush(s.node[1]);
 	assert_true(sim_run(&s, s.now_ns + 120000 * MS));
@@ -354,26 +358,123 @@ static uint64_t resent_in_stall(uint32_t rto_min_ms, uint32_t pto_min_ms)
 	st = pbox_node_stats(s.node[0]);
 	resent = st->retransmits + st->probes - before;
 	print_message("rto_min %u ms, pto_min %u ms: rank 0 sent %llu probes / resends while "
-		      "its peer was 50 ms late\n",
-		      rto_min_ms, pto_min_ms, (unsigned long long)resent);
+		      "its peer was %llu ms late\n",
+		      rto_min_ms, pto_min_ms, (unsigned long long)resent,
+		      (unsigned long long)late_ms);
 	sim_fini(&s);
 	return resent;
 }
 
 /*
- * Result probes follow the measured wait and the tail-loss probe's floor
- * (max(2 SRTT, 2 ms)): on kernel UDP they fire while a peer is late, the price of fast
- * loss recovery. A shared-memory worker sets its probe floor to its RTO floor (100 ms:
- * the rings lose nothing they do not count), so a late peer is not probed for. Before
- * (probe floor 2 ms also over shm), the demo over shm on a loaded machine had pboxd
- * receive 427-540 probes per run; with the floor, 0.
+ * Result probes while a peer is late: a waiting chunk probes only once results for chunks
+ * acknowledged after it have come (overtaken: its own was lost) or, while its core sends
+ * no results at all, one chunk per core, at the probe interval and then doubling (node.c
+ * timers). Before, every waiting chunk probed after the measured wait and the tail-loss
+ * probe's 2 ms floor, doubling: rank 0 sent 825 probes while its peer was 50 ms late (256
+ * chunks waiting), now 4; 1335 while it was 200 ms late (R6 of the review), now 6. A
+ * shared-memory worker also sets its probe floor to its RTO floor (100 ms): 0.
  */
 static void test_stall_probe_floor(void **state)
 {
 	(void)state;
-	assert_true(resent_in_stall(10, 0) > 0);        /* UDP defaults: it probes */
-	assert_true(resent_in_stall(100, 0) > 0);       /* shm before: the same */
-	assert_int_equal(resent_in_stall(100, 100), 0); /* shm now */
+	assert_true(resent_in_stall(10, 0, 50) <= 10);      /* UDP defaults */
+	assert_true(resent_in_stall(100, 0, 50) <= 10);     /* RTO floor 100 ms */
+	assert_int_equal(resent_in_stall(100, 100, 50), 0); /* shm */
+	assert_true(resent_in_stall(10, 0, 200) <= 16);     /* R6: a 200 ms stall */
+}
+
+/*
+ * Two appliance cores, loopback-like links (10 Gbit/s, 10 us, 32 KB datagrams), nothing
+ * lost, and core 1's thread descheduled for stall_ms of every period_ms (a 2-CPU host
+ * running two workers and two pboxd cores: CFS slices of a few ms). Counts what rank 0
+ * and rank 1 sent again over 4 exchanges after a warm-up: every resend and probe is
+ * spurious here.
+ */
+struct stall_run {
+	uint64_t tx, resent, spurious, undone, floor_us;
+};
+
+static struct stall_run run_core_stall(uint32_t ncores, uint32_t core, uint64_t stall_ms,
+				       uint64_t period_ms)
+{
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 1250000000ull,
+				  .delay_ns = MS / 100,
+				  .queue_bytes = 64ull << 20 };
+	struct stall_run out = { 0 };
+	uint64_t tx0[RANKS], rs0[RANKS];
+	struct sim s;
+
+	cfg.ncores = ncores;
+	cfg.frag_bytes = 32768;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.stall_ns[core] = stall_ms * MS;
+	s.stall_period_ns[core] = period_ms * MS;
+	round_once(&s, 0);
+	for (uint32_t r = 0; r < RANKS; r++) {
+		const struct pbox_node_stats *st = pbox_node_stats(s.node[r]);
+
+		tx0[r] = st->tx_pkts;
+		rs0[r] = st->retransmits + st->probes;
+	}
+	for (uint32_t t = 1; t <= 4; t++) {
+		round_once(&s, t);
+	}
+	for (uint32_t r = 0; r < RANKS; r++) {
+		const struct pbox_node_stats *st = pbox_node_stats(s.node[r]);
+
+		out.tx += st->tx_pkts - tx0[r];
+		out.resent += st->retransmits + st->probes - rs0[r];
+		out.spurious += st->spurious_retx + st->spurious_probes;
+		out.undone += st->loss_undone;
+		out.floor_us = PBOX_MAX(out.floor_us, st->pto_floor_us);
+	}
+	print_message("%u core(s), core %u stalled %llu of every %llu ms: %llu datagrams, %llu "
+		      "resent or probes; spurious seen %llu, windows given back %llu, probe "
+		      "floor %llu us\n",
+		      ncores, core, (unsigned long long)stall_ms, (unsigned long long)period_ms,
+		      (unsigned long long)out.tx, (unsigned long long)out.resent,
+		      (unsigned long long)out.spurious, (unsigned long long)out.undone,
+		      (unsigned long long)out.floor_us);
+	sim_fini(&s);
+	return out;
+}
+
+/*
+ * One core's acknowledgements say nothing about another core's queue: with two cores and
+ * core 1 descheduled 4 ms of every 10, core 0 acknowledged chunks sent after core 1's
+ * waiting ones, and the timers took core 1's chunks for lost (RACK across cores): before,
+ * 352 of 2400 datagrams were resends or probes. Now timers compare only with the same
+ * core's acknowledgements, and a quiet core gets one probe at a time: 5 of 2053.
+ */
+static void test_core_stall_no_resends(void **state)
+{
+	struct stall_run r;
+
+	(void)state;
+	r = run_core_stall(2, 1, 4, 10);
+	assert_true(r.resent * 100 < r.tx);
+}
+
+/*
+ * The whole appliance (one core) descheduled 15 ms of every 50, more than the 10 ms RTO
+ * floor: the first timeouts are spurious (the ACK echoes the original datagram's seq, as
+ * Eifel's timestamp does), the window they took is given back and the tail-loss probe's
+ * floor rises to the delay seen, so the later stalls cost no resends, and while the core is
+ * quiet only one chunk probes (F-RTO). Before: 176 resends of 2224 datagrams (every chunk
+ * in flight at each stall); now 4.
+ */
+static void test_appliance_stall_adapts(void **state)
+{
+	struct stall_run r;
+
+	(void)state;
+	r = run_core_stall(1, 0, 15, 50);
+	assert_true(r.spurious > 0);
+	assert_true(r.undone > 0);
+	assert_true(r.floor_us >= 15000);
+	assert_true(r.resent * 100 < r.tx);
 }
 
 int main(void)
@@ -384,6 +485,8 @@ int main(void)
 		cmocka_unit_test(test_small_keys_lost_results),
 		cmocka_unit_test(test_mixed_keys_window),
 		cmocka_unit_test(test_stall_probe_floor),
+		cmocka_unit_test(test_core_stall_no_resends),
+		cmocka_unit_test(test_appliance_stall_adapts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
