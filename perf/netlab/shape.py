@@ -118,7 +118,8 @@ def pooled(runs, sc, nbytes, rate_bps):
     if kp:
         out["kpace"] = {"on": all(k["on"] for k in kp), "egress_fq": min(
             k["egress_fq"] for k in kp), **{c: sum(k[c] for k in kp) for c in (
-                "stamped", "delayed", "capped")}}
+                "stamped", "delayed", "capped")}, "lead_max_ms": max(
+                    k.get("lead_max_ms", 0) for k in kp)}
     exch = sum(len(r["iter_seconds"]) + sc.warmup for r in ok)
     wl = [v for r in ok for k, v in r["links"].items() if k != "app"]
     wtx = sum(v["tx_bytes"] for v in wl) / exch / sc.workers
@@ -355,7 +356,7 @@ def spread_table(res):
     """Steadiness: every round's median and how far single exchanges stray (max / median,
     coefficient of variation), with pboxd's kernel-pacing counters where it was on."""
     out = ["| point | system | round medians s | max / median | CV | pboxd messages "
-           "stamped / delayed / capped (egress fq) |", "|---" * 6 + "|"]
+           "stamped / delayed / capped (egress fq) | pboxd most lead ms |", "|---" * 7 + "|"]
     pts = [("unlimited", res["cpu_bound"])] if "cpu_bound" in res else []
     pts += [("%g Mbit/s" % p["rate_mbit"], p) for p in res["points"]]
     pts += [("%g Mbit/s, loss %g" % (p["rate_mbit"], p["loss"]), p) for p in res["loss"]]
@@ -364,12 +365,13 @@ def spread_table(res):
             if "median_s" not in s:
                 continue
             k = s.get("kpace")
-            out.append("| %s | %s | %s | %s | %s | %s |" % (
+            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
                 lab, name, ", ".join("%.2f" % m for m in s.get("round_medians_s", [])),
                 fmt(s.get("max_over_median")), fmt(s.get("cv")),
                 "%d / %d / %d (%s)" % (k["stamped"], k["delayed"], k["capped"],
                                        "yes" if k["egress_fq"] > 0 else "no")
-                if k and k["on"] else "–"))
+                if k and k["on"] else "–", fmt(k.get("lead_max_ms"), "%.1f")
+                if k and k["on"] and "lead_max_ms" in k else "–"))
     return out
 
 

@@ -130,6 +130,7 @@ static void test_lead_cap(void **state)
 	assert_int_equal(pbox_kpace_stamp(&k, 1, 1, 1500, 2 * MS), 5 * MS); /* 5.5: capped */
 	assert_int_equal(pbox_kpace_stamp(&k, 1, 1, 1500, 2 * MS), 5 * MS);
 	assert_int_equal(k.stats.capped, 9);
+	assert_int_equal(k.stats.lead_max_ns, 4500000); /* the last one: 6.5 ms at 2 ms */
 	pbox_kpace_fini(&k);
 }
 

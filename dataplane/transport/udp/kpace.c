@@ -81,6 +81,9 @@ uint64_t pbox_kpace_stamp(struct pbox_kpace *k, uint32_t ip, uint16_t port, uint
 	k->stats.stamped++;
 	if (t > now) {
 		k->stats.delayed++;
+		if (t - now > k->stats.lead_max_ns) {
+			k->stats.lead_max_ns = t - now;
+		}
 		if (t - now > lead) {
 			t = now + lead;
 			k->stats.capped++;

@@ -47,10 +47,12 @@
 #define PBOX_KPACE_MAX_DST 1024u
 
 struct pbox_kpace_stats {
-	uint64_t stamped; /* messages given a departure time */
-	uint64_t delayed; /* of which later than the time of sending */
-	uint64_t capped;  /* of which pulled back to the most lead */
-	uint64_t shared;  /* per_dst: messages on the shared timeline (table full) */
+	uint64_t stamped;     /* messages given a departure time */
+	uint64_t delayed;     /* of which later than the time of sending */
+	uint64_t capped;      /* of which pulled back to the most lead */
+	uint64_t shared;      /* per_dst: messages on the shared timeline (table full) */
+	uint64_t lead_max_ns; /* most a timeline was ahead of a sending (before the cap):
+			       * the largest backlog above the rate, in time at the rate */
 };
 
 struct pbox_kpace_dst {

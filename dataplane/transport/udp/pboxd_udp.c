@@ -442,7 +442,7 @@ static json_t *pace_json(const struct pboxd_dp *dp)
 static json_t *kpace_json(const struct pboxd_dp *dp)
 {
 	struct pbox_udp_info info = { .txtime_clockid = -1 };
-	uint64_t stamped = 0, delayed = 0, capped = 0, shared = 0;
+	uint64_t stamped = 0, delayed = 0, capped = 0, shared = 0, lead = 0;
 
 	for (uint32_t k = 0; k < dp->ncores; k++) {
 		const struct udp_core *u = dp->cores[k].xport_core;
@@ -459,11 +459,13 @@ static json_t *kpace_json(const struct pboxd_dp *dp)
 		delayed += __atomic_load_n(&ks->delayed, __ATOMIC_RELAXED);
 		capped += __atomic_load_n(&ks->capped, __ATOMIC_RELAXED);
 		shared += __atomic_load_n(&ks->shared, __ATOMIC_RELAXED);
+		lead = PBOX_MAX(lead, __atomic_load_n(&ks->lead_max_ns, __ATOMIC_RELAXED));
 	}
-	return json_pack("{s:b, s:i, s:i, s:I, s:I, s:I, s:I}", "on", info.kpace, "egress_fq",
+	return json_pack("{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "on", info.kpace, "egress_fq",
 			 info.kpace_egress, "txtime_clockid", info.txtime_clockid, "stamped",
 			 (json_int_t)stamped, "delayed", (json_int_t)delayed, "capped",
-			 (json_int_t)capped, "shared", (json_int_t)shared);
+			 (json_int_t)capped, "shared", (json_int_t)shared, "lead_max_ms",
+			 (double)lead / 1e6);
 }
 
 static json_t *udp_stats_json(const struct pboxd_dp *dp)
