@@ -76,6 +76,9 @@ def run(build, table, host_qdisc, kpace):
 
 def check_on(kp, log, errs, want_fq):
     word = "ACTIVE" if want_fq else "INACTIVE"
+    for line in [l for l in log.splitlines() if "kernel pacing" in l][:1] + [
+            l for l in errs[0].splitlines() if "kernel pacing" in l][:1]:
+        print(line.strip())
     if not kp["on"] or kp["txtime_clockid"] != CLOCK_MONOTONIC:
         fail("pboxd's sockets: %r (SO_TXTIME with CLOCK_MONOTONIC expected)" % kp)
     if kp["egress_fq"] != (1 if want_fq else 0):

@@ -351,15 +351,24 @@ const char *pbox_udp_info_str(const struct pbox_udp *u, char *buf, unsigned len)
 	struct pbox_udp_info i;
 
 	pbox_udp_info(u, &i);
-	snprintf(buf, len, "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s, %s%s%s%s", i.rcvbuf >> 10,
-		 i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off",
-		 !u->kpace             ? "kernel pacing off"
-		 : u->kpace_egress > 0 ? "kernel pacing ACTIVE (SO_TXTIME departure times, "
-		 : u->kpace_egress == 0
-			 ? "kernel pacing INACTIVE (SO_TXTIME departure times set, but no fq: "
-			 : "kernel pacing UNKNOWN (SO_TXTIME departure times set; ",
-		 u->kpace ? (u->kp.per_dst ? "per destination; " : "per socket; ") : "",
-		 u->kpace ? u->kpace_why : "", u->kpace ? ")" : "");
+	if (!u->kpace) {
+		snprintf(
+			buf, len, "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s, kernel pacing off",
+			i.rcvbuf >> 10, i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off");
+		return buf;
+	}
+	snprintf(buf, len,
+		 "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s, kernel pacing %s (SO_TXTIME "
+		 "departure times per %s%s; %s)",
+		 i.rcvbuf >> 10, i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off",
+		 u->kpace_egress > 0    ? "ACTIVE"
+		 : u->kpace_egress == 0 ? "INACTIVE"
+					: "UNKNOWN",
+		 u->kp.per_dst ? "destination" : "socket",
+		 u->kpace_egress > 0    ? ""
+		 : u->kpace_egress == 0 ? ", ignored without fq"
+					: ", egress not checked",
+		 u->kpace_why);
 	return buf;
 }
 
