@@ -4,8 +4,10 @@
  * the most lead, no times without a rate), the rate parser, and on loopback sockets that
  * the transport sets SO_TXTIME, says pacing is inactive there (no fq), and still delivers
  * every datagram whole and in order with the SCM_TXTIME control message beside GSO's. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <linux/net_tstamp.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -252,13 +254,34 @@ static void test_socket(void **state)
 	pbox_udp_close(rx[1]);
 }
 
+/* The egress check: traffic to 127.0.0.1 leaves from loopback, which ignores the times;
+ * every interface's answer is a verdict or an error, always with a reason. */
+static void test_egress(void **state)
+{
+	uint32_t lo = htonl(INADDR_LOOPBACK), src = 0;
+	char why[256];
+	int rc;
+
+	(void)state;
+	assert_int_equal(pbox_kpace_route_src(lo, &src), 0);
+	assert_int_equal(src, lo);
+	assert_int_equal(pbox_kpace_egress(src, why, sizeof(why)), 0);
+	assert_non_null(strstr(why, "loopback"));
+	rc = pbox_kpace_egress(0, why, sizeof(why));
+	assert_true(rc == 0 || rc == 1 || rc < 0);
+	assert_true(why[0] != '\0');
+	/* a reason longer than the buffer is cut, never overrun */
+	rc = pbox_kpace_egress(0, why, 8);
+	assert_true(strlen(why) < 8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shared_timeline), cmocka_unit_test(test_rate_changes),
 		cmocka_unit_test(test_per_destination), cmocka_unit_test(test_table_full),
 		cmocka_unit_test(test_lead_cap),        cmocka_unit_test(test_parse_rate),
-		cmocka_unit_test(test_socket),
+		cmocka_unit_test(test_socket),          cmocka_unit_test(test_egress),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -233,7 +233,7 @@ static int read_qdiscs(struct ifq *ifs, unsigned nifs)
 			  .nlmsg_seq = 1 },
 		  .tc = { .tcm_family = AF_UNSPEC } };
 	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
-	static const size_t buflen = 32768;
+	static const size_t buflen = 65536; /* above a dump message's most (32 KB) */
 	char *buf = malloc(buflen);
 	int fd, rc = 0;
 	bool done = false;
@@ -331,7 +331,7 @@ int pbox_kpace_egress(uint32_t local_ip, char *why, size_t len)
 	}
 	if (nifs == 0) {
 		snprintf(why, len,
-			 loopback ? "bound to loopback: lo has no fq, departure times are ignored"
+			 loopback ? "loopback: lo has no fq, departure times are ignored"
 				  : "no interface but loopback is up: departure times are ignored");
 		return 0;
 	}
