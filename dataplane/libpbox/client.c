@@ -760,6 +760,21 @@ static unsigned udp_rx(struct pbox_client *c, struct pbox_rx_pkt *pkts,
 	return n + udp_rx_once(c, pkts, PBOX_UDP_MAX_BURST, place, uplace, placed, false);
 }
 
+/* Kernel pacing (transport/udp/kpace.h): the socket's departure times follow the
+ * congestion controller's pacing rate, in wire bytes (each fragment also carries the pbox
+ * header and IP/UDP/Ethernet headers), so the kernel spaces what the node releases in
+ * bursts (after the thread was descheduled, resends) at the rate the window allows. */
+static void set_kpace_rate(struct pbox_client *c)
+{
+	uint32_t frag;
+	uint64_t r = pbox_node_pace_rate(c->node, &frag);
+
+	if (frag != 0) {
+		r += r * (PBOX_WIRE_HDR_LEN + PBOX_KPACE_L2_OVERHEAD) / frag;
+	}
+	pbox_udp_set_pace_rate(c->udp, r);
+}
+
 static void *progress_main(void *arg)
 {
 	struct pbox_client *c = arg;
@@ -796,6 +811,9 @@ static void *progress_main(void *arg)
 		apply_failure(c);
 		heartbeat(c);
 		pbox_node_timers(c->node);
+		if (c->shm == NULL && pbox_udp_kpace(c->udp)) {
+			set_kpace_rate(c);
+		}
 		pbox_node_flush(c->node);
 		if (n != 0 || c->opts.busy_poll) {
 			/* Busy: still look at the control channel every 10 ms for events. */
@@ -1094,6 +1112,8 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 		goto out;
 	}
 	ucfg.addr = c->opts.local_addr;
+	ucfg.kpace = pbox_kpace_env_on(); /* rate: set_kpace_rate() */
+	ucfg.kpace_peer = c->data_addr;   /* whose route says which qdisc to check */
 	c->udp = pbox_udp_open(&ucfg);
 	/* One operation slot per unacknowledged contribution the job allows per chunk. */
 	c->ops = calloc((size_t)nkeys * c->credits, sizeof(*c->ops));
@@ -1111,6 +1131,13 @@ int pbox_register(struct pbox_client *c, const struct pbox_key_info *keys, uint3
 			      ucfg.fault.drop > 0 || ucfg.fault.dup > 0 || ucfg.fault.reorder > 0);
 	if (rc < 0) {
 		goto out;
+	}
+	if (c->shm == NULL && pbox_udp_kpace(c->udp)) {
+		char info[320];
+
+		PBOX_LOG_INFO(TRANSPORT, "job %u rank %u: udp port %u: %s", c->info.job,
+			      c->info.rank, pbox_udp_port(c->udp),
+			      pbox_udp_info_str(c->udp, info, sizeof(info)));
 	}
 	ncfg.tx = c->shm != NULL ? &pbox_shm_client_tx_ops : &pbox_udp_tx_ops;
 	ncfg.tx_ctx = c->shm != NULL ? (void *)c->shm : (void *)c->udp;

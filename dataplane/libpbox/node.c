@@ -2203,3 +2203,13 @@ void pbox_node_flush(struct pbox_node *n)
 {
 	n->cfg.tx->flush(n->cfg.tx_ctx);
 }
+
+/* Read-only: the same rate pace() spaces chunks at (gain in quarters). */
+uint64_t pbox_node_pace_rate(const struct pbox_node *n, uint32_t *frag_bytes)
+{
+	*frag_bytes = (uint32_t)n->mss;
+	if (n->srtt == 0) {
+		return 0;
+	}
+	return n->cwnd * (n->cwnd < n->ssthresh ? 8 : 5) * 1000000000ull / (4 * n->srtt);
+}

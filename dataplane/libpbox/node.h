@@ -316,6 +316,12 @@ void pbox_node_timers(struct pbox_node *n);
 /* Flush queued datagrams. Call after a batch of rx / submit / timers. */
 void pbox_node_flush(struct pbox_node *n);
 
+/* The pacing rate of the congestion controller now, in payload bytes/s (gain x cwnd /
+ * srtt, what the node paces its chunks at; 0 before the first RTT sample), and the
+ * payload bytes of one fragment (the unit of its additive increase) in *frag_bytes. For
+ * the transport's kernel pacing (transport/udp/kpace.h). */
+uint64_t pbox_node_pace_rate(const struct pbox_node *n, uint32_t *frag_bytes);
+
 /* Nanoseconds until the next timer (UINT64_MAX: none). */
 uint64_t pbox_node_next_timer(struct pbox_node *n);
 

@@ -312,6 +312,10 @@ FIELDS = {
                                            "side of each link, in MTU-sized packets "
                                            "(Linux's default txqueuelen is 1000)"),
     "burst": (_opt(_size), None, "tbf burst bytes (default: max(64K, 1 ms at the rate))"),
+    "host_qdisc": (_choice("tbf", "tbf+fq"), "tbf",
+                   "each namespace's own egress: 'tbf' alone, or 'tbf+fq' (fq as the tbf's "
+                   "child, host_queue packets per flow: it honours SO_TXTIME departure "
+                   "times, pbox's kernel pacing; refused where the kernel has no sch_fq)"),
     "cross": (_cross, [], "cross-traffic flows (iperf3): FROM>TO:RATE[:udp|tcp]"),
     "gloo_bucket_mb": (_float(0.001, 4096), 25.0, "Gloo bucket cap in MB (DDP's default)"),
     "timeout": (_opt(_float(1, 86400)), None, "seconds per system run (default: from "
@@ -668,8 +672,18 @@ class Lab:
                 "limit", str(max(limit, burst, 2 * (sc.mtu + 14)))]
 
     def _tbf(self, ns, dev, bps, host):
-        sh("tc", "qdisc", "replace", "dev", dev, "root", "tbf", *self.tbf_args(bps, host),
-           ns=ns)
+        sh("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf",
+           *self.tbf_args(bps, host), ns=ns)
+        if host and self.sc.host_qdisc == "tbf+fq":
+            # fq under the tbf: it holds each packet until its departure time (SO_TXTIME)
+            # and hands it to the tbf, which still limits the link's rate.
+            r = sh("tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "fq",
+                   "flow_limit", self.sc.host_queue, "limit", 10 * self.sc.host_queue,
+                   ns=ns, check=False)
+            if r.returncode != 0:
+                raise LabError("host_qdisc tbf+fq: %s (%s)" % (
+                    r.stderr.strip(), "this kernel has no sch_fq: CONFIG_NET_SCH_FQ"
+                    if "unknown" in r.stderr else "tc qdisc add ... fq"))
 
     def close(self):
         """Kill what runs in the lab and delete its namespaces (idempotent)."""
@@ -889,6 +903,8 @@ def run_pbox(lab, sc, build_dir, loss, timeout, tree=False, dvf=False):
                 "pboxd": {k: tot.get(k) for k in ("busy_pct", "dups", "rx_retransmits",
                                                   "replies_resent", "dropped", "tx_errors")},
                 "pace": (st.get("transport") or {}).get("pace"),  # result pacing (core/pace.h)
+                # kernel pacing of pboxd's sends (transport/udp/kpace.h)
+                "kpace": (st.get("transport") or {}).get("kpace"),
                 "links": counters_delta(c0, lab.link_counters())})
     dv = tot.get("dvf")
     if dvf and dv and dv.get("in_dense") and dv.get("out_dense"):

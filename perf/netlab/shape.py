@@ -36,8 +36,12 @@ from netlab import Lab, LabError, Scenario  # noqa: E402
 
 # pbox variants: extra environment for pboxd (and the workers) of each run.
 VARIANTS = {
-    "pbox": {"PBOX_PACE": "0"},          # the default: results sent as they complete
+    "pbox": {"PBOX_PACE": "0", "PBOX_KPACE": "0"},  # the default: sent as they complete
     "pbox-pace": {"PBOX_PACE": "1"},     # the core loop's per-worker pacer (core/pace.h)
+    # kernel pacing (transport/udp/kpace.h): departure times on every message, pboxd's per
+    # worker at the worker link rate (PBOX_KPACE_RATE, set per point), libpbox's at its
+    # congestion controller's rate; honoured only where fq is on the egress (--host-qdisc)
+    "pbox-kpace": {"PBOX_PACE": "0", "PBOX_KPACE": "1"},
 }
 # pbox-old: the default, with libpbox and pbox-bench-comm from --old-build (a build of an
 # earlier commit: before/after comparisons in one interleaved run); pboxd is this build's.
@@ -73,8 +77,10 @@ def run_one(lab, sc, system, build_dir, loss, timeout, old_build=None):
     if system == OLD:
         return with_env(VARIANTS["pbox"], lambda: run_old(lab, sc, build_dir, old_build, loss,
                                                           timeout))
-    return with_env(VARIANTS[system],
-                    lambda: netlab.run_pbox(lab, sc, build_dir, loss, timeout))
+    env = dict(VARIANTS[system])
+    if env.get("PBOX_KPACE") == "1" and sc.worker_bps():
+        env["PBOX_KPACE_RATE"] = "%d" % int(sc.worker_bps())
+    return with_env(env, lambda: netlab.run_pbox(lab, sc, build_dir, loss, timeout))
 
 
 def run_old(lab, sc, build_dir, old_build, loss, timeout):
@@ -105,6 +111,15 @@ def pooled(runs, sc, nbytes, rate_bps):
     out.update(netlab.summary(times))
     out["iter_seconds"] = times
     out["round_medians_s"] = [r["median_s"] for r in ok]
+    # steadiness: how far single exchanges stray from the median
+    out["max_over_median"] = out["max_s"] / out["median_s"]
+    out["cv"] = statistics.pstdev(times) / statistics.mean(times)
+    kp = [r["kpace"] for r in ok if r.get("kpace")]
+    if kp:
+        out["kpace"] = {"on": all(k["on"] for k in kp), "egress_fq": min(
+            k["egress_fq"] for k in kp), **{c: sum(k[c] for k in kp) for c in (
+                "stamped", "delayed", "capped")}, "lead_max_ms": max(
+                    k.get("lead_max_ms", 0) for k in kp)}
     exch = sum(len(r["iter_seconds"]) + sc.warmup for r in ok)
     wl = [v for r in ok for k, v in r["links"].items() if k != "app"]
     wtx = sum(v["tx_bytes"] for v in wl) / exch / sc.workers
@@ -176,7 +191,7 @@ def scenario(args, rate_mbit, loss=0.0):
          "loss_method": args.loss_method, "appliance_cores": args.appliance_cores,
          "worker_rate": "%gmbit" % rate_mbit if rate_mbit else "none",
          "appliance_rate": "%gmbit" % (rate_mbit * args.appliance_factor)
-         if rate_mbit else "none", "seed": args.seed}
+         if rate_mbit else "none", "seed": args.seed, "host_qdisc": getattr(args, "host_qdisc", "tbf")}
     if args.timeout:
         d["timeout"] = args.timeout
     return Scenario.from_dict(d)
@@ -334,6 +349,29 @@ def table(res):
             rs.append("%g Mbit/s %s %.2f" % (pt["rate_mbit"], k.replace("_", " "), v))
     if rs:
         out += ["", "; ".join(rs)]
+    return out + [""] + spread_table(res)
+
+
+def spread_table(res):
+    """Steadiness: every round's median and how far single exchanges stray (max / median,
+    coefficient of variation), with pboxd's kernel-pacing counters where it was on."""
+    out = ["| point | system | round medians s | max / median | CV | pboxd messages "
+           "stamped / delayed / capped (egress fq) | pboxd most lead ms |", "|---" * 7 + "|"]
+    pts = [("unlimited", res["cpu_bound"])] if "cpu_bound" in res else []
+    pts += [("%g Mbit/s" % p["rate_mbit"], p) for p in res["points"]]
+    pts += [("%g Mbit/s, loss %g" % (p["rate_mbit"], p["loss"]), p) for p in res["loss"]]
+    for lab, pt in pts:
+        for name, s in pt["systems"].items():
+            if "median_s" not in s:
+                continue
+            k = s.get("kpace")
+            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                lab, name, ", ".join("%.2f" % m for m in s.get("round_medians_s", [])),
+                fmt(s.get("max_over_median")), fmt(s.get("cv")),
+                "%d / %d / %d (%s)" % (k["stamped"], k["delayed"], k["capped"],
+                                       "yes" if k["egress_fq"] > 0 else "no")
+                if k and k["on"] else "–", fmt(k.get("lead_max_ms"), "%.1f")
+                if k and k["on"] and "lead_max_ms" in k else "–"))
     return out
 
 
@@ -380,6 +418,9 @@ def main(argv=None):
                    "curve, or 'auto': the highest rate whose link bound is >= 1.25x the "
                    "CPU bound")
     p.add_argument("--loss-method", default="xdp", choices=sorted(netlab.LOSS_METHODS))
+    p.add_argument("--host-qdisc", default="tbf", choices=("tbf", "tbf+fq"),
+                   help="each namespace's egress qdisc (netlab host_qdisc; tbf+fq: kernel "
+                   "pacing is honoured)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, help="seconds per system run")
     p.add_argument("--json", metavar="FILE")

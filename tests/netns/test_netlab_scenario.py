@@ -202,6 +202,31 @@ check(rs == {"gloo_over_pbox": 2.0} and res["systems"]["pbox"]["over_link_bound"
 rows = shape.table({"points": [dict(res, rate_mbit=100, link_bound_s=2.0, binds="link",
                                     ratios=rs)], "loss": []})
 check(any("| pbox | 3.00 (2.00–4.00) | 1.50 | 2.00 |" in r for r in rows), "table %r" % rows)
+# steadiness: times 2, 4, 3, 3 (mean 3, population deviation sqrt(0.5)); the kernel-pacing
+# counters of the runs summed, the lead their largest, "on" only if every run had it
+check(abs(pt["max_over_median"] - 4.0 / 3.0) < 1e-9 and
+      abs(pt["cv"] - 0.5 ** 0.5 / 3.0) < 1e-9, "spread %r %r" % (
+          pt["max_over_median"], pt["cv"]))
+kp = {"on": True, "egress_fq": 0, "stamped": 10, "delayed": 4, "capped": 1,
+      "lead_max_ms": 2.5}
+pk = shape.pooled([dict(run, kpace=kp), dict(run, kpace=dict(kp, lead_max_ms=7.0))], sc,
+                  1e6, 100e6)
+check(pk["kpace"] == {"on": True, "egress_fq": 0, "stamped": 20, "delayed": 8, "capped": 2,
+                      "lead_max_ms": 7.0}, "pooled kpace %r" % pk.get("kpace"))
+# (times 2, 4, 2, 4: deviation 1, CV 1/3)
+rows = shape.spread_table({"points": [dict(rate_mbit=100, systems={"pbox-kpace": pk})],
+                           "loss": []})
+check(any("| 100 Mbit/s | pbox-kpace | 3.00, 3.00 | 1.33 | 0.33 | 20 / 8 / 2 (no) | 7.0 |" in r
+          for r in rows), "spread table %r" % rows)
+check(shape.VARIANTS["pbox-kpace"]["PBOX_KPACE"] == "1" and
+      shape.VARIANTS["pbox"]["PBOX_KPACE"] == "0", "kpace variants")
+# netlab's host qdisc: tbf (default) or tbf+fq, nothing else
+check(netlab.Scenario.from_dict({}).host_qdisc == "tbf", "host_qdisc default")
+try:
+    netlab.Scenario.from_dict({"host_qdisc": "fq"})
+    check(False, "host_qdisc fq accepted")
+except netlab.LabError as e:
+    check("tbf+fq" in str(e), "host_qdisc refusal: %s" % e)
 
 if failures:
     print("%d check(s) failed" % len(failures), file=sys.stderr)

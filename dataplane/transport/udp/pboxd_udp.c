@@ -163,9 +163,43 @@ static bool pace_on(void)
 	return v != NULL && strcmp(v, "1") == 0;
 }
 
+/* Kernel pacing of results (transport/udp/kpace.h), PBOX_KPACE=1: one departure-time
+ * timeline per worker at PBOX_KPACE_RATE (bit/s, "1g"; each worker's link rate). pboxd has
+ * no per-worker congestion controller, and the rate its loop pacer learns from a worker's
+ * arrivals held results below the link rate (perf/netlab/README.md), so the rate is the
+ * operator's: a burst of results (a backlog handled after the core was descheduled) leaves
+ * towards each worker at no more than its link takes. Returns 0 (*Bps 0: off) or -EINVAL. */
+static int kpace_rate(uint64_t *Bps)
+{
+	const char *r = getenv("PBOX_KPACE_RATE");
+
+	*Bps = 0;
+	if (!pbox_kpace_env_on()) {
+		return 0;
+	}
+	if (r == NULL) {
+		PBOX_LOG_WARN(MAIN, "kernel pacing off: PBOX_KPACE=1 needs PBOX_KPACE_RATE (each "
+				    "worker's link rate in bit/s, e.g. 1g)");
+		return 0;
+	}
+	if (pbox_kpace_parse_rate(r, Bps) != 0) {
+		PBOX_LOG_ERR(MAIN,
+			     "PBOX_KPACE_RATE '%s': expected a rate in bit/s (1000000000, "
+			     "1g, 200m, 500k)",
+			     r);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 {
 	int rc = 0;
+	uint64_t kpace_Bps;
+
+	if (kpace_rate(&kpace_Bps) != 0) {
+		return -EINVAL;
+	}
 
 	if (cfg->shm.enabled &&
 	    (cfg->fault.drop > 0 || cfg->fault.dup > 0 || cfg->fault.reorder > 0)) {
@@ -186,6 +220,9 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			.port = (uint16_t)(cfg->base_port + k),
 			.burst = cfg->burst,
 			.fault = cfg->fault,
+			.kpace = kpace_Bps != 0,
+			.kpace_per_dst = true,
+			.kpace_rate_Bps = kpace_Bps,
 		};
 
 		u = aligned_alloc(PBOX_CACHE_LINE, (sizeof(*u) + PBOX_CACHE_LINE - 1) /
@@ -230,7 +267,7 @@ static int udp_start(struct pboxd_dp *dp, const struct pboxd_config *cfg)
 			pboxd_shm_core_attach(dp->shm, k, &u->loop);
 		}
 		{
-			char info[128];
+			char info[320];
 
 			PBOX_LOG_INFO(MAIN, "core %u: udp port %u: %s", k, pbox_udp_port(u->udp),
 				      pbox_udp_info_str(u->udp, info, sizeof(info)));
@@ -399,6 +436,38 @@ static json_t *pace_json(const struct pboxd_dp *dp)
 			 "rates_Bps", rates);
 }
 
+/* Kernel pacing (transport/udp/kpace.h): whether it is on, whether the egress honours it,
+ * the socket's SO_TXTIME clock as getsockopt reads it (core 0), and the departure-time
+ * counters summed over cores, read relaxed. */
+static json_t *kpace_json(const struct pboxd_dp *dp)
+{
+	struct pbox_udp_info info = { .txtime_clockid = -1 };
+	uint64_t stamped = 0, delayed = 0, capped = 0, shared = 0, lead = 0;
+
+	for (uint32_t k = 0; k < dp->ncores; k++) {
+		const struct udp_core *u = dp->cores[k].xport_core;
+		const struct pbox_kpace_stats *ks;
+
+		if (u == NULL || u->udp == NULL) {
+			continue;
+		}
+		if (k == 0) {
+			pbox_udp_info(u->udp, &info);
+		}
+		ks = pbox_udp_kpace_stats(u->udp);
+		stamped += __atomic_load_n(&ks->stamped, __ATOMIC_RELAXED);
+		delayed += __atomic_load_n(&ks->delayed, __ATOMIC_RELAXED);
+		capped += __atomic_load_n(&ks->capped, __ATOMIC_RELAXED);
+		shared += __atomic_load_n(&ks->shared, __ATOMIC_RELAXED);
+		lead = PBOX_MAX(lead, __atomic_load_n(&ks->lead_max_ns, __ATOMIC_RELAXED));
+	}
+	return json_pack("{s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "on", info.kpace, "egress_fq",
+			 info.kpace_egress, "txtime_clockid", info.txtime_clockid, "stamped",
+			 (json_int_t)stamped, "delayed", (json_int_t)delayed, "capped",
+			 (json_int_t)capped, "shared", (json_int_t)shared, "lead_max_ms",
+			 (double)lead / 1e6);
+}
+
 static json_t *udp_stats_json(const struct pboxd_dp *dp)
 {
 	json_t *cores = json_array();
@@ -417,10 +486,11 @@ static json_t *udp_stats_json(const struct pboxd_dp *dp)
 		}
 	}
 	udp_counters(dp, dp->ncores, &s);
-	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o, s:o*}", "name", "udp", "gso",
-			 info.gso, "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf", info.sndbuf,
-			 "cores", cores, "totals", udp_counters_json(&s), "pace", pace_json(dp),
-			 "shm", dp->shm != NULL ? pboxd_shm_stats_json(dp->shm) : NULL);
+	return json_pack("{s:s, s:b, s:b, s:i, s:i, s:o, s:o, s:o, s:o, s:o*}", "name", "udp",
+			 "gso", info.gso, "gro", info.gro, "rcvbuf", info.rcvbuf, "sndbuf",
+			 info.sndbuf, "cores", cores, "totals", udp_counters_json(&s), "pace",
+			 pace_json(dp), "kpace", kpace_json(dp), "shm",
+			 dp->shm != NULL ? pboxd_shm_stats_json(dp->shm) : NULL);
 }
 
 static void udp_stats_print(FILE *f, const struct pboxd_dp *dp)

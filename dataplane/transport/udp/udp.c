@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/net_tstamp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/compiler.h"
@@ -27,12 +29,13 @@ struct tx_entry {
 	uint32_t len; /* header + payload */
 };
 
-/* Per outgoing message: its address and room for the UDP_SEGMENT control message. */
+/* Per outgoing message: its address and room for the UDP_SEGMENT and SCM_TXTIME control
+ * messages. */
 struct tx_msg {
 	struct sockaddr_in to;
 	uint32_t first, count; /* tx entries it carries */
 	union {
-		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(uint64_t))];
 		struct cmsghdr align;
 	} ctl;
 };
@@ -89,6 +92,11 @@ struct pbox_udp {
 	struct tx_msg *tx_msg;
 	struct held *held;
 	bool emsgsize_logged;
+	/* kernel pacing (kpace.h): departure times on every message while kpace */
+	bool kpace;
+	int kpace_egress; /* pbox_kpace_egress() at open: 1 fq there, 0 not, < 0 unknown */
+	char kpace_why[192];
+	struct pbox_kpace kp;
 };
 
 int pbox_peer_from_str(struct pbox_peer *p, const char *host, uint16_t port)
@@ -154,6 +162,36 @@ static void probe_offloads(struct pbox_udp *u, const struct pbox_udp_cfg *cfg)
 
 	u->gso = !no_gso && setsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
 	u->gro = !no_gro && setsockopt(u->fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+}
+
+/* Kernel pacing (kpace.h) if cfg->kpace: SO_TXTIME with CLOCK_MONOTONIC (what fq compares
+ * departure times with), then a look at the egress qdiscs so the log says whether the
+ * kernel will honour the times. */
+static void setup_kpace(struct pbox_udp *u, const struct pbox_udp_cfg *cfg, uint32_t local_ip)
+{
+	struct sock_txtime st = { .clockid = CLOCK_MONOTONIC, .flags = 0 };
+
+	if (!cfg->kpace) {
+		return;
+	}
+	if (setsockopt(u->fd, SOL_SOCKET, SO_TXTIME, &st, sizeof(st)) != 0) {
+		PBOX_LOG_WARN(TRANSPORT, "udp: kernel pacing off: SO_TXTIME: %s", strerror(errno));
+		return;
+	}
+	if (pbox_kpace_init(&u->kp, cfg->kpace_per_dst, cfg->kpace_rate_Bps, cfg->kpace_lead_ns) !=
+	    0) {
+		PBOX_LOG_WARN(TRANSPORT, "udp: kernel pacing off: out of memory");
+		return;
+	}
+	u->kpace = true;
+	if (local_ip == 0 && cfg->kpace_peer != NULL) {
+		struct pbox_peer p;
+
+		if (pbox_peer_from_str(&p, cfg->kpace_peer, 0) == 0) {
+			pbox_kpace_route_src(p.ip, &local_ip);
+		}
+	}
+	u->kpace_egress = pbox_kpace_egress(local_ip, u->kpace_why, sizeof(u->kpace_why));
 }
 
 struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
@@ -245,6 +283,7 @@ struct pbox_udp *pbox_udp_open(const struct pbox_udp_cfg *cfg)
 	}
 	getsockname(u->fd, (struct sockaddr *)&sa, &sl);
 	u->port = ntohs(sa.sin_port);
+	setup_kpace(u, cfg, local.ip);
 	return u;
 fail:
 	pbox_udp_close(u);
@@ -270,6 +309,7 @@ void pbox_udp_close(struct pbox_udp *u)
 	free(u->tx_msgs);
 	free(u->tx_msg);
 	free(u->held);
+	pbox_kpace_fini(&u->kp);
 	free(u);
 }
 
@@ -294,6 +334,16 @@ void pbox_udp_info(const struct pbox_udp *u, struct pbox_udp_info *out)
 	out->sndbuf = u->sndbuf;
 	out->gso = __atomic_load_n(&u->gso, __ATOMIC_RELAXED);
 	out->gro = u->gro;
+	out->kpace = u->kpace;
+	out->kpace_egress = u->kpace ? u->kpace_egress : 0;
+	{
+		struct sock_txtime st;
+		socklen_t l = sizeof(st);
+
+		out->txtime_clockid = getsockopt(u->fd, SOL_SOCKET, SO_TXTIME, &st, &l) == 0
+					      ? (int)st.clockid
+					      : -1;
+	}
 }
 
 const char *pbox_udp_info_str(const struct pbox_udp *u, char *buf, unsigned len)
@@ -301,9 +351,42 @@ const char *pbox_udp_info_str(const struct pbox_udp *u, char *buf, unsigned len)
 	struct pbox_udp_info i;
 
 	pbox_udp_info(u, &i);
-	snprintf(buf, len, "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s", i.rcvbuf >> 10,
-		 i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off");
+	if (!u->kpace) {
+		snprintf(
+			buf, len, "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s, kernel pacing off",
+			i.rcvbuf >> 10, i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off");
+		return buf;
+	}
+	snprintf(buf, len,
+		 "rcvbuf %d KiB, sndbuf %d KiB, gso %s, gro %s, kernel pacing %s (SO_TXTIME "
+		 "departure times per %s%s; %s)",
+		 i.rcvbuf >> 10, i.sndbuf >> 10, i.gso ? "on" : "off", i.gro ? "on" : "off",
+		 u->kpace_egress > 0    ? "ACTIVE"
+		 : u->kpace_egress == 0 ? "INACTIVE"
+					: "UNKNOWN",
+		 u->kp.per_dst ? "destination" : "socket",
+		 u->kpace_egress > 0    ? ""
+		 : u->kpace_egress == 0 ? ", ignored without fq"
+					: ", egress not checked",
+		 u->kpace_why);
 	return buf;
+}
+
+void pbox_udp_set_pace_rate(struct pbox_udp *u, uint64_t rate_Bps)
+{
+	if (u->kpace) {
+		pbox_kpace_set_rate(&u->kp, rate_Bps);
+	}
+}
+
+bool pbox_udp_kpace(const struct pbox_udp *u)
+{
+	return u->kpace;
+}
+
+const struct pbox_kpace_stats *pbox_udp_kpace_stats(const struct pbox_udp *u)
+{
+	return &u->kp.stats;
 }
 
 const struct pbox_fault *pbox_udp_fault(const struct pbox_udp *u)
@@ -578,6 +661,14 @@ static unsigned build_msgs(struct pbox_udp *u, unsigned first)
 {
 	unsigned nm = 0, i = first;
 	bool gso = u->gso;
+	uint64_t t = 0;
+
+	if (u->kpace && u->kp.rate_Bps != 0) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
 
 	while (i < u->ntx) {
 		struct tx_msg *tm = &u->tx_msg[nm];
@@ -607,16 +698,31 @@ static unsigned build_msgs(struct pbox_udp *u, unsigned first)
 		h->msg_iov = &u->tx_iov[2 * i];
 		h->msg_iovlen = 2 * (j - i);
 		if (j - i > 1) {
-			struct cmsghdr *cm;
+			struct cmsghdr *cm = (struct cmsghdr *)(void *)tm->ctl.buf;
 			uint16_t sz = (uint16_t)seg;
 
 			h->msg_control = tm->ctl.buf;
-			h->msg_controllen = sizeof(tm->ctl.buf);
-			cm = CMSG_FIRSTHDR(h);
+			h->msg_controllen = CMSG_SPACE(sizeof(sz));
 			cm->cmsg_level = SOL_UDP;
 			cm->cmsg_type = UDP_SEGMENT;
 			cm->cmsg_len = CMSG_LEN(sizeof(sz));
 			memcpy(CMSG_DATA(cm), &sz, sizeof(sz));
+		}
+		if (t != 0) {
+			/* Its departure time (kpace.h), in wire bytes: each datagram's IP, UDP
+			 * and Ethernet headers count against the link as its bytes do. */
+			uint64_t when = pbox_kpace_stamp(
+				&u->kp, e->ip, e->port,
+				total + (uint64_t)(j - i) * PBOX_KPACE_L2_OVERHEAD, t);
+			struct cmsghdr *cm =
+				(struct cmsghdr *)(void *)(tm->ctl.buf + h->msg_controllen);
+
+			h->msg_control = tm->ctl.buf;
+			h->msg_controllen += CMSG_SPACE(sizeof(when));
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_TXTIME;
+			cm->cmsg_len = CMSG_LEN(sizeof(when));
+			memcpy(CMSG_DATA(cm), &when, sizeof(when));
 		}
 		nm++;
 		i = j;

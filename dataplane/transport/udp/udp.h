@@ -36,6 +36,7 @@
 
 #include "common/xport.h"
 #include "transport/fault.h"
+#include "transport/udp/kpace.h"
 
 #define PBOX_UDP_DEFAULT_BURST 32u
 #define PBOX_UDP_MAX_BURST     256u
@@ -58,6 +59,15 @@ struct pbox_udp_cfg {
 	bool no_gso;      /* never use UDP_SEGMENT (the fallback path, for tests / old kernels) */
 	bool no_gro;      /* never enable UDP_GRO */
 	struct pbox_fault_cfg fault;
+	/* Kernel pacing (kpace.h): departure times on every message (SO_TXTIME), honoured
+	 * where the egress interface has the fq qdisc. pboxd and libpbox turn it on with
+	 * PBOX_KPACE=1 in their environment (pbox_kpace_env_on). */
+	bool kpace;
+	bool kpace_per_dst;      /* one timeline per destination (else one per socket) */
+	uint64_t kpace_rate_Bps; /* first rate (0: none until pbox_udp_set_pace_rate) */
+	uint64_t kpace_lead_ns;  /* most a message is held (0: PBOX_KPACE_DEFAULT_LEAD_NS) */
+	const char *kpace_peer;  /* bound to any address: the main peer, whose route says
+				    which interface's qdisc to check (NULL: every interface) */
 };
 
 struct pbox_udp_stats {
@@ -84,8 +94,12 @@ struct pbox_udp_stats {
 struct pbox_udp_info {
 	int rcvbuf; /* effective SO_RCVBUF (as getsockopt reports it: twice the payload room) */
 	int sndbuf;
-	bool gso; /* UDP_SEGMENT in use (false after a run-time fallback) */
-	bool gro; /* UDP_GRO enabled */
+	bool gso;           /* UDP_SEGMENT in use (false after a run-time fallback) */
+	bool gro;           /* UDP_GRO enabled */
+	bool kpace;         /* departure times are set (SO_TXTIME accepted) */
+	int kpace_egress;   /* with kpace: 1 fq on the egress, 0 none (ignored), < 0 unknown */
+	int txtime_clockid; /* getsockopt(SO_TXTIME)'s clock (-1: unreadable); CLOCK_MONOTONIC
+			     * with kpace */
 };
 
 struct pbox_udp;
@@ -157,9 +171,16 @@ extern const struct pbox_tx_ops pbox_udp_tx_ops;
 
 const struct pbox_udp_stats *pbox_udp_stats(const struct pbox_udp *u);
 void pbox_udp_info(const struct pbox_udp *u, struct pbox_udp_info *out);
-/* "rcvbuf 64 MiB, sndbuf 64 MiB, gso on, gro on", into buf. */
+/* "rcvbuf 64 MiB, sndbuf 64 MiB, gso on, gro on, kernel pacing off" (or whether the
+ * departure times are honoured, and why), into buf. */
 const char *pbox_udp_info_str(const struct pbox_udp *u, char *buf, unsigned len);
 const struct pbox_fault *pbox_udp_fault(const struct pbox_udp *u);
+
+/* Kernel pacing (kpace.h): the rate of the departure times from now on, in wire bytes/s
+ * (0: none). Ignored unless kernel pacing is on. Owner's thread. */
+void pbox_udp_set_pace_rate(struct pbox_udp *u, uint64_t rate_Bps);
+bool pbox_udp_kpace(const struct pbox_udp *u);
+const struct pbox_kpace_stats *pbox_udp_kpace_stats(const struct pbox_udp *u);
 
 /* Resolve "a.b.c.d" (or a host name) and port into a peer; 0 or -EINVAL. */
 int pbox_peer_from_str(struct pbox_peer *p, const char *host, uint16_t port);
