@@ -33,7 +33,7 @@ import time
 from pboxtest import Pboxd, build_path, fail, run_demo, wait_for
 import spoof
 
-SHM_MAGIC, SHM_VERSION = 0x50534D31, 2
+SHM_MAGIC, SHM_VERSION = 0x50534D31, 3
 DGRAM, WRAP, DESC = 0x44475231, 0x50525731, 0x44534331
 SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
