@@ -78,6 +78,7 @@ struct shm_conn {
 	_Atomic(struct shm_region *) reg[PBOX_SHM_MAX_REGIONS];
 	uint32_t nreg, reg_seq;
 	uint64_t reg_bytes;
+	bool reg_logged;          /* a refusal was logged (once per connection: counted after) */
 	struct shm_region *dying; /* unpublished, not yet unmapped */
 };
 
@@ -122,6 +123,7 @@ struct shm_core_stats {
 	uint64_t sleeps;     /* waits with the rings armed */
 	uint64_t rx_ref;     /* pushes read in place from a worker's registered region */
 	uint64_t bad_ref;    /* references outside a registered region (dropped) */
+	uint64_t staged;     /* payloads copied into the core's stage before the engine */
 	uint64_t broken[PBOX_SHM_ERR_COUNT];
 };
 
@@ -140,6 +142,8 @@ struct shm_core {
 	uint32_t *live;    /* slots, nlive of them */
 	uint32_t *touched; /* slots, ntouched of them */
 	struct shm_local *local;
+	uint8_t *stage; /* PBOX_WIRE_MAX_PAYLOAD: encoded payloads, copied before decoding */
+	bool stage_all; /* shm.stage_pushes: every payload copied there first */
 	struct pbox_shm_dgram dg[SHM_POLL_BURST];
 } PBOX_CACHE_ALIGNED;
 
@@ -426,6 +430,21 @@ static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
 					continue;
 				}
 				PBOX_STAT_ADD(&c->st, rx_ref, 1);
+			}
+			/* An encoded payload (DVF) is decoded in passes that trust what an
+			 * earlier one checked (a bitmap's population, then values read by
+			 * it): a worker rewriting it in between would make the add read past
+			 * the payload, past a region's end. Copied first (they are small). A
+			 * dense payload is read as values only: copied only with
+			 * shm.stage_pushes (the non-finite check and the add then read the
+			 * same bytes). */
+			if (pbox_unlikely(seg[1].base != NULL &&
+					  (c->stage_all ||
+					   ((const struct pbox_wire_hdr *)(const void *)d->hdr)
+							   ->encoding != PBOX_ENC_F32))) {
+				memcpy(c->stage, seg[1].base, seg[1].len);
+				seg[1].base = c->stage;
+				PBOX_STAT_ADD(&c->st, staged, 1);
 			}
 			PBOX_STAT_ADD(&c->st, rx_bytes,
 				      d->kind == PBOX_SHM_REC_REF ? PBOX_WIRE_HDR_LEN + seg[1].len
@@ -760,6 +779,7 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	}
 	cn->nreg = 0;
 	cn->reg_bytes = 0;
+	cn->reg_logged = false;
 	if (cn->base != NULL) {
 		munmap(cn->base, cn->lay.seg_bytes);
 	}
@@ -976,10 +996,13 @@ static uint32_t region_add(struct pboxd_shm *s, struct shm_conn *cn,
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || rq->bytes == 0 ||
 	    (uint64_t)st.st_size != rq->bytes || rq->bytes > SIZE_MAX || seals < 0 ||
 	    (seals & PBOX_SHM_MEM_SEALS_REQUIRED) != PBOX_SHM_MEM_SEALS_REQUIRED) {
-		PBOX_LOG_WARN(TRANSPORT,
-			      "shm connection %u (job %u rank %u): region of %llu bytes refused: "
-			      "not a memfd of that size sealed against shrinking",
-			      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes);
+		if (!cn->reg_logged) { /* once per connection: a worker could flood the log */
+			cn->reg_logged = true;
+			PBOX_LOG_WARN(TRANSPORT,
+				      "shm connection %u (job %u rank %u): region of %llu bytes "
+				      "refused: not a memfd of that size sealed against shrinking",
+				      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes);
+		}
 		__atomic_fetch_add(&s->reg_bad, 1, __ATOMIC_RELAXED);
 		return EPERM;
 	}
@@ -990,13 +1013,16 @@ static uint32_t region_add(struct pboxd_shm *s, struct shm_conn *cn,
 		}
 	}
 	if (slot == PBOX_SHM_MAX_REGIONS || rq->bytes > limit - PBOX_MIN(limit, cn->reg_bytes)) {
-		PBOX_LOG_INFO(TRANSPORT,
-			      "shm connection %u (job %u rank %u): region of %llu bytes refused: "
-			      "%u regions of %llu bytes held (shm.max_regions %u, max_region_mb "
-			      "%u)",
-			      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes, cn->nreg,
-			      (unsigned long long)cn->reg_bytes, s->cfg.max_regions,
-			      s->cfg.max_region_mb);
+		if (!cn->reg_logged) {
+			cn->reg_logged = true;
+			PBOX_LOG_INFO(TRANSPORT,
+				      "shm connection %u (job %u rank %u): region of %llu bytes "
+				      "refused: %u regions of %llu bytes held (shm.max_regions %u, "
+				      "max_region_mb %u)",
+				      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes,
+				      cn->nreg, (unsigned long long)cn->reg_bytes,
+				      s->cfg.max_regions, s->cfg.max_region_mb);
+		}
 		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
 		return ENOSPC;
 	}
@@ -1337,7 +1363,10 @@ struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t nco
 		c->live = calloc(cfg->max_conns, sizeof(*c->live));
 		c->touched = calloc(cfg->max_conns, sizeof(*c->touched));
 		c->local = calloc(cfg->max_conns, sizeof(*c->local));
-		if (c->efd < 0 || c->live == NULL || c->touched == NULL || c->local == NULL) {
+		c->stage = aligned_alloc(PBOX_CACHE_LINE, PBOX_WIRE_MAX_PAYLOAD);
+		c->stage_all = cfg->stage_pushes;
+		if (c->efd < 0 || c->live == NULL || c->touched == NULL || c->local == NULL ||
+		    c->stage == NULL) {
 			PBOX_LOG_ERR(TRANSPORT, "shm: out of memory / descriptors for core %u", k);
 			goto fail;
 		}
@@ -1416,6 +1445,7 @@ void pboxd_shm_destroy(struct pboxd_shm *s)
 		free(c->live);
 		free(c->touched);
 		free(c->local);
+		free(c->stage);
 		free(c);
 	}
 	if (s->efd >= 0) {
@@ -1446,6 +1476,7 @@ static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
 		t->sleeps += pbox_stat_read(&c->sleeps);
 		t->rx_ref += pbox_stat_read(&c->rx_ref);
 		t->bad_ref += pbox_stat_read(&c->bad_ref);
+		t->staged += pbox_stat_read(&c->staged);
 		for (int e = 0; e < PBOX_SHM_ERR_COUNT; e++) {
 			t->broken[e] += pbox_stat_read(&c->broken[e]);
 		}
@@ -1491,6 +1522,7 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 		json_object_set_new(o, "tx_desc", json_integer((json_int_t)t.tx_desc));
 		json_object_set_new(o, "rx_ref", json_integer((json_int_t)t.rx_ref));
 		json_object_set_new(o, "bad_ref", json_integer((json_int_t)t.bad_ref));
+		json_object_set_new(o, "staged", json_integer((json_int_t)t.staged));
 		json_object_set_new(o, "regions",
 				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "registered",
 					      (json_int_t)pbox_stat_read(&s->reg_ok), "refused",

@@ -31,8 +31,9 @@ uint64_t pboxd_shm_ring_bytes(const struct pboxd_shm_cfg *cfg, uint32_t ncores)
 
 int pboxd_shm_cfg_load(struct pbox_confkit *c, const config_setting_t *g, struct pboxd_shm_cfg *cfg)
 {
-	static const char *const keys[] = { "enabled",     "socket",        "ring_kb", "max_conns",
-					    "max_regions", "max_region_mb", NULL };
+	static const char *const keys[] = { "enabled",      "socket",      "ring_kb",
+					    "max_conns",    "max_regions", "max_region_mb",
+					    "stage_pushes", NULL };
 	const config_setting_t *where = NULL;
 	int rc;
 
@@ -46,7 +47,8 @@ int pboxd_shm_cfg_load(struct pbox_confkit *c, const config_setting_t *g, struct
 	    (rc = pbox_conf_u32(c, g, "max_conns", 1, 65534, &cfg->max_conns)) != 0 ||
 	    (rc = pbox_conf_u32(c, g, "max_regions", 0, PBOX_SHM_MAX_REGIONS, &cfg->max_regions)) !=
 		    0 ||
-	    (rc = pbox_conf_u32(c, g, "max_region_mb", 0, 1u << 20, &cfg->max_region_mb)) != 0) {
+	    (rc = pbox_conf_u32(c, g, "max_region_mb", 0, 1u << 20, &cfg->max_region_mb)) != 0 ||
+	    (rc = pbox_conf_bool(c, g, "stage_pushes", &cfg->stage_pushes)) != 0) {
 		return rc;
 	}
 	where = config_setting_get_member(g, "ring_kb");
