@@ -71,7 +71,7 @@
 /* Bytes of control blocks per core (two rings). */
 #define PBOX_SHM_CTL_PER_CORE (2u * sizeof(struct pbox_shm_ring_ctl))
 
-/* worker -> pboxd, the first and only message of the worker. */
+/* worker -> pboxd, the first message of the worker (then only struct pbox_shm_memreq). */
 struct pbox_shm_hello {
 	uint32_t magic;
 	uint32_t version;
