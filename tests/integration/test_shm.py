@@ -46,7 +46,7 @@ import spoof
 SHM_MAGIC, SHM_VERSION = 0x50534D31, 3
 DGRAM, WRAP, DESC, REF = 0x44475231, 0x50525731, 0x44534331, 0x52454631
 MEMREQ = struct.Struct("<IIIIQ")  # shm.h: struct pbox_shm_memreq
-MEMREP = struct.Struct("<IIII")   # struct pbox_shm_memrep
+MEMREP = struct.Struct("<IIIIII")  # struct pbox_shm_memrep
 MEM_REG, MEM_UNREG = 1, 2
 SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
@@ -131,9 +131,11 @@ class ShmConn:
 
     def register(self, fd, nbytes):
         """Hand pboxd a region (fd by SCM_RIGHTS, nbytes announced): (status, id)."""
-        socket.send_fds(self.sock, [MEMREQ.pack(SHM_MAGIC, MEM_REG, 0, 0, nbytes)], [fd])
-        magic, op, status, rid = MEMREP.unpack(self.sock.recv(MEMREP.size))
-        if magic != SHM_MAGIC or op != MEM_REG:
+        self.reg_seq = getattr(self, "reg_seq", 0) + 1
+        socket.send_fds(self.sock, [MEMREQ.pack(SHM_MAGIC, MEM_REG, 0, self.reg_seq, nbytes)],
+                        [fd])
+        magic, op, status, rid, seq, _ = MEMREP.unpack(self.sock.recv(MEMREP.size))
+        if magic != SHM_MAGIC or op != MEM_REG or seq != self.reg_seq:
             fail("shm: bad answer to a registration")
         return status, rid
 

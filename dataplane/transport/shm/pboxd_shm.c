@@ -1127,6 +1127,7 @@ static void on_message(struct pboxd_shm *s, struct shm_conn *cn)
 		region_del(s, cn, rq.region);
 		return;
 	}
+	rp.seq = rq.seq;
 	rp.status = s->cfg.max_regions == 0 ? ENOSPC : region_add(s, cn, &rq, fds[0], &rp.region);
 	if (s->cfg.max_regions == 0) {
 		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);

@@ -152,6 +152,7 @@ struct pbox_shm_client {
 	pthread_mutex_t reg_lock; /* registration calls */
 	_Atomic uint32_t nreg_hi; /* regions slots in use are below this */
 	uint32_t reg_last;        /* sender: the slot of the last hit */
+	uint32_t reg_seq;         /* registration requests sent (under reg_lock) */
 	struct shm_wregion reg[PBOX_SHM_MAX_REGIONS];
 };
 
@@ -550,9 +551,19 @@ int pbox_shm_client_mem_reg(struct pbox_shm_client *c, size_t bytes, void **out,
 		goto out;
 	}
 	rq.bytes = bytes;
+	rq.seq = ++c->reg_seq;
 	rc = pbox_shm_send_fds(c->sock, &rq, sizeof(rq), &fd, 1);
-	if (rc == 0) {
-		rc = pbox_shm_recv_fds(c->sock, &rp, sizeof(rp), junk, 0, &nfds);
+	/* Answers to earlier requests that timed out may come first: their regions are not
+	 * used, so they are given back. */
+	while (rc == 0 && (rc = pbox_shm_recv_fds(c->sock, &rp, sizeof(rp), junk, 0, &nfds)) == 0 &&
+	       rp.magic == PBOX_SHM_MAGIC && rp.op == PBOX_SHM_MEM_REG && rp.seq != rq.seq) {
+		if (rp.status == 0) {
+			struct pbox_shm_memreq un = { .magic = PBOX_SHM_MAGIC,
+						      .op = PBOX_SHM_MEM_UNREG,
+						      .region = rp.region };
+
+			(void)pbox_shm_send_fds(c->sock, &un, sizeof(un), NULL, 0);
+		}
 	}
 	if (rc != 0) {
 		snprintf(err, errlen, "register %zu bytes: no answer from pboxd: %s", bytes,

@@ -110,8 +110,8 @@ struct pbox_shm_memreq {
 	uint32_t magic;
 	uint32_t op;
 	uint32_t region; /* UNREG: the id pboxd gave */
-	uint32_t pad;
-	uint64_t bytes; /* REG: the memfd's size */
+	uint32_t seq;    /* REG: echoed in the answer */
+	uint64_t bytes;  /* REG: the memfd's size */
 };
 
 /* pboxd -> worker: the answer to a REG. status 0: `region` is its id (never 0); else a
@@ -123,6 +123,9 @@ struct pbox_shm_memrep {
 	uint32_t op;
 	uint32_t status;
 	uint32_t region;
+	uint32_t seq; /* the request's: an answer that came after its request timed out is
+		       * recognised as stale (its region, if any, given back) */
+	uint32_t pad;
 };
 
 /* Regions a connection may hold at most (pboxd's shm.max_regions is at most this). A
