@@ -16,9 +16,11 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/magic.h>
 #include <urcu-qsbr.h>
 
 #include "common/log.h"
@@ -980,27 +982,33 @@ fail:
 
 /* A region registration: the memfd must be what it says (a regular file of `bytes`
  * bytes) and sealed against shrinking before pboxd maps it: a file truncated under
- * pboxd's mapping would fault (SIGBUS) on the core that reads it. Returns the status of
- * the answer (0, or a positive errno) and, for 0, the region's id. */
+ * pboxd's mapping would fault (SIGBUS) on the core that reads it. It must be plain shmem
+ * (tmpfs): a hugetlbfs memfd whose hole the worker punched is refilled on pboxd's fault
+ * from the huge page pool, and an empty pool is a SIGBUS too. Not populated: pboxd's
+ * faults allocate only pages a push referenced. Returns the status of the answer (0, or a
+ * positive errno) and, for 0, the region's id. */
 static uint32_t region_add(struct pboxd_shm *s, struct shm_conn *cn,
 			   const struct pbox_shm_memreq *rq, int fd, uint32_t *id)
 {
 	uint64_t limit = (uint64_t)s->cfg.max_region_mb << 20;
 	struct shm_region *r;
 	uint32_t slot = PBOX_SHM_MAX_REGIONS;
+	struct statfs sf;
 	struct stat st;
 	int seals;
 	void *m;
 
 	seals = fcntl(fd, F_GET_SEALS);
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || rq->bytes == 0 ||
-	    (uint64_t)st.st_size != rq->bytes || rq->bytes > SIZE_MAX || seals < 0 ||
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sf) != 0 ||
+	    sf.f_type != TMPFS_MAGIC || rq->bytes == 0 || (uint64_t)st.st_size != rq->bytes ||
+	    rq->bytes > SIZE_MAX || seals < 0 ||
 	    (seals & PBOX_SHM_MEM_SEALS_REQUIRED) != PBOX_SHM_MEM_SEALS_REQUIRED) {
 		if (!cn->reg_logged) { /* once per connection: a worker could flood the log */
 			cn->reg_logged = true;
 			PBOX_LOG_WARN(TRANSPORT,
 				      "shm connection %u (job %u rank %u): region of %llu bytes "
-				      "refused: not a memfd of that size sealed against shrinking",
+				      "refused: not a (tmpfs) memfd of that size sealed against "
+				      "shrinking",
 				      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes);
 		}
 		__atomic_fetch_add(&s->reg_bad, 1, __ATOMIC_RELAXED);
@@ -1026,9 +1034,7 @@ static uint32_t region_add(struct pboxd_shm *s, struct shm_conn *cn,
 		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
 		return ENOSPC;
 	}
-	/* Populated now (the pages the worker wrote are mapped): no page faults on the core.
-	 * The bytes are bounded by max_region_mb. */
-	m = mmap(NULL, (size_t)rq->bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	m = mmap(NULL, (size_t)rq->bytes, PROT_READ, MAP_SHARED, fd, 0);
 	r = calloc(1, sizeof(*r));
 	if (m == MAP_FAILED || r == NULL) {
 		PBOX_LOG_ERR(TRANSPORT, "shm connection %u: cannot map a region of %llu bytes: %s",

@@ -115,7 +115,8 @@ struct pbox_shm_memreq {
 };
 
 /* pboxd -> worker: the answer to a REG. status 0: `region` is its id (never 0); else a
- * positive errno: EPERM (not a memfd of `bytes` bytes sealed with F_SEAL_SHRINK), ENOSPC
+ * positive errno: EPERM (not a tmpfs memfd of `bytes` bytes sealed with F_SEAL_SHRINK;
+ * hugetlbfs memfds are refused), ENOSPC
  * (the connection's region count or bytes would pass pboxd's limits), ENOMEM (pboxd
  * cannot map it), EPROTO (a malformed request). */
 struct pbox_shm_memrep {

@@ -15,7 +15,8 @@
  *     max_regions = 64;      # memory regions a worker may register (pbox_mem_alloc),
  *                            # 0 .. 256 (0: none; its pushes are then copied)
  *     max_region_mb = 1024;  # ... and their bytes at most, MiB per worker (pboxd maps
- *                            # them read-only and populates the mapping)
+ *                            # them read-only; pages a push references that the worker
+ *                            # never wrote are allocated by pboxd's read)
  *     stage_pushes = false;  # copy every payload a worker pushes (ring or region) into
  *                            # core-local memory before the engine reads it: then
  *                            # under non_finite = "reject" the check and the add read
