@@ -14,8 +14,10 @@ and pboxd's counters. Three parts, each a table:
          buckets, all in flight: perf/netlab/gloo_worker.py) and against the echo bound
          (pbox-udp-echo-bound: a minimal recvmmsg / sendmmsg echo with pbox's datagram
          size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB)
-         and pbox with its workers on the shared-memory transport ("shm"; --no-shm leaves
-         it out; every other pbox figure forces kernel UDP with PBOX_TRANSPORT=udp),
+         and pbox with its workers on the shared-memory transport ("shm": their buffers
+         from pbox_mem_alloc, registered with pboxd; "shm copy": malloc'ed buffers,
+         every push copied into the ring; --no-shm leaves both out; every other pbox
+         figure forces kernel UDP with PBOX_TRANSPORT=udp),
          for each --workers count and --compare-mtus, --reps rounds with the systems
          interleaved (the order rotating each round); medians of seconds per exchange
          (the slowest rank's per iteration for pbox and Gloo). --baseline-build DIR adds
