@@ -104,6 +104,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
     table = os.path.join(HERE, "models", model + ".txt")
     job = {"id": 1, "token": TOKEN, "workers": workers, "mode": "aggregate",
            "reduce": "mean"}
+    if getattr(args, "non_finite", None):
+        job["non_finite"] = args.non_finite
     res = {"model": model, "workers": workers, "chunk_bytes": chunk_bytes, "mtu": mtu,
            "max_inflight": max_inflight}
     worker = build_path("perf/pbox-bench-comm")
@@ -512,6 +514,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="rounds of the compare part")
     ap.add_argument("--no-shm", dest="shm", action="store_false",
                     help="compare part: leave out pbox over the shared-memory transport")
+    ap.add_argument("--non-finite", choices=("reject", "propagate"),
+                    help="the job's non_finite policy (default: pboxd's, reject)")
     ap.add_argument("--shm-ring-kb", type=int, metavar="KB",
                     help="pboxd shm.ring_kb (default: pboxd's)")
     ap.add_argument("--baseline-build", metavar="DIR",
