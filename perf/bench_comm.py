@@ -14,8 +14,10 @@ and pboxd's counters. Three parts, each a table:
          buckets, all in flight: perf/netlab/gloo_worker.py) and against the echo bound
          (pbox-udp-echo-bound: a minimal recvmmsg / sendmmsg echo with pbox's datagram
          size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB)
-         and pbox with its workers on the shared-memory transport ("shm"; --no-shm leaves
-         it out; every other pbox figure forces kernel UDP with PBOX_TRANSPORT=udp),
+         and pbox with its workers on the shared-memory transport ("shm": their buffers
+         from pbox_mem_alloc, registered with pboxd; "shm copy": malloc'ed buffers,
+         every push copied into the ring; --no-shm leaves both out; every other pbox
+         figure forces kernel UDP with PBOX_TRANSPORT=udp),
          for each --workers count and --compare-mtus, --reps rounds with the systems
          interleaved (the order rotating each round); medians of seconds per exchange
          (the slowest rank's per iteration for pbox and Gloo). --baseline-build DIR adds
@@ -87,11 +89,12 @@ def udp_rcvbuf_errors():
 
 
 def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build_dir=None,
-            transport="udp"):
+            transport="udp", plain_mem=False):
     """One pboxd + workers run; returns a result dict (with "error" if it failed). The
     programs come from build_dir if given, else from --build-dir. transport: the workers'
     data path (PBOX_TRANSPORT: "udp", the kernel-UDP figures everywhere but the compare
-    part's shm column; "shm", the shared-memory rings)."""
+    part's shm column; "shm", the shared-memory rings). plain_mem: the workers' buffers
+    are malloc'ed, not pbox_mem_alloc'ed (over shm: every push copied into the ring)."""
     from pboxtest import Pboxd, build_path
     sys.path.insert(0, os.path.join(HERE, "netlab"))
     import netlab
@@ -101,6 +104,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
     table = os.path.join(HERE, "models", model + ".txt")
     job = {"id": 1, "token": TOKEN, "workers": workers, "mode": "aggregate",
            "reduce": "mean"}
+    if getattr(args, "non_finite", None):
+        job["non_finite"] = args.non_finite
     res = {"model": model, "workers": workers, "chunk_bytes": chunk_bytes, "mtu": mtu,
            "max_inflight": max_inflight}
     worker = build_path("perf/pbox-bench-comm")
@@ -119,6 +124,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
                 cmd += ["--max-inflight", str(max_inflight)]
             if args.rto_ms:
                 cmd += ["--rto-ms", str(args.rto_ms)]
+            if plain_mem:
+                cmd += ["--plain-mem"]
             wenv = dict(os.environ, PBOX_TRANSPORT=transport)
             procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, env=wenv)
@@ -184,6 +191,8 @@ def run_one(args, model, workers, chunk_bytes, mtu, max_inflight, seconds, build
         "shm_rx_desc": sum(o.get("shm_rx_desc", 0) for o in outs),
         "shm_stale": sum(o.get("shm_stale", 0) for o in outs),
         "shm_torn": sum(o.get("shm_torn", 0) for o in outs),
+        # whether every rank's buffers were shared with pboxd (pbox_mem_alloc over shm)
+        "registered": all(o.get("registered", False) for o in outs),
         # the workers' own CPU seconds per exchange (libpbox: progress thread included)
         "client_cpu_per_iter": (sum(o["cpu_s"] for o in outs) / r0["iters"]
                                 if all("cpu_s" in o for o in outs) and r0["iters"] else None),
@@ -291,7 +300,7 @@ def run_gloo_once(args, model, workers, iters):
 def compare(args, model, workers, mtu):
     """--reps rounds of pbox (and the baseline build's pbox), Gloo and the echo bound,
     interleaved; returns the row dict."""
-    systems = (["pbox"] + (["shm"] if args.shm else []) + ["gloo", "echo"] +
+    systems = (["pbox"] + (["shm", "shmp"] if args.shm else []) + ["gloo", "echo"] +
                (["base"] if args.baseline_build else []))
     samples = {k: [] for k in systems}
     extra = {k: [] for k in systems}
@@ -301,14 +310,16 @@ def compare(args, model, workers, mtu):
         order = systems[rnd % len(systems):] + systems[:rnd % len(systems)]
         for sysname in order:
             ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if sysname in ("pbox", "base", "shm"):
+            if sysname in ("pbox", "base", "shm", "shmp"):
                 r = run_one(args, model, workers, args.chunk_bytes, mtu, 0, args.seconds,
                             build_dir=args.baseline_build if sysname == "base" else None,
-                            transport=("shm" if sysname == "shm" else
+                            transport=("shm" if sysname in ("shm", "shmp") else
                                        args.baseline_transport if sysname == "base" else
-                                       "udp"))
+                                       "udp"), plain_mem=sysname == "shmp")
                 if "error" not in r and not r.get("iter_seconds"):
                     r["error"] = "no iteration times"
+                elif "error" not in r and sysname == "shm" and not r.get("registered"):
+                    r["error"] = "the buffers were not registered with pboxd"
             elif sysname == "gloo":
                 r = run_gloo(args, model, workers, args.compare_iters)
             else:
@@ -321,7 +332,7 @@ def compare(args, model, workers, mtu):
             # CPU seconds of every process of the run (pboxd, workers, echo processes)
             # per exchange round, untimed rounds included: robust to a loaded machine.
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            rounds = (r["iters"] + 2) if sysname in ("pbox", "base", "shm") else (
+            rounds = (r["iters"] + 2) if sysname in ("pbox", "base", "shm", "shmp") else (
                 args.compare_iters + 2 if sysname == "echo" else 0)
             if rounds:
                 cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
@@ -333,12 +344,13 @@ def compare(args, model, workers, mtu):
                                                "client_dropped", "pboxd", "transport",
                                                "median_s", "gso", "client_rx_pkts",
                                                "client_rx_placed", "client_cpu_per_iter",
-                                               "shm_rx_desc", "shm_stale", "shm_torn")}
+                                               "shm_rx_desc", "shm_stale", "shm_torn",
+                                               "registered")}
                         for r in extra[k]] for k in systems}}
     for k in systems:
         row[k] = statistics.median(samples[k]) if samples[k] else None
         row[k + "_cpu"] = statistics.median(cpu[k]) if cpu[k] else None
-    for k in ("pbox", "base", "shm"):
+    for k in ("pbox", "base", "shm", "shmp"):
         tr = [r.get("transport") for r in extra.get(k, []) if r.get("transport")]
         if tr:
             tot = tr[-1]["totals"]
@@ -373,8 +385,9 @@ def compare_table(rows, args, load, secs):
     if base:
         hdr += " %8s %8s" % ("cpu base", "wcpu bas")
     if shm:
-        hdr += " %8s %8s %9s %8s %11s" % ("shm", "gloo/shm", "pbox/shm", "cpu shm",
-                                          "stale/torn")
+        hdr += " %8s %8s %9s %8s %8s %8s %9s %8s %8s %11s" % (
+            "shm", "gloo/shm", "pbox/shm", "cpu shm", "wcpu shm", "shm copy", "copy/shm",
+            "cpu copy", "wcpu cop", "stale/torn")
     print(hdr)
 
     def f(v):
@@ -396,17 +409,21 @@ def compare_table(rows, args, load, secs):
         if base:
             line += " %s %s" % (f(r.get("base_cpu")), f(r.get("base_wcpu")))
         if shm:
-            line += " %s %s %s %s" % (f(r.get("shm")), q(r["gloo"], r.get("shm")),
-                                      q(r["pbox"], r.get("shm")), f(r.get("shm_cpu")))
+            line += " %s %s %s %s %s %s %s %s %s" % (
+                f(r.get("shm")), q(r["gloo"], r.get("shm")), q(r["pbox"], r.get("shm")),
+                f(r.get("shm_cpu")), f(r.get("shm_wcpu")), f(r.get("shmp")),
+                q(r.get("shmp"), r.get("shm")), f(r.get("shmp_cpu")), f(r.get("shmp_wcpu")))
             line += " %11s" % ("%d/%d" % (r["shm_stale"], r["shm_torn"]))
         print(line)
         for e in r["errors"]:
             print("   error: " + e)
     if shm:
-        print("shm: pbox with the workers on the shared-memory transport (pbox: kernel UDP); "
-              "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP; "
-              "stale/torn: shm results dropped (rewritten before / while read) and "
-              "re-requested, over all rounds")
+        print("shm: pbox with the workers on the shared-memory transport (pbox: kernel UDP), "
+              "their buffers from pbox_mem_alloc (shared with pboxd: pushes not copied); "
+              "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP; shm "
+              "copy: the same with malloc'ed buffers (every push copied into the ring); "
+              "copy/shm: speed-up of the registered buffers; stale/torn: shm results dropped "
+              "(rewritten before / while read) and re-requested, over all rounds")
     print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
           "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
           "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
@@ -508,6 +525,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="rounds of the compare part")
     ap.add_argument("--no-shm", dest="shm", action="store_false",
                     help="compare part: leave out pbox over the shared-memory transport")
+    ap.add_argument("--non-finite", choices=("reject", "propagate"),
+                    help="the job's non_finite policy (default: pboxd's, reject)")
     ap.add_argument("--shm-ring-kb", type=int, metavar="KB",
                     help="pboxd shm.ring_kb (default: pboxd's)")
     ap.add_argument("--baseline-build", metavar="DIR",

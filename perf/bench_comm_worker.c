@@ -15,6 +15,10 @@
  * through one exchange of a two-element planning key (not part of the model): element 0
  * is the count from rank 0 (0 from the others), element 1 is 1 from every rank, so
  * count = e0 * workers / e1 whether the job sums or averages.
+ *
+ * Buffers: the gradients and the results live in memory from pbox_mem_alloc (shared with
+ * pboxd when the transport is shm: pushes go without a copy into the ring); --plain-mem
+ * takes malloc'ed memory instead (the A/B of registered buffers).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -62,6 +66,7 @@ struct opts {
 	bool busy_poll;
 	bool json;
 	double grad_sigma; /* > 0: Gaussian gradients of this deviation, new every iteration */
+	bool plain_mem;    /* malloc, not pbox_mem_alloc */
 };
 
 struct result {
@@ -70,7 +75,9 @@ struct result {
 	double *iter_s; /* iters entries: each timed exchange's duration */
 	struct pbox_client_stats before, after;
 	uint64_t placed_before, placed_after; /* pbox_client_rx_placed */
-	double cpu_s; /* this process's CPU time (all threads) over the timed iterations */
+	double cpu_s;    /* this process's CPU time (all threads) over the timed iterations */
+	bool registered; /* the buffers are shared with pboxd (pbox_mem_registered) */
+	const char *transport;
 };
 
 static void usage(FILE *f)
@@ -104,6 +111,8 @@ static void usage(FILE *f)
 		"                      first exchange; needs --iters), for jobs with DVF; results\n"
 		"                      are then checked finite only. Default: every element 1,\n"
 		"                      checked exactly\n"
+		"  --plain-mem         gradients and results in malloc'ed memory, not in\n"
+		"                      pbox_mem_alloc's (shared with pboxd over shm)\n"
 		"  --json              print the result as one JSON object (iter_seconds: each\n"
 		"                      timed exchange's duration)\n"
 		"  -h, --help          this text\n"
@@ -128,6 +137,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "rto-ms", required_argument, NULL, 'R' },
 		{ "busy-poll", no_argument, NULL, 'B' },
 		{ "json", no_argument, NULL, 'J' },
+		{ "plain-mem", no_argument, NULL, 'P' },
 		{ "grad-sigma", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -181,6 +191,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'J':
 			o->json = true;
+			break;
+		case 'P':
+			o->plain_mem = true;
 			break;
 		case 'G':
 			rc = pbox_arg_double(PROG, "--grad-sigma", optarg, 1e-30, 1e30,
@@ -502,11 +515,12 @@ static void report(const struct opts *o, const struct table *t, const struct pbo
 		       ", \"probes\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"rx_pkts\": %" PRIu64
 		       ", \"rx_placed\": %" PRIu64 ", \"shm_rx_desc\": %" PRIu64
 		       ", \"shm_stale\": %" PRIu64 ", \"shm_torn\": %" PRIu64
-		       ", \"cpu_s\": %.6f, \"iter_seconds\": [",
+		       ", \"cpu_s\": %.6f, \"registered\": %s, \"transport\": \"%s\", "
+		       "\"iter_seconds\": [",
 		       o->rank, ji->workers, t->model, t->nkeys, mb, ji->chunk_bytes,
 		       ji->frag_bytes, ji->nchunks, ji->cores, r->iters, r->seconds, xps, push,
 		       recv, wire_tx, wire_rx, retx, probes, dropped, rx_pkts, placed, desc, stale,
-		       torn, r->cpu_s);
+		       torn, r->cpu_s, r->registered ? "true" : "false", r->transport);
 		for (uint32_t i = 0; i < r->iters; i++) {
 			printf("%s%.6f", i ? ", " : "", r->iter_s[i]);
 		}
@@ -572,31 +586,6 @@ int main(int argc, char **argv)
 		status = 1;
 		goto out;
 	}
-	off = calloc(t.nkeys, sizeof(*off));
-	/* --grad-sigma: every iteration's gradient written now, so that writing them neither
-	 * counts in an exchange nor delays one rank's start against the others'. */
-	ngrad = o.grad_sigma > 0 ? (uint64_t)o.warmup + o.iters : 1;
-	grad = malloc(t.total * ngrad * sizeof(float));
-	out = malloc(t.total * sizeof(float));
-	if (off == NULL || grad == NULL || out == NULL) {
-		fprintf(stderr, "pbox-bench-comm: cannot allocate 2 x %.1f MB for %s\n",
-			(double)t.total * 4 / 1e6, t.model);
-		status = 1;
-		goto out;
-	}
-	for (uint32_t k = 1; k < t.nkeys; k++) {
-		off[k] = off[k - 1] + t.keys[k - 1].nelem;
-	}
-	/* Write both buffers now so that page faults stay out of the exchanges; a constant
-	 * gradient keeps the mean (and, for few iterations, the sum) finite. */
-	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
-		grad[i] = 1.0f;
-	}
-	for (uint64_t i = 0; i < ngrad && o.grad_sigma > 0; i++) {
-		fill_gauss(grad + i * t.total, t.total, o.rank, (uint32_t)i, o.grad_sigma);
-	}
-	memset(out, 0, t.total * sizeof(float));
-
 	co.server = o.server;
 	co.job = o.job;
 	co.token = o.token;
@@ -625,6 +614,37 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	pbox_job_info(c, &ji);
+	off = calloc(t.nkeys, sizeof(*off));
+	/* --grad-sigma: every iteration's gradient written now, so that writing them neither
+	 * counts in an exchange nor delays one rank's start against the others'. */
+	ngrad = o.grad_sigma > 0 ? (uint64_t)o.warmup + o.iters : 1;
+	if (o.plain_mem) {
+		grad = malloc(t.total * ngrad * sizeof(float));
+		out = malloc(t.total * sizeof(float));
+	} else if (pbox_mem_alloc(c, t.total * ngrad * sizeof(float), (void **)&grad) != 0 ||
+		   pbox_mem_alloc(c, t.total * sizeof(float), (void **)&out) != 0) {
+		fprintf(stderr, "pbox-bench-comm: %s\n", pbox_last_error());
+	}
+	if (off == NULL || grad == NULL || out == NULL) {
+		fprintf(stderr, "pbox-bench-comm: cannot allocate 2 x %.1f MB for %s\n",
+			(double)t.total * 4 / 1e6, t.model);
+		status = 1;
+		goto out;
+	}
+	r.registered = !o.plain_mem && pbox_mem_registered(c, grad) && pbox_mem_registered(c, out);
+	r.transport = pbox_transport(c);
+	for (uint32_t k = 1; k < t.nkeys; k++) {
+		off[k] = off[k - 1] + t.keys[k - 1].nelem;
+	}
+	/* Write both buffers now so that page faults stay out of the exchanges; a constant
+	 * gradient keeps the mean (and, for few iterations, the sum) finite. */
+	for (uint64_t i = 0; o.grad_sigma == 0 && i < t.total; i++) {
+		grad[i] = 1.0f;
+	}
+	for (uint64_t i = 0; i < ngrad && o.grad_sigma > 0; i++) {
+		fill_gauss(grad + i * t.total, t.total, o.rank, (uint32_t)i, o.grad_sigma);
+	}
+	memset(out, 0, t.total * sizeof(float));
 	for (uint32_t it = 0; it < o.warmup; it++) {
 		double t0 = pbox_mono_s();
 
@@ -686,10 +706,15 @@ int main(int argc, char **argv)
 	report(&o, &t, &ji, &r);
 	status = 0;
 out:
+	if (o.plain_mem) {
+		free(grad);
+		free(out);
+	} else {
+		pbox_mem_free(c, grad);
+		pbox_mem_free(c, out);
+	}
 	pbox_close(c);
 	free(r.iter_s);
-	free(grad);
-	free(out);
 	free(off);
 	table_free(&t);
 	return status;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -96,6 +97,7 @@ struct pbox_client {
 	struct pbox_peer *cores;
 	struct pbox_udp *udp;
 	struct pbox_shm_client *shm; /* the data path when not NULL (udp stays open) */
+	struct mem_block *mem;       /* pbox_mem_alloc's blocks, under lock */
 	struct pbox_node *node;
 	struct cop *ops; /* per key index */
 	pthread_t thread;
@@ -112,6 +114,15 @@ struct pbox_client {
 	int fail_err; /* set once the job / connection failed */
 	char fail_msg[256];
 	bool node_failed; /* progress thread: fail_err applied to the node */
+};
+
+/* A block of pbox_mem_alloc: registered with pboxd (shared: the shm client maps it) or
+ * plain anonymous memory. */
+struct mem_block {
+	void *p;
+	size_t bytes;
+	bool shared;
+	struct mem_block *next;
 };
 
 static __thread char g_errmsg[512];
@@ -833,8 +844,10 @@ static void *progress_main(void *arg)
 				{ .fd = c->ctl_fd, .events = POLLIN },
 				{ .fd = c->shm ? pbox_shm_client_wake_fd(c->shm) : -1,
 				  .events = POLLIN },
+				/* No POLLIN: registrations read their answers there
+				 * (pbox_mem_alloc); pboxd's close is POLLHUP. */
 				{ .fd = c->shm ? pbox_shm_client_sock_fd(c->shm) : -1,
-				  .events = POLLIN },
+				  .events = 0 },
 			};
 			int ms = next == UINT64_MAX ? 200 : (int)PBOX_MIN(next / 1000000 + 1, 200);
 
@@ -860,7 +873,7 @@ static void *progress_main(void *arg)
 				    (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
 					ctl_events(c);
 				}
-				if (p[4].revents & (POLLIN | POLLHUP | POLLERR)) {
+				if (p[4].revents & (POLLHUP | POLLERR)) {
 					shm_ended(c);
 				}
 			}
@@ -1460,6 +1473,108 @@ int64_t pbox_result_version(struct pbox_client *c, uint32_t key_id)
 	return v;
 }
 
+int pbox_mem_alloc(struct pbox_client *c, size_t bytes, void **out)
+{
+	const char *env = getenv("PBOX_SHM_REGISTER");
+	struct mem_block *b;
+	char why[256] = "";
+	int rc = -1;
+
+	if (c == NULL || out == NULL || bytes == 0) {
+		return fail(-EINVAL, "pbox_mem_alloc: NULL argument or 0 bytes");
+	}
+	if (c->node == NULL) {
+		return fail(-ENOTCONN, "pbox_mem_alloc: call pbox_register first");
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		return fail(-ENOMEM, "pbox_mem_alloc: out of memory");
+	}
+	if (c->shm != NULL && (env == NULL || strcmp(env, "0") != 0)) {
+		rc = pbox_shm_client_mem_reg(c->shm, bytes, &b->p, why, sizeof(why));
+		if (rc != 0) {
+			PBOX_LOG_INFO(CLIENT,
+				      "job %u rank %u: %s; using plain memory (pushes from it are "
+				      "copied)",
+				      c->info.job, c->info.rank, why);
+		}
+	}
+	b->shared = rc == 0;
+	b->bytes = bytes;
+	if (!b->shared) {
+		b->p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			    0);
+		if (b->p == MAP_FAILED) {
+			rc = -errno;
+			free(b);
+			return fail(rc, "pbox_mem_alloc: cannot map %zu bytes: %s", bytes,
+				    strerror(-rc));
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	b->next = c->mem;
+	c->mem = b;
+	pthread_mutex_unlock(&c->lock);
+	*out = b->p;
+	return 0;
+}
+
+/* Unlink p's block from c->mem (under lock); NULL if p is none. */
+static struct mem_block *mem_take(struct pbox_client *c, const void *p)
+{
+	struct mem_block **pp, *b = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->mem; *pp != NULL; pp = &(*pp)->next) {
+		if ((*pp)->p == p) {
+			b = *pp;
+			*pp = b->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+int pbox_mem_free(struct pbox_client *c, void *p)
+{
+	struct mem_block *b;
+
+	if (c == NULL || p == NULL) {
+		return 0;
+	}
+	b = mem_take(c, p);
+	if (b == NULL) {
+		return fail(-EINVAL, "pbox_mem_free: %p is not a block of pbox_mem_alloc", p);
+	}
+	if (b->shared) {
+		(void)pbox_shm_client_mem_unreg(c->shm, p);
+	} else {
+		munmap(p, b->bytes);
+	}
+	free(b);
+	return 0;
+}
+
+bool pbox_mem_registered(struct pbox_client *c, const void *p)
+{
+	bool shared = false;
+
+	if (c == NULL) {
+		return false;
+	}
+	pthread_mutex_lock(&c->lock);
+	for (const struct mem_block *b = c->mem; b != NULL; b = b->next) {
+		if ((const uint8_t *)p >= (const uint8_t *)b->p &&
+		    (const uint8_t *)p < (const uint8_t *)b->p + b->bytes) {
+			shared = b->shared;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return shared;
+}
+
 const char *pbox_transport(const struct pbox_client *c)
 {
 	return c != NULL ? c->transport : "";
@@ -1562,6 +1677,15 @@ void pbox_close(struct pbox_client *c)
 		close(c->wake_fd);
 	}
 	pbox_node_destroy(c->node);
+	while (c->mem != NULL) { /* the shm client unmaps the shared ones */
+		struct mem_block *b = c->mem;
+
+		c->mem = b->next;
+		if (!b->shared) {
+			munmap(b->p, b->bytes);
+		}
+		free(b);
+	}
 	pbox_shm_client_close(c->shm);
 	pbox_udp_close(c->udp);
 	pbox_jobdesc_free(&c->desc);

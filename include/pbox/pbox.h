@@ -205,6 +205,34 @@ int pbox_job_info(const struct pbox_client *c, struct pbox_job_info *info);
  * its data address is on this host; shm fails the registration if it cannot be set up. */
 const char *pbox_transport(const struct pbox_client *c);
 
+/*
+ * Memory shared with the appliance (workers on pboxd's own host, transport "shm"). A
+ * buffer from pbox_mem_alloc lives in a memfd that pboxd maps too: a push, push-pull or
+ * init whose source lies in it hands pboxd the place (region, offset, length) instead of
+ * copying the bytes into the shared-memory ring, and pboxd adds them from there. Results
+ * may be written into such a buffer as into any other (in place, grad == out, too).
+ *
+ * After pbox_register. Returns 0 with *out page-aligned memory of at least `bytes`
+ * (zeroed), usable with every operation. It is shared when the transport is "shm" and
+ * pboxd accepted it (pbox_mem_registered says which); otherwise (kernel UDP, pboxd's
+ * limits per worker reached: shm.max_regions / max_region_mb, or PBOX_SHM_REGISTER=0 in
+ * the environment) it is plain memory and pushes from it are copied as usual (logged).
+ * Errors: -EINVAL (bytes 0, NULL), -ENOTCONN (before pbox_register), -ENOMEM.
+ *
+ * Ownership: the memory belongs to the client. The caller must not modify the bytes an
+ * operation sends between its start and its completion (callback or wait): pboxd reads
+ * them at its own pace, and re-reads them if a datagram is re-sent. Free it with
+ * pbox_mem_free (no operation using it may be in flight) or leave it to pbox_close,
+ * which frees what is left: no pointer into it may be used after pbox_close. Any thread.
+ */
+int pbox_mem_alloc(struct pbox_client *c, size_t bytes, void **out);
+/* Free a block of pbox_mem_alloc (p: the pointer it returned; NULL: no-op). 0, or
+ * -EINVAL (not such a block). */
+int pbox_mem_free(struct pbox_client *c, void *p);
+/* Whether p lies in a block of pbox_mem_alloc that pboxd shares (pushes from it go
+ * without a copy). */
+bool pbox_mem_registered(struct pbox_client *c, const void *p);
+
 /* The version (server-optimizer) or iteration (aggregate) of the last result received for
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under
  * drop-stragglers can use it to catch up. Negative errno for an unknown key. */

@@ -4,8 +4,11 @@
 grammar of tests/fuzz/fuzz_shm.c: honest traffic that wraps the ring several times, and
 each kind of hostile write (a tail out of range or backwards, a record header of no
 kind, a zero or huge length, a record past the tail or the area's end, a wrap past the
-tail, a consumer index that goes backwards or past the tail). Re-run after changing the
-grammar.
+tail, a consumer index that goes backwards or past the tail), and reference records (a
+worker's push from its registered memory) that pboxd's consumer resolves against its
+region: in bounds, past the end, an offset that overflows, another region's id, a zero
+or too large length, and one sent to a consumer that takes none. Re-run after changing
+the grammar.
 
 Usage: tests/fuzz/gen_corpus_shm.py
 """
@@ -46,6 +49,15 @@ def raw(pos, data):
     return bytes([6]) + struct.pack("<IB", pos, len(data)) + data
 
 
+REGION, REGION_ID = 3 * 65536 + 123, 0x105
+
+
+def ref(region, ln, off, first=False):
+    """A reference record; first: the input's first byte, which also makes the consumer
+    accept references (bit 6)."""
+    return bytes([7 | (0x40 if first else 0)]) + struct.pack("<IIQ", region, ln, off)
+
+
 def seeds():
     s = []
     honest = b"".join(push(n) + push(n // 3) + pop(1) + pop(5)
@@ -68,6 +80,18 @@ def seeds():
     s.append(("head-back", b"".join(push(60000) for _ in range(5)) + head(120320) +
               push(60000) + push(60000) + head(64) + push(60000)))
     s.append(("head-ahead", push(100) + head(2**40) + b"".join(push(60000) for _ in range(5))))
+    s.append(("ref-ok", ref(REGION_ID, 65000, 0, True) + ref(REGION_ID, 123, REGION - 123) +
+              ref(REGION_ID, 1, REGION - 1) + pop(63)))
+    s.append(("ref-past-end", ref(REGION_ID, 124, REGION - 123, True) +
+              ref(REGION_ID, 1, REGION) + ref(REGION_ID, 64, REGION + 4096) + pop(63)))
+    s.append(("ref-off-overflow", ref(REGION_ID, 4096, 2**64 - 64, True) +
+              ref(REGION_ID, 65000, 2**63) + pop(63)))
+    s.append(("ref-other-id", ref(REGION_ID + 256, 64, 0, True) + ref(0, 64, 0) +
+              ref(2**32 - 1, 64, 0) + pop(63)))
+    s.append(("ref-len", ref(REGION_ID, 0, 0, True) + ref(REGION_ID, 65409, 0) +
+              ref(REGION_ID, 2**32 - 1, 0) + pop(63)))
+    s.append(("ref-not-accepted", ref(REGION_ID, 64, 0) + pop(1)))
+    s.append(("ref-rewritten", ref(REGION_ID, 64, 0, True) + raw(128, b"\xff" * 16) + pop(1)))
     return s
 
 

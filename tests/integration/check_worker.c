@@ -39,6 +39,8 @@ struct opts {
 	float lr;
 	const char *opt;
 	uint32_t timeout_ms;
+	bool shm_mem;  /* gradients and results in pbox_mem_alloc's memory, registered */
+	bool in_place; /* push-pull with out == grad */
 };
 
 static float grad(uint32_t r, uint32_t t, uint64_t k, uint64_t i)
@@ -57,6 +59,7 @@ static void usage(void)
 	       "         --keys N1,N2,... [--iters K] [--server-opt] [--sum] [--lr X]\n"
 	       "         [--optimizer NAME] [--timeout-ms MS] [--async] [--expect-fail]\n"
 	       "         [--exit-at T] [--stall-at T] [--stop-file F] [--sleep-ms MS]\n"
+	       "         [--shm-mem] [--in-place]\n"
 	       "Pushes known gradients and checks every result exactly.\n");
 }
 
@@ -72,6 +75,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "async", 0, NULL, 'A' },     { "expect-fail", 0, NULL, 'F' },
 		{ "exit-at", 1, NULL, 'X' },   { "stall-at", 1, NULL, 'Z' },
 		{ "stop-file", 1, NULL, 'Q' }, { "sleep-ms", 1, NULL, 'P' },
+		{ "shm-mem", 0, NULL, 'M' },   { "in-place", 0, NULL, 'I' },
 		{ "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
 	};
 	uint32_t at;
@@ -154,6 +158,12 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'P':
 			rc = pbox_arg_u32(PROG, "--sleep-ms", optarg, 0, 60000, &o->sleep_ms);
 			break;
+		case 'M':
+			o->shm_mem = true;
+			break;
+		case 'I':
+			o->in_place = true;
+			break;
 		case 'h':
 			usage();
 			exit(0);
@@ -178,12 +188,24 @@ struct bufs {
 	uint32_t nranks;
 	struct pbox_key_info *keys;
 	float **g, **out, **model, **mom, **vel; /* per key */
-	float **gall; /* per rank: its gradient of the key being checked */
-	float *want;  /* the expected result of that key */
+	float **gall;  /* per rank: its gradient of the key being checked */
+	float *want;   /* the expected result of that key */
+	bool mem;      /* g (and out unless in place) are pbox_mem_alloc's */
+	bool in_place; /* out[k] == g[k] */
 };
 
 static int finish(struct bufs *b, struct pbox_client *c, int status)
 {
+	for (uint64_t k = 0; k < b->nkeys; k++) {
+		if (b->in_place) {
+			b->out[k] = NULL;
+		}
+		if (b->mem) {
+			pbox_mem_free(c, b->g[k]);
+			pbox_mem_free(c, b->out[k]);
+			b->g[k] = b->out[k] = NULL;
+		}
+	}
 	pbox_close(c);
 	for (uint64_t k = 0; k < b->nkeys; k++) {
 		free(b->g[k]);
@@ -294,6 +316,38 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "rank %u: register: %s (%d)\n", o.rank, pbox_last_error(), rc);
 		return finish(&B, c, o.expect_fail ? 0 : 1);
+	}
+	/* --shm-mem: the gradients (and results) in memory shared with pboxd, which reads
+	 * the pushes there; --in-place: the results overwrite the gradients. */
+	for (uint64_t k = 0; k < o.nkeys && (o.shm_mem || o.in_place); k++) {
+		size_t bytes = o.nelem[k] * sizeof(float);
+
+		if (o.shm_mem) {
+			free(B.g[k]);
+			free(B.out[k]);
+			B.g[k] = B.out[k] = NULL;
+			B.mem = true;
+			rc = pbox_mem_alloc(c, bytes, (void **)&B.g[k]);
+			if (rc == 0 && !o.in_place) {
+				rc = pbox_mem_alloc(c, bytes, (void **)&B.out[k]);
+			}
+			if (rc < 0) {
+				goto opfail;
+			}
+			if (!pbox_mem_registered(c, B.g[k]) ||
+			    (!o.in_place && !pbox_mem_registered(c, B.out[k]))) {
+				fprintf(stderr,
+					"rank %u: key %u's buffers are not shared with pboxd "
+					"(transport %s)\n",
+					o.rank, B.keys[k].id, pbox_transport(c));
+				return finish(&B, c, 1);
+			}
+		}
+		if (o.in_place) {
+			free(B.out[k]);
+			B.out[k] = B.g[k];
+			B.in_place = true;
+		}
 	}
 	if (o.server_opt) {
 		for (uint64_t k = 0; k < o.nkeys && o.rank == 0; k++) {

@@ -17,8 +17,18 @@
      - a hello with a wrong cookie is refused (EACCES, shm.auth_failed);
    and a real worker is killed with SIGKILL in the middle of its pushes. pboxd survives
    every one of them, and the other job's workers finish with exact results.
+3. Registered memory (pbox_mem_alloc): libpbox workers whose gradients and results live
+   in memory shared with pboxd (separate and in-place push-pull) get exact results, their
+   pushes read in place (shm.rx_ref); a hand-written worker's regions are refused unless
+   they are memfds of the announced size sealed against shrinking, bounded in count and
+   bytes, cannot be truncated once registered; references past a region's end, to
+   another region, of zero or too large length are dropped and counted (shm.bad_ref)
+   without ending the connection; a region unregistered is unmapped and no longer read;
+   a re-sent push re-reads the region; a malformed message ends the connection.
 """
 import errno
+import fcntl
+import json
 import mmap
 import os
 import random
@@ -33,8 +43,11 @@ import time
 from pboxtest import Pboxd, build_path, fail, run_demo, wait_for
 import spoof
 
-SHM_MAGIC, SHM_VERSION = 0x50534D31, 2
-DGRAM, WRAP, DESC = 0x44475231, 0x50525731, 0x44534331
+SHM_MAGIC, SHM_VERSION = 0x50534D31, 3
+DGRAM, WRAP, DESC, REF = 0x44475231, 0x50525731, 0x44534331, 0x52454631
+MEMREQ = struct.Struct("<IIIIQ")  # shm.h: struct pbox_shm_memreq
+MEMREP = struct.Struct("<IIIIII")  # struct pbox_shm_memrep
+MEM_REG, MEM_UNREG = 1, 2
 SHMDESC = struct.Struct("<QQQII")  # ring.h: struct pbox_shm_desc
 HELLO = struct.Struct("<IIIIQ")
 WELCOME = struct.Struct("<IIIIQQII64Q")  # shm.h: struct pbox_shm_welcome
@@ -116,7 +129,24 @@ class ShmConn:
     def ring_core(self, k):
         os.write(self.core_efd[k], struct.pack("<Q", 1))
 
-    def push(self, k, dgram, timeout=2.0):
+    def register(self, fd, nbytes):
+        """Hand pboxd a region (fd by SCM_RIGHTS, nbytes announced): (status, id)."""
+        self.reg_seq = getattr(self, "reg_seq", 0) + 1
+        socket.send_fds(self.sock, [MEMREQ.pack(SHM_MAGIC, MEM_REG, 0, self.reg_seq, nbytes)],
+                        [fd])
+        magic, op, status, rid, seq, _ = MEMREP.unpack(self.sock.recv(MEMREP.size))
+        if magic != SHM_MAGIC or op != MEM_REG or seq != self.reg_seq:
+            fail("shm: bad answer to a registration")
+        return status, rid
+
+    def unregister(self, rid):
+        self.sock.send(MEMREQ.pack(SHM_MAGIC, MEM_UNREG, rid, 0, 0))
+
+    def push_ref(self, k, hdr64, rid, off, ln):
+        """A push whose payload stays in registered region rid at off (a reference)."""
+        return self.push(k, hdr64 + struct.pack("<IIQ", rid, ln, off), kind=REF)
+
+    def push(self, k, dgram, timeout=2.0, kind=DGRAM):
         """An honest producer: one record, published, the core woken. False if the ring
         had no room for timeout s (pboxd stopped reading it)."""
         ctl, data = self.w2a(k)
@@ -134,7 +164,7 @@ class ShmConn:
             self.tail[k] += self.ring - pos
             pos = 0
         self.mem[data + pos + 64:data + pos + 64 + len(dgram)] = dgram
-        self.set_u64(data + pos, DGRAM << 32 | len(dgram))
+        self.set_u64(data + pos, kind << 32 | len(dgram))
         self.tail[k] += rec
         self.set_u64(ctl, self.tail[k])
         self.ring_core(k)
@@ -691,6 +721,246 @@ def part_results():
           "memory and hold none of them" % want)
 
 
+def region(nbytes, seals=fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL):
+    """A memfd of nbytes, mapped, with these seals (0: none): (fd, mmap)."""
+    fd = os.memfd_create("pbox-test-region", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, nbytes)
+    m = mmap.mmap(fd, nbytes)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd, m
+
+
+def regions_libpbox(d):
+    """Real workers with registered buffers: exact results, pushes read in place."""
+    for extra in (["--shm-mem"], ["--shm-mem", "--in-place", "--async"]):
+        before = shm_stats(d)
+        ps = run_workers(d, 2, "lib", 2, "1000,50000,300000", 20, extra)
+        for p in ps:
+            out, _ = p.communicate(timeout=120)
+            if p.returncode != 0:
+                fail("registered memory %s: a worker failed:\n%s" % (extra, out))
+        after = shm_stats(d)
+        nref = after["rx_ref"] - before["rx_ref"]
+        # Every push datagram of a key larger than PBOX_SHM_REF_MIN (256) bytes: 2 ranks
+        # x 20 iterations x the keys' fragments (at least one per 64 KB).
+        least = 2 * 20 * ((50000 * 4 + 65535) // 65536 + (300000 * 4 + 65535) // 65536)
+        if nref < least or after["bad_ref"] != before["bad_ref"]:
+            fail("registered memory %s: %d pushes read in place (at least %d expected), "
+                 "%d bad references" % (extra, nref, least,
+                                        after["bad_ref"] - before["bad_ref"]))
+        print("registered memory %s: exact results, %d pushes read in place by pboxd" %
+              (" ".join(extra), nref))
+
+
+def part_staged():
+    """Payloads copied into pboxd's core-local stage before the engine reads them: encoded
+    (DVF) ones always (their decoder trusts a bitmap it checked in an earlier pass), every
+    one with shm.stage_pushes; results exact either way."""
+    env = dict(os.environ)
+    env.pop("PBOX_TRANSPORT")  # auto: shm
+    res = run_demo(["--mode", "broadcast", "--dvf", "--max-steps", "30", "--cores", "2",
+                    "--json"], 120, env=env)
+    if res.returncode != 0:
+        fail("dvf demo over shm failed (%d):\n%s" % (res.returncode, res.stderr[-3000:]))
+    out = json.loads(res.stdout)
+    dvf = out["appliance"].get("dvf") or {}
+    if ("transport: shm\n" not in res.stdout + res.stderr or not out["ok"] or
+            not dvf.get("blocks") or sum(dvf.get("rejects", {}).values()) != 0 or
+            out["appliance"]["drops"].get("bad_block", 0) != 0):
+        fail("dvf demo over shm: ok %s, dvf %s, drops %s\n%s" % (
+            out.get("ok"), dvf, out["appliance"].get("drops"), res.stderr[-2000:]))
+    print("staged: the dvf demo over shm trained, %d blocks decoded (each copied before "
+          "decoding), none rejected" % dvf["blocks"])
+    jobs = [{"id": 1, "token": "s", "workers": 2, "mode": "aggregate"}]
+    with Pboxd(jobs, cores=2, shm={"stage_pushes": True}) as d:
+        ps = run_workers(d, 1, "s", 2, "1000,300000", 10, ["--shm-mem", "--in-place"])
+        for p in ps:
+            o, _ = p.communicate(timeout=120)
+            if p.returncode != 0:
+                fail("stage_pushes: a worker failed:\n%s" % o)
+        st = shm_stats(d)
+        if st["staged"] < st["rx_ref"] or st["rx_ref"] == 0:
+            fail("stage_pushes: %d pushes read in place, %d staged" % (st["rx_ref"],
+                                                                   st["staged"]))
+    print("staged: shm.stage_pushes copies every push (%d) before the engine reads it; "
+          "exact results" % st["staged"])
+
+
+def part_regions():
+    jobs = [{"id": 1, "token": "t", "workers": 2, "mode": "aggregate", "reduce": "sum"},
+            {"id": 2, "token": "lib", "workers": 2, "mode": "aggregate"}]
+    keys = [(0, 300000)]  # 1.2 MB, several chunks on both cores
+    mib = 1 << 20
+    with Pboxd(jobs, cores=2, shm={"ring_kb": RING_KB, "max_regions": 6,
+                                   "max_region_mb": 3}) as d:
+        regions_libpbox(d)  # 6 regions of 2.8 MB in all per worker
+        wait_for(lambda: shm_stats(d)["regions"]["live"] == 0,
+                 "the libpbox workers' regions unmapped", 10)
+        t0 = spoof.Tenant(d.control, 1, 0, "t", keys, "127.0.0.1", "127.0.0.1")
+        t1 = spoof.Tenant(d.control, 1, 1, "t", keys, "127.0.0.1", "127.0.0.1")
+        name = t0.reg.get("shm")
+        c0, c1 = ShmConn(name, 1, 0, t0.cookie), ShmConn(name, 1, 1, t1.cookie)
+        base = shm_stats(d)["regions"]
+
+        def refused(label, fd, nbytes, want):
+            st, _ = c0.register(fd, nbytes)
+            if st != want:
+                fail("regions: %s: status %d, expected %d" % (label, st, want))
+            print("regions: %s refused (%s)" % (label, errno.errorcode[want]))
+
+        # Not sealed against shrinking / not the size announced / not a memfd at all.
+        fd, m = region(mib, seals=fcntl.F_SEAL_GROW)
+        refused("a memfd not sealed against shrinking", fd, mib, errno.EPERM)
+        os.close(fd)
+        m.close()
+        fd, m = region(mib)
+        refused("a size other than the memfd's", fd, 2 * mib, errno.EPERM)
+        os.close(fd)
+        m.close()
+        r, w = os.pipe()
+        refused("a pipe", r, 4096, errno.EPERM)
+        os.close(r)
+        os.close(w)
+        # A hugetlbfs memfd: a hole the worker punches would be refilled from the huge
+        # page pool on pboxd's read (SIGBUS when it is empty).
+        try:
+            hfd = os.memfd_create("pbox-test-huge", os.MFD_HUGETLB | os.MFD_ALLOW_SEALING)
+            os.ftruncate(hfd, 2 * mib)
+            fcntl.fcntl(hfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        except OSError as e:
+            hfd = None
+            print("regions: hugetlbfs memfd case skipped: %s" % e)
+        if hfd is not None:
+            refused("a hugetlbfs memfd", hfd, 2 * mib, errno.EPERM)
+            os.close(hfd)
+        # The region the pushes come from: 2 MiB, the gradient at 4096.
+        fd, mem = region(2 * mib)
+        st, rid = c0.register(fd, 2 * mib)
+        if st != 0 or rid == 0:
+            fail("regions: a sealed memfd was refused (%d)" % st)
+        try:
+            os.ftruncate(fd, 4096)
+            fail("regions: a registered region could be truncated under pboxd's mapping")
+        except PermissionError:
+            pass
+        # Limits: 3 MiB in all, 6 regions.
+        fd2, m2 = region(2 * mib)
+        refused("a region past max_region_mb", fd2, 2 * mib, errno.ENOSPC)
+        small = []
+        for _ in range(5):
+            f, m = region(4096)
+            st, sid = c0.register(f, 4096)
+            if st != 0:
+                fail("regions: small region %d refused (%d)" % (len(small), st))
+            small.append((f, m, sid))
+        f, m = region(4096)
+        refused("a region past max_regions", f, 4096, errno.ENOSPC)
+        os.close(f)
+        m.close()
+        os.close(fd2)
+        m2.close()
+        now = shm_stats(d)["regions"]
+        if (now["bad"] - base["bad"] != 3 + (hfd is not None) or now["refused"] - base["refused"] != 2 or
+                now["registered"] - base["registered"] != 6 or
+                now["live_bytes"] - base["live_bytes"] != 2 * mib + 5 * 4096):
+            fail("regions: counters %s (before %s)" % (now, base))
+
+        # Bad references: dropped and counted, the connection lives on.
+        rnd = random.Random(3)
+        g0 = struct.pack("<300000f", *(float(rnd.randint(-8, 8)) for _ in range(300000)))
+        g1 = struct.pack("<300000f", *(float(rnd.randint(-8, 8)) for _ in range(300000)))
+        mem[4096:4096 + len(g0)] = g0
+        dg0 = t0.push_dgrams(0, g0[:t0.chunk_len(0)], 0, flags=spoof.F_WANT_REPLY)[0]
+        k0, ln0 = t0.core_map[0], len(dg0) - 64
+        bad_before = shm_stats(d)["bad_ref"]
+        bad = [("past the region's end", rid, 2 * mib - ln0 + 4, ln0),
+               ("offset overflowing", rid, 2**64 - 64, ln0),
+               ("another region's id", rid + 256, 4096, ln0),
+               ("a region never registered", rid ^ 7, 4096, ln0),
+               ("zero length", rid, 4096, 0),
+               ("longer than a datagram", rid, 0, 70000)]
+        for _, r_id, off, ln in bad:
+            if not c0.push_ref(k0, dg0[:64], r_id, off, ln):
+                fail("regions: pboxd stopped reading the ring")
+        wait_for(lambda: shm_stats(d)["bad_ref"] - bad_before == len(bad),
+                 "bad references counted", 10)
+        if c0.ended(timeout=0.2):
+            fail("regions: a bad reference ended the connection")
+        print("regions: %d bad references (%s) dropped and counted, connection alive" %
+              (len(bad), ", ".join(b[0] for b in bad)))
+
+        # The exchange: rank 0 pushes by reference (the first chunk twice: a re-sent push
+        # reads the region again), rank 1 by copy; every result is the exact sum.
+        nchunks = (keys[0][1] * 4 + t0.chunk_bytes - 1) // t0.chunk_bytes
+        ref_before = shm_stats(d)["rx_ref"]
+        want, nref = 0, 0
+        for ch in range(nchunks):
+            off = ch * t0.chunk_bytes
+            for rep in range(2 if ch == 0 else 1):
+                for dg in t0.push_dgrams(0, g0[off:off + t0.chunk_len(ch)], ch,
+                                         flags=spoof.F_WANT_REPLY | (
+                                             spoof.F_RETRANSMIT if rep else 0)):
+                    h = spoof.parse_hdr(dg)
+                    if not c0.push_ref(t0.core_map[ch], dg[:64], rid,
+                                       4096 + off + h["frag_off"], h["frag_len"]):
+                        fail("regions: pboxd stopped reading the ring")
+                    nref += 1
+            for dg in t1.push_dgrams(0, g1[off:off + t1.chunk_len(ch)], ch,
+                                     flags=spoof.F_WANT_REPLY):
+                if not c1.push(t1.core_map[ch], dg):
+                    fail("regions: pboxd stopped reading rank 1's ring")
+            want += len(t0.frags(ch))
+        got, deadline = {}, time.time() + 20
+        while len(got) < want and time.time() < deadline:
+            for k in range(c0.ncores):
+                for dg in c0.pop_all(k):
+                    h = spoof.parse_hdr(dg)
+                    if h["type"] == spoof.DATA:
+                        got[(h["chunk"], h["frag_off"])] = dg[64:64 + h["frag_len"]]
+            time.sleep(0.01)
+        if len(got) != want:
+            fail("regions: %d of %d result fragments" % (len(got), want))
+        a0 = struct.unpack("<300000f", g0)
+        a1 = struct.unpack("<300000f", g1)
+        for (ch, fo), pl in got.items():
+            e0 = (ch * t0.chunk_bytes + fo) // 4
+            n = len(pl) // 4
+            exp = struct.pack("<%df" % n, *(a0[e0 + i] + a1[e0 + i] for i in range(n)))
+            if pl != exp:
+                fail("regions: chunk %d fragment at %d is not the sum" % (ch, fo))
+        got_ref = shm_stats(d)["rx_ref"] - ref_before
+        if got_ref != nref:
+            fail("regions: pboxd read %d pushes in place, %d were sent" % (got_ref, nref))
+        print("regions: %d result fragments exact; %d pushes read in the worker's region "
+              "(a re-sent chunk among them)" % (want, nref))
+
+        # Unregistered: unmapped once the cores moved on; a reference to it is refused.
+        f, m, sid = small[0]
+        live = shm_stats(d)["regions"]["live"]
+        c0.unregister(sid)
+        wait_for(lambda: shm_stats(d)["regions"]["live"] == live - 1, "the region unmapped", 10)
+        bad_before = shm_stats(d)["bad_ref"]
+        c0.push_ref(k0, dg0[:64], sid, 0, 64)
+        wait_for(lambda: shm_stats(d)["bad_ref"] == bad_before + 1,
+                 "a reference to an unregistered region counted", 10)
+        for f, m, _ in small:
+            os.close(f)
+            m.close()
+        # Anything but a registration ends the connection.
+        c0.sock.send(MEMREQ.pack(SHM_MAGIC, 99, 0, 0, 0))
+        if not c0.ended():
+            fail("regions: a malformed message did not end the connection")
+        print("regions: unregistered region unmapped and refused; a malformed message ends "
+              "the connection")
+        mem.close()
+        os.close(fd)
+        for c in (c0, c1):
+            c.close()
+        t0.close()
+        t1.close()
+
+
 def results_memfds(d, job):
     """How many results' memfds of job pboxd holds open (one per core of each live job
     state: they go with the state)."""
@@ -820,6 +1090,9 @@ def part_config():
     conf = os.path.join(d, "pboxd.conf")
     for shm, ok in (({"ring_kb": 300}, False), ({"ring_kb": 128}, False),
                     ({"max_conns": 0}, False), ({"bogus": 1}, False),
+                    ({"max_regions": 257}, False), ({"max_region_mb": 2**21}, False),
+                    ({"max_regions": 0, "max_region_mb": 0}, True),
+                    ({"stage_pushes": 1}, False), ({"stage_pushes": True}, True),
                     ({"enabled": False, "socket": "/run/pbox/shm.sock", "ring_kb": 1024}, True)):
         with open(conf, "w") as f:
             f.write(to_libconfig({"shm": shm}, []))
@@ -860,6 +1133,8 @@ def main():
     part_config()
     part_fault_stays_udp()
     part_equivalence()
+    part_regions()
+    part_staged()
     part_stuck_backlog()
     part_paced_beside_shm()
     part_results()

@@ -388,6 +388,62 @@ static void test_desc_records(void **state)
 	ring_free(r);
 }
 
+/* Reference records (a worker's push from its registered memory): read only by a
+ * consumer that accepts them (pboxd's), of exactly their size; the reference resolves
+ * only inside its region. */
+static void test_ref_records(void **state)
+{
+	static const uint8_t region[8192];
+	struct pbox_shm_ref ref = { .region = 0x305, .len = 1024, .off = 4096 }, bad;
+	struct pbox_shm_dgram d[2];
+	struct pbox_wire_hdr h;
+	struct ring *r = ring_new();
+
+	(void)state;
+	mkhdr(&h, 1, 1024);
+	r->c.accept_desc = true; /* a worker's consumer: references break it */
+	assert_int_equal(pbox_shm_push_ref(&r->p, &h, &ref), 0);
+	expect_broken(r, PBOX_SHM_ERR_KIND);
+	ring_free(r);
+
+	r = ring_new();
+	r->c.accept_ref = true;
+	assert_int_equal(pbox_shm_push_ref(&r->p, &h, &ref), 0);
+	assert_int_equal(pbox_shm_push(&r->p, &h, NULL, 0), 0);
+	assert_int_equal(pbox_shm_cons_pop(&r->c, d, 2), 2);
+	assert_int_equal(d[0].kind, PBOX_SHM_REC_REF);
+	assert_int_equal(d[0].len, PBOX_SHM_REF_DGRAM);
+	assert_memory_equal(d[0].payload, &ref, sizeof(ref));
+	assert_int_equal(d[1].kind, PBOX_SHM_REC_DGRAM);
+	ring_free(r);
+
+	r = ring_new();
+	r->c.accept_ref = true;
+	store_rec(r->data, PBOX_SHM_REF_DGRAM + 8, PBOX_SHM_REC_REF);
+	atomic_store(&r->ctl.tail, 256);
+	expect_broken(r, PBOX_SHM_ERR_LEN);
+	ring_free(r);
+
+	/* Resolution against the region (id 0x305, 8192 bytes). */
+	assert_ptr_equal(pbox_shm_ref_payload(&ref, 0x305, region, sizeof(region)), region + 4096);
+	bad = ref;
+	bad.off = sizeof(region) - 1023; /* one byte past the end */
+	assert_null(pbox_shm_ref_payload(&bad, 0x305, region, sizeof(region)));
+	bad.off = sizeof(region) - 1024; /* the last bytes */
+	assert_non_null(pbox_shm_ref_payload(&bad, 0x305, region, sizeof(region)));
+	bad.off = UINT64_MAX - 512; /* off + len overflows */
+	assert_null(pbox_shm_ref_payload(&bad, 0x305, region, sizeof(region)));
+	bad = ref;
+	bad.region = 0x405; /* the same slot, another registration */
+	assert_null(pbox_shm_ref_payload(&bad, 0x305, region, sizeof(region)));
+	bad = ref;
+	bad.len = 0;
+	assert_null(pbox_shm_ref_payload(&bad, 0x305, region, sizeof(region)));
+	bad.len = PBOX_WIRE_MAX_PAYLOAD + 1;
+	bad.off = 0;
+	assert_null(pbox_shm_ref_payload(&bad, 0x305, region, 1u << 20));
+}
+
 /* The header handed out is a copy: rewriting the ring afterwards changes nothing. */
 static void test_header_copied_once(void **state)
 {
@@ -547,6 +603,7 @@ int main(void)
 		cmocka_unit_test(test_bad_records), cmocka_unit_test(test_header_copied_once),
 		cmocka_unit_test(test_bad_head),    cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_layout),      cmocka_unit_test(test_desc_records),
+		cmocka_unit_test(test_ref_records),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,9 +15,12 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/magic.h>
 #include <urcu-qsbr.h>
 
 #include "common/ctlproto.h"
@@ -38,6 +41,17 @@
 #define SHM_HELLO_FDS(s) (1u + (s)->ncores)
 /* A connection that says no hello within this long is closed (it holds a slot). */
 #define SHM_HELLO_TIMEOUT_MS 5000u
+
+/* A region a worker registered (pbox_mem_alloc), mapped read-only by pboxd. Immutable
+ * once published in its connection's table; the listener frees it once every core
+ * acknowledged the generation that unpublished it (dead_gen). */
+struct shm_region {
+	const uint8_t *base;
+	uint64_t len;
+	uint32_t id;
+	uint64_t dead_gen;
+	struct shm_region *next_dead;
+};
 
 enum conn_state {
 	CONN_FREE = 0,
@@ -69,6 +83,13 @@ struct shm_conn {
 	uint8_t *base;
 	struct pbox_shm_layout lay;
 	uint64_t add_gen, close_gen;
+	/* Registered regions: published by the listener (release), read by the cores
+	 * (acquire) while they list the connection. */
+	_Atomic(struct shm_region *) reg[PBOX_SHM_MAX_REGIONS];
+	uint32_t nreg, reg_seq;
+	uint64_t reg_bytes;
+	bool reg_logged;          /* a refusal was logged (once per connection: counted after) */
+	struct shm_region *dying; /* unpublished, not yet unmapped */
 };
 
 /* Replies that found the worker's ring full, in the same record format, in the core's
@@ -95,6 +116,7 @@ struct shm_local {
 	uint32_t job;
 	const uint8_t *res_base; /* this core's results' arena of the job, as the worker has it */
 	uint64_t res_len;        /* (NULL / 0: results are copied into the ring) */
+	_Atomic(struct shm_region *) *regs; /* the connection's registered regions */
 };
 
 struct shm_core_stats {
@@ -109,6 +131,9 @@ struct shm_core_stats {
 			      * the one that found its ring broken, or held in its backlog */
 	uint64_t wakes;      /* eventfd writes to sleeping workers */
 	uint64_t sleeps;     /* waits with the rings armed */
+	uint64_t rx_ref;     /* pushes read in place from a worker's registered region */
+	uint64_t bad_ref;    /* references outside a registered region (dropped) */
+	uint64_t staged;     /* payloads copied into the core's stage before the engine */
 	uint64_t broken[PBOX_SHM_ERR_COUNT];
 };
 
@@ -127,6 +152,8 @@ struct shm_core {
 	uint32_t *live;    /* slots, nlive of them */
 	uint32_t *touched; /* slots, ntouched of them */
 	struct shm_local *local;
+	uint8_t *stage; /* PBOX_WIRE_MAX_PAYLOAD: encoded payloads, copied before decoding */
+	bool stage_all; /* shm.stage_pushes: every payload copied there first */
 	struct pbox_shm_dgram dg[SHM_POLL_BURST];
 } PBOX_CACHE_ALIGNED;
 
@@ -150,6 +177,8 @@ struct pboxd_shm {
 	/* listener counters (relaxed) */
 	uint64_t accepted, refused, auth_failed, bad_hello, closed;
 	struct pbox_ratelog refuse_log; /* listener only */
+	uint64_t reg_ok, reg_refused, reg_bad, unreg; /* region (un)registrations */
+	uint64_t reg_live, reg_live_bytes;
 };
 
 static const char *g_advertised;
@@ -283,6 +312,8 @@ static void rebuild(struct shm_core *c)
 			pbox_shm_cons_init(&loc->rx, pbox_shm_ctl_w2a(cn->base, c->k),
 					   pbox_shm_data_w2a(cn->base, &cn->lay, c->k),
 					   cn->lay.ring_bytes);
+			loc->rx.accept_ref = true;
+			loc->regs = cn->reg;
 			pbox_shm_prod_init(&loc->tx, pbox_shm_ctl_a2w(cn->base, c->k),
 					   pbox_shm_data_a2w(cn->base, &cn->lay, c->k),
 					   cn->lay.ring_bytes);
@@ -292,10 +323,19 @@ static void rebuild(struct shm_core *c)
 			local_drop(c, slot);
 		}
 	}
-	/* Replies queued for a connection just dropped are not woken for: it is gone. */
-	c->ntouched = 0;
-	for (uint32_t i = 0; i < c->nlive; i++) {
-		c->local[c->live[i]].touched = false;
+	/* Replies queued for a connection just dropped are not woken for: it is gone. (A
+	 * generation also moves for a region unregistered: live ones keep their wake-up.) */
+	{
+		uint32_t kept = 0;
+
+		for (uint32_t i = 0; i < c->ntouched; i++) {
+			if (c->local[c->touched[i]].live) {
+				c->touched[kept++] = c->touched[i];
+			} else {
+				c->local[c->touched[i]].touched = false;
+			}
+		}
+		c->ntouched = kept;
 	}
 	c->seen_gen = g;
 	atomic_store_explicit(&c->acked_gen, g, memory_order_release);
@@ -322,6 +362,32 @@ static void broken(struct shm_core *c, uint32_t slot, enum pbox_shm_err err)
 	local_drop(c, slot);
 	atomic_store_explicit(&cn->bad, (uint32_t)err, memory_order_release);
 	ring_fd(c->s->efd);
+}
+
+/*
+ * The payload a reference record names: the reference is copied out of the ring once
+ * (the worker may rewrite it), then bounded against the region as pboxd mapped it (its
+ * size, sealed against shrinking when it was registered, so every byte in bounds is
+ * backed). NULL if it names no region of this connection (never registered,
+ * unregistered, or a reused slot's older id), a zero or too large length, or bytes past
+ * the region's end: the datagram is dropped (counted, bad_ref), the ring stays intact.
+ * The payload bytes themselves may change while the engine reads them: they are the
+ * worker's own contribution (see pboxd_shm.h).
+ */
+static const void *region_payload(const struct shm_local *loc, const struct pbox_shm_dgram *d,
+				  uint32_t *len)
+{
+	struct pbox_shm_ref ref;
+	const struct shm_region *r;
+
+	memcpy(&ref, d->payload, sizeof(ref));
+	r = atomic_load_explicit(&loc->regs[PBOX_SHM_REGION_SLOT(ref.region)],
+				 memory_order_acquire);
+	if (r == NULL) {
+		return NULL;
+	}
+	*len = ref.len;
+	return pbox_shm_ref_payload(&ref, r->id, r->base, r->len);
 }
 
 static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
@@ -368,8 +434,33 @@ static enum pbox_poll_rc shm_poll(void *arg, struct pbox_loop *l)
 				{ d->payload, d->len - seg[0].len },
 			};
 
-			PBOX_STAT_ADD(&c->st, rx_bytes, d->len);
-			pbox_engine_rx_iov(c->e, tab, seg, d->payload != NULL ? 2 : 1, &loc->peer);
+			if (d->kind == PBOX_SHM_REC_REF) {
+				seg[1].base = region_payload(loc, d, &seg[1].len);
+				if (pbox_unlikely(seg[1].base == NULL)) {
+					PBOX_STAT_ADD(&c->st, bad_ref, 1);
+					continue;
+				}
+				PBOX_STAT_ADD(&c->st, rx_ref, 1);
+			}
+			/* An encoded payload (DVF) is decoded in passes that trust what an
+			 * earlier one checked (a bitmap's population, then values read by
+			 * it): a worker rewriting it in between would make the add read past
+			 * the payload, past a region's end. Copied first (they are small). A
+			 * dense payload is read as values only: copied only with
+			 * shm.stage_pushes (the non-finite check and the add then read the
+			 * same bytes). */
+			if (pbox_unlikely(seg[1].base != NULL &&
+					  (c->stage_all ||
+					   ((const struct pbox_wire_hdr *)(const void *)d->hdr)
+							   ->encoding != PBOX_ENC_F32))) {
+				memcpy(c->stage, seg[1].base, seg[1].len);
+				seg[1].base = c->stage;
+				PBOX_STAT_ADD(&c->st, staged, 1);
+			}
+			PBOX_STAT_ADD(&c->st, rx_bytes,
+				      d->kind == PBOX_SHM_REC_REF ? PBOX_WIRE_HDR_LEN + seg[1].len
+								  : d->len);
+			pbox_engine_rx_iov(c->e, tab, seg, seg[1].base != NULL ? 2 : 1, &loc->peer);
 		}
 		PBOX_STAT_ADD(&c->st, rx_pkts, n);
 		/* The engine read them during the calls: the room goes back now. */
@@ -667,6 +758,14 @@ const struct pbox_result_ops pboxd_shm_result_ops = { res_alloc, res_free, NULL 
 
 /* ---- the listener ------------------------------------------------------------------- */
 
+static void region_unmap(struct pboxd_shm *s, struct shm_region *r)
+{
+	__atomic_fetch_sub(&s->reg_live, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&s->reg_live_bytes, r->len, __ATOMIC_RELAXED);
+	munmap((void *)r->base, r->len);
+	free(r);
+}
+
 static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 {
 	if (cn->sock >= 0) {
@@ -688,10 +787,28 @@ static void conn_free(struct pboxd_shm *s, struct shm_conn *cn)
 	cn->nres = 0;
 	pbox_job_state_put(cn->res_state); /* no core lists the connection any more */
 	cn->res_state = NULL;
+	/* No core lists the connection: its regions go, live and dying alike. */
+	for (uint32_t i = 0; i < PBOX_SHM_MAX_REGIONS; i++) {
+		struct shm_region *r = atomic_load_explicit(&cn->reg[i], memory_order_relaxed);
+
+		if (r != NULL) {
+			atomic_store_explicit(&cn->reg[i], NULL, memory_order_relaxed);
+			r->next_dead = cn->dying;
+			cn->dying = r;
+		}
+	}
+	while (cn->dying != NULL) {
+		struct shm_region *r = cn->dying;
+
+		cn->dying = r->next_dead;
+		region_unmap(s, r);
+	}
+	cn->nreg = 0;
+	cn->reg_bytes = 0;
+	cn->reg_logged = false;
 	if (cn->base != NULL) {
 		munmap(cn->base, cn->lay.seg_bytes);
 	}
-	(void)s;
 	cn->sock = cn->wake_fd = cn->memfd_pending = -1;
 	cn->base = NULL;
 	cn->welcomed = false;
@@ -887,6 +1004,170 @@ fail:
 	refuse(s, cn, ENOMEM);
 }
 
+/* A region registration: the memfd must be what it says (a regular file of `bytes`
+ * bytes) and sealed against shrinking before pboxd maps it: a file truncated under
+ * pboxd's mapping would fault (SIGBUS) on the core that reads it. It must be plain shmem
+ * (tmpfs): a hugetlbfs memfd whose hole the worker punched is refilled on pboxd's fault
+ * from the huge page pool, and an empty pool is a SIGBUS too. Not populated: pboxd's
+ * faults allocate only pages a push referenced. Returns the status of the answer (0, or a
+ * positive errno) and, for 0, the region's id. */
+static uint32_t region_add(struct pboxd_shm *s, struct shm_conn *cn,
+			   const struct pbox_shm_memreq *rq, int fd, uint32_t *id)
+{
+	uint64_t limit = (uint64_t)s->cfg.max_region_mb << 20;
+	struct shm_region *r;
+	uint32_t slot = PBOX_SHM_MAX_REGIONS;
+	struct statfs sf;
+	struct stat st;
+	int seals;
+	void *m;
+
+	seals = fcntl(fd, F_GET_SEALS);
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &sf) != 0 ||
+	    sf.f_type != TMPFS_MAGIC || rq->bytes == 0 || (uint64_t)st.st_size != rq->bytes ||
+	    rq->bytes > SIZE_MAX || seals < 0 ||
+	    (seals & PBOX_SHM_MEM_SEALS_REQUIRED) != PBOX_SHM_MEM_SEALS_REQUIRED) {
+		if (!cn->reg_logged) { /* once per connection: a worker could flood the log */
+			cn->reg_logged = true;
+			PBOX_LOG_WARN(TRANSPORT,
+				      "shm connection %u (job %u rank %u): region of %llu bytes "
+				      "refused: not a (tmpfs) memfd of that size sealed against "
+				      "shrinking",
+				      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes);
+		}
+		__atomic_fetch_add(&s->reg_bad, 1, __ATOMIC_RELAXED);
+		return EPERM;
+	}
+	for (uint32_t i = 0; i < s->cfg.max_regions && cn->nreg < s->cfg.max_regions; i++) {
+		if (atomic_load_explicit(&cn->reg[i], memory_order_relaxed) == NULL) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot == PBOX_SHM_MAX_REGIONS || rq->bytes > limit - PBOX_MIN(limit, cn->reg_bytes)) {
+		if (!cn->reg_logged) {
+			cn->reg_logged = true;
+			PBOX_LOG_INFO(TRANSPORT,
+				      "shm connection %u (job %u rank %u): region of %llu bytes "
+				      "refused: %u regions of %llu bytes held (shm.max_regions %u, "
+				      "max_region_mb %u)",
+				      cn->id, cn->job, cn->rank, (unsigned long long)rq->bytes,
+				      cn->nreg, (unsigned long long)cn->reg_bytes,
+				      s->cfg.max_regions, s->cfg.max_region_mb);
+		}
+		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
+		return ENOSPC;
+	}
+	m = mmap(NULL, (size_t)rq->bytes, PROT_READ, MAP_SHARED, fd, 0);
+	r = calloc(1, sizeof(*r));
+	if (m == MAP_FAILED || r == NULL) {
+		PBOX_LOG_ERR(TRANSPORT, "shm connection %u: cannot map a region of %llu bytes: %s",
+			     cn->id, (unsigned long long)rq->bytes,
+			     m == MAP_FAILED ? strerror(errno) : "out of memory");
+		if (m != MAP_FAILED) {
+			munmap(m, (size_t)rq->bytes);
+		}
+		free(r);
+		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
+		return ENOMEM;
+	}
+	cn->reg_seq = (cn->reg_seq + 1) & 0xffffffu;
+	cn->reg_seq += cn->reg_seq == 0;
+	r->base = m;
+	r->len = rq->bytes;
+	r->id = slot | cn->reg_seq << 8;
+	cn->nreg++;
+	cn->reg_bytes += r->len;
+	__atomic_fetch_add(&s->reg_ok, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->reg_live, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->reg_live_bytes, r->len, __ATOMIC_RELAXED);
+	atomic_store_explicit(&cn->reg[slot], r, memory_order_release);
+	*id = r->id;
+	return 0;
+}
+
+/* An unregistration: unpublish the region; it is unmapped once every core has moved past
+ * the generation that says so (a core may be adding from it right now). An id of no
+ * region is counted and ignored. */
+static void region_del(struct pboxd_shm *s, struct shm_conn *cn, uint32_t id)
+{
+	uint32_t slot = PBOX_SHM_REGION_SLOT(id);
+	struct shm_region *r = atomic_load_explicit(&cn->reg[slot], memory_order_relaxed);
+
+	if (r == NULL || r->id != id) {
+		__atomic_fetch_add(&s->reg_bad, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	atomic_store_explicit(&cn->reg[slot], NULL, memory_order_release);
+	cn->nreg--;
+	cn->reg_bytes -= r->len;
+	r->dead_gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1;
+	r->next_dead = cn->dying;
+	cn->dying = r;
+	atomic_store_explicit(&s->gen, r->dead_gen, memory_order_release);
+	__atomic_fetch_add(&s->unreg, 1, __ATOMIC_RELAXED);
+	ring_cores(s);
+}
+
+/* Unmap the regions every core has let go of. */
+static void regions_reap(struct pboxd_shm *s, struct shm_conn *cn)
+{
+	struct shm_region **pp = &cn->dying;
+
+	while (*pp != NULL) {
+		struct shm_region *r = *pp;
+
+		if (cores_acked(s, r->dead_gen)) {
+			*pp = r->next_dead;
+			region_unmap(s, r);
+		} else {
+			pp = &r->next_dead;
+		}
+	}
+}
+
+/* A message of a welcomed worker: a region (un)registration, or the end (EOF, or
+ * anything else: the connection ends). */
+static void on_message(struct pboxd_shm *s, struct shm_conn *cn)
+{
+	struct pbox_shm_memreq rq;
+	struct pbox_shm_memrep rp = { .magic = PBOX_SHM_MAGIC, .op = PBOX_SHM_MEM_REG };
+	unsigned nfds = 0;
+	int fds[1];
+	int rc = pbox_shm_recv_fds(cn->sock, &rq, sizeof(rq), fds, 1, &nfds);
+
+	if (rc == -EAGAIN) {
+		for (unsigned i = 0; i < nfds; i++) {
+			close(fds[i]);
+		}
+		return;
+	}
+	if (rc != 0 || rq.magic != PBOX_SHM_MAGIC ||
+	    (rq.op != PBOX_SHM_MEM_REG && rq.op != PBOX_SHM_MEM_UNREG) ||
+	    nfds != (rq.op == PBOX_SHM_MEM_REG ? 1u : 0u)) {
+		for (unsigned i = 0; i < nfds; i++) {
+			close(fds[i]);
+		}
+		conn_end(s, cn,
+			 rc == -EPROTO && nfds == 0 ? "the worker closed its socket"
+						    : "a malformed message from the worker");
+		return;
+	}
+	if (rq.op == PBOX_SHM_MEM_UNREG) {
+		region_del(s, cn, rq.region);
+		return;
+	}
+	rp.seq = rq.seq;
+	rp.status = s->cfg.max_regions == 0 ? ENOSPC : region_add(s, cn, &rq, fds[0], &rp.region);
+	if (s->cfg.max_regions == 0) {
+		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
+	}
+	close(fds[0]); /* the mapping keeps the memory */
+	if (pbox_shm_send_fds(cn->sock, &rp, sizeof(rp), NULL, 0) != 0) {
+		conn_end(s, cn, "the answer to a registration could not be sent");
+	}
+}
+
 /* Every core lists the connection: tell the worker where its rings are. */
 static void welcome(struct pboxd_shm *s, struct shm_conn *cn)
 {
@@ -1024,7 +1305,8 @@ static void *listener_main(void *arg)
 				p[np] = (struct pollfd){ .fd = cn->sock, .events = POLLIN };
 				who[np++] = i;
 			}
-			waiting |= (st == CONN_LIVE && !cn->welcomed) || st == CONN_CLOSING;
+			waiting |= (st == CONN_LIVE && !cn->welcomed) || st == CONN_CLOSING ||
+				   cn->dying != NULL;
 			hellos |= st == CONN_HELLO;
 		}
 		/* While a connection waits for the cores, look every 2 ms. */
@@ -1045,8 +1327,10 @@ static void *listener_main(void *arg)
 			}
 			if (atomic_load_explicit(&cn->state, memory_order_relaxed) == CONN_HELLO) {
 				on_hello(s, cn);
+			} else if (p[i].revents & POLLIN) {
+				/* Registrations, or EOF. */
+				on_message(s, cn);
 			} else {
-				/* A worker says nothing after its hello: data or EOF ends it. */
 				conn_end(s, cn, "the worker closed its socket");
 			}
 		}
@@ -1068,6 +1352,8 @@ static void *listener_main(void *arg)
 				welcome(s, cn);
 			} else if (st == CONN_CLOSING && cores_acked(s, cn->close_gen)) {
 				conn_free(s, cn);
+			} else if (st == CONN_LIVE && cn->dying != NULL) {
+				regions_reap(s, cn);
 			}
 		}
 	}
@@ -1139,7 +1425,10 @@ struct pboxd_shm *pboxd_shm_create(const struct pboxd_shm_cfg *cfg, uint32_t nco
 		c->live = calloc(cfg->max_conns, sizeof(*c->live));
 		c->touched = calloc(cfg->max_conns, sizeof(*c->touched));
 		c->local = calloc(cfg->max_conns, sizeof(*c->local));
-		if (c->efd < 0 || c->live == NULL || c->touched == NULL || c->local == NULL) {
+		c->stage = aligned_alloc(PBOX_CACHE_LINE, PBOX_WIRE_MAX_PAYLOAD);
+		c->stage_all = cfg->stage_pushes;
+		if (c->efd < 0 || c->live == NULL || c->touched == NULL || c->local == NULL ||
+		    c->stage == NULL) {
 			PBOX_LOG_ERR(TRANSPORT, "shm: out of memory / descriptors for core %u", k);
 			goto fail;
 		}
@@ -1218,6 +1507,7 @@ void pboxd_shm_destroy(struct pboxd_shm *s)
 		free(c->live);
 		free(c->touched);
 		free(c->local);
+		free(c->stage);
 		free(c);
 	}
 	if (s->efd >= 0) {
@@ -1246,6 +1536,9 @@ static void sum_cores(const struct pboxd_shm *s, struct shm_core_stats *t)
 		t->tx_gone += pbox_stat_read(&c->tx_gone);
 		t->wakes += pbox_stat_read(&c->wakes);
 		t->sleeps += pbox_stat_read(&c->sleeps);
+		t->rx_ref += pbox_stat_read(&c->rx_ref);
+		t->bad_ref += pbox_stat_read(&c->bad_ref);
+		t->staged += pbox_stat_read(&c->staged);
 		for (int e = 0; e < PBOX_SHM_ERR_COUNT; e++) {
 			t->broken[e] += pbox_stat_read(&c->broken[e]);
 		}
@@ -1289,6 +1582,18 @@ json_t *pboxd_shm_stats_json(const struct pboxd_shm *s)
 		      broken);
 	if (o != NULL) {
 		json_object_set_new(o, "tx_desc", json_integer((json_int_t)t.tx_desc));
+		json_object_set_new(o, "rx_ref", json_integer((json_int_t)t.rx_ref));
+		json_object_set_new(o, "bad_ref", json_integer((json_int_t)t.bad_ref));
+		json_object_set_new(o, "staged", json_integer((json_int_t)t.staged));
+		json_object_set_new(o, "regions",
+				    json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "registered",
+					      (json_int_t)pbox_stat_read(&s->reg_ok), "refused",
+					      (json_int_t)pbox_stat_read(&s->reg_refused), "bad",
+					      (json_int_t)pbox_stat_read(&s->reg_bad),
+					      "unregistered", (json_int_t)pbox_stat_read(&s->unreg),
+					      "live", (json_int_t)pbox_stat_read(&s->reg_live),
+					      "live_bytes",
+					      (json_int_t)pbox_stat_read(&s->reg_live_bytes)));
 		json_object_set_new(
 			o, "res_fds",
 			json_integer((json_int_t)__atomic_load_n(&g_res_fds, __ATOMIC_RELAXED)));
@@ -1309,9 +1614,12 @@ void pboxd_shm_stats_print(FILE *f, const struct pboxd_shm *s)
 		"shm: %" PRIu64 " connections live (%" PRIu64 " accepted, %" PRIu64
 		" refused, %" PRIu64 " not admitted, %" PRIu64 " broken rings); %" PRIu64
 		" datagrams in, %" PRIu64 " out, %" PRIu64 " dropped on a full ring, %" PRIu64
-		" lost with ended connections, %" PRIu64 " wake-ups\n",
+		" lost with ended connections, %" PRIu64 " wake-ups; %" PRIu64
+		" regions registered (%" PRIu64 " refused, %" PRIu64 " bad), %" PRIu64
+		" pushes read in place, %" PRIu64 " bad references\n",
 		live_conns(s), pbox_stat_read(&s->accepted), pbox_stat_read(&s->refused),
 		pbox_stat_read(&s->auth_failed), nbroken, t.rx_pkts, t.tx_pkts, t.tx_full,
-		t.tx_gone, t.wakes);
+		t.tx_gone, t.wakes, pbox_stat_read(&s->reg_ok), pbox_stat_read(&s->reg_refused),
+		pbox_stat_read(&s->reg_bad), t.rx_ref, t.bad_ref);
 	fflush(f);
 }

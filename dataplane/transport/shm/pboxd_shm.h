@@ -9,8 +9,18 @@
  * ring (the worker may rewrite it at any time: everything is decided on the copy, read
  * once) and hands the engine the header copy plus the payload in place
  * (pbox_engine_rx_iov); the engine only reads a datagram during that call, and the
- * ring's room is given back after the burst. Payload bytes the worker changes while the
- * engine adds them only change that worker's own contribution to its own job.
+ * ring's room is given back after the burst. A reference record (a push from memory the
+ * worker registered, shm.h) is copied out of the ring, bounded against pboxd's mapping of
+ * that region and its payload read there, in place too. Payload bytes the worker changes
+ * while the engine adds them only change that worker's own contribution to its own job;
+ * an encoded payload (DVF), whose decoder reads it in passes that trust each other, is
+ * copied into the core's stage first, so what the engine reads is what it checked.
+ *
+ * Registered regions: the listener maps a worker's region read-only (after checking its
+ * seals and size, shm.h) and publishes it in the connection's table (release); cores read
+ * it (acquire) while they list the connection. An unregistered region leaves the table,
+ * the generation moves, and the listener unmaps it once every core acknowledged that
+ * generation (a core acknowledges between polls, never while it reads a region).
  *
  * Send: the engine's tx ops of a core become a small multiplexer: a reply to a peer that
  * is a shared-memory connection (struct pbox_peer with ifport PBOX_SHM_IFPORT, ip the

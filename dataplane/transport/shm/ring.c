@@ -19,6 +19,16 @@ const char *pbox_shm_err_name(enum pbox_shm_err e)
 	return (unsigned)e < PBOX_SHM_ERR_COUNT ? names[e] : "unknown";
 }
 
+const uint8_t *pbox_shm_ref_payload(const struct pbox_shm_ref *ref, uint32_t id,
+				    const uint8_t *base, uint64_t len)
+{
+	if (ref->region != id || ref->len == 0 || ref->len > PBOX_WIRE_MAX_PAYLOAD ||
+	    ref->off > len || ref->len > len - ref->off) {
+		return NULL;
+	}
+	return base + ref->off;
+}
+
 void pbox_shm_ring_ctl_init(struct pbox_shm_ring_ctl *ctl)
 {
 	atomic_init(&ctl->tail, 0);
@@ -170,6 +180,12 @@ int pbox_shm_push_desc(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
 	return push_rec(p, hdr, d, sizeof(*d), PBOX_SHM_REC_DESC);
 }
 
+int pbox_shm_push_ref(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
+		      const struct pbox_shm_ref *r)
+{
+	return push_rec(p, hdr, r, sizeof(*r), PBOX_SHM_REC_REF);
+}
+
 int pbox_shm_push_dgram(struct pbox_shm_prod *p, const struct pbox_shm_dgram *d)
 {
 	return push_rec(p, (const struct pbox_wire_hdr *)(const void *)d->hdr, d->payload,
@@ -227,12 +243,14 @@ unsigned pbox_shm_cons_pop(struct pbox_shm_cons *c, struct pbox_shm_dgram *out, 
 			continue;
 		}
 		if (pbox_unlikely(kind != PBOX_SHM_REC_DGRAM &&
-				  (kind != PBOX_SHM_REC_DESC || !c->accept_desc))) {
+				  (kind != PBOX_SHM_REC_DESC || !c->accept_desc) &&
+				  (kind != PBOX_SHM_REC_REF || !c->accept_ref))) {
 			c->err = PBOX_SHM_ERR_KIND;
 			break;
 		}
 		if (pbox_unlikely(len == 0 || len > PBOX_SHM_MAX_DGRAM ||
-				  (kind == PBOX_SHM_REC_DESC && len != PBOX_SHM_DESC_DGRAM))) {
+				  (kind == PBOX_SHM_REC_DESC && len != PBOX_SHM_DESC_DGRAM) ||
+				  (kind == PBOX_SHM_REC_REF && len != PBOX_SHM_REF_DGRAM))) {
 			c->err = PBOX_SHM_ERR_LEN;
 			break;
 		}

@@ -72,6 +72,31 @@
  * accepts them (pbox_shm_cons.accept_desc) reads them; any other breaks the ring. */
 #define PBOX_SHM_REC_DESC 0x44534331u
 
+/* "1FER": a worker's datagram whose payload stays in one of its registered regions
+ * (shm.h, pbox_mem_alloc): the pbox header, then a struct pbox_shm_ref. Only a worker
+ * writes them, only a consumer that accepts them (pbox_shm_cons.accept_ref: pboxd's
+ * cores) reads them; any other breaks the ring. The reference itself is bounded by its
+ * reader against the region it names (a bad one is dropped and counted, not a broken
+ * ring: the ring's framing is intact). */
+#define PBOX_SHM_REC_REF 0x52454631u
+
+/* Where a worker's payload is: len bytes at off in its registered region `region` (the
+ * id pboxd gave at registration). */
+struct pbox_shm_ref {
+	uint32_t region;
+	uint32_t len; /* payload bytes: the header's frag_len */
+	uint64_t off;
+};
+_Static_assert(sizeof(struct pbox_shm_ref) == 16, "16-byte reference");
+/* A reference record's datagram length. */
+#define PBOX_SHM_REF_DGRAM (PBOX_WIRE_HDR_LEN + (uint32_t)sizeof(struct pbox_shm_ref))
+
+/* The payload *ref names in a region registered as (id, base, len): NULL unless
+ * ref->region == id, 0 < ref->len <= PBOX_WIRE_MAX_PAYLOAD and [off, off + len) lies in
+ * [0, len) (no overflow). ref must be a private copy (read once). */
+const uint8_t *pbox_shm_ref_payload(const struct pbox_shm_ref *ref, uint32_t id,
+				    const uint8_t *base, uint64_t len);
+
 /* Where a descriptor's payload is: in the results' arena of the core whose ring carried
  * it. The payload is valid if the generation word still holds gen after it was read
  * (the engine bumps it before it rewrites the buffer: a seqlock read). */
@@ -133,6 +158,7 @@ struct pbox_shm_cons {
 	enum pbox_shm_err err;
 	uint64_t popped;  /* datagrams handed out */
 	bool accept_desc; /* descriptor records are valid here (set after init) */
+	bool accept_ref;  /* reference records are valid here (set after init) */
 };
 
 /* One datagram handed out by pbox_shm_cons_pop: hdr is a private copy of its first 64
@@ -143,7 +169,8 @@ struct pbox_shm_dgram {
 	const uint8_t *payload;
 	const uint8_t *data; /* the whole datagram in place (a trusting reader's view) */
 	uint32_t len;        /* whole datagram */
-	uint32_t kind;       /* PBOX_SHM_REC_DGRAM, or _DESC: payload is the descriptor */
+	uint32_t kind;       /* PBOX_SHM_REC_DGRAM, or _DESC / _REF: payload is the descriptor
+			      * or the reference (a volatile copy in the ring: copy it out) */
 };
 
 /* Whether size is a valid ring size. */
@@ -176,6 +203,11 @@ int pbox_shm_push(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr, cons
  * as pbox_shm_push. */
 int pbox_shm_push_desc(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
 		       const struct pbox_shm_desc *d);
+
+/* Write one reference record: the header hdr and *r (see PBOX_SHM_REC_REF). Returns as
+ * pbox_shm_push. */
+int pbox_shm_push_ref(struct pbox_shm_prod *p, const struct pbox_wire_hdr *hdr,
+		      const struct pbox_shm_ref *r);
 
 /* Write a record as popped from another ring (a backlog): its kind, header and payload. */
 int pbox_shm_push_dgram(struct pbox_shm_prod *p, const struct pbox_shm_dgram *d);

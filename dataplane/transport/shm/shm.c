@@ -5,7 +5,9 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +120,15 @@ int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds
 
 /* ---- the worker's side -------------------------------------------------------------- */
 
+/* A registered region as the progress thread looks it up: written by the registration
+ * calls (any thread) under a seqlock (seq odd while written), read by the sender. */
+struct shm_wregion {
+	_Atomic uint32_t seq;
+	_Atomic uint32_t id; /* pboxd's id; 0: free */
+	_Atomic uintptr_t base;
+	_Atomic uint64_t len;
+};
+
 struct pbox_shm_client {
 	int sock;
 	int memfd;
@@ -138,6 +149,11 @@ struct pbox_shm_client {
 	struct pbox_shm_dgram dg[PBOX_SHM_BURST];
 	struct pbox_shm_split split[PBOX_SHM_BURST];
 	bool is_split[PBOX_SHM_BURST];
+	pthread_mutex_t reg_lock; /* registration calls */
+	_Atomic uint32_t nreg_hi; /* regions slots in use are below this */
+	uint32_t reg_last;        /* sender: the slot of the last hit */
+	uint32_t reg_seq;         /* registration requests sent (under reg_lock) */
+	struct shm_wregion reg[PBOX_SHM_MAX_REGIONS];
 };
 
 void pbox_shm_client_close(struct pbox_shm_client *c)
@@ -156,6 +172,13 @@ void pbox_shm_client_close(struct pbox_shm_client *c)
 	if (c->base != NULL) {
 		munmap(c->base, c->lay.seg_bytes);
 	}
+	for (uint32_t i = 0; i < PBOX_SHM_MAX_REGIONS; i++) {
+		if (atomic_load_explicit(&c->reg[i].id, memory_order_relaxed) != 0) {
+			munmap((void *)atomic_load_explicit(&c->reg[i].base, memory_order_relaxed),
+			       (size_t)atomic_load_explicit(&c->reg[i].len, memory_order_relaxed));
+		}
+	}
+	pthread_mutex_destroy(&c->reg_lock);
 	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
 		if (c->res[k] != NULL) {
 			munmap((void *)c->res[k], c->res_len[k]);
@@ -241,6 +264,7 @@ struct pbox_shm_client *pbox_shm_client_open(const char *name, uint32_t job, uin
 		return NULL;
 	}
 	c->sock = c->memfd = c->wake_fd = -1;
+	pthread_mutex_init(&c->reg_lock, NULL);
 	for (uint32_t k = 0; k < PBOX_SHM_MAX_CORES; k++) {
 		c->core_fd[k] = -1;
 	}
@@ -474,6 +498,172 @@ const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_
 	return &c->stats;
 }
 
+/* ---- registered memory (worker) ------------------------------------------------------ */
+
+static void wreg_set(struct shm_wregion *r, uint32_t id, uintptr_t base, uint64_t len)
+{
+	uint32_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
+
+	atomic_store_explicit(&r->seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&r->base, base, memory_order_relaxed);
+	atomic_store_explicit(&r->len, len, memory_order_relaxed);
+	atomic_store_explicit(&r->id, id, memory_order_relaxed);
+	atomic_store_explicit(&r->seq, s + 2, memory_order_release);
+}
+
+int pbox_shm_client_mem_reg(struct pbox_shm_client *c, size_t bytes, void **out, char *err,
+			    size_t errlen)
+{
+	struct pbox_shm_memreq rq = { .magic = PBOX_SHM_MAGIC, .op = PBOX_SHM_MEM_REG };
+	struct pbox_shm_memrep rp;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint32_t slot = PBOX_SHM_MAX_REGIONS;
+	unsigned nfds = 0;
+	int fd = -1, rc, junk[1];
+	void *m = MAP_FAILED;
+
+	if (bytes == 0 || bytes > SIZE_MAX - (size_t)pg) {
+		snprintf(err, errlen, "register %zu bytes: out of range", bytes);
+		return -EINVAL;
+	}
+	bytes = PBOX_ALIGN_UP(bytes, (size_t)pg);
+	pthread_mutex_lock(&c->reg_lock);
+	for (uint32_t i = 0; i < PBOX_SHM_MAX_REGIONS; i++) {
+		if (atomic_load_explicit(&c->reg[i].id, memory_order_relaxed) == 0) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot == PBOX_SHM_MAX_REGIONS) {
+		snprintf(err, errlen, "register %zu bytes: %u regions registered already", bytes,
+			 PBOX_SHM_MAX_REGIONS);
+		rc = -ENOSPC;
+		goto out;
+	}
+	fd = memfd_create("pbox-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+	    (m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+	    fcntl(fd, F_ADD_SEALS, PBOX_SHM_MEM_SEALS) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "register %zu bytes: cannot create a sealed memfd: %s", bytes,
+			 strerror(errno));
+		goto out;
+	}
+	rq.bytes = bytes;
+	rq.seq = ++c->reg_seq;
+	rc = pbox_shm_send_fds(c->sock, &rq, sizeof(rq), &fd, 1);
+	/* Answers to earlier requests that timed out may come first: their regions are not
+	 * used, so they are given back. */
+	while (rc == 0 && (rc = pbox_shm_recv_fds(c->sock, &rp, sizeof(rp), junk, 0, &nfds)) == 0 &&
+	       rp.magic == PBOX_SHM_MAGIC && rp.op == PBOX_SHM_MEM_REG && rp.seq != rq.seq) {
+		if (rp.status == 0) {
+			struct pbox_shm_memreq un = { .magic = PBOX_SHM_MAGIC,
+						      .op = PBOX_SHM_MEM_UNREG,
+						      .region = rp.region };
+
+			(void)pbox_shm_send_fds(c->sock, &un, sizeof(un), NULL, 0);
+		}
+	}
+	if (rc != 0) {
+		snprintf(err, errlen, "register %zu bytes: no answer from pboxd: %s", bytes,
+			 rc == -EPROTO ? "connection ended" : strerror(-rc));
+		rc = rc == -EPROTO ? -ECONNRESET : rc;
+		goto out;
+	}
+	if (rp.magic != PBOX_SHM_MAGIC || rp.op != PBOX_SHM_MEM_REG || rp.status > 4095 ||
+	    (rp.status == 0 && rp.region == 0)) {
+		snprintf(err, errlen, "register %zu bytes: malformed answer", bytes);
+		rc = -EPROTO;
+		goto out;
+	}
+	if (rp.status != 0) {
+		snprintf(err, errlen, "register %zu bytes: pboxd refused: %s", bytes,
+			 rp.status == ENOSPC ? "its limit of regions or bytes per worker (shm."
+					       "max_regions, shm.max_region_mb)"
+					     : strerror((int)rp.status));
+		rc = -(int)rp.status;
+		goto out;
+	}
+	wreg_set(&c->reg[slot], rp.region, (uintptr_t)m, bytes);
+	if (slot + 1 > atomic_load_explicit(&c->nreg_hi, memory_order_relaxed)) {
+		atomic_store_explicit(&c->nreg_hi, slot + 1, memory_order_release);
+	}
+	*out = m;
+	m = MAP_FAILED;
+	rc = 0;
+out:
+	pthread_mutex_unlock(&c->reg_lock);
+	if (m != MAP_FAILED) {
+		munmap(m, bytes);
+	}
+	if (fd >= 0) {
+		close(fd); /* the mappings (ours, pboxd's) keep the memory */
+	}
+	return rc;
+}
+
+int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p)
+{
+	struct pbox_shm_memreq rq = { .magic = PBOX_SHM_MAGIC, .op = PBOX_SHM_MEM_UNREG };
+	int rc = -EINVAL;
+
+	pthread_mutex_lock(&c->reg_lock);
+	for (uint32_t i = 0; i < PBOX_SHM_MAX_REGIONS; i++) {
+		struct shm_wregion *r = &c->reg[i];
+		uint32_t id = atomic_load_explicit(&r->id, memory_order_relaxed);
+		uint64_t len = atomic_load_explicit(&r->len, memory_order_relaxed);
+
+		if (id == 0 ||
+		    atomic_load_explicit(&r->base, memory_order_relaxed) != (uintptr_t)p) {
+			continue;
+		}
+		wreg_set(r, 0, 0, 0);
+		rq.region = id;
+		/* pboxd may have ended the connection: then there is nobody to tell. */
+		(void)pbox_shm_send_fds(c->sock, &rq, sizeof(rq), NULL, 0);
+		munmap(p, (size_t)len);
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&c->reg_lock);
+	return rc;
+}
+
+/* Whether [p, p + len) lies in a registered region: then *ref says where. Read under each
+ * entry's seqlock (a registration may run on another thread). */
+static bool find_region(struct pbox_shm_client *c, const void *p, uint32_t len,
+			struct pbox_shm_ref *ref)
+{
+	uint32_t hi = atomic_load_explicit(&c->nreg_hi, memory_order_acquire);
+	uintptr_t a = (uintptr_t)p;
+
+	for (uint32_t n = 0; n < hi; n++) {
+		uint32_t i = (c->reg_last + n) % hi;
+		struct shm_wregion *r = &c->reg[i];
+		uint32_t s1, s2, id;
+		uintptr_t base;
+		uint64_t rlen;
+
+		do {
+			s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
+			id = atomic_load_explicit(&r->id, memory_order_relaxed);
+			base = atomic_load_explicit(&r->base, memory_order_relaxed);
+			rlen = atomic_load_explicit(&r->len, memory_order_relaxed);
+			atomic_thread_fence(memory_order_acquire);
+			s2 = atomic_load_explicit(&r->seq, memory_order_relaxed);
+		} while ((s1 & 1u) != 0 || s1 != s2);
+		if (id != 0 && a >= base && a - base <= rlen && len <= rlen - (a - base)) {
+			ref->region = id;
+			ref->len = len;
+			ref->off = a - base;
+			c->reg_last = i;
+			return true;
+		}
+	}
+	return false;
+}
+
 static void wake_core(struct pbox_shm_client *c, uint32_t k)
 {
 	uint64_t one = 1;
@@ -501,13 +691,20 @@ static int client_send(void *ctx, const struct pbox_peer *to, const struct pbox_
 {
 	struct pbox_shm_client *c = ctx;
 	int k = core_of(c, to);
+	struct pbox_shm_ref ref;
+	bool by_ref;
 	int rc;
 
 	if (pbox_unlikely(k < 0)) {
 		c->stats.foreign++;
 		return -EHOSTUNREACH;
 	}
-	rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
+	/* In a registered region: pboxd reads it there (a re-send re-reads it too). */
+	by_ref = len > PBOX_SHM_REF_MIN &&
+		 atomic_load_explicit(&c->nreg_hi, memory_order_relaxed) != 0 &&
+		 find_region(c, payload, len, &ref);
+	rc = by_ref ? pbox_shm_push_ref(&c->tx[k], hdr, &ref)
+		    : pbox_shm_push(&c->tx[k], hdr, payload, len);
 	if (pbox_unlikely(rc == -ENOBUFS)) {
 		/* The core drains its rings at memory speed when it runs: give it the CPU (and
 		 * a wake-up, in case it sleeps) before dropping like a full socket. Yield a few
@@ -524,7 +721,8 @@ static int client_send(void *ctx, const struct pbox_peer *to, const struct pbox_
 			} else {
 				nanosleep(&nap, NULL);
 			}
-			rc = pbox_shm_push(&c->tx[k], hdr, payload, len);
+			rc = by_ref ? pbox_shm_push_ref(&c->tx[k], hdr, &ref)
+				    : pbox_shm_push(&c->tx[k], hdr, payload, len);
 			clock_gettime(CLOCK_MONOTONIC, &t);
 		} while (rc == -ENOBUFS &&
 			 (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) <
@@ -536,6 +734,7 @@ static int client_send(void *ctx, const struct pbox_peer *to, const struct pbox_
 	}
 	c->stats.tx_pkts++;
 	c->stats.tx_bytes += PBOX_WIRE_HDR_LEN + len;
+	c->stats.tx_ref += by_ref;
 	c->queued += len != 0;
 	return 0;
 }

@@ -29,7 +29,20 @@
  * the node the header and the payload in place (pbox_shm_client_split), whose copy into
  * the caller's buffer is checked against the generation again (a seqlock read).
  *
- * Threading: struct pbox_shm_client is used by one thread (libpbox's progress thread).
+ * Registered memory (pbox_mem_alloc): after the welcome, the worker may hand pboxd memfds
+ * of its own over the socket (struct pbox_shm_memreq, the memfd by SCM_RIGHTS), sealed
+ * against shrinking (F_SEAL_SHRINK, checked by pboxd before it maps them read-only: a
+ * truncated file under a mapping would raise SIGBUS in pboxd). A push whose payload lies
+ * in such a region goes as a reference record (ring.h, PBOX_SHM_REC_REF: region id,
+ * offset, length) instead of a copy; pboxd's core bounds it against its mapping of the
+ * region and adds the payload from there. pboxd answers each registration (struct
+ * pbox_shm_memrep) and bounds them per connection (count and bytes, shm.max_regions and
+ * shm.max_region_mb); an unregistration has no answer (pboxd unmaps the region once no
+ * core can still be reading it).
+ *
+ * Threading: struct pbox_shm_client is used by one thread (libpbox's progress thread),
+ * except the registration calls (pbox_shm_client_mem_reg / _unreg: any thread, serialised
+ * among themselves; the progress thread sees a region from the moment mem_reg returns).
  */
 #ifndef PBOX_SHM_H
 #define PBOX_SHM_H
@@ -43,7 +56,7 @@
 #include "ring.h"
 
 #define PBOX_SHM_MAGIC   0x50534d31u /* "PSM1" */
-#define PBOX_SHM_VERSION 2u
+#define PBOX_SHM_VERSION 3u
 /* Data-plane cores a connection can span (one eventfd each in the welcome). */
 #define PBOX_SHM_MAX_CORES 64u
 /* The worker's RTO floor over shared memory, ms (see client.c). */
@@ -58,7 +71,7 @@
 /* Bytes of control blocks per core (two rings). */
 #define PBOX_SHM_CTL_PER_CORE (2u * sizeof(struct pbox_shm_ring_ctl))
 
-/* worker -> pboxd, the first and only message of the worker. */
+/* worker -> pboxd, the first message of the worker (then only struct pbox_shm_memreq). */
 struct pbox_shm_hello {
 	uint32_t magic;
 	uint32_t version;
@@ -88,6 +101,45 @@ struct pbox_shm_welcome {
 	uint32_t nres;
 	uint64_t res_bytes[PBOX_SHM_MAX_CORES];
 };
+
+/* worker -> pboxd after the welcome: register a region (its memfd by SCM_RIGHTS, `bytes`
+ * its size) or unregister one (`region`, no descriptor). */
+#define PBOX_SHM_MEM_REG   1u
+#define PBOX_SHM_MEM_UNREG 2u
+struct pbox_shm_memreq {
+	uint32_t magic;
+	uint32_t op;
+	uint32_t region; /* UNREG: the id pboxd gave */
+	uint32_t seq;    /* REG: echoed in the answer */
+	uint64_t bytes;  /* REG: the memfd's size */
+};
+
+/* pboxd -> worker: the answer to a REG. status 0: `region` is its id (never 0); else a
+ * positive errno: EPERM (not a tmpfs memfd of `bytes` bytes sealed with F_SEAL_SHRINK;
+ * hugetlbfs memfds are refused), ENOSPC
+ * (the connection's region count or bytes would pass pboxd's limits), ENOMEM (pboxd
+ * cannot map it), EPROTO (a malformed request). */
+struct pbox_shm_memrep {
+	uint32_t magic;
+	uint32_t op;
+	uint32_t status;
+	uint32_t region;
+	uint32_t seq; /* the request's: an answer that came after its request timed out is
+		       * recognised as stale (its region, if any, given back) */
+	uint32_t pad;
+};
+
+/* Regions a connection may hold at most (pboxd's shm.max_regions is at most this). A
+ * region id is its slot (low 8 bits) and a sequence number (the rest), so a reference to
+ * a region unregistered and its slot reused does not reach the new one. */
+#define PBOX_SHM_MAX_REGIONS     256u
+#define PBOX_SHM_REGION_SLOT(id) ((id) & (PBOX_SHM_MAX_REGIONS - 1u))
+/* The seals pboxd requires on a region before it maps it, and those libpbox sets. */
+#define PBOX_SHM_MEM_SEALS_REQUIRED F_SEAL_SHRINK
+#define PBOX_SHM_MEM_SEALS          (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* Payloads of at most this many bytes are copied even from a region (a reference record
+ * costs a record of its own). */
+#define PBOX_SHM_REF_MIN 256u
 
 /* The seals a results' memfd must carry (the worker checks them before mapping it). */
 #define PBOX_SHM_RES_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
@@ -148,6 +200,7 @@ struct pbox_shm_client_stats {
 	uint64_t rx_desc;  /* results received as descriptors (read in the results' arena) */
 	uint64_t stale;    /* descriptors whose buffer was rewritten before it was read */
 	uint64_t bad_desc; /* descriptors out of the arena's bounds (dropped) */
+	uint64_t tx_ref;   /* pushes sent as references into a registered region (no copy) */
 };
 
 /* A datagram pbox_shm_client_rx handed out whose payload is not behind its header: pkts[i]
@@ -204,9 +257,28 @@ const uint8_t *pbox_shm_client_results(const struct pbox_shm_client *c, uint32_t
 
 const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_client *c);
 
+/*
+ * Registered memory. mem_reg: create a memfd of `bytes` (> 0; rounded up to a page), map
+ * it read-write, seal it (PBOX_SHM_MEM_SEALS), hand it to pboxd and wait for its answer
+ * (bounded by the socket's 10 s receive timeout). Returns 0 with *out the mapping, which
+ * belongs to the client until mem_unreg or pbox_shm_client_close; or -errno with the
+ * reason in err: pboxd's refusal (-EPERM, -ENOSPC, -ENOMEM), -ENOSPC (this side's
+ * PBOX_SHM_MAX_REGIONS taken), -ECONNRESET (pboxd ended the connection), or a system
+ * call's error. Nothing is left mapped on failure.
+ * mem_unreg: p must be a mapping mem_reg returned; no push from it may be in flight. The
+ * region is forgotten, pboxd told, the mapping removed. 0 or -EINVAL (not a region).
+ * Both any thread (serialised by a lock of their own).
+ */
+int pbox_shm_client_mem_reg(struct pbox_shm_client *c, size_t bytes, void **out, char *err,
+			    size_t errlen);
+int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p);
+
 /* struct pbox_tx_ops of the worker's side; ctx is the struct pbox_shm_client. A full ring
  * makes a send wait (waking the core) up to PBOX_SHM_SEND_WAIT_MS, then drop the datagram
- * (counted): pboxd drains its rings whatever the worker does, so waiting cannot deadlock. */
+ * (counted): pboxd drains its rings whatever the worker does, so waiting cannot deadlock.
+ * A payload of more than PBOX_SHM_REF_MIN bytes inside a registered region goes as a
+ * reference (pboxd reads it in place later: the caller must not change it until the
+ * operation completed; queued / reclaim do not track it). */
 extern const struct pbox_tx_ops pbox_shm_client_tx_ops;
 
 #endif /* PBOX_SHM_H */
