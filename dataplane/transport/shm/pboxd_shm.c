@@ -176,7 +176,7 @@ struct pboxd_shm {
 	struct shm_core **cores;
 	/* listener counters (relaxed) */
 	uint64_t accepted, refused, auth_failed, bad_hello, closed;
-	struct pbox_ratelog refuse_log; /* listener only */
+	struct pbox_ratelog refuse_log;               /* listener only */
 	uint64_t reg_ok, reg_refused, reg_bad, unreg; /* region (un)registrations */
 	uint64_t reg_live, reg_live_bytes;
 };
