@@ -1040,7 +1040,7 @@ static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		/* the final arrival (final_fusable): the final reduce of aggregate() */
 		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)(sl->fcnt[f] + 1) : 1.0f;
 
-		n = k->sum2_nonfinite(acc, g, nf, div);
+		n = k->sum2_nonfinite(acc, acc, g, nf, div);
 	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
 		n = k->add_nonfinite(acc, g, nf);
 	} else {

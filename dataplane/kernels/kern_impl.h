@@ -243,30 +243,37 @@ static size_t KFN(add_finite)(float *acc, const float *g, size_t n)
 }
 
 /*
- * acc[i] = (acc[i] + g[i]) / div, the division skipped when div == 1: element for element
- * what reduce(acc, {acc, g}, 2, n, div) computes (the same IEEE addition, then the same
- * division); returns the number of NaN / Inf elements of g, counted in the same pass. The
- * final arrival of an aggregate fragment under non_finite = "propagate" (nothing refused,
- * so nothing to undo).
+ * out[i] = (acc[i] + g[i]) / div, the division skipped when div == 1: element for element
+ * what reduce(out, {acc, g}, 2, n, div) computes (the same IEEE addition, then the same
+ * division); returns the number of NaN / Inf elements of g, counted in the same pass. out
+ * is acc (in place: the final arrival of an aggregate fragment under non_finite =
+ * "propagate", where nothing is refused, so nothing to undo) or overlaps neither acc nor g
+ * (pbox-bench-reject measures it for "reject": the sum written beside the accumulator).
  */
-static size_t KFN(sum2_nonfinite)(float *acc, const float *g, size_t n, float div)
+static size_t KFN(sum2_nonfinite)(float *out, const float *acc, const float *g, size_t n, float div)
 {
 	size_t i = 0, cnt = 0;
-
-	if (div == 1.0f) {
-		return KFN(add_nonfinite)(acc, g, n);
-	}
 #if VW > 1
 	vi c = { 0 };
 
-	for (; i + VW <= n; i += VW) {
-		vi v;
-		vf s;
+	if (div == 1.0f) {
+		for (; i + VW <= n; i += VW) {
+			vi v;
 
-		memcpy(&v, g + i, sizeof(v));
-		s = VLD(acc + i) + (vf)v;
-		VST(acc + i, s / div);
-		c -= (v & K_EXP) == K_EXP;
+			memcpy(&v, g + i, sizeof(v));
+			VST(out + i, VLD(acc + i) + (vf)v);
+			c -= (v & K_EXP) == K_EXP;
+		}
+	} else {
+		for (; i + VW <= n; i += VW) {
+			vi v;
+			vf s;
+
+			memcpy(&v, g + i, sizeof(v));
+			s = VLD(acc + i) + (vf)v;
+			VST(out + i, s / div);
+			c -= (v & K_EXP) == K_EXP;
+		}
 	}
 	for (unsigned k = 0; k < VW; k++) {
 		cnt += (uint32_t)c[k];
@@ -274,11 +281,12 @@ static size_t KFN(sum2_nonfinite)(float *acc, const float *g, size_t n, float di
 #endif
 	for (; i < n; i++) {
 		uint32_t b;
-		float x;
+		float x, s;
 
 		memcpy(&b, g + i, sizeof(b));
 		memcpy(&x, &b, sizeof(x));
-		acc[i] = (acc[i] + x) / div;
+		s = acc[i] + x;
+		out[i] = div == 1.0f ? s : s / div;
 		cnt += (b & K_EXP) == K_EXP;
 	}
 	return cnt;

@@ -73,9 +73,10 @@ struct pbox_kernels {
 	size_t (*copy_nonfinite)(float *dst, const float *g, size_t n);
 	size_t (*add_nonfinite)(float *acc, const float *g, size_t n);
 	size_t (*add_finite)(float *acc, const float *g, size_t n);
-	/*   sum2_nonfinite: acc[i] = (acc[i] + g[i]) / div, what reduce(acc, {acc, g}, 2, n,
-	 *                   div) computes, bit for bit (the division skipped when div == 1). */
-	size_t (*sum2_nonfinite)(float *acc, const float *g, size_t n, float div);
+	/*   sum2_nonfinite: out[i] = (acc[i] + g[i]) / div, what reduce(out, {acc, g}, 2, n,
+	 *                   div) computes, bit for bit (the division skipped when div == 1);
+	 *                   out is acc, or overlaps neither acc nor g. */
+	size_t (*sum2_nonfinite)(float *out, const float *acc, const float *g, size_t n, float div);
 	/* out[i] = (src[0][i] + ... + src[nsrc-1][i]) / div; the division is skipped when
 	 * div == 1 (x / 1 == x exactly). out may alias src[0]. */
 	void (*reduce)(float *out, const float *const *src, unsigned nsrc, size_t n, float div);

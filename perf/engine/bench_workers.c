@@ -228,11 +228,11 @@ static size_t no_scan_add(float *acc, const float *g, size_t n)
 	return 0;
 }
 
-static size_t no_scan_sum2(float *acc, const float *g, size_t n, float div)
+static size_t no_scan_sum2(float *out, const float *acc, const float *g, size_t n, float div)
 {
 	const float *src[2] = { acc, g };
 
-	g_plain->reduce(acc, src, 2, n, div);
+	g_plain->reduce(out, src, 2, n, div);
 	return 0;
 }
 

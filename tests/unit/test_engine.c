@@ -773,10 +773,10 @@ static size_t w_add_finite(float *acc, const float *g, size_t n)
 	return g_real->add_finite(acc, g, n);
 }
 
-static size_t w_sum2_nonfinite(float *acc, const float *g, size_t n, float div)
+static size_t w_sum2_nonfinite(float *out, const float *acc, const float *g, size_t n, float div)
 {
 	g_n_sum2++;
-	return g_real->sum2_nonfinite(acc, g, n, div);
+	return g_real->sum2_nonfinite(out, acc, g, n, div);
 }
 
 /* Fragments of all chunks of the job. */
@@ -1193,6 +1193,141 @@ static void test_final_fused_dvf_results(void **state)
 	}
 }
 
+/* Whether got holds, bit for bit, ((a + b) [/ 2]) of the first n elements. */
+static void check_sum2(const float *got, const float *a, const float *b, uint32_t n, bool mean)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		float want = a[i] + b[i];
+
+		if (mean) {
+			want = want / 2.0f;
+		}
+		if (memcmp(&got[i], &want, 4) != 0) {
+			fail_msg("element %u: %a, want %a", i, (double)got[i], (double)want);
+		}
+	}
+}
+
+/*
+ * Under non_finite = "reject", a refused final arrival of a fragment (the one whose sum
+ * or mean would overwrite the accumulator with the result) changes nothing: the slot and
+ * its whole accumulator stay bit-identical, nothing is finalised or answered but the
+ * EDOM error, and the resent finite fragment then gives the exact sum / mean. NaN / Inf
+ * at the first, a middle and the last element of every fragment of both chunks (full and
+ * short fragments), sum and mean. Likewise a refused datagram that would open a slot
+ * (iteration t + 2 in the slot of t) leaves iteration t's retained result in place, still
+ * served bit-exact to a pull.
+ */
+static void test_reject_final_unchanged(void **state)
+{
+	struct sim_job_cfg cfg = {
+		.nranks = 2,
+		.keys = g_keys,
+		.nkeys = 1,
+		.chunk_bytes = 8192,
+		.frag_bytes = FRAG,
+		.mode = PBOX_MODE_AGGREGATE,
+		.no_nodes = true,
+	};
+	static const float bad[] = { NAN, INFINITY, -INFINITY };
+	static uint8_t before[16384], after[16384];
+	struct pbox_kernels k;
+	float *g[2], got[NELEM], again[NELEM];
+	uint32_t label;
+
+	(void)state;
+	for (uint32_t r = 0; r < 2; r++) {
+		g[r] = malloc(NELEM * sizeof(float));
+		fill_grad(g[r], r, 0);
+	}
+	for (unsigned v = 0; v < 2; v++) {
+		uint32_t refused = 0, errs[2] = { 0 };
+		struct sim s;
+
+		cfg.reduce = v == 0 ? PBOX_REDUCE_SUM : PBOX_REDUCE_MEAN;
+		assert_int_equal(sim_init(&s, &cfg), 0);
+		wrap_kernels(&s, &k);
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, 0, 0, c, f, g[0], PBOX_F_WANT_REPLY);
+			}
+		}
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
+
+			for (uint32_t f = 0; f < cd->nfrags; f++) {
+				uint32_t fe = pbox_frag_len(&s.desc, cd->bytes, f) / 4;
+				uint32_t base = cd->elem_off + f * FRAG / 4;
+				const uint32_t pos[3] = { 0, fe / 2, fe - 1 };
+
+				for (unsigned p = 0; p < 3; p++) {
+					float keep = g[1][base + pos[p]];
+					size_t nb = slot_image(&s, c, UINT32_MAX, before);
+
+					g[1][base + pos[p]] = bad[(f + p) % 3];
+					push_frag(&s, 1, 0, c, f, g[1], PBOX_F_WANT_REPLY);
+					g[1][base + pos[p]] = keep;
+					refused++;
+					assert_int_equal(slot_image(&s, c, UINT32_MAX, after), nb);
+					assert_memory_equal(before, after, nb);
+				}
+			}
+		}
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), refused);
+		assert_int_equal(SIM_STAT(&s, nonfinite), refused);
+		assert_int_equal(SIM_STAT(&s, iterations), 0);
+		assert_int_equal(g_n_sum2, 0); /* "reject": never summed before the check */
+		assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 0);
+		assert_int_equal(errs[0], refused);
+		assert_int_equal(errs[1], EDOM);
+
+		/* Resent finite: the exact sum / mean, nothing of the refused values in it. */
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+				push_frag(&s, 1, 0, c, f, g[1], PBOX_F_WANT_REPLY);
+			}
+		}
+		assert_int_equal(SIM_STAT(&s, iterations), s.desc.nchunks);
+		memset(got, 0, sizeof(got));
+		assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 12);
+		assert_int_equal(label, 0);
+		check_sum2(got, g[0], g[1], NELEM, v == 1);
+		collect(&s, 0, again, &label, NULL, NULL);
+
+		/* Iteration 1, then a refused push of iteration 2, which would open the slot
+		 * still holding iteration 0's result: that result stays, and is served. */
+		push_all(&s, 1, g, false, false);
+		assert_int_equal(SIM_STAT(&s, iterations), 2 * s.desc.nchunks);
+		collect(&s, 0, again, &label, NULL, NULL);
+		collect(&s, 1, again, &label, NULL, NULL);
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			size_t nb = slot_image(&s, c, UINT32_MAX, before);
+			float keep = g[0][s.desc.chunks[c].elem_off + 3];
+
+			g[0][s.desc.chunks[c].elem_off + 3] = NAN;
+			push_frag(&s, 0, 2, c, 0, g[0], PBOX_F_WANT_REPLY);
+			g[0][s.desc.chunks[c].elem_off + 3] = keep;
+			assert_int_equal(slot_image(&s, c, UINT32_MAX, after), nb);
+			assert_memory_equal(before, after, nb);
+		}
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]),
+				 refused + s.desc.nchunks);
+		memset(again, 0, sizeof(again));
+		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+			struct pbox_msg m = { .type = PBOX_MSG_PULL, .chunk = c, .iter = 0 };
+
+			sim_send_msg(&s, 1, &m, NULL);
+		}
+		assert_int_equal(collect(&s, 1, again, &label, NULL, NULL), 12);
+		assert_int_equal(label, 0);
+		assert_memory_equal(again, got, sizeof(got));
+		sim_fini(&s);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		free(g[r]);
+	}
+}
+
 /*
  * NACKs: a push round that ends (PBOX_F_LAST) with fragments missing is answered with an
  * ACK carrying PBOX_F_SACK: the first missing fragment as the base, the ones held after it
@@ -1266,6 +1401,7 @@ int main(void)
 		cmocka_unit_test(test_non_finite),
 		cmocka_unit_test(test_non_finite_fused),
 		cmocka_unit_test(test_final_fused_dvf_results),
+		cmocka_unit_test(test_reject_final_unchanged),
 		cmocka_unit_test(test_nack_bitmap),
 	};
 

@@ -369,12 +369,31 @@ static void check_fused(const struct pbox_kernels *k, const float *g, size_t n, 
 		memcpy(acc, acc0, sizeof(acc));
 		memcpy(ref, acc0, sizeof(ref));
 		g_scalar->reduce(r, src, 2, n, divs[v]);
-		got = k->sum2_nonfinite(a, g, n, divs[v]);
+		got = k->sum2_nonfinite(a, a, g, n, divs[v]);
 		if (got != want) {
 			fail_msg("%s sum2_nonfinite / %g: %zu of %zu counted, want %zu", k->isa,
 				 (double)divs[v], got, n, want);
 		}
 		assert_memory_equal(acc, ref, sizeof(acc));
+		/* the same written beside acc: acc untouched, out the same bits, nothing
+		 * written outside [0, n) */
+		memcpy(acc, acc0, sizeof(acc));
+		for (size_t j = 0; j < MAXN + 16; j++) {
+			dst[j] = from_bits(0x5a5a5a5au);
+		}
+		got = k->sum2_nonfinite(d, a, g, n, divs[v]);
+		if (got != want) {
+			fail_msg("%s sum2_nonfinite beside / %g: %zu of %zu counted, want %zu",
+				 k->isa, (double)divs[v], got, n, want);
+		}
+		assert_memory_equal(acc, acc0, sizeof(acc));
+		assert_memory_equal(d, r, n * sizeof(float));
+		for (size_t j = 0; j < MAXN + 16; j++) {
+			if (j < doff || j >= doff + n) {
+				assert_int_equal(
+					memcmp(&dst[j], &(float){ from_bits(0x5a5a5a5au) }, 4), 0);
+			}
+		}
 	}
 }
 
