@@ -1130,10 +1130,11 @@ static size_t reply_image(struct sim *s, uint8_t *out, size_t max)
 }
 
 /*
- * The final arrival summed in its check's pass (sum2_nonfinite, "propagate") gives the
- * replies the separate scan and the final reduce give ("reject", the old route), byte for
- * byte, where the job filters its results with DVF (the result is encoded from the sum
- * the fused pass wrote), over several iterations so the appliance's residual carries.
+ * The final arrival summed in its check's pass (sum2_nonfinite: "propagate", and
+ * "reject" through the undo copy of sum2_undo) gives the replies the separate scan and
+ * the final reduce give (payloads in two pieces, never fused), byte for byte, where the
+ * job filters its results with DVF (the result is encoded from the sum the fused pass
+ * wrote), over several iterations so the appliance's residual carries.
  */
 static void test_final_fused_dvf_results(void **state)
 {
@@ -1149,8 +1150,8 @@ static void test_final_fused_dvf_results(void **state)
 		.no_nodes = true,
 		.dvf = &dvf,
 	};
-	static uint8_t img[2][1u << 20];
-	size_t len[2];
+	static uint8_t img[3][1u << 20];
+	size_t len[3];
 	struct pbox_kernels k;
 	float *g[3];
 	struct sim s;
@@ -1163,8 +1164,11 @@ static void test_final_fused_dvf_results(void **state)
 	for (uint32_t r = 0; r < 3; r++) {
 		g[r] = malloc(NELEM * sizeof(float));
 	}
-	for (int run = 0; run < 2; run++) {
-		cfg.non_finite = run == 0 ? PBOX_NON_FINITE_REJECT : PBOX_NON_FINITE_PROPAGATE;
+	/* run 0: every payload in two pieces (not fusable: scanned apart, then summed and
+	 * reduced), the reference; 1: "propagate", fused; 2: "reject", fused with the undo
+	 * copy (sum2_undo) */
+	for (int run = 0; run < 3; run++) {
+		cfg.non_finite = run == 1 ? PBOX_NON_FINITE_PROPAGATE : PBOX_NON_FINITE_REJECT;
 		assert_int_equal(sim_init(&s, &cfg), 0);
 		wrap_kernels(&s, &k);
 		len[run] = 0;
@@ -1172,13 +1176,22 @@ static void test_final_fused_dvf_results(void **state)
 			for (uint32_t r = 0; r < 3; r++) {
 				fill_grad(g[r], r, t);
 			}
-			push_all(&s, t, g, false, false);
+			if (run != 0) {
+				push_all(&s, t, g, false, false);
+			}
+			for (uint32_t r = 0; r < 3 && run == 0; r++) {
+				for (uint32_t c = 0; c < s.desc.nchunks; c++) {
+					for (uint32_t f = 0; f < s.desc.chunks[c].nfrags; f++) {
+						push_frag_split(&s, r, t, c, f, g[r], 22);
+					}
+				}
+			}
 			len[run] +=
 				reply_image(&s, img[run] + len[run], sizeof(img[run]) - len[run]);
 		}
 		assert_int_equal(SIM_STAT(&s, iterations), 4 * s.desc.nchunks);
 		assert_true(SIM_STAT(&s, dvf_out_frags) > 0);
-		if (run == 1) {
+		if (run != 0) {
 			assert_int_equal(g_n_sum2, 4 * nfrags_total(&s));
 		} else {
 			assert_int_equal(g_n_sum2, 0);
@@ -1188,6 +1201,8 @@ static void test_final_fused_dvf_results(void **state)
 	assert_true(g_dvf_replies > 0); /* filtered results among them */
 	assert_int_equal(len[0], len[1]);
 	assert_memory_equal(img[0], img[1], len[0]);
+	assert_int_equal(len[0], len[2]);
+	assert_memory_equal(img[0], img[2], len[0]);
 	for (uint32_t r = 0; r < 3; r++) {
 		free(g[r]);
 	}
@@ -1212,7 +1227,9 @@ static void check_sum2(const float *got, const float *a, const float *b, uint32_
  * Under non_finite = "reject", a refused final arrival of a fragment (the one whose sum
  * or mean would overwrite the accumulator with the result) changes nothing: the slot and
  * its whole accumulator stay bit-identical, nothing is finalised or answered but the
- * EDOM error, and the resent finite fragment then gives the exact sum / mean. NaN / Inf
+ * EDOM error, and the resent finite fragment then gives the exact sum / mean. Both routes:
+ * summed in place with the undo copy (fragments <= 9 KB, sum2_undo) and checked apart
+ * first (larger fragments). NaN / Inf
  * at the first, a middle and the last element of every fragment of both chunks (full and
  * short fragments), sum and mean. Likewise a refused datagram that would open a slot
  * (iteration t + 2 in the slot of t) leaves iteration t's retained result in place, still
@@ -1242,6 +1259,7 @@ static void test_reject_final_unchanged(void **state)
 	}
 	for (unsigned v = 0; v < 2; v++) {
 		uint32_t refused = 0, errs[2] = { 0 };
+		unsigned scans;
 		struct sim s;
 
 		cfg.reduce = v == 0 ? PBOX_REDUCE_SUM : PBOX_REDUCE_MEAN;
@@ -1252,6 +1270,7 @@ static void test_reject_final_unchanged(void **state)
 				push_frag(&s, 0, 0, c, f, g[0], PBOX_F_WANT_REPLY);
 			}
 		}
+		scans = g_n_scan;
 		for (uint32_t c = 0; c < s.desc.nchunks; c++) {
 			const struct pbox_chunk_desc *cd = &s.desc.chunks[c];
 
@@ -1276,7 +1295,9 @@ static void test_reject_final_unchanged(void **state)
 		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), refused);
 		assert_int_equal(SIM_STAT(&s, nonfinite), refused);
 		assert_int_equal(SIM_STAT(&s, iterations), 0);
-		assert_int_equal(g_n_sum2, 0); /* "reject": never summed before the check */
+		/* 1 KB fragments: summed in place in one pass, undone when refused */
+		assert_int_equal(g_n_sum2, refused);
+		assert_int_equal(g_n_scan, scans);
 		assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 0);
 		assert_int_equal(errs[0], refused);
 		assert_int_equal(errs[1], EDOM);
@@ -1321,6 +1342,47 @@ static void test_reject_final_unchanged(void **state)
 		assert_int_equal(collect(&s, 1, again, &label, NULL, NULL), 12);
 		assert_int_equal(label, 0);
 		assert_memory_equal(again, got, sizeof(got));
+		sim_fini(&s);
+	}
+
+	/* A fragment larger than the undo copy (one of 12,000 bytes): checked apart, then
+	 * summed; refused, nothing changes either. */
+	cfg.chunk_bytes = 16384;
+	cfg.frag_bytes = 16384;
+	cfg.reduce = PBOX_REDUCE_SUM;
+	{
+		struct pbox_msg m = {
+			.type = PBOX_MSG_PUSH,
+			.flags = PBOX_F_WANT_REPLY,
+			.frag_len = NELEM * 4,
+			.seq = 1,
+		};
+		uint32_t errs[2] = { 0 };
+		struct sim s;
+		size_t nb;
+
+		assert_int_equal(sim_init(&s, &cfg), 0);
+		assert_int_equal(s.desc.nchunks, 1);
+		wrap_kernels(&s, &k);
+		sim_send_msg(&s, 0, &m, g[0]);
+		nb = slot_image(&s, 0, UINT32_MAX, before);
+		g[1][NELEM - 1] = INFINITY;
+		m.seq = 2;
+		sim_send_msg(&s, 1, &m, g[1]);
+		g[1][NELEM - 1] = gval(1, 0, NELEM - 1);
+		assert_int_equal(slot_image(&s, 0, UINT32_MAX, after), nb);
+		assert_memory_equal(before, after, nb);
+		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), 1);
+		assert_int_equal(g_n_sum2, 0);
+		assert_int_equal(g_n_scan, 2); /* the slot's first datagram, the final one */
+		assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 0);
+		assert_int_equal(errs[1], EDOM);
+		m.seq = 3;
+		sim_send_msg(&s, 1, &m, g[1]);
+		assert_int_equal(SIM_STAT(&s, iterations), 1);
+		memset(got, 0, sizeof(got));
+		assert_int_equal(collect(&s, 1, got, &label, NULL, NULL), 1);
+		check_sum2(got, g[0], g[1], NELEM, false);
 		sim_fini(&s);
 	}
 	for (uint32_t r = 0; r < 2; r++) {
