@@ -942,59 +942,23 @@ static bool nonfinite_found(struct ctx *x, size_t n)
 }
 
 /*
- * Largest fragment whose final arrival under "reject" is summed in place in one pass with
- * an undo copy (push_data, sum2_undo): a datagram of a jumbo frame (MTU 9000: 8,896
- * bytes). Chosen by measurement (perf/engine/README.md, pbox-bench-reject, AVX-512, 2 MB
- * L2): at 8 KB, copying the accumulator's fragment aside (memcpy, L1) and summing in place
- * took 0.76-0.98 of the time of check-then-sum warm and cold; at 12 KB 0.98-1.23, at
- * 16-32 KB 1.02-1.43, where the copy, the fragment and the payload no longer fit in L1
- * together. The other exact one-pass forms measured worse: the sum into a core-local
- * stage then copied (8 KB warm 1.13), or written to a second accumulator (warm 1.13-1.19:
- * every store then fetches a line that is not yet in cache).
- */
-#define PBOX_UNDO_MAX 9216u
-
-/* Whether the final arrival of a fragment can be summed with its check fused in: an
+ * Whether the final arrival of a fragment can be summed with its check fused in: an
  * aggregate job (the final reduce is a sum or mean into the accumulator) under
  * "propagate", where nothing is refused and so nothing would need undoing (sum2_nonfinite
- * in push_data), or under "reject" where the fragment is small enough for the undo copy
- * of sum2_undo (PBOX_UNDO_MAX). Otherwise the final sum would overwrite the accumulator
- * before all of the payload is checked, so the payload is checked first, apart. */
+ * in push_data). Under "reject" the final sum overwrites the accumulator, so the payload is
+ * checked first, apart, and then summed from cache. The exact one-pass forms were
+ * measured against that (perf/engine/README.md, "reject" in one pass; pbox-bench-reject):
+ * the sum written to a core-local stage then copied, or beside the accumulator (a second
+ * accumulator per slot), or in place after copying the accumulator's fragment aside (put
+ * back if refused). On the 8 KB and 32 KB fragments of MTU 9000 / 65535 none beat
+ * check-then-sum except the undo copy at <= 8 KB in a kernel loop, and that one, built
+ * into the engine, was no faster warm and 9-15 % slower with payloads from DRAM: every
+ * exact form stores the fragment once more, which costs what the second read saves.
+ */
 static bool final_fusable(const struct ctx *x)
 {
 	return x->job->mode == PBOX_MODE_AGGREGATE &&
-	       (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE || x->m->frag_len <= PBOX_UNDO_MAX);
-}
-
-/*
- * The final sum or mean of a fragment under "reject", in place and in one pass over the
- * payload: the accumulator's fragment is copied aside first (to the stack, L1-resident
- * at <= PBOX_UNDO_MAX bytes), then acc = (acc + g) / div with the count taken in the same
- * pass (sum2_nonfinite); if any element of g was NaN / Inf the copy is put back, so a
- * refused arrival leaves the accumulator bit-identical (an IEEE sum cannot be undone by
- * arithmetic: only the old bits restore it). Kept out of line: the stack buffer only
- * where it is used. Returns the count.
- */
-static __attribute__((noinline)) size_t sum2_undo(const struct pbox_kernels *k, float *acc,
-						  const float *g, size_t nf, float div)
-{
-	float undo[PBOX_UNDO_MAX / 4] __attribute__((aligned(64)));
-	size_t n;
-
-	if (pbox_unlikely(nf > PBOX_UNDO_MAX / 4)) {
-		/* not admitted by final_fusable(); checked first, apart, if it ever is */
-		n = k->nonfinite(g, nf);
-		if (n == 0) {
-			k->sum2_nonfinite(acc, acc, g, nf, div);
-		}
-		return n;
-	}
-	memcpy(undo, acc, nf * 4);
-	n = k->sum2_nonfinite(acc, acc, g, nf, div);
-	if (pbox_unlikely(n != 0)) {
-		memcpy(acc, undo, nf * 4);
-	}
-	return n;
+	       x->job->non_finite == PBOX_NON_FINITE_PROPAGATE;
 }
 
 /*
@@ -1005,8 +969,7 @@ static __attribute__((noinline)) size_t sum2_undo(const struct pbox_kernels *k, 
  * (quorum reached) and, unless in deterministic mode or final_fusable(), does not finalise
  * now (the optimizer / final reduce reads the payload while writing the model or the
  * result, so its check must come first; deterministic mode copies the payload to the rank's
- * stage before finalising; an aggregate job under "propagate" refuses nothing, and under
- * "reject" undoes a refused final sum of a small fragment: sum2_undo). Then the
+ * stage before finalising; an aggregate job under "propagate" refuses nothing). Then the
  * non-finite check is fused into that pass (push_data) instead of a separate scan of the
  * payload; every other PUSH is scanned first by finite_ok(), as INIT is. Side-effect free;
  * mirrors on_push's and aggregate()'s tests in their order (test_engine checks the
@@ -1059,11 +1022,9 @@ static bool push_fusable(const struct ctx *x)
  *   aggregate() finalises. Refused, the staged bytes are never read: staged_sources()
  *   lists only ranks whose fragment bit is set, which it is not, and the rank's next
  *   copy of the fragment overwrites them.
- *   Final data of an aggregate fragment (final_fusable): the final sum or mean and the
- *   count in one pass (sum2_nonfinite); aggregate() then only marks the fragment final
- *   (and encodes the result where the slot has a result encoding). Under "reject" (only
- *   fragments <= PBOX_UNDO_MAX) through sum2_undo: the accumulator's fragment is copied
- *   aside first and put back if refused, so it is bit-identical then.
+ *   Final data of an aggregate fragment under "propagate" (final_fusable): the final sum
+ *   or mean and the count in one pass (sum2_nonfinite); aggregate() then only marks the
+ *   fragment final (and encodes the result where the slot has a result encoding).
  *   Later data under "propagate": add and count in one pass (add_nonfinite).
  *   Later data under "reject": nothing may be added before all of it is checked (an
  *   addition cannot be undone bit-exactly): add_finite checks the fragment, then adds
@@ -1088,11 +1049,7 @@ static bool push_data(struct ctx *x, struct pbox_slot *sl, uint32_t f)
 		/* the final arrival (final_fusable): the final reduce of aggregate() */
 		float div = x->job->reduce == PBOX_REDUCE_MEAN ? (float)(sl->fcnt[f] + 1) : 1.0f;
 
-		if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
-			n = k->sum2_nonfinite(acc, acc, g, nf, div);
-		} else {
-			n = sum2_undo(k, acc, g, nf, div); /* nf * 4 <= PBOX_UNDO_MAX */
-		}
+		n = k->sum2_nonfinite(acc, acc, g, nf, div);
 	} else if (x->job->non_finite == PBOX_NON_FINITE_PROPAGATE) {
 		n = k->add_nonfinite(acc, g, nf);
 	} else {

@@ -1130,11 +1130,11 @@ static size_t reply_image(struct sim *s, uint8_t *out, size_t max)
 }
 
 /*
- * The final arrival summed in its check's pass (sum2_nonfinite: "propagate", and
- * "reject" through the undo copy of sum2_undo) gives the replies the separate scan and
- * the final reduce give (payloads in two pieces, never fused), byte for byte, where the
- * job filters its results with DVF (the result is encoded from the sum the fused pass
- * wrote), over several iterations so the appliance's residual carries.
+ * The final arrival summed in its check's pass (sum2_nonfinite, "propagate") gives the
+ * replies the separate scan and the final reduce give ("reject", contiguous payloads; and
+ * payloads in two pieces, never fused), byte for byte, where the job filters its results
+ * with DVF (the result is encoded from the sum the fused pass wrote), over several
+ * iterations so the appliance's residual carries.
  */
 static void test_final_fused_dvf_results(void **state)
 {
@@ -1165,8 +1165,8 @@ static void test_final_fused_dvf_results(void **state)
 		g[r] = malloc(NELEM * sizeof(float));
 	}
 	/* run 0: every payload in two pieces (not fusable: scanned apart, then summed and
-	 * reduced), the reference; 1: "propagate", fused; 2: "reject", fused with the undo
-	 * copy (sum2_undo) */
+	 * reduced), the reference; 1: "propagate", the final sum fused; 2: "reject", the final
+	 * arrival scanned apart, then reduced */
 	for (int run = 0; run < 3; run++) {
 		cfg.non_finite = run == 1 ? PBOX_NON_FINITE_PROPAGATE : PBOX_NON_FINITE_REJECT;
 		assert_int_equal(sim_init(&s, &cfg), 0);
@@ -1191,7 +1191,7 @@ static void test_final_fused_dvf_results(void **state)
 		}
 		assert_int_equal(SIM_STAT(&s, iterations), 4 * s.desc.nchunks);
 		assert_true(SIM_STAT(&s, dvf_out_frags) > 0);
-		if (run != 0) {
+		if (run == 1) {
 			assert_int_equal(g_n_sum2, 4 * nfrags_total(&s));
 		} else {
 			assert_int_equal(g_n_sum2, 0);
@@ -1227,9 +1227,8 @@ static void check_sum2(const float *got, const float *a, const float *b, uint32_
  * Under non_finite = "reject", a refused final arrival of a fragment (the one whose sum
  * or mean would overwrite the accumulator with the result) changes nothing: the slot and
  * its whole accumulator stay bit-identical, nothing is finalised or answered but the
- * EDOM error, and the resent finite fragment then gives the exact sum / mean. Both routes:
- * summed in place with the undo copy (fragments <= 9 KB, sum2_undo) and checked apart
- * first (larger fragments). NaN / Inf
+ * EDOM error, and the resent finite fragment then gives the exact sum / mean. Fragments
+ * of 1 KB (and a short one) and of 12,000 bytes. NaN / Inf
  * at the first, a middle and the last element of every fragment of both chunks (full and
  * short fragments), sum and mean. Likewise a refused datagram that would open a slot
  * (iteration t + 2 in the slot of t) leaves iteration t's retained result in place, still
@@ -1295,9 +1294,9 @@ static void test_reject_final_unchanged(void **state)
 		assert_int_equal(SIM_STAT(&s, drops[PBOX_DROP_NON_FINITE]), refused);
 		assert_int_equal(SIM_STAT(&s, nonfinite), refused);
 		assert_int_equal(SIM_STAT(&s, iterations), 0);
-		/* 1 KB fragments: summed in place in one pass, undone when refused */
-		assert_int_equal(g_n_sum2, refused);
-		assert_int_equal(g_n_scan, scans);
+		/* checked apart before anything is summed */
+		assert_int_equal(g_n_sum2, 0);
+		assert_int_equal(g_n_scan, scans + refused);
 		assert_int_equal(collect(&s, 1, got, &label, NULL, errs), 0);
 		assert_int_equal(errs[0], refused);
 		assert_int_equal(errs[1], EDOM);
@@ -1345,8 +1344,8 @@ static void test_reject_final_unchanged(void **state)
 		sim_fini(&s);
 	}
 
-	/* A fragment larger than the undo copy (one of 12,000 bytes): checked apart, then
-	 * summed; refused, nothing changes either. */
+	/* A fragment of 12,000 bytes, larger than L1 holds beside its accumulator: checked
+	 * apart, then summed; refused, nothing changes either. */
 	cfg.chunk_bytes = 16384;
 	cfg.frag_bytes = 16384;
 	cfg.reduce = PBOX_REDUCE_SUM;
