@@ -41,6 +41,7 @@ def _load_extension():
 _pbox = _load_extension()
 
 Handle = _pbox.Handle
+Memory = _pbox.Memory
 PboxError = _pbox.PboxError
 PboxTimeoutError = _pbox.PboxTimeoutError
 PboxConnectionError = _pbox.PboxConnectionError
@@ -48,7 +49,7 @@ PboxPermissionError = _pbox.PboxPermissionError
 version = _pbox.version
 __version__ = _pbox.version()
 
-__all__ = ["Client", "Handle", "PboxError", "PboxTimeoutError", "PboxConnectionError",
+__all__ = ["Client", "Handle", "Memory", "PboxError", "PboxTimeoutError", "PboxConnectionError",
            "PboxPermissionError", "version"]
 
 _live_clients = weakref.WeakSet()
