@@ -8,6 +8,9 @@
   --mode nosync   gradient accumulation: all micro-batches but the last under no_sync()
   --mode dies     trains until told the appliance is gone; expects backward() to raise
 
+Backend pbox exchanges from registered bucket buffers over shm (pbox.torch's default),
+pbox-plain from DDP's own buckets (PBoxState(registered=False)).
+
 Phases run one after the other in one process group, each on a fresh model. Rank 0
 writes the parameters after every step (and, with the pbox backend, every bucket the hook
 saw and the per-key iteration counts) to <out-dir>/<mode>-<backend>.npy / .json.
@@ -76,9 +79,9 @@ def run_phase(mode, backend, job, a, rank):
     seen = []
     params = []
     state = None
-    if backend == "pbox":
+    if backend in ("pbox", "pbox-plain"):
         import pbox.torch
-        state = pbox.torch.PBoxState(model, job=job)
+        state = pbox.torch.PBoxState(model, job=job, registered=backend == "pbox")
 
         def recording_hook(st, bucket):
             keys = [st._key_of[q.data_ptr()] for q in bucket.parameters()]
@@ -128,6 +131,9 @@ def run_phase(mode, backend, job, a, rank):
         if state is not None:
             info["iterations"] = {str(k): v for k, v in state.iterations().items()}
             info["client_stats"] = state.client.stats()
+            info["transport"] = state.client.transport
+            info["memory"] = state.memory
+            info["bucket_stats"] = state.bucket_stats
         with open(out + ".json", "w") as f:
             json.dump(info, f)
     if state is not None:
@@ -137,7 +143,7 @@ def run_phase(mode, backend, job, a, rank):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phase", action="append", required=True, metavar="MODE:BACKEND[:JOB]",
-                   help="mode rebuild|nosync|dies, backend gloo|pbox, pbox job id; "
+                   help="mode rebuild|nosync|dies, backend gloo|pbox|pbox-plain, pbox job id; "
                         "repeatable, run in order")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--accumulate", type=int, default=3)
@@ -147,7 +153,8 @@ def main():
     for ph in a.phase:
         f = ph.split(":")
         if (len(f) not in (2, 3) or f[0] not in ("rebuild", "nosync", "dies")
-                or f[1] not in ("gloo", "pbox") or (f[1] == "pbox") != (len(f) == 3)):
+                or f[1] not in ("gloo", "pbox", "pbox-plain")
+                or (f[1] != "gloo") != (len(f) == 3)):
             p.error("bad --phase %r" % ph)
         phases.append((f[0], f[1], int(f[2]) if len(f) == 3 else None))
 
