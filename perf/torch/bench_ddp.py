@@ -239,19 +239,22 @@ def comm_only(a, rank, world, job, name):
     if a.registered:
         order.append(("pbox_reg", pbox_reg_iter))
     times = {b: [] for b, _ in order}
+    cpu = {b: [] for b, _ in order}  # this process's CPU seconds (all its threads)
     for i in range(a.warmup + a.comm_iters):
         # rotate who goes first
         for backend, fn in order[i % len(order):] + order[:i % len(order)]:
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn(i)
             if i >= a.warmup:
                 times[backend].append(time.perf_counter() - t0)
+                cpu[backend].append(time.process_time() - c0)
     r["pbox_client_stats"] = client.stats()
     client.close()
     for b in times:
         r[b + "_ms"] = 1e3 * statistics.median(times[b])
         r[b + "_runs_ms"] = [1e3 * t for t in times[b]]
+        r[b + "_cpu_ms"] = 1e3 * statistics.median(cpu[b])
         r[b + "_gbps"] = 8 * r["bytes"] / (r[b + "_ms"] / 1e3) / 1e9
     dist.barrier()
     return r
@@ -332,6 +335,9 @@ def report(res):
             for name, c in res["comm"].items():
                 print("%-28s %10.0f %10.0f %10.2f" % (name, c["pbox_ms"], c["pbox_reg_ms"],
                                                      c["pbox_reg_ms"] / c["pbox_ms"]))
+                print("%-28s %10.0f %10.0f %10.2f" % ("  rank 0 CPU ms", c["pbox_cpu_ms"],
+                                                     c["pbox_reg_cpu_ms"],
+                                                     c["pbox_reg_cpu_ms"] / c["pbox_cpu_ms"]))
         if "loadavg_before_after" in res:
             print("load average (1 min) before / after: %.2f / %.2f"
                   % tuple(res["loadavg_before_after"]))
