@@ -1556,6 +1556,20 @@ int pbox_mem_free(struct pbox_client *c, void *p)
 	return 0;
 }
 
+int pbox_mem_detach(struct pbox_client *c, void *p)
+{
+	struct mem_block *b = c != NULL && p != NULL ? mem_take(c, p) : NULL;
+
+	if (b == NULL) {
+		return fail(-EINVAL, "pbox_mem_detach: %p is not a block of pbox_mem_alloc", p);
+	}
+	if (b->shared) {
+		(void)pbox_shm_client_mem_detach(c->shm, p);
+	}
+	free(b);
+	return 0;
+}
+
 bool pbox_mem_registered(struct pbox_client *c, const void *p)
 {
 	bool shared = false;

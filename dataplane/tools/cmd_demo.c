@@ -108,7 +108,8 @@ struct demo {
 	char control[64];
 	char token[33];
 	uint16_t tcp_port, base_port;
-	char transport[16]; /* the workers' data path: "shm", "udp", or "shm+udp" if mixed */
+	char transport[16];   /* the workers' data path: "shm", "udp", or "shm+udp" if mixed */
+	uint32_t nregistered; /* workers pushing from registered memory (ready events) */
 	pid_t pboxd;
 	int pboxd_status;
 	bool pboxd_reaped;
@@ -1236,6 +1237,12 @@ static void show_ready(struct demo *d)
 	if (d->transport[0] != '\0') {
 		fprintf(d->out, "transport: %s\n", d->transport);
 	}
+	if (strstr(d->transport, "shm") != NULL) {
+		fprintf(d->out,
+			"gradients pushed from registered memory (not copied): %u of %u "
+			"workers\n",
+			d->nregistered, d->o.workers);
+	}
 	if (d->killed) {
 		fprintf(d->out,
 			"resuming at step %llu: the version pboxd restored from its checkpoint "
@@ -1280,6 +1287,9 @@ static void on_line(struct demo *d, struct worker *w, const char *line)
 			/* The step a restarted rank resumes at (0 on a fresh start). */
 			d->resumed_at = pbox_cli_json_u64(o, "total_steps");
 			note_transport(d, json_string_value(json_object_get(o, "transport")));
+			if (json_is_true(json_object_get(o, "registered"))) {
+				d->nregistered++;
+			}
 			if (++d->nready == d->o.workers) {
 				d->t_ready = pbox_mono_s();
 				d->last_plain = d->t_ready;

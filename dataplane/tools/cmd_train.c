@@ -305,6 +305,7 @@ static void event_json(const struct pbox_train_event *ev)
 		json_object_set_new(o, "setup_s", json_real(ev->setup_s));
 		if (ev->transport[0] != '\0') {
 			json_object_set_new(o, "transport", json_string(ev->transport));
+			json_object_set_new(o, "registered", json_boolean(ev->grad_registered));
 		}
 		break;
 	case PBOX_TRAIN_EV_STEP:

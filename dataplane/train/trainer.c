@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/crc.h"
+#include "common/log.h"
 #include "fmnist.h"
 #include "schedule.h"
 
@@ -41,7 +42,8 @@ struct trainer {
 	float *w;           /* the model */
 	float **g;          /* gradient of each rank this process computes */
 	uint32_t ngrad;
-	float *x; /* one shard's inputs */
+	bool g0_pbox; /* g[0] is pbox_mem_alloc's (freed by pbox_close, not free()) */
+	float *x;     /* one shard's inputs */
 	uint8_t *y;
 	float *tx; /* this process's slice of the test set */
 	uint8_t *ty;
@@ -367,6 +369,28 @@ static int update_step(struct trainer *t, struct pbox_update *u, uint32_t e, uin
 	return 0;
 }
 
+/*
+ * After pbox_register: the pushed gradient g[0] moves to pbox_mem_alloc's memory, which
+ * pboxd shares over the shm transport (pushes from it are read in place, not copied into
+ * the ring); over UDP it is plain memory, as before. Failing that, g[0] stays as it was.
+ * The bytes pushed are the same either way, so is the model.
+ */
+static void grad_memory(struct trainer *t, struct pbox_client *c)
+{
+	size_t bytes = t->lay->nparams * sizeof(float);
+	void *p;
+
+	if (pbox_mem_alloc(c, bytes, &p) != 0) {
+		PBOX_LOG_WARN(MAIN, "rank %u: gradients stay in plain memory: %s",
+			      t->cfg->client.rank, pbox_last_error());
+		return;
+	}
+	free(t->g[0]);
+	t->g[0] = p;
+	t->g0_pbox = true;
+	t->ev.grad_registered = pbox_mem_registered(c, p);
+}
+
 /* from: the first iteration (a resumed run: the restored version; the step count under
  * BSP, where iterations and steps are the same). u: broadcast jobs' replica (else NULL). */
 static int rank_loop(struct trainer *t, struct pbox_client *c, uint32_t from, struct pbox_update *u)
@@ -513,6 +537,7 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 			goto out;
 		}
 	}
+	grad_memory(&t, c);
 	t.ev.rank = cfg->client.rank;
 	snprintf(t.ev.transport, sizeof(t.ev.transport), "%s", pbox_transport(c));
 	pbox_sched_split(cfg->batch, info.workers, cfg->client.rank, &shard_start, &t.ev.shard);
@@ -533,6 +558,9 @@ int pbox_train_rank(const struct pbox_train_cfg *cfg, pbox_train_event_fn cb, vo
 	emit(&t, PBOX_TRAIN_EV_DONE);
 out:
 	pbox_close(c); /* first: cancels a pull still held by the appliance after an error */
+	if (t.g0_pbox) {
+		t.g[0] = NULL; /* pbox_close freed it */
+	}
 	pbox_update_close(u);
 	teardown(&t);
 	return rc;

@@ -90,8 +90,10 @@ struct pbox_train_event {
 	double eval_s;                /* EPOCH: seconds testing */
 	struct pbox_client_stats net; /* rank: the client's counters so far (local: zero);
 					 in every event but READY */
-	char transport[8];  /* READY of a rank: its data path ("udp" or "shm"); local: "" */
-	uint32_t model_crc; /* DONE: CRC32C of the final model's bytes */
+	char transport[8];    /* READY of a rank: its data path ("udp" or "shm"); local: "" */
+	bool grad_registered; /* READY of a rank: its gradients are pushed from memory pboxd
+				 shares (pbox_mem_alloc, transport shm): not copied */
+	uint32_t model_crc;   /* DONE: CRC32C of the final model's bytes */
 };
 
 typedef void (*pbox_train_event_fn)(const struct pbox_train_event *ev, void *arg);

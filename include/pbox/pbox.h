@@ -232,6 +232,14 @@ int pbox_mem_free(struct pbox_client *c, void *p);
 /* Whether p lies in a block of pbox_mem_alloc that pboxd shares (pushes from it go
  * without a copy). */
 bool pbox_mem_registered(struct pbox_client *c, const void *p);
+/*
+ * Hand a block of pbox_mem_alloc over to the caller, bytes kept: libpbox forgets it (it is
+ * no longer shared with pboxd; pbox_mem_free and pbox_close leave it alone) and the caller
+ * unmaps it with munmap(p, bytes) (bytes: as allocated). For language bindings whose
+ * buffers may outlive the client. An operation in flight that pushes from it may fail.
+ * 0, or -EINVAL (not such a block). Any thread.
+ */
+int pbox_mem_detach(struct pbox_client *c, void *p);
 
 /* The version (server-optimizer) or iteration (aggregate) of the last result received for
  * key: under SSP/ASP it may be older than the iteration asked for, and a straggler under

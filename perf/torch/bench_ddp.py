@@ -45,6 +45,10 @@ def parse_args(argv):
                    help="measured comm iterations (10)")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-comm", action="store_true")
+    p.add_argument("--registered", action="store_true",
+                   help="comm: also pbox from registered bucket buffers (what pbox.torch's "
+                        "hook does over shm: copy the bucket in, push-pull it in place), "
+                        "beside pbox from the plain buckets, in the same alternation")
     p.add_argument("--pboxd-cores", type=int, default=2)
     p.add_argument("--out", help="write the results here (JSON)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -200,25 +204,57 @@ def comm_only(a, rank, world, job, name):
         for w in works:
             w.wait()
 
-    def pbox_iter(i):
+    # Each pbox exchange takes the keys' next iteration (the ranks run the same order).
+    it = [0]
+
+    def next_iter():
+        it[0] += 1
+        return it[0] - 1
+
+    def pbox_iter(_):
+        i = next_iter()
         hs = [client.push_pull_many(b, [(k, i, o) for k, o in offs]) for b, offs in buckets]
         for h in hs:
             h.wait()
 
-    times = {"gloo": [], "pbox": []}
+    regs = []
+    if a.registered:
+        r["transport"] = client.transport
+        for b, _ in buckets:
+            m = client.alloc(4 * b.numel())
+            r.setdefault("registered", []).append(m.registered)
+            regs.append((m, torch.frombuffer(m, dtype=torch.float32)))
+
+    def pbox_reg_iter(_):
+        # as the hook: the bucket copied into its registered buffer, exchanged there
+        i = next_iter()
+        hs = []
+        for (b, offs), (_, t) in zip(buckets, regs):
+            t.copy_(b)
+            hs.append(client.push_pull_many(t, [(k, i, o) for k, o in offs]))
+        for h in hs:
+            h.wait()
+
+    order = [("gloo", gloo_iter), ("pbox", pbox_iter)]
+    if a.registered:
+        order.append(("pbox_reg", pbox_reg_iter))
+    times = {b: [] for b, _ in order}
+    cpu = {b: [] for b, _ in order}  # this process's CPU seconds (all its threads)
     for i in range(a.warmup + a.comm_iters):
-        order = (("gloo", gloo_iter), ("pbox", pbox_iter))
-        for backend, fn in (order if i % 2 == 0 else reversed(order)):
+        # rotate who goes first
+        for backend, fn in order[i % len(order):] + order[:i % len(order)]:
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn(i)
             if i >= a.warmup:
                 times[backend].append(time.perf_counter() - t0)
+                cpu[backend].append(time.process_time() - c0)
     r["pbox_client_stats"] = client.stats()
     client.close()
-    for b in ("gloo", "pbox"):
+    for b in times:
         r[b + "_ms"] = 1e3 * statistics.median(times[b])
         r[b + "_runs_ms"] = [1e3 * t for t in times[b]]
+        r[b + "_cpu_ms"] = 1e3 * statistics.median(cpu[b])
         r[b + "_gbps"] = 8 * r["bytes"] / (r[b + "_ms"] / 1e3) / 1e9
     dist.barrier()
     return r
@@ -241,6 +277,7 @@ def launch(a, argv):
     jobs = [{"id": j, "token": token, "workers": 2, "mode": "aggregate", "reduce": "mean"}
             for j in (1, 2, 3)]
     with pboxtest.Pboxd(jobs, cores=a.pboxd_cores, mtu=65535) as d:
+        load0 = os.getloadavg()
         tcp, _ = pboxtest.free_ports(1)
         procs = []
         for r in range(2):
@@ -262,6 +299,7 @@ def launch(a, argv):
             if p.returncode != 0:
                 sys.exit("bench_ddp: rank %d exited with %d" % (r, p.returncode))
         results["pboxd"] = d.stats()["totals"]
+        results["loadavg_before_after"] = [load0[0], os.getloadavg()[0]]
     results["pboxd_cores"] = a.pboxd_cores
     report(results)
     if a.out:
@@ -290,6 +328,19 @@ def report(res):
             label = "%s (%.0f MB, %d buckets)" % (name, c["bytes"] / 1e6, c["buckets"])
             print("%-28s %10.0f %10.0f %10.2f" % (label, c["gloo_ms"], c["pbox_ms"],
                                                  c["pbox_ms"] / c["gloo_ms"]))
+        if any("pbox_reg_ms" in c for c in res["comm"].values()):
+            print("\nThe hook's bucket memory over %s (median ms per iteration)"
+                  % next(iter(res["comm"].values())).get("transport", "?"))
+            print("%-28s %10s %10s %10s" % ("", "plain", "registered", "reg/plain"))
+            for name, c in res["comm"].items():
+                print("%-28s %10.0f %10.0f %10.2f" % (name, c["pbox_ms"], c["pbox_reg_ms"],
+                                                     c["pbox_reg_ms"] / c["pbox_ms"]))
+                print("%-28s %10.0f %10.0f %10.2f" % ("  rank 0 CPU ms", c["pbox_cpu_ms"],
+                                                     c["pbox_reg_cpu_ms"],
+                                                     c["pbox_reg_cpu_ms"] / c["pbox_cpu_ms"]))
+        if "loadavg_before_after" in res:
+            print("load average (1 min) before / after: %.2f / %.2f"
+                  % tuple(res["loadavg_before_after"]))
 
 
 def main(argv):

@@ -14,6 +14,12 @@ the buffer protocol; they are read and written in place, never copied. Errors ar
 pbox.PboxError (an OSError: .errno, and libpbox's message) or one of its subclasses
 PboxTimeoutError, PboxConnectionError, PboxPermissionError. Blocking calls release the GIL.
 
+Registered memory: c.alloc(nbytes) (after register) returns a pbox.Memory, bytes that a
+pboxd on this host shares (shm transport), so pushes from it are not copied; view it with
+numpy.frombuffer(m, numpy.float32) or torch.frombuffer(m, dtype=torch.float32). It is
+freed when its last reference (views included) goes; views taken before c.close() stay
+valid, new ones are refused.
+
 The PyTorch DDP communication hook is in pbox.torch.
 """
 import atexit
@@ -41,6 +47,7 @@ def _load_extension():
 _pbox = _load_extension()
 
 Handle = _pbox.Handle
+Memory = _pbox.Memory
 PboxError = _pbox.PboxError
 PboxTimeoutError = _pbox.PboxTimeoutError
 PboxConnectionError = _pbox.PboxConnectionError
@@ -48,7 +55,7 @@ PboxPermissionError = _pbox.PboxPermissionError
 version = _pbox.version
 __version__ = _pbox.version()
 
-__all__ = ["Client", "Handle", "PboxError", "PboxTimeoutError", "PboxConnectionError",
+__all__ = ["Client", "Handle", "Memory", "PboxError", "PboxTimeoutError", "PboxConnectionError",
            "PboxPermissionError", "version"]
 
 _live_clients = weakref.WeakSet()

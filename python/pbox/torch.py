@@ -17,11 +17,21 @@ bucket layout nor DDP's rebuild of it after the first iterations matters: a buck
 into its parameters' slices, in place in the bucket's flat buffer. Each key counts its own
 iterations; no_sync() skips the hook on every rank alike, so the counters stay in step.
 
+Bucket memory: over the shared-memory transport (workers on pboxd's host) each bucket is
+exchanged from a buffer of registered memory (pbox.Client.alloc: pboxd reads the pushes
+where they lie, no copy into the ring): the hook copies DDP's bucket into it, push-pulls
+it in place and hands it back to DDP as the bucket's result. Over UDP, or if pboxd
+refuses the registration, the hook exchanges DDP's bucket in place. PBoxState.memory says
+which ("registered" / "plain"; logged once by the "pbox.torch" logger), and
+PBoxState.bucket_stats counts buckets of each kind. registered=False (or
+PBOX_TORCH_REGISTERED=0) keeps to plain buckets.
+
 Configuration: arguments, else environment variables PBOX_SERVER ("host:port" of pboxd's
 control channel), PBOX_JOB, PBOX_TOKEN, PBOX_TIMEOUT (seconds, default 30) and
 PBOX_LOCAL_ADDR (local IPv4 address for the data socket); rank and world size from the
 initialised process group, else torchrun's RANK and WORLD_SIZE.
 """
+import logging
 import os
 
 try:
@@ -40,6 +50,8 @@ if not hasattr(dist, "GradBucket") or not hasattr(dist.GradBucket, "parameters")
                       % torch.__version__)
 
 __all__ = ["PBoxState", "hook", "register"]
+
+_log = logging.getLogger("pbox.torch")
 
 
 def _setting(value, env, what, convert=str, required=True):
@@ -81,13 +93,15 @@ class PBoxState:
     """
 
     def __init__(self, model, server=None, job=None, token=None, rank=None, world_size=None,
-                 timeout=None, local_addr=None, verify=False):
+                 timeout=None, local_addr=None, verify=False, registered=None):
         server = _setting(server, "PBOX_SERVER", "appliance address (host:port)")
         job = _setting(job, "PBOX_JOB", "job id", int)
         token = _setting(token, "PBOX_TOKEN", "job token")
         timeout = _setting(timeout, "PBOX_TIMEOUT", "timeout in seconds", float, False)
         local_addr = _setting(local_addr, "PBOX_LOCAL_ADDR", "local address", str, False)
         rank, world_size = _rank_world(rank, world_size)
+        if registered is None:
+            registered = _setting(None, "PBOX_TORCH_REGISTERED", "0 or 1", int, False) != 0
 
         params = list(model.parameters())
         keys = []
@@ -134,7 +148,37 @@ class PBoxState:
         except BaseException:
             self.client.close()
             raise
+        # Registered bucket buffers only pay over shm (elsewhere they are plain memory).
+        self._use_registered = bool(registered) and self.client.transport == "shm"
+        self.memory = "registered" if self._use_registered else "plain"
+        self.bucket_stats = {"registered": 0, "plain": 0}
+        self._reg = {}  # bucket index -> (pbox.Memory, float32 tensor over it)
+        why = ("" if self._use_registered else
+               " (transport %s%s)" % (self.client.transport,
+                                      ", registered memory turned off" if not registered
+                                      else ""))
+        _log.info("pbox.torch: rank %d exchanges gradient buckets from %s memory%s",
+                  rank, self.memory, why)
 
+    def _bucket_buffer(self, index, buf):
+        """The registered tensor for bucket index (re-allocated when DDP's rebuild changes
+        its size), or None when pboxd refused the registration (then plain from now on)."""
+        have = self._reg.get(index)
+        if have is not None and have[1].numel() == buf.numel():
+            return have[1]
+        self._reg.pop(index, None)  # freed once DDP no longer holds its last result
+        mem = self.client.alloc(buf.numel() * 4)
+        if not mem.registered:
+            self._use_registered = False
+            self.memory = "plain"
+            self._reg.clear()
+            _log.warning("pbox.torch: rank %d: pboxd refused registered memory for bucket "
+                         "%d (its limits, see libpbox's log); plain buckets from now on",
+                         self.rank, index)
+            return None
+        t = torch.frombuffer(mem, dtype=torch.float32)
+        self._reg[index] = (mem, t)
+        return t
     def allreduce(self, bucket):
         """Start the mean of bucket's gradients over all ranks, in place; returns a
         torch.futures.Future of the bucket buffer."""
@@ -161,7 +205,15 @@ class PBoxState:
                 raise TypeError("pbox.torch: bucket %d holds %s gradients; the hook exchanges "
                                 "float32" % (bucket.index(), buf.dtype))
             grads = buf.clone() if self.verify else None
-            self.client.push_pull_many(buf, slices, fut, buf)
+            xbuf = self._bucket_buffer(bucket.index(), buf) if self._use_registered else None
+            if xbuf is not None:
+                xbuf.copy_(buf)
+                self.bucket_stats["registered"] += 1
+            else:
+                xbuf = buf
+                self.bucket_stats["plain"] += 1
+            # The future's value is the exchanged buffer: DDP copies it into the gradients.
+            self.client.push_pull_many(xbuf, slices, fut, xbuf)
             for k, _, _ in slices:
                 self._iters[k] += 1
         except Exception as e:  # DDP reports it from backward() through the future
@@ -204,8 +256,10 @@ class PBoxState:
         return {k: self._iters[k] for k in self._key_of.values()}
 
     def close(self):
-        """Leave the job (also done at interpreter exit)."""
+        """Leave the job (also done at interpreter exit). Tensors DDP still holds over
+        registered buckets keep their values."""
         self.client.close()
+        self._reg.clear()
 
 
 def hook(state, bucket):

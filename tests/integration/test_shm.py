@@ -32,6 +32,7 @@ import json
 import mmap
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -249,6 +250,12 @@ def part_equivalence():
         if "transport: %s\n" % t not in out:
             fail("demo with PBOX_TRANSPORT=%s: no 'transport: %s' line:\n%s" %
                  (env.get("PBOX_TRANSPORT", "(auto)"), t, out))
+        # shm: every worker pushes its gradients from registered memory (pbox_mem_alloc)
+        reg = re.search(r"^gradients pushed from registered memory \(not copied\): "
+                        r"(\d+) of (\d+) workers$", out, re.M)
+        if (t == "shm") != (reg is not None and reg.group(1) == reg.group(2) != "0"):
+            fail("demo with PBOX_TRANSPORT=%s: registered gradients reported as %r:\n%s" %
+                 (env.get("PBOX_TRANSPORT", "(auto)"), reg and reg.group(0), out))
         with open(path, "rb") as f:
             models[t] = f.read()
         os.unlink(path)

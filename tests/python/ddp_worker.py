@@ -7,6 +7,11 @@
                   them (several, of different sizes) in gradient-ready order
   --mode nosync   gradient accumulation: all micro-batches but the last under no_sync()
   --mode dies     trains until told the appliance is gone; expects backward() to raise
+  --mode view     as rebuild, with DDP(gradient_as_bucket_view=True): the gradients are
+                  views of DDP's buckets, and the hook's result a different tensor
+
+Backend pbox exchanges from registered bucket buffers over shm (pbox.torch's default),
+pbox-plain from DDP's own buckets (PBoxState(registered=False)).
 
 Phases run one after the other in one process group, each on a fresh model. Rank 0
 writes the parameters after every step (and, with the pbox backend, every bucket the hook
@@ -62,11 +67,12 @@ def batch(seed, rank, step, micro=0, n=16):
 
 def build(mode):
     torch.manual_seed(7)
-    if mode == "rebuild":
+    if mode in ("rebuild", "view"):
         # Small caps so that the rebuilt layout has several buckets (read by DDP's
         # constructor).
         dist._DEFAULT_FIRST_BUCKET_BYTES = 4096
-        return DDP(BackwardOrderDiffers(), bucket_cap_mb=0.005)
+        return DDP(BackwardOrderDiffers(), bucket_cap_mb=0.005,
+                   gradient_as_bucket_view=mode == "view")
     return DDP(Small())
 
 
@@ -76,9 +82,9 @@ def run_phase(mode, backend, job, a, rank):
     seen = []
     params = []
     state = None
-    if backend == "pbox":
+    if backend in ("pbox", "pbox-plain"):
         import pbox.torch
-        state = pbox.torch.PBoxState(model, job=job)
+        state = pbox.torch.PBoxState(model, job=job, registered=backend == "pbox")
 
         def recording_hook(st, bucket):
             keys = [st._key_of[q.data_ptr()] for q in bucket.parameters()]
@@ -128,6 +134,9 @@ def run_phase(mode, backend, job, a, rank):
         if state is not None:
             info["iterations"] = {str(k): v for k, v in state.iterations().items()}
             info["client_stats"] = state.client.stats()
+            info["transport"] = state.client.transport
+            info["memory"] = state.memory
+            info["bucket_stats"] = state.bucket_stats
         with open(out + ".json", "w") as f:
             json.dump(info, f)
     if state is not None:
@@ -137,7 +146,7 @@ def run_phase(mode, backend, job, a, rank):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phase", action="append", required=True, metavar="MODE:BACKEND[:JOB]",
-                   help="mode rebuild|nosync|dies, backend gloo|pbox, pbox job id; "
+                   help="mode rebuild|nosync|dies|view, backend gloo|pbox|pbox-plain, pbox job id; "
                         "repeatable, run in order")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--accumulate", type=int, default=3)
@@ -146,8 +155,9 @@ def main():
     phases = []
     for ph in a.phase:
         f = ph.split(":")
-        if (len(f) not in (2, 3) or f[0] not in ("rebuild", "nosync", "dies")
-                or f[1] not in ("gloo", "pbox") or (f[1] == "pbox") != (len(f) == 3)):
+        if (len(f) not in (2, 3) or f[0] not in ("rebuild", "nosync", "dies", "view")
+                or f[1] not in ("gloo", "pbox", "pbox-plain")
+                or (f[1] != "gloo") != (len(f) == 3)):
             p.error("bad --phase %r" % ph)
         phases.append((f[0], f[1], int(f[2]) if len(f) == 3 else None))
 

@@ -133,16 +133,22 @@ def finish(procs, timeout=300):
 
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
-    """One launch of 2 ranks that trains, in order: the rebuild model with gloo and with
-    pbox (job 1), then the no_sync model with gloo and with pbox (job 2)."""
+    """One launch of 2 ranks over the shared-memory transport that trains, in order: the
+    rebuild model with gloo, with pbox (job 1; registered bucket buffers) and with pbox
+    from DDP's own buckets (job 3), the same with gradient_as_bucket_view with gloo and
+    pbox (job 4), then the no_sync model with gloo and with pbox (job 2)."""
     out = tmp_path_factory.mktemp("ddp")
-    d = pboxtest.Pboxd([aggregate_job(1, 2), aggregate_job(2, 2)], cores=2, mtu=65535)
+    d = pboxtest.Pboxd([aggregate_job(j, 2) for j in (1, 2, 3, 4)], cores=2, mtu=65535)
     d.start()
     try:
+        env = pbox_env(d, 0)
+        env["PBOX_TRANSPORT"] = "shm"
         procs = spawn_ranks(2, ["--out-dir", str(out), "--steps", "5", "--accumulate", "3",
                                 "--phase", "rebuild:gloo", "--phase", "rebuild:pbox:1",
+                                "--phase", "rebuild:pbox-plain:3",
+                                "--phase", "view:gloo", "--phase", "view:pbox:4",
                                 "--phase", "nosync:gloo", "--phase", "nosync:pbox:2"],
-                            pbox_env(d, 0))
+                            env)
         outs = finish(procs)
         if any(code != 0 for code, _ in outs):
             dump_appliance(d)
@@ -218,6 +224,27 @@ def test_bucket_rebuild(phases):
     for b in later:
         assert b["numel"] == sum(info["sizes"][k] for k in b["keys"])
     assert set(info["iterations"].values()) == {steps}
+
+
+def test_registered_and_plain_buckets(phases):
+    """Over shm the hook exchanges from registered bucket buffers (re-allocated when DDP
+    rebuilds its buckets) and hands them back as the result; from DDP's own buckets when
+    told not to. Both train the model allreduce trains, bit for bit."""
+    ref, _ = phases("rebuild-gloo")
+    reg, ri = phases("rebuild-pbox")
+    plain, pi = phases("rebuild-pbox-plain")
+    np.testing.assert_array_equal(ref, reg)
+    np.testing.assert_array_equal(ref, plain)
+    assert ri["transport"] == pi["transport"] == "shm"
+    assert ri["memory"] == "registered" and pi["memory"] == "plain"
+    nb = len(ri["buckets"])
+    assert ri["bucket_stats"] == {"registered": nb, "plain": 0}, ri["bucket_stats"]
+    assert pi["bucket_stats"] == {"registered": 0, "plain": len(pi["buckets"])}
+    # gradient_as_bucket_view: DDP copies the registered result into its bucket views
+    ref, _ = phases("view-gloo")
+    got, vi = phases("view-pbox")
+    np.testing.assert_array_equal(ref, got)
+    assert vi["memory"] == "registered" and vi["bucket_stats"]["plain"] == 0
 
 
 def test_no_sync_accumulation(phases):

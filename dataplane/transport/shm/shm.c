@@ -603,7 +603,8 @@ out:
 	return rc;
 }
 
-int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p)
+/* mem_unreg and mem_detach: the same, but detach leaves the mapping to the caller. */
+static int mem_forget(struct pbox_shm_client *c, void *p, bool unmap)
 {
 	struct pbox_shm_memreq rq = { .magic = PBOX_SHM_MAGIC, .op = PBOX_SHM_MEM_UNREG };
 	int rc = -EINVAL;
@@ -622,12 +623,24 @@ int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p)
 		rq.region = id;
 		/* pboxd may have ended the connection: then there is nobody to tell. */
 		(void)pbox_shm_send_fds(c->sock, &rq, sizeof(rq), NULL, 0);
-		munmap(p, (size_t)len);
+		if (unmap) {
+			munmap(p, (size_t)len);
+		}
 		rc = 0;
 		break;
 	}
 	pthread_mutex_unlock(&c->reg_lock);
 	return rc;
+}
+
+int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p)
+{
+	return mem_forget(c, p, true);
+}
+
+int pbox_shm_client_mem_detach(struct pbox_shm_client *c, void *p)
+{
+	return mem_forget(c, p, false);
 }
 
 /* Whether [p, p + len) lies in a registered region: then *ref says where. Read under each

@@ -272,6 +272,9 @@ const struct pbox_shm_client_stats *pbox_shm_client_stats(const struct pbox_shm_
 int pbox_shm_client_mem_reg(struct pbox_shm_client *c, size_t bytes, void **out, char *err,
 			    size_t errlen);
 int pbox_shm_client_mem_unreg(struct pbox_shm_client *c, void *p);
+/* mem_detach: as mem_unreg, but the mapping stays and becomes the caller's (munmap it);
+ * pboxd no longer sees it. */
+int pbox_shm_client_mem_detach(struct pbox_shm_client *c, void *p);
 
 /* struct pbox_tx_ops of the worker's side; ctx is the struct pbox_shm_client. A full ring
  * makes a send wait (waking the core) up to PBOX_SHM_SEND_WAIT_MS, then drop the datagram
