@@ -17,14 +17,16 @@ bucket layout nor DDP's rebuild of it after the first iterations matters: a buck
 into its parameters' slices, in place in the bucket's flat buffer. Each key counts its own
 iterations; no_sync() skips the hook on every rank alike, so the counters stay in step.
 
-Bucket memory: over the shared-memory transport (workers on pboxd's host) each bucket is
-exchanged from a buffer of registered memory (pbox.Client.alloc: pboxd reads the pushes
-where they lie, no copy into the ring): the hook copies DDP's bucket into it, push-pulls
-it in place and hands it back to DDP as the bucket's result. Over UDP, or if pboxd
-refuses the registration, the hook exchanges DDP's bucket in place. PBoxState.memory says
-which ("registered" / "plain"; logged once by the "pbox.torch" logger), and
-PBoxState.bucket_stats counts buckets of each kind. registered=False (or
-PBOX_TORCH_REGISTERED=0) keeps to plain buckets.
+Bucket memory: the hook exchanges DDP's bucket in place (plain). With registered=True
+(or PBOX_TORCH_REGISTERED=1), over the shared-memory transport (workers on pboxd's host)
+each bucket is exchanged from a buffer of registered memory instead (pbox.Client.alloc:
+pboxd reads the pushes where they lie, no copy into the ring): the hook copies DDP's
+bucket into it, push-pulls it in place and hands it back to DDP as the bucket's result.
+That copy costs what the ring's copy saves (measured: no gain, README) and keeps a second
+copy of the gradients, so it is off by default. Over UDP, or if pboxd refuses the
+registration, the hook exchanges DDP's bucket in place. PBoxState.memory says which
+("registered" / "plain"; logged once by the "pbox.torch" logger), and
+PBoxState.bucket_stats counts buckets of each kind.
 
 Configuration: arguments, else environment variables PBOX_SERVER ("host:port" of pboxd's
 control channel), PBOX_JOB, PBOX_TOKEN, PBOX_TIMEOUT (seconds, default 30) and
@@ -101,7 +103,8 @@ class PBoxState:
         local_addr = _setting(local_addr, "PBOX_LOCAL_ADDR", "local address", str, False)
         rank, world_size = _rank_world(rank, world_size)
         if registered is None:
-            registered = _setting(None, "PBOX_TORCH_REGISTERED", "0 or 1", int, False) != 0
+            registered = (_setting(None, "PBOX_TORCH_REGISTERED", "0 or 1", int, False)
+                          or 0) != 0
 
         params = list(model.parameters())
         keys = []

@@ -10,7 +10,7 @@
   --mode view     as rebuild, with DDP(gradient_as_bucket_view=True): the gradients are
                   views of DDP's buckets, and the hook's result a different tensor
 
-Backend pbox exchanges from registered bucket buffers over shm (pbox.torch's default),
+Backend pbox exchanges from registered bucket buffers over shm (PBoxState(registered=True)),
 pbox-plain from DDP's own buckets (PBoxState(registered=False)).
 
 Phases run one after the other in one process group, each on a fresh model. Rank 0
