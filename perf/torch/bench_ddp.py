@@ -47,8 +47,9 @@ def parse_args(argv):
     p.add_argument("--skip-comm", action="store_true")
     p.add_argument("--registered", action="store_true",
                    help="comm: also pbox from registered bucket buffers (what pbox.torch's "
-                        "hook does with registered=True over shm: copy the bucket in, push-pull it in place), "
-                        "beside pbox from the plain buckets, in the same alternation")
+                        "hook does with registered=True over shm: copy the bucket in, "
+                        "push-pull it in place), beside pbox from the plain buckets, in the "
+                        "same alternation")
     p.add_argument("--pboxd-cores", type=int, default=2)
     p.add_argument("--out", help="write the results here (JSON)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
