@@ -58,6 +58,7 @@ struct cop {
 	pbox_done_fn cb;
 	void *cb_arg;
 	struct cop *next; /* submission list */
+	bool waited;      /* a thread waits for it (wait_locked): its completion signals */
 };
 
 struct pbox_client {
@@ -437,7 +438,13 @@ static void op_done(struct pbox_op *op, void *arg)
 	cb = cp->cb;
 	cb_arg = cp->cb_arg;
 	snapshot_stats(c);
-	pthread_cond_broadcast(&c->cond);
+	if (cp->waited) {
+		/* Only a completion someone waits for wakes the waiters: a broadcast per
+		 * operation woke pbox_wait_all's thread once per key (a futex wake-up and
+		 * a context switch each, on the CPUs the transfer needs). */
+		cp->waited = false;
+		pthread_cond_broadcast(&c->cond);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (cb != NULL) {
 		/* Inside the callback pbox_last_error() tells why the operation failed. */
@@ -826,7 +833,11 @@ static void *progress_main(void *arg)
 			set_kpace_rate(c);
 		}
 		pbox_node_flush(c->node);
-		if (n != 0 || c->opts.busy_poll) {
+		/* A receive that drained the socket goes straight to the idle poll: another
+		 * receive first would almost always come back empty (a system call per
+		 * wake-up the echo bound does not make); poll returns at once for what
+		 * arrived meanwhile. */
+		if ((n != 0 && (c->shm != NULL || pbox_udp_rx_more(c->udp))) || c->opts.busy_poll) {
 			/* Busy: still look at the control channel every 10 ms for events. */
 			t = pbox_clock_ns(NULL);
 			if (c->ctl_fd >= 0 && t >= next_ctl_check) {
@@ -1212,6 +1223,7 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 {
 	int64_t k;
 	struct cop *cp;
+	bool ring;
 
 	if (c == NULL || c->node == NULL) {
 		return fail(-ENOTCONN, "no keys registered yet (call pbox_register first)");
@@ -1256,6 +1268,11 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 	cp->cb_arg = arg;
 	cp->state = COP_SUBMITTED;
 	cp->next = NULL;
+	cp->waited = false;
+	/* The doorbell only for the first of a batch: the progress thread takes the whole
+	 * list at once (drain_submissions), so one ring covers everything appended before
+	 * it does. */
+	ring = c->sub_head == NULL;
 	if (c->sub_tail) {
 		c->sub_tail->next = cp;
 	} else {
@@ -1263,7 +1280,7 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 	}
 	c->sub_tail = cp;
 	pthread_mutex_unlock(&c->lock);
-	{
+	if (ring) {
 		uint64_t one = 1;
 
 		if (write(c->wake_fd, &one, sizeof(one)) < 0) {
@@ -1289,8 +1306,11 @@ static int abs_deadline(struct timespec *ts, int timeout_ms)
 static int wait_locked(struct pbox_client *c, struct cop *cp, const struct timespec *until)
 {
 	while (cp->state == COP_SUBMITTED) {
-		int rc = until ? pthread_cond_timedwait(&c->cond, &c->lock, until)
-			       : pthread_cond_wait(&c->cond, &c->lock);
+		int rc;
+
+		cp->waited = true; /* op_done signals its completion */
+		rc = until ? pthread_cond_timedwait(&c->cond, &c->lock, until)
+			   : pthread_cond_wait(&c->cond, &c->lock);
 
 		if (rc == ETIMEDOUT && cp->state == COP_SUBMITTED) {
 			return fail(-ETIMEDOUT,
@@ -1364,10 +1384,13 @@ int pbox_wait_all(struct pbox_client *c, int timeout_ms)
 		abs_deadline(&until, timeout_ms);
 	}
 	pthread_mutex_lock(&c->lock);
-	for (uint32_t k = 0; k < c->desc.nkeys; k++) {
+	/* Last key first: operations complete about in the order they were started, so
+	 * waiting for the last one first wakes this thread about once, not once per key.
+	 * The error reported is still the one of the lowest key that failed. */
+	for (uint32_t k = c->desc.nkeys; k-- > 0;) {
 		int rc = wait_key_locked(c, k, timeout_ms >= 0 ? &until : NULL);
 
-		if (rc < 0 && first == 0) {
+		if (rc < 0) {
 			first = rc;
 			snprintf(msg, sizeof(msg), "%s", g_errmsg);
 		}
