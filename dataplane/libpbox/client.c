@@ -833,11 +833,7 @@ static void *progress_main(void *arg)
 			set_kpace_rate(c);
 		}
 		pbox_node_flush(c->node);
-		/* A receive that drained the socket goes straight to the idle poll: another
-		 * receive first would almost always come back empty (a system call per
-		 * wake-up the echo bound does not make); poll returns at once for what
-		 * arrived meanwhile. */
-		if ((n != 0 && (c->shm != NULL || pbox_udp_rx_more(c->udp))) || c->opts.busy_poll) {
+		if (n != 0 || c->opts.busy_poll) {
 			/* Busy: still look at the control channel every 10 ms for events. */
 			t = pbox_clock_ns(NULL);
 			if (c->ctl_fd >= 0 && t >= next_ctl_check) {
