@@ -58,6 +58,7 @@ struct cop {
 	pbox_done_fn cb;
 	void *cb_arg;
 	struct cop *next; /* submission list */
+	bool waited;      /* a thread waits for it (wait_locked): its completion signals */
 };
 
 struct pbox_client {
@@ -437,7 +438,13 @@ static void op_done(struct pbox_op *op, void *arg)
 	cb = cp->cb;
 	cb_arg = cp->cb_arg;
 	snapshot_stats(c);
-	pthread_cond_broadcast(&c->cond);
+	if (cp->waited) {
+		/* Only a completion someone waits for wakes the waiters: a broadcast per
+		 * operation woke pbox_wait_all's thread once per key (a futex wake-up and
+		 * a context switch each, on the CPUs the transfer needs). */
+		cp->waited = false;
+		pthread_cond_broadcast(&c->cond);
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (cb != NULL) {
 		/* Inside the callback pbox_last_error() tells why the operation failed. */
@@ -1212,6 +1219,7 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 {
 	int64_t k;
 	struct cop *cp;
+	bool ring;
 
 	if (c == NULL || c->node == NULL) {
 		return fail(-ENOTCONN, "no keys registered yet (call pbox_register first)");
@@ -1256,6 +1264,11 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 	cp->cb_arg = arg;
 	cp->state = COP_SUBMITTED;
 	cp->next = NULL;
+	cp->waited = false;
+	/* The doorbell only for the first of a batch: the progress thread takes the whole
+	 * list at once (drain_submissions), so one ring covers everything appended before
+	 * it does. */
+	ring = c->sub_head == NULL;
 	if (c->sub_tail) {
 		c->sub_tail->next = cp;
 	} else {
@@ -1263,7 +1276,7 @@ static int start(struct pbox_client *c, enum pbox_op_kind kind, uint32_t key_id,
 	}
 	c->sub_tail = cp;
 	pthread_mutex_unlock(&c->lock);
-	{
+	if (ring) {
 		uint64_t one = 1;
 
 		if (write(c->wake_fd, &one, sizeof(one)) < 0) {
@@ -1289,8 +1302,11 @@ static int abs_deadline(struct timespec *ts, int timeout_ms)
 static int wait_locked(struct pbox_client *c, struct cop *cp, const struct timespec *until)
 {
 	while (cp->state == COP_SUBMITTED) {
-		int rc = until ? pthread_cond_timedwait(&c->cond, &c->lock, until)
-			       : pthread_cond_wait(&c->cond, &c->lock);
+		int rc;
+
+		cp->waited = true; /* op_done signals its completion */
+		rc = until ? pthread_cond_timedwait(&c->cond, &c->lock, until)
+			   : pthread_cond_wait(&c->cond, &c->lock);
 
 		if (rc == ETIMEDOUT && cp->state == COP_SUBMITTED) {
 			return fail(-ETIMEDOUT,
@@ -1364,10 +1380,13 @@ int pbox_wait_all(struct pbox_client *c, int timeout_ms)
 		abs_deadline(&until, timeout_ms);
 	}
 	pthread_mutex_lock(&c->lock);
-	for (uint32_t k = 0; k < c->desc.nkeys; k++) {
+	/* Last key first: operations complete about in the order they were started, so
+	 * waiting for the last one first wakes this thread about once, not once per key.
+	 * The error reported is still the one of the lowest key that failed. */
+	for (uint32_t k = c->desc.nkeys; k-- > 0;) {
 		int rc = wait_key_locked(c, k, timeout_ms >= 0 ? &until : NULL);
 
-		if (rc < 0 && first == 0) {
+		if (rc < 0) {
 			first = rc;
 			snprintf(msg, sizeof(msg), "%s", g_errmsg);
 		}

@@ -326,6 +326,56 @@ static void test_rx_wait(void **state)
 	pbox_udp_close(rx[0]);
 }
 
+/* rx_more: false once a receive drained the socket (fewer messages than slots), true
+ * after a receive that filled every slot (the burst is 32: 40 datagrams queued), and
+ * true while a coalesced GRO message still has datagrams to hand out. */
+static void test_rx_more(void **state)
+{
+	struct pbox_udp *tx = open_udp(true, true);
+	struct pbox_udp *rx[1] = { open_udp(true, true) };
+	struct dgram d[40];
+	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
+	struct pbox_udp_info info;
+	bool gso;
+
+	(void)state;
+	for (unsigned i = 0; i < 40; i++) {
+		d[i] = (struct dgram){ 0, 100 };
+	}
+	send_all(tx, rx, d, 3);
+	assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, PBOX_UDP_MAX_BURST), 3);
+	assert_false(pbox_udp_rx_more(rx[0]));
+	send_all(tx, rx, d, 40);
+	assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, PBOX_UDP_MAX_BURST), 32);
+	assert_true(pbox_udp_rx_more(rx[0]));
+	assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, PBOX_UDP_MAX_BURST), 8);
+	assert_false(pbox_udp_rx_more(rx[0]));
+	pbox_udp_close(tx);
+	pbox_udp_close(rx[0]);
+
+	/* A GSO message of 20 datagrams, received coalesced, handed out 7 at a time. */
+	tx = open_udp(false, true);
+	rx[0] = open_udp(true, false);
+	pbox_udp_info(tx, &info);
+	gso = info.gso;
+	pbox_udp_info(rx[0], &info);
+	if (!gso || !info.gro) {
+		printf("skip (GRO part): the kernel has no UDP_SEGMENT / UDP_GRO\n");
+	} else {
+		for (unsigned i = 0; i < 20; i++) {
+			d[i] = (struct dgram){ 0, 1408 };
+		}
+		send_all(tx, rx, d, 20);
+		assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, 7), 7);
+		assert_true(pbox_udp_rx_more(rx[0]));
+		assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, 7), 7);
+		assert_int_equal(pbox_udp_rx_burst(rx[0], pkts, 7), 6);
+		assert_false(pbox_udp_rx_more(rx[0]));
+	}
+	pbox_udp_close(tx);
+	pbox_udp_close(rx[0]);
+}
+
 /* The payload of datagram pkts[k] (sent as index idx) is where it should be: in place p
  * (placed[k] == p) or whole behind its header. */
 static void check_placed(const struct pbox_rx_pkt *pk, int16_t placed, const uint8_t *dst,
@@ -409,6 +459,7 @@ int main(void)
 		cmocka_unit_test(test_gso_bounds),
 		cmocka_unit_test(test_rx_wait),
 		cmocka_unit_test(test_rx_placed),
+		cmocka_unit_test(test_rx_more),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,7 +33,8 @@ struct udp_core {
 	struct pboxd_core *core;
 	pthread_t thread;
 	bool started;
-	bool waited; /* pkts[0..nwaited) came from udp_wait: rx hands them on */
+	bool waited;  /* pkts[0..nwaited) came from udp_wait: rx hands them on */
+	bool drained; /* the last receive emptied the socket: the next pass waits at once */
 	unsigned nwaited;
 	struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
 };
@@ -48,12 +49,19 @@ static enum pbox_poll_rc udp_rx(void *xc, struct pbox_loop *l)
 	if (u->waited) {
 		u->waited = false;
 		n = u->nwaited;
+	} else if (u->drained && !l->busy_poll) {
+		/* The socket was empty after the last receive: a second one now would come
+		 * back empty (a system call per burst); the loop's wait is the next receive,
+		 * and it returns at once with what arrived meanwhile. */
+		u->drained = false;
+		return PBOX_POLL_IDLE;
 	} else {
 		n = pbox_udp_rx_burst(u->udp, u->pkts, PBOX_UDP_MAX_BURST);
 	}
 	if (n == 0) {
 		return PBOX_POLL_IDLE;
 	}
+	u->drained = !pbox_udp_rx_more(u->udp);
 	tab = pbox_loop_table(l);
 	for (unsigned i = 0; i < n; i++) {
 		if (i + 1 < n) {

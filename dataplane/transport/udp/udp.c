@@ -82,6 +82,7 @@ struct pbox_udp {
 	/* messages of the last recvmmsg not yet handed out: slot rx_next at byte rx_off */
 	unsigned rx_nmsgs, rx_next;
 	uint32_t rx_off;
+	bool rx_full; /* the last recvmmsg filled every slot it offered: more may be queued */
 	/* send */
 	unsigned ntx, tx_cap;
 	uint64_t tx_queued_bytes; /* bytes in tx[0..ntx) */
@@ -520,6 +521,7 @@ static unsigned receive(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned m
 	}
 	u->stats.rx_calls++;
 	n = recvmmsg(u->fd, u->rx_msgs, want, flags, NULL);
+	u->rx_full = n == (int)want;
 	/* A blocking receive woken by shutdown() "receives" an empty message without a
 	 * sender; every real UDP datagram has one. */
 	for (int i = 0; i < n; i++) {
@@ -624,6 +626,11 @@ unsigned pbox_udp_rx_placed(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsign
 		}
 	}
 	return receive(u, pkts, max, flags, place, PBOX_MIN(nplace, u->burst), placed);
+}
+
+bool pbox_udp_rx_more(const struct pbox_udp *u)
+{
+	return u->rx_next < u->rx_nmsgs || u->rx_full;
 }
 
 void pbox_udp_wake(struct pbox_udp *u)

@@ -123,6 +123,13 @@ unsigned pbox_udp_rx_burst(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigne
 unsigned pbox_udp_rx_wait(struct pbox_udp *u, struct pbox_rx_pkt *pkts, unsigned max,
 			  int timeout_ms);
 
+/* Whether the next rx call may return datagrams at once: some of the last message(s) are
+ * not handed out yet, or the last recvmmsg filled every slot it offered. False means the
+ * socket was drained by the last call: a caller about to poll() the socket anyway can
+ * skip a receive that would most likely come back empty (one system call fewer per
+ * wake-up); poll() still sees whatever arrived meanwhile. */
+bool pbox_udp_rx_more(const struct pbox_udp *u);
+
 /*
  * Receive placement: the payload of a datagram received straight into the memory it is
  * meant for (libpbox: a result fragment into the caller's buffer), no copy after the
