@@ -2060,6 +2060,30 @@ static void timeout_lane(struct pbox_node *n, struct lane *ln, uint64_t t)
 	}
 }
 
+/*
+ * The turn of a core that answers nothing (pbox_node_timers; F-RTO, RFC 5682): chunk w's
+ * timer may send now if the core has been quiet for pt since its last answer
+ * (last_answer) and the last quiet probe (*last_probe) is *gap ago; the gap then doubles,
+ * up to cap (the first is pt). Otherwise w is re-armed: after wait_ns while the core
+ * still answers, else when the next quiet probe is due. Returns whether w may send.
+ */
+static bool quiet_turn(struct pbox_node *n, struct wchunk *w, uint64_t t, uint64_t pt,
+		       uint64_t last_answer, uint64_t wait_ns, uint64_t *last_probe, uint64_t *gap,
+		       uint64_t cap)
+{
+	bool flowing = t - last_answer < pt;
+
+	if (flowing || t - *last_probe < *gap) {
+		n->stats.timer_waits++;
+		w->tmo_ns = flowing ? wait_ns : PBOX_MAX(pt, *last_probe + *gap - t);
+		arm(n, w, t);
+		return false;
+	}
+	*last_probe = t;
+	*gap = *gap != 0 ? PBOX_MIN(2 * *gap, cap) : pt;
+	return true;
+}
+
 void pbox_node_timers(struct pbox_node *n)
 {
 	uint64_t t = now(n);
@@ -2108,20 +2132,11 @@ void pbox_node_timers(struct pbox_node *n)
 				 * probes (RACK's TLP), the next after twice that, and so on, the
 				 * rest wait for the answer (F-RTO, RFC 5682: a spurious timeout
 				 * costs one datagram per core, not one per chunk in flight). */
-				uint64_t pt = pto(n), gap = n->core_quiet_sgap[core];
-				bool flowing = t - n->core_delivery[core] < pt;
-
-				if (flowing || t - n->core_quiet_send[core] < gap) {
-					n->stats.timer_waits++;
-					w->tmo_ns =
-						flowing ? n->rto
-							: PBOX_MAX(pt, n->core_quiet_send[core] +
-									       gap - t);
-					arm(n, w, t);
+				if (!quiet_turn(n, w, t, pto(n), n->core_delivery[core], n->rto,
+						&n->core_quiet_send[core],
+						&n->core_quiet_sgap[core], n->rto_max)) {
 					continue;
 				}
-				n->core_quiet_send[core] = t;
-				n->core_quiet_sgap[core] = gap ? PBOX_MIN(2 * gap, n->rto_max) : pt;
 				quiet = true;
 			}
 			if (w->phase == PH_WAIT && w->rgot == 0 && n->relay == NULL &&
@@ -2133,21 +2148,13 @@ void pbox_node_timers(struct pbox_node *n)
 				 * core probes, then the next after twice the interval, and so on
 				 * until results come again (a stalled peer leaves every chunk
 				 * waiting: R6, perf/README.md section 4). */
-				uint64_t pt = probe_tmo(n), gap = n->core_quiet_gap[core];
-				bool flowing = t - n->core_res_t[core] < pt;
+				uint64_t pt = probe_tmo(n);
 
-				if (flowing || t - n->core_quiet_probe[core] < gap) {
-					n->stats.timer_waits++;
-					w->tmo_ns =
-						flowing ? pt
-							: PBOX_MAX(pt, n->core_quiet_probe[core] +
-									       gap - t);
-					arm(n, w, t);
+				if (!quiet_turn(n, w, t, pt, n->core_res_t[core], pt,
+						&n->core_quiet_probe[core],
+						&n->core_quiet_gap[core], probe_slow(n))) {
 					continue;
 				}
-				n->core_quiet_probe[core] = t;
-				n->core_quiet_gap[core] =
-					gap ? PBOX_MIN(2 * gap, probe_slow(n)) : pt;
 				quiet = true;
 			}
 			w->tmo_ns = PBOX_MIN(w->tmo_ns * 2, n->rto_max);
