@@ -254,6 +254,56 @@ static void test_socket(void **state)
 	pbox_udp_close(rx[1]);
 }
 
+/* A message built again after the kernel refused it (here the GSO fallback: SO_NO_CHECK
+ * makes the kernel refuse UDP_SEGMENT) keeps the departure time its datagrams got: the
+ * timeline advances once for their bytes, not once per attempt. */
+static void test_resend_keeps_times(void **state)
+{
+	struct pbox_udp *tx = open_udp(true, false, 100000000); /* 800 Mbit/s */
+	struct pbox_udp *rx = open_udp(false, false, 0);
+	static uint8_t pay[1400];
+	struct pbox_peer to;
+	struct pbox_udp_info info;
+	const int one = 1;
+	const unsigned n = 20;
+	unsigned got = 0;
+
+	(void)state;
+	pbox_udp_info(tx, &info);
+	if (!info.gso) {
+		skip(); /* no GSO on this kernel: nothing to fall back from */
+	}
+	assert_int_equal(setsockopt(pbox_udp_fd(tx), SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)),
+			 0);
+	assert_int_equal(pbox_peer_from_str(&to, "127.0.0.1", pbox_udp_port(rx)), 0);
+	for (unsigned i = 0; i < n; i++) {
+		struct pbox_wire_hdr h;
+
+		memset(&h, 0, sizeof(h));
+		h.seq = i;
+		h.frag_len = sizeof(pay);
+		assert_int_equal(pbox_udp_tx_ops.send(tx, &to, &h, pay, sizeof(pay)), 0);
+	}
+	pbox_udp_tx_ops.flush(tx);
+	pbox_udp_info(tx, &info);
+	assert_false(info.gso); /* the kernel refused the run; sent one per message */
+	assert_int_equal(pbox_udp_stats(tx)->tx_pkts, n);
+	assert_int_equal(pbox_udp_stats(tx)->tx_gso_msgs, 0);
+	/* one stamp, for the refused run; the 20 single messages reuse its time */
+	assert_int_equal(pbox_udp_kpace_stats(tx)->stamped, 1);
+	assert_int_equal(pbox_udp_kpace_stats(tx)->lead_max_ns, 0);
+	while (got < n) {
+		struct pbox_rx_pkt pkts[PBOX_UDP_MAX_BURST];
+		unsigned k = pbox_udp_rx_wait(rx, pkts, PBOX_UDP_MAX_BURST, 2000);
+
+		assert_true(k > 0);
+		got += k;
+	}
+	assert_int_equal(got, n);
+	pbox_udp_close(tx);
+	pbox_udp_close(rx);
+}
+
 /* The egress check: traffic to 127.0.0.1 leaves from loopback, which ignores the times;
  * every interface's answer is a verdict or an error, always with a reason. */
 static void test_egress(void **state)
@@ -281,7 +331,8 @@ int main(void)
 		cmocka_unit_test(test_shared_timeline), cmocka_unit_test(test_rate_changes),
 		cmocka_unit_test(test_per_destination), cmocka_unit_test(test_table_full),
 		cmocka_unit_test(test_lead_cap),        cmocka_unit_test(test_parse_rate),
-		cmocka_unit_test(test_socket),          cmocka_unit_test(test_egress),
+		cmocka_unit_test(test_socket),          cmocka_unit_test(test_resend_keeps_times),
+		cmocka_unit_test(test_egress),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,6 +27,11 @@ struct tx_entry {
 	uint32_t ip; /* network order */
 	uint16_t port;
 	uint32_t len; /* header + payload */
+	/* Its departure time once a message carrying it was stamped (kernel pacing), 0
+	 * before: a message built again after EAGAIN, a partial sendmmsg or the GSO
+	 * fallback keeps the times its datagrams got, instead of advancing the timeline a
+	 * second time for the same bytes. */
+	uint64_t when;
 };
 
 /* Per outgoing message: its address and room for the UDP_SEGMENT and SCM_TXTIME control
@@ -717,12 +722,30 @@ static unsigned build_msgs(struct pbox_udp *u, unsigned first)
 		}
 		if (t != 0) {
 			/* Its departure time (kpace.h), in wire bytes: each datagram's IP, UDP
-			 * and Ethernet headers count against the link as its bytes do. */
-			uint64_t when = pbox_kpace_stamp(
-				&u->kp, e->ip, e->port,
-				total + (uint64_t)(j - i) * PBOX_KPACE_L2_OVERHEAD, t);
+			 * and Ethernet headers count against the link as its bytes do. Only
+			 * datagrams not stamped before advance the timeline; the message
+			 * leaves at the latest time among its datagrams. */
+			uint64_t when = 0, fresh = 0;
 			struct cmsghdr *cm =
 				(struct cmsghdr *)(void *)(tm->ctl.buf + h->msg_controllen);
+
+			for (unsigned k = i; k < j; k++) {
+				if (u->tx[k].when == 0) {
+					fresh += u->tx[k].len + (uint64_t)PBOX_KPACE_L2_OVERHEAD;
+				}
+			}
+			if (fresh != 0) {
+				uint64_t w = pbox_kpace_stamp(&u->kp, e->ip, e->port, fresh, t);
+
+				for (unsigned k = i; k < j; k++) {
+					if (u->tx[k].when == 0) {
+						u->tx[k].when = w;
+					}
+				}
+			}
+			for (unsigned k = i; k < j; k++) {
+				when = u->tx[k].when > when ? u->tx[k].when : when;
+			}
 
 			h->msg_control = tm->ctl.buf;
 			h->msg_controllen += CMSG_SPACE(sizeof(when));
@@ -819,6 +842,7 @@ static void queue(struct pbox_udp *u, const struct pbox_peer *to, const struct p
 	e->ip = to->ip;
 	e->port = to->port;
 	e->len = (uint32_t)sizeof(e->hdr) + len;
+	e->when = 0;
 	iov[0].iov_base = &e->hdr;
 	iov[0].iov_len = sizeof(e->hdr);
 	/* An empty second iovec for a header-only datagram keeps every entry at two. */
