@@ -141,7 +141,8 @@ int pbox_kpace_parse_rate(const char *s, uint64_t *Bps)
 struct ifq {
 	unsigned index;
 	char name[IF_NAMESIZE];
-	bool paces;          /* an fq or etf qdisc on it */
+	bool paces;          /* an fq qdisc on it */
+	bool etf;            /* an etf qdisc on it (see note_qdisc) */
 	char root[IFNAMSIZ]; /* kind of its root qdisc ("" if none seen: noqueue) */
 };
 
@@ -211,8 +212,14 @@ static void note_qdisc(const struct nlmsghdr *nh, struct ifq *ifs, unsigned nifs
 			if ((int)ifs[i].index != tc->tcm_ifindex) {
 				continue;
 			}
-			if (strcmp(kind, "fq") == 0 || strcmp(kind, "etf") == 0) {
+			/* Only fq honours CLOCK_MONOTONIC departure times. etf compares them
+			 * with its own clock (CLOCK_TAI as it is set up) and drops a packet
+			 * whose time is on another clock, already past, or missing: with etf
+			 * on the egress, pbox's datagrams would be lost, not paced. */
+			if (strcmp(kind, "fq") == 0) {
 				ifs[i].paces = true;
+			} else if (strcmp(kind, "etf") == 0) {
+				ifs[i].etf = true;
 			}
 			if (tc->tcm_parent == TC_H_ROOT) {
 				snprintf(ifs[i].root, sizeof(ifs[i].root), "%s", kind);
@@ -344,7 +351,13 @@ int pbox_kpace_egress(uint32_t local_ip, char *why, size_t len)
 	for (unsigned i = 0; i < nifs; i++) {
 		int w;
 
-		if (ifs[i].paces) {
+		if (ifs[i].etf) {
+			rc = 0;
+			w = snprintf(why + off, len - off,
+				     "%s%s: etf, which drops departure times that are not on its "
+				     "clock (CLOCK_TAI) and unstamped datagrams: use fq",
+				     off ? ", " : "", ifs[i].name);
+		} else if (ifs[i].paces) {
 			w = snprintf(why + off, len - off, "%s%s: fq", off ? ", " : "",
 				     ifs[i].name);
 		} else {

@@ -23,8 +23,9 @@
  * false: the sender's own link is the bottleneck for all its peers: a worker) or one per
  * destination (per_dst true: each peer's link is: the appliance's results to its workers).
  *
- * Without fq (or etf) on the egress interface the departure times are ignored by the
- * kernel and nothing is paced: loopback (noqueue), tbf, pfifo_fast. pbox_kpace_egress()
+ * Without fq on the egress interface the departure times are ignored by the kernel and
+ * nothing is paced: loopback (noqueue), tbf, pfifo_fast. etf is not a pacer for this: it
+ * drops what is not stamped on its own clock (CLOCK_TAI). pbox_kpace_egress()
  * looks at the qdiscs (rtnetlink) so the owner can say whether pacing is in effect.
  *
  * Threading: a struct pbox_kpace is used by one thread (the transport instance's);
@@ -88,8 +89,9 @@ uint64_t pbox_kpace_stamp(struct pbox_kpace *k, uint32_t ip, uint16_t port, uint
 
 /* Whether the kernel would apply departure times on the interfaces that carry traffic from
  * local IPv4 address local_ip (network order; 0: every interface that is up and not a
- * loopback): 1 if each has an fq or etf qdisc (anywhere in its tree, e.g. fq under a tbf),
- * 0 if not (why: which interface has which root qdisc, or that traffic stays on loopback),
+ * loopback): 1 if each has an fq qdisc (anywhere in its tree, e.g. fq under a tbf), 0 if
+ * not (why: which interface has which root qdisc, that traffic stays on loopback, or that
+ * an etf qdisc is there: etf drops CLOCK_MONOTONIC times, so it counts as not pacing),
  * -errno if the qdiscs cannot be read (why says so). */
 int pbox_kpace_egress(uint32_t local_ip, char *why, size_t len);
 
