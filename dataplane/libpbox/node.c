@@ -106,6 +106,7 @@ struct pbox_node {
 	 * delays that proved timers too eager, decayed when timers prove right; the window
 	 * before the last timeout's reduction, to undo when it proves spurious (0: none). */
 	uint64_t pto_adapt;
+	uint64_t pto_adapt_t; /* when pto_adapt last rose or decayed (floor_decay()) */
 	uint64_t undo_cwnd, undo_ssthresh;
 	uint64_t min_rtt; /* windowed minimum: min(min_prev, min_cur) */
 	uint64_t min_prev, min_cur, min_epoch;
@@ -1198,6 +1199,32 @@ static void wait_sample(struct pbox_node *n, uint64_t d)
 	n->wsrtt = PBOX_MAX((7 * n->wsrtt + d) / 8, 1u);
 }
 
+/*
+ * The raised probe floor (pto_adapt) decays by a quarter every PTO_DECAY_NS without a new
+ * spurious timeout, and at every loss the appliance reports (a NACK). A timer that proves
+ * right lowers it too (judge_timer), but a push-pull's contribution is answered by its
+ * result, which cannot tell a right timer from a spurious one, so there the floor one
+ * scheduling hiccup raised stayed for the job's life, and every later lost tail waited
+ * for it (up to rto_max / 4). A stall that recurs raises it again, at the cost of one
+ * probe per quiet core (test_cc_loss test_floor_decays_after_stall).
+ */
+#define PTO_DECAY_NS (100ull * 1000 * 1000)
+
+static void floor_decay(struct pbox_node *n, uint64_t t)
+{
+	if (n->pto_adapt == 0) {
+		return;
+	}
+	if (t - n->pto_adapt_t >= PTO_DECAY_NS) {
+		n->pto_adapt -= n->pto_adapt / 4;
+		if (n->pto_adapt < n->pto_min) {
+			n->pto_adapt = 0; /* below the floor every probe has anyway */
+		}
+		n->pto_adapt_t = t;
+		n->stats.pto_floor_us = n->pto_adapt / 1000;
+	}
+}
+
 /* wchunk.tmo_sent: what the timer sent, to be judged by the answer (judge_timer) */
 #define TMO_SENT  1 /* a resend or a probe after the chunk's own timeout */
 #define TMO_QUIET 2 /* a probe while the chunk's core answered nothing (timers) */
@@ -1243,6 +1270,7 @@ static void judge_timer(struct pbox_node *n, uint32_t i, int verdict, uint64_t t
 		 * (RACK's reordering window grows in quarters), at most a quarter of rto_max,
 		 * and give back the window the timeout took. */
 		n->pto_adapt = PBOX_MIN(PBOX_MAX(n->pto_adapt, d + d / 4), n->rto_max / 4);
+		n->pto_adapt_t = t;
 		n->rto = PBOX_MAX(n->rto, n->pto_adapt); /* and the RTO (RFC 4015's response) */
 		n->stats.rto_us = n->rto / 1000;
 		n->stats.spurious_retx++;
@@ -1309,6 +1337,9 @@ static bool on_nack(struct pbox_node *n, uint32_t i, const struct pbox_msg *m)
 	}
 	n->stats.nacks++;
 	judge_timer(n, i, 0, t, false); /* fragments were missing: not spurious */
+	/* a loss the appliance proved: the path drops data, timers are not too eager */
+	n->pto_adapt -= n->pto_adapt / 4;
+	n->stats.pto_floor_us = n->pto_adapt / 1000;
 	cc_loss(n, t, false);
 	w->tries++; /* Karn: no RTT sample from this contribution */
 	w->tmo_ns = pto(n);
@@ -2088,6 +2119,8 @@ void pbox_node_timers(struct pbox_node *n)
 {
 	uint64_t t = now(n);
 	uint32_t a, core;
+
+	floor_decay(n, t);
 
 	/* Deadlines first: a failed lane takes its chunks off the active list. The scans run
 	 * only when the cached lower bound says something may be due. */

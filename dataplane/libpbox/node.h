@@ -97,7 +97,9 @@
  *    a loss); the window the timeout took is given back, and the tail-loss probe's floor
  *    (and the RTO) rise to 1.25 x the delay seen, at most rto_max / 4; each timeout that
  *    proves right (answered by its resend, or a NACK) lowers that floor by a quarter
- *    (RACK's reordering window also grows on DSACKs and decays after recoveries). While a
+ *    (RACK's reordering window also grows on DSACKs and decays after recoveries), and so
+ *    do every NACK and every 100 ms without a new spurious timeout (a push-pull's result
+ *    answers its contribution and cannot judge the timer: the floor stayed otherwise). While a
  *    core answers nothing for a tail-loss probe's time, one of its chunks probes (RACK's
  *    TLP), the next after twice that, and so on (F-RTO: one datagram first; its answer
  *    says whether the rest were lost), not every chunk in flight; an answer that proves a

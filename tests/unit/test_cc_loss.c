@@ -477,6 +477,60 @@ static void test_appliance_stall_adapts(void **state)
 	assert_true(r.resent * 100 < r.tx);
 }
 
+/*
+ * The probe floor a stall raised comes down again: the appliance (one core) stalls 15 ms
+ * of every 50 for five exchanges, lifting the floor to 20 ms; then the stalls end and 2 %
+ * of the datagrams are lost for six exchanges. In a push-pull job the result answers the
+ * contribution and cannot say whether a timer was right, so before, nothing lowered the
+ * floor again: it stayed at 20 ms (up to rto_max / 4 after a longer hiccup) for the job's
+ * life, and every lost single-datagram chunk waited that long. Now it decays by a quarter
+ * every 100 ms without a new spurious timeout (and at every NACK).
+ */
+static void test_floor_decays_after_stall(void **state)
+{
+	struct sim_job_cfg cfg = cfg_of();
+	struct sim_link_cfg l = { .rate_Bps = 1250000000ull,
+				  .delay_ns = MS / 100,
+				  .queue_bytes = 64ull << 20 };
+	struct rand_loss loss = { .state = 0x9e3779b97f4a7c15ull, .p = 0.02 };
+	uint64_t raised = 0, after = 0;
+	double secs = 0;
+	struct sim s;
+
+	(void)state;
+	cfg.frag_bytes = 32768;
+	assert_int_equal(sim_init(&s, &cfg), 0);
+	assert_int_equal(sim_set_links(&s, &l, &l), 0);
+	s.stall_ns[0] = 15 * MS;
+	s.stall_period_ns[0] = 50 * MS;
+	for (uint32_t t = 0; t < 5; t++) {
+		round_once(&s, t);
+	}
+	for (uint32_t r = 0; r < RANKS; r++) {
+		raised = PBOX_MAX(raised, pbox_node_stats(s.node[r])->pto_floor_us);
+	}
+	s.stall_ns[0] = 0;
+	s.filter = drop_random;
+	s.filter_arg = &loss;
+	for (uint32_t t = 5; t < 11; t++) {
+		secs += round_once(&s, t);
+	}
+	for (uint32_t r = 0; r < RANKS; r++) {
+		after = PBOX_MAX(after, pbox_node_stats(s.node[r])->pto_floor_us);
+	}
+	print_message("probe floor after the stalls %llu us, after 6 exchanges at 2%% loss %llu "
+		      "us (%.1f ms per exchange; %llu nacks, %llu resends, %llu probes, %llu "
+		      "dropped)\n",
+		      (unsigned long long)raised, (unsigned long long)after, secs / 6 * 1e3,
+		      (unsigned long long)pbox_node_stats(s.node[0])->nacks,
+		      (unsigned long long)pbox_node_stats(s.node[0])->retransmits,
+		      (unsigned long long)pbox_node_stats(s.node[0])->probes,
+		      (unsigned long long)loss.dropped);
+	assert_true(raised >= 15000);
+	assert_true(after * 2 < raised);
+	sim_fini(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -487,6 +541,7 @@ int main(void)
 		cmocka_unit_test(test_stall_probe_floor),
 		cmocka_unit_test(test_core_stall_no_resends),
 		cmocka_unit_test(test_appliance_stall_adapts),
+		cmocka_unit_test(test_floor_decays_after_stall),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
