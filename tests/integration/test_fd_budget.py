@@ -165,8 +165,22 @@ def part_job(d):
 
 
 def part_flood(d):
+    from test_metrics import scrape
+
+    def control_fds():
+        # /metrics' descriptors are its own (taken at start): it answers while the
+        # control connections hold the rest of the budget
+        fams = scrape(d.mport, wait=5)
+        held_ = {lab["class"]: int(v) for lab, v in fams["pboxd_fds_held"]["samples"]}
+        refused_ = {lab["class"]: int(v)
+                    for lab, v in fams["pboxd_fds_refused_total"]["samples"]}
+        return held_.get("control", 0), refused_.get("control", 0)
+
     pid = d.proc.pid
     quiet(d)
+    # the first scrape leaves the /metrics server two descriptors it keeps (its share of
+    # the budget, taken at start): count from after it
+    refused0 = control_fds()[1]
     n0 = nopen(pid)
     before = d.stats()["control"]
     wait_for(lambda: nopen(pid) <= n0, "the stats connection closed")
@@ -179,7 +193,12 @@ def part_flood(d):
             s.setblocking(False)
             s.connect_ex(("127.0.0.1", d.tcp))
             conns.append(s)
-        time.sleep(1.0)
+        # every connection accepted or refused before any closes (a closed one would
+        # give its descriptor back to one still queued)
+        wait_for(lambda: control_fds()[0] >= FREE and
+                 control_fds()[1] - refused0 >= 30 - FREE,
+                 "pboxd to accept %d and refuse %d of the flood's connections" %
+                 (FREE, 30 - FREE))
         for s in conns:
             s.close()
         wait_for(lambda: nopen(pid) <= n0, "pboxd to close the flood's connections")

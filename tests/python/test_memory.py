@@ -156,12 +156,17 @@ def test_use_after_close(appliance, monkeypatch):
     crash on access); new views, allocations and operations raise pbox.PboxError."""
     monkeypatch.setenv("PBOX_TRANSPORT", "shm")
     monkeypatch.delenv("PBOX_SHM_REGISTER", raising=False)
-    d = appliance([aggregate_job(1, 1)])
-    c = connect(d, 0, 1)
+    # Two ranks: rank 1 takes part in iteration 0 only, so rank 0's iteration 1 cannot
+    # complete and is certainly in flight when rank 0 closes (with one rank it could
+    # finish first on a descheduled main thread).
+    d = appliance([aggregate_job(1, 2)])
+    c = connect(d, 0, 2)
+    c1 = connect(d, 1, 2)
     with pytest.raises(pbox.PboxError) as ei:
         c.alloc(4096)  # before register
     assert ei.value.errno == errno.ENOTCONN and "register" in str(ei.value)
     c.register({0: N})
+    c1.register({0: N})
     with pytest.raises(ValueError):
         c.alloc(0)
     m = c.alloc(4 * N)
@@ -169,12 +174,17 @@ def test_use_after_close(appliance, monkeypatch):
     v = np.frombuffer(m, np.float32)
     t = torch.frombuffer(m, dtype=torch.float32)
     v[:] = grad(0, 0, N)
+    v1 = grad(1, 0, N)
+    h1 = c1.push_pull_async(0, 0, v1)
     c.push_pull(0, 0, v)
+    h1.wait(10)
+    np.testing.assert_array_equal(v, mean_of(2, 0, N))
     # an operation from it still in flight when the client closes fails, nothing else
     h = c.push_pull_async(0, 1, v)
     c.close()
     with pytest.raises(pbox.PboxError):
         h.wait(10)
+    c1.close()
     assert m.closed and not m.registered and "closed" in repr(m)
     v[:] = grad(0, 0, N)  # still mapped, still writable
     np.testing.assert_array_equal(t.numpy(), grad(0, 0, N))
