@@ -324,12 +324,14 @@ static void rebuild(struct shm_core *c)
 		}
 	}
 	/* Replies queued for a connection just dropped are not woken for: it is gone. (A
-	 * generation also moves for a region unregistered: live ones keep their wake-up.) */
+	 * generation also moves for a region unregistered: live ones keep their wake-up.) A
+	 * slot taken over by a new connection above is live with its flag cleared: it is
+	 * dropped from the list too, or its next touch() would list it twice. */
 	{
 		uint32_t kept = 0;
 
 		for (uint32_t i = 0; i < c->ntouched; i++) {
-			if (c->local[c->touched[i]].live) {
+			if (c->local[c->touched[i]].live && c->local[c->touched[i]].touched) {
 				c->touched[kept++] = c->touched[i];
 			} else {
 				c->local[c->touched[i]].touched = false;
