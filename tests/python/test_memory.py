@@ -9,6 +9,8 @@ after close the views taken before keep their bytes, everything else raises a cl
 """
 import errno
 import gc
+import os
+import resource
 import time
 import weakref
 
@@ -202,6 +204,50 @@ def test_use_after_close(appliance, monkeypatch):
     assert float(t[5]) == float(grad(0, 0, 6)[5]) + 1.0
     del t
     gc.collect()
+
+
+def test_register_at_fd_limit(appliance, monkeypatch):
+    """pboxd at its open-file limit cannot take a region's memfd (the kernel cuts the
+    descriptor off the message): the registration is refused, counted and logged, the
+    memory stays usable as plain memory, and the worker's shm connection lives on (a
+    region registered once the limit is back is shared)."""
+    monkeypatch.setenv("PBOX_TRANSPORT", "shm")
+    monkeypatch.delenv("PBOX_SHM_REGISTER", raising=False)
+    d = appliance([aggregate_job(1, 1)])
+    with connect(d, 0, 1) as c:
+        c.register({0: N})
+        pid = d.proc.pid
+        before = d.stats()["transport"]["shm"]["regions"]["refused"]
+        # the limit at pboxd's lowest free descriptor, once its set stopped changing
+        prev = None
+        for _ in range(100):
+            cur = set(int(x) for x in os.listdir("/proc/%d/fd" % pid))
+            if cur == prev:
+                break
+            prev = cur
+            time.sleep(0.1)
+        old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (min(set(range(len(cur) + 1)) - cur),
+                                                       old[1]))
+        try:
+            m = c.alloc(4 * N)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        assert not m.registered
+        v = np.frombuffer(m, np.float32)
+        v[:] = grad(0, 0, N)
+        c.push_pull(0, 0, v)
+        np.testing.assert_array_equal(v, grad(0, 0, N))
+        m2 = c.alloc(4 * N)
+        assert m2.registered
+        v2 = np.frombuffer(m2, np.float32)
+        v2[:] = grad(0, 1, N)
+        c.push_pull(0, 1, v2)
+        np.testing.assert_array_equal(v2, grad(0, 1, N))
+        assert d.stats()["transport"]["shm"]["regions"]["refused"] == before + 1
+        assert c.transport == "shm"
+        del v, v2, m, m2
+    assert "its descriptor could not be received" in d.log()
 
 
 def test_memory_keeps_client_alive(appliance, monkeypatch):

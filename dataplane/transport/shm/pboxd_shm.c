@@ -1144,6 +1144,29 @@ static void on_message(struct pboxd_shm *s, struct shm_conn *cn)
 		}
 		return;
 	}
+	if (rc == -EMFILE && rq.magic == PBOX_SHM_MAGIC && rq.op == PBOX_SHM_MEM_REG) {
+		/* A registration whose memfd pboxd could not take (its open-file limit): a
+		 * refusal the worker can live with (it sends from plain memory), not the
+		 * end of its connection. */
+		for (unsigned i = 0; i < nfds; i++) {
+			close(fds[i]);
+		}
+		__atomic_fetch_add(&s->reg_refused, 1, __ATOMIC_RELAXED);
+		if (!cn->reg_logged) {
+			cn->reg_logged = true;
+			PBOX_LOG_WARN(TRANSPORT,
+				      "shm connection %u (job %u rank %u): region of %llu bytes "
+				      "refused: its descriptor could not be received (pboxd at "
+				      "its open-file limit)",
+				      cn->id, cn->job, cn->rank, (unsigned long long)rq.bytes);
+		}
+		rp.seq = rq.seq;
+		rp.status = EMFILE;
+		if (pbox_shm_send_fds(cn->sock, &rp, sizeof(rp), NULL, 0) != 0) {
+			conn_end(s, cn, "the answer to a registration could not be sent");
+		}
+		return;
+	}
 	if (rc != 0 || rq.magic != PBOX_SHM_MAGIC ||
 	    (rq.op != PBOX_SHM_MEM_REG && rq.op != PBOX_SHM_MEM_UNREG) ||
 	    nfds != (rq.op == PBOX_SHM_MEM_REG ? 1u : 0u)) {
@@ -1151,8 +1174,8 @@ static void on_message(struct pboxd_shm *s, struct shm_conn *cn)
 			close(fds[i]);
 		}
 		conn_end(s, cn,
-			 rc == -EPROTO && nfds == 0 ? "the worker closed its socket"
-						    : "a malformed message from the worker");
+			 rc == -ECONNRESET ? "the worker closed its socket"
+					   : "a malformed message from the worker");
 		return;
 	}
 	if (rq.op == PBOX_SHM_MEM_UNREG) {

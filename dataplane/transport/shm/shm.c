@@ -112,8 +112,16 @@ int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds
 			}
 		}
 	}
-	if ((size_t)n != len || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+	if (n == 0) {
+		return -ECONNRESET; /* the peer closed its socket */
+	}
+	if ((size_t)n != len || (mh.msg_flags & MSG_TRUNC)) {
 		return -EPROTO;
+	}
+	if (mh.msg_flags & MSG_CTRUNC) {
+		/* The message is whole, its descriptors not: the kernel could not install
+		 * them (this process at its open-file limit) or more came than asked for. */
+		return -EMFILE;
 	}
 	return 0;
 }
@@ -567,7 +575,7 @@ int pbox_shm_client_mem_reg(struct pbox_shm_client *c, size_t bytes, void **out,
 	}
 	if (rc != 0) {
 		snprintf(err, errlen, "register %zu bytes: no answer from pboxd: %s", bytes,
-			 rc == -EPROTO ? "connection ended" : strerror(-rc));
+			 rc == -EPROTO || rc == -ECONNRESET ? "connection ended" : strerror(-rc));
 		rc = rc == -EPROTO ? -ECONNRESET : rc;
 		goto out;
 	}

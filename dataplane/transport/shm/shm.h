@@ -183,7 +183,9 @@ int pbox_shm_sockaddr(const char *name, struct sockaddr_un *su);
 int pbox_shm_send_fds(int sock, const void *msg, size_t len, const int *fds, unsigned nfds);
 /* Receive one message of exactly len bytes and up to maxfds descriptors (received ones
  * are always stored, *nfds says how many, so the caller closes them whatever happens).
- * Returns 0, -EPROTO for a message of another size or cut short, or -errno. */
+ * Returns 0, -ECONNRESET at the end of the stream (the peer closed), -EPROTO for a message
+ * of another size or cut short, -EMFILE for a whole message whose descriptors could not
+ * all be received (this process at its open-file limit, or more than fit), or -errno. */
 int pbox_shm_recv_fds(int sock, void *msg, size_t len, int *fds, unsigned maxfds, unsigned *nfds);
 
 /* ---- the worker's side -------------------------------------------------------------- */
