@@ -16,8 +16,9 @@ and pboxd's counters. Three parts, each a table:
          size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB)
          and pbox with its workers on the shared-memory transport ("shm": their buffers
          from pbox_mem_alloc, registered with pboxd; "shm copy": malloc'ed buffers,
-         every push copied into the ring; --no-shm leaves both out; every other pbox
-         figure forces kernel UDP with PBOX_TRANSPORT=udp),
+         every push copied into the ring; "shm bnd": pbox-shm-bound, the least memory
+         work of such an exchange on --cores threads; --no-shm leaves the three out;
+         every other pbox figure forces kernel UDP with PBOX_TRANSPORT=udp),
          for each --workers count and --compare-mtus, --reps rounds with the systems
          interleaved (the order rotating each round); medians of seconds per exchange
          (the slowest rank's per iteration for pbox and Gloo). --baseline-build DIR adds
@@ -248,6 +249,22 @@ def run_echo(args, model, workers, chunk_bytes, mtu, iters):
     return r
 
 
+def run_shm_bound(args, model, workers, iters):
+    """The shared-memory bound (pbox-shm-bound): the least memory work of an exchange with
+    pbox's API, on --cores threads. Returns {"median_s", ...} or {"error"}."""
+    nbytes, _ = model_bytes(model)
+    cmd = [os.path.join(args.build_dir, "perf", "pbox-shm-bound"), "--bytes", str(nbytes),
+           "--workers", str(workers), "--threads", str(args.cores), "--chunk",
+           str(args.chunk_bytes), "--iters", str(iters), "--json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"error": "shm bound did not finish"}
+    if p.returncode != 0:
+        return {"error": "shm bound: " + (p.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def free_tcp_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -300,7 +317,7 @@ def run_gloo_once(args, model, workers, iters):
 def compare(args, model, workers, mtu):
     """--reps rounds of pbox (and the baseline build's pbox), Gloo and the echo bound,
     interleaved; returns the row dict."""
-    systems = (["pbox"] + (["shm", "shmp"] if args.shm else []) + ["gloo", "echo"] +
+    systems = (["pbox"] + (["shm", "shmp", "shmb"] if args.shm else []) + ["gloo", "echo"] +
                (["base"] if args.baseline_build else []))
     samples = {k: [] for k in systems}
     extra = {k: [] for k in systems}
@@ -322,6 +339,8 @@ def compare(args, model, workers, mtu):
                     r["error"] = "the buffers were not registered with pboxd"
             elif sysname == "gloo":
                 r = run_gloo(args, model, workers, args.compare_iters)
+            elif sysname == "shmb":
+                r = run_shm_bound(args, model, workers, args.compare_iters)
             else:
                 r = run_echo(args, model, workers, args.chunk_bytes, mtu, args.compare_iters)
             if "error" in r:
@@ -333,7 +352,7 @@ def compare(args, model, workers, mtu):
             # per exchange round, untimed rounds included: robust to a loaded machine.
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             rounds = (r["iters"] + 2) if sysname in ("pbox", "base", "shm", "shmp") else (
-                args.compare_iters + 2 if sysname == "echo" else 0)
+                args.compare_iters + 2 if sysname in ("echo", "shmb") else 0)
             if rounds:
                 cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
                                      ru0.ru_stime) / rounds)
@@ -385,9 +404,9 @@ def compare_table(rows, args, load, secs):
     if base:
         hdr += " %8s %8s" % ("cpu base", "wcpu bas")
     if shm:
-        hdr += " %8s %8s %9s %8s %8s %8s %9s %8s %8s %11s" % (
+        hdr += " %8s %8s %9s %8s %8s %8s %9s %8s %8s %11s %8s %9s %9s" % (
             "shm", "gloo/shm", "pbox/shm", "cpu shm", "wcpu shm", "shm copy", "copy/shm",
-            "cpu copy", "wcpu cop", "stale/torn")
+            "cpu copy", "wcpu cop", "stale/torn", "shm bnd", "gloo/bnd", "shm/bnd")
     print(hdr)
 
     def f(v):
@@ -414,6 +433,8 @@ def compare_table(rows, args, load, secs):
                 f(r.get("shm_cpu")), f(r.get("shm_wcpu")), f(r.get("shmp")),
                 q(r.get("shmp"), r.get("shm")), f(r.get("shmp_cpu")), f(r.get("shmp_wcpu")))
             line += " %11s" % ("%d/%d" % (r["shm_stale"], r["shm_torn"]))
+            line += " %s %s %s" % (f(r.get("shmb")), q(r["gloo"], r.get("shmb")),
+                                   q(r.get("shmb"), r.get("shm")))
         print(line)
         for e in r["errors"]:
             print("   error: " + e)
@@ -423,7 +444,11 @@ def compare_table(rows, args, load, secs):
               "gloo/shm > 1: shm faster than Gloo; pbox/shm: speed-up of shm over UDP; shm "
               "copy: the same with malloc'ed buffers (every push copied into the ring); "
               "copy/shm: speed-up of the registered buffers; stale/torn: shm results dropped "
-              "(rewritten before / while read) and re-requested, over all rounds")
+              "(rewritten before / while read) and re-requested, over all rounds; shm bnd: "
+              "the shared-memory bound (pbox-shm-bound: each gradient read once, the result "
+              "written once and into each worker's buffer, --cores threads, no protocol); "
+              "gloo/bnd: the most any exchange with pbox's API reaches against Gloo here; "
+              "shm/bnd: share of the bound reached")
     print("gloo/pbox > 1: pbox faster than Gloo; pbox/echo: share of the echo bound reached"
           "%s; dg/call: pboxd's datagrams per recvmmsg call; retx, rcvbuf: pbox's retransmitted "
           "datagrams and the kernel's UDP RcvbufErrors over all rounds; cpu: CPU seconds of all "
