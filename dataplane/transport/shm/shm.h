@@ -118,7 +118,10 @@ struct pbox_shm_memreq {
  * positive errno: EPERM (not a tmpfs memfd of `bytes` bytes sealed with F_SEAL_SHRINK;
  * hugetlbfs memfds are refused), ENOSPC
  * (the connection's region count or bytes would pass pboxd's limits), ENOMEM (pboxd
- * cannot map it), EPROTO (a malformed request). */
+ * cannot map it), EMFILE (the memfd could not be received: pboxd at its open-file
+ * limit), EPROTO (a malformed request). An answer that comes after its request timed out
+ * is read by the worker's next registration, which unregisters its region: until then
+ * (or the connection's end) that region counts against the worker's limits. */
 struct pbox_shm_memrep {
 	uint32_t magic;
 	uint32_t op;
