@@ -448,6 +448,7 @@ int main(int argc, char **argv)
 		{ "no-mlp", no_argument, NULL, 'N' },
 		{ "repeat", required_argument, NULL, 'r' },
 		{ "json", required_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char def_codecs[] = "none/plain,lz4/plain,snappy/plain,none,lz4,zstd:1,zstd:2,"
@@ -507,12 +508,12 @@ int main(int argc, char **argv)
 			}
 			break;
 		default:
-			fprintf(stderr,
+			fprintf(c == 'h' ? stdout : stderr,
 				"usage: %s [--input FILE.f32 [--name NAME]] [--block N] "
 				"[--seconds S] [--sparsity LIST] [--codecs LIST] "
 				"[--mlp-steps N] [--no-mlp] [--repeat R] [--json FILE]\n",
 				argv[0]);
-			return 2;
+			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (o.block == 0 || o.block > PBOX_DVF_MAX_BLOCK || o.nsparsity == 0 || o.ncodecs == 0 ||

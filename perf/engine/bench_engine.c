@@ -261,6 +261,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = { { "sizes", 1, NULL, 's' },
 					      { "workers", 1, NULL, 'w' },
 					      { "non-finite", 1, NULL, 'n' },
+					      { "help", 0, NULL, 'h' },
 					      { NULL, 0, NULL, 0 } };
 	uint32_t sizes[8] = { 1024, 4096, 8192 }, workers[8] = { 2, 4, 8 };
 	unsigned nsizes = 3, nworkers = 3;
@@ -280,10 +281,11 @@ int main(int argc, char **argv)
 							: PBOX_NON_FINITE_PROPAGATE;
 			continue;
 		}
-		fprintf(stderr, "Usage: pbox-bench-engine [--sizes 1024,4096,8192] "
-				"[--workers 2,4,8 (2..64)] [--non-finite reject|propagate]\n"
-				"sizes: multiples of 4 dividing 32768 (the chunk)\n");
-		return 2;
+		fprintf(c == 'h' ? stdout : stderr,
+			"Usage: pbox-bench-engine [--sizes 1024,4096,8192] "
+			"[--workers 2,4,8 (2..64)] [--non-finite reject|propagate]\n"
+			"sizes: multiples of 4 dividing 32768 (the chunk)\n");
+		return c == 'h' ? 0 : 2;
 	}
 	for (unsigned i = 0; i < nsizes; i++) {
 		if (sizes[i] % 4 != 0 || 32768 % sizes[i] != 0) {

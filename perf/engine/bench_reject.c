@@ -271,6 +271,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = { { "sizes", 1, NULL, 's' },
 					      { "reps", 1, NULL, 'r' },
 					      { "isa", 1, NULL, 'i' },
+					      { "help", 0, NULL, 'h' },
 					      { NULL, 0, NULL, 0 } };
 	const struct pbox_kernels *isas[4];
 	uint32_t sizes[8] = { 8192, 32768 };
@@ -290,9 +291,10 @@ int main(int argc, char **argv)
 			nisa = 1;
 			continue;
 		}
-		fprintf(stderr, "Usage: pbox-bench-reject [--sizes 8192,32768 (multiples of 64, "
-				"<= 65536)] [--reps 7 (1..31)] [--isa avx512|avx2|sse2|scalar]\n");
-		return 2;
+		fprintf(c == 'h' ? stdout : stderr,
+			"Usage: pbox-bench-reject [--sizes 8192,32768 (multiples of 64, "
+			"<= 65536)] [--reps 7 (1..31)] [--isa avx512|avx2|sse2|scalar]\n");
+		return c == 'h' ? 0 : 2;
 	}
 	if (llc == 0) {
 		llc = 64ull << 20;

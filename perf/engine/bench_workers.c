@@ -244,6 +244,13 @@ int main(int argc, char **argv)
 	unsigned nisa = pbox_kernels_supported(isas, 4);
 	struct pbox_kernels no_scan_kernels = *k;
 
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: pbox-bench-workers [WORKERS...]\n"
+		       "The engine's cost per fragment against the number of workers (2..%u);\n"
+		       "with WORKERS, that table only, for those counts.\n",
+		       (unsigned)PBOX_MAX_WORKERS);
+		return 0;
+	}
 	if (argc > 1) {
 		/* pbox-bench-workers N...: the workers table only, for these counts */
 		nworkers = 0;
