@@ -196,9 +196,8 @@ static void usage(FILE *f)
 		"                         the workers, which resume from the restored version\n"
 		"  -h, --help             this text\n"
 		"\n"
-		"pboxd is the one next to this program in a build tree (../pboxd), else the one "
-		"in\n"
-		"PATH; the environment variable PBOX_PBOXD names another.\n"
+		"pboxd is the build tree's (../dataplane/pboxd from this program) if there is\n"
+		"one, else the one in PATH; the environment variable PBOX_PBOXD names another.\n"
 		"\n"
 		"Exit status: 0 done, 1 a worker or pboxd failed, 64 bad options, 130 "
 		"interrupted.\n",
@@ -537,7 +536,8 @@ static bool is_exec(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* pboxd: $PBOX_PBOXD, else ../pboxd next to this program (build tree), else PATH. */
+/* pboxd: $PBOX_PBOXD, else the build tree's (../dataplane/pboxd from this program, in
+ * build/apps/), else PATH. */
 static int find_pboxd(struct demo *d)
 {
 	const char *env = getenv("PBOX_PBOXD"), *path = getenv("PATH");
@@ -555,7 +555,7 @@ static int find_pboxd(struct demo *d)
 	slash = strrchr(dir, '/');
 	if (slash != NULL) {
 		*slash = '\0';
-		snprintf(d->pboxd_path, sizeof(d->pboxd_path), "%s/../pboxd", dir);
+		snprintf(d->pboxd_path, sizeof(d->pboxd_path), "%s/../dataplane/pboxd", dir);
 		if (is_exec(d->pboxd_path)) {
 			return 0;
 		}
@@ -573,8 +573,8 @@ static int find_pboxd(struct demo *d)
 		path = end ? end + 1 : NULL;
 	}
 	fprintf(stderr,
-		"pbox demo: pboxd not found: not next to %s (../pboxd) nor in PATH; set PBOX_PBOXD "
-		"to its path\n",
+		"pbox demo: pboxd not found: not at ../dataplane/pboxd from %s (a build tree) "
+		"nor in PATH; set PBOX_PBOXD to its path\n",
 		d->self_path);
 	return -ENOENT;
 }
