@@ -51,7 +51,7 @@ def pboxd_conf(lab, xdp_mode):
 
 
 def stats(lab, build):
-    out = sh(os.path.join(build, "dataplane/tools/pbox"), "stats", "--json", "--control",
+    out = sh(os.path.join(build, "apps/pbox"), "stats", "--json", "--control",
              "127.0.0.1:7000", ns=lab.app_ns).stdout
     return json.loads(out)
 

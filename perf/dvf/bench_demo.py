@@ -171,7 +171,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--plot")
     a = ap.parse_args()
-    pbox = os.path.join(a.build_dir, "dataplane", "tools", "pbox")
+    pbox = os.path.join(a.build_dir, "apps", "pbox")
     which = [int(i) for i in a.only.split(",")] if a.only else range(len(CONFIGS))
     results = []
     for i in which:

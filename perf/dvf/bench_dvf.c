@@ -6,7 +6,7 @@
  * / bytes on the wire, headers included); beside it snappy alone on the same unfiltered
  * blocks, and the filter + compaction kernels per ISA.
  *
- * Inputs: the demo's model (the MLP 784-256-128-10 of dataplane/train on Fashion-MNIST:
+ * Inputs: the demo's model (the MLP 784-256-128-10 of apps/train on Fashion-MNIST:
  * the summed gradient of one batch of 64 after --mlp-steps SGD steps, computed here), and
  * any raw float32 file (--input, e.g. the ResNet-50 gradient of resnet50_grad.py).
  * Thresholds: the deltas at which the first filter (zero residual) keeps the given

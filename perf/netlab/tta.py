@@ -64,7 +64,7 @@ def run_pbox(lab, sc, a, dvf, tree):
         job["dvf"] = {"low": a.dvf_low, "up": a.dvf_up}
     if tree:
         job["tree"] = {"degree": a.tree_degree, "depth": a.tree_depth}
-    pbox = os.path.join(a.build_dir, "dataplane", "tools", "pbox")
+    pbox = os.path.join(a.build_dir, "apps", "pbox")
     c0 = lab.link_counters()
     with netns.Pboxd(lab, "udp", [job], cores=1, extra_app={"mtu": sc.mtu}) as d:
         cmds = [[pbox, "train", "--server", d.control, "--job", 1, "--token", netlab.TOKEN,

@@ -33,7 +33,7 @@ def job():
 
 
 def train(topo, d, outdir):
-    cmds = [[build_path("dataplane/tools/pbox"), "train", "--server", d.control, "--job", "3",
+    cmds = [[build_path("apps/pbox"), "train", "--server", d.control, "--job", "3",
              "--token", "train", "--rank", str(r), "--workers", str(RANKS), "--batch",
              str(BATCH), "--max-steps", str(STEPS), "--data", DATA, "--save-model",
              os.path.join(outdir, "%s-rank%d.model" % (d.transport, r))]
@@ -51,7 +51,7 @@ def train(topo, d, outdir):
 def main():
     why = netns.missing()
     if not why and not os.path.exists(os.path.join(os.environ.get("PBOX_BUILD_DIR", ""),
-                                                   "dataplane/tools/pbox")):
+                                                   "apps/pbox")):
         why = "the pbox command (pbox train) is not built"
     if not why and not glob.glob(os.path.join(DATA, "train-images-idx3-ubyte*")):
         why = "no Fashion-MNIST data in %s" % DATA

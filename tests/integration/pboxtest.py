@@ -190,7 +190,7 @@ def finish(p, what, timeout=120, tail=300):
 def pbox_job(*args, ok=True, timeout=60):
     """Run `pbox job ARGS` (output printed); fail unless it succeeds (ok) or fails (not ok).
     Returns its output (stdout and stderr)."""
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "job"] + list(args),
+    p = subprocess.run([build_path("apps/pbox"), "job"] + list(args),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=timeout)
     print("$ pbox job %s -> %d\n%s" % (" ".join(args)[:120], p.returncode, p.stdout.strip()))
@@ -615,7 +615,7 @@ def run_demo(args, timeout, env=None, watch=False):
     files in TMPDIR (unless ARGS has --keep-logs). With watch, the result's kids lists the
     (pid, cmdline) of every child of the demo seen while it ran and every process it left
     behind, for check_gone(); the caller must have no other children then."""
-    cmd = [build_path("dataplane/tools/pbox"), "demo"] + list(args)
+    cmd = [build_path("apps/pbox"), "demo"] + list(args)
     kids = {}
     if watch:
         become_subreaper()

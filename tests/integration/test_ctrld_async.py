@@ -108,7 +108,7 @@ class FakePboxd:
 
 
 def pbox(*args, env=None):
-    p = subprocess.run([build_path("dataplane/tools/pbox")] + list(args),
+    p = subprocess.run([build_path("apps/pbox")] + list(args),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=60, env=env)
     return p.returncode, p.stdout

@@ -43,7 +43,7 @@ def expect(r, errno, what):
 
 def main():
     ctrld_bin = build_path("ctrlplane/ctrld/pbox-ctrld")
-    pbox_bin = build_path("dataplane/tools/pbox")
+    pbox_bin = build_path("apps/pbox")
     tmp = tempfile.mkdtemp(prefix="pboxtest-ctrld-bw-")
     token = "bw-secret"
     uport = free_port(socket.SOCK_DGRAM)

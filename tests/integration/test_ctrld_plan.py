@@ -166,7 +166,7 @@ def main():
             if r.get("ok") is not False or r.get("errno") != 95:
                 fail("pbox-ctrld accepted a job_plan: %s" % r)
             env = dict(os.environ, PBOX_ADMIN_TOKEN=token)
-            p = subprocess.run([build_path("dataplane/tools/pbox"), "job", "list", "--control",
+            p = subprocess.run([build_path("apps/pbox"), "job", "list", "--control",
                                 caddr], env=env, capture_output=True, text=True, timeout=60)
             print("pbox job list -> %d\n%s" % (p.returncode, p.stdout))
             want = "plan: tree rev %d" % p1["tree"]["revision"]

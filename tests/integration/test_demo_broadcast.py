@@ -50,7 +50,7 @@ def demo(args, timeout=200):
 
 
 def local(steps, path):
-    subprocess.run([build_path("dataplane/tools/pbox"), "train", "--local", "--workers", "3",
+    subprocess.run([build_path("apps/pbox"), "train", "--local", "--workers", "3",
                     "--epochs", "1", "--max-steps", str(steps), "--save-model", path],
                    check=True, stdout=subprocess.DEVNULL, timeout=120)
     with open(path, "rb") as f:
@@ -58,7 +58,7 @@ def local(steps, path):
 
 
 def runtime_job():
-    pbox = build_path("dataplane/tools/pbox")
+    pbox = build_path("apps/pbox")
     with Pboxd([{"id": 1, "token": "a", "workers": 1}], cores=1) as d:
         tf = os.path.join(d.dir, "admin.token")
         with open(tf, "w") as f:

@@ -16,7 +16,7 @@ from pboxtest import Pboxd, build_path, check_gone, children, fail
 
 
 def pbox_path():
-    return build_path("dataplane/tools/pbox")
+    return build_path("apps/pbox")
 
 
 def run(args, env=None, timeout=30):

@@ -49,7 +49,7 @@ def write_set(d, compress, **override):
 
 
 def train(d, extra=()):
-    return subprocess.run([build_path("dataplane/tools/pbox"), "train", "--local", "--data", d,
+    return subprocess.run([build_path("apps/pbox"), "train", "--local", "--data", d,
                            "--workers", "2", "--batch", "20", "--epochs", "2"] + list(extra),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=60)

@@ -30,7 +30,7 @@ def checked(args, p, t0):
 
 def pbox(args, timeout):
     t0 = time.time()
-    p = subprocess.run([build_path("dataplane/tools/pbox")] + args, stdout=subprocess.PIPE,
+    p = subprocess.run([build_path("apps/pbox")] + args, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=timeout)
     return checked(args, p, t0)
 

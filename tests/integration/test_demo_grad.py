@@ -67,7 +67,7 @@ def read_model(path):
 
 
 def train(d, epochs, model):
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "train", "--local", "--json",
+    p = subprocess.run([build_path("apps/pbox"), "train", "--local", "--json",
                         "--data", d, "--workers", "3", "--batch", str(N_TRAIN), "--epochs",
                         str(epochs), "--optimizer", "sgd", "--lr", str(LR), "--save-model",
                         model], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -241,7 +241,7 @@ def part_recovered(d):
 def part_shown(d):
     """The budget in `pbox stats` and /metrics."""
     from test_metrics import scrape
-    out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--control", d.control],
+    out = subprocess.run([build_path("apps/pbox"), "stats", "--control", d.control],
                          env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token),
                          capture_output=True, text=True, timeout=30, check=True).stdout
     line = [x for x in out.splitlines() if x.startswith("descriptors: limit")]

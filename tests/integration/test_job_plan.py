@@ -106,7 +106,7 @@ def main():
         if j.get("plan_revision") != rev or j.get("plan") != plan(rev, delta=rev * 1e-6):
             fail("job_list does not show the last plan (revision %d): %s" % (rev, j))
         env = dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token)
-        p = subprocess.run([build_path("dataplane/tools/pbox"), "job", "list", "--control",
+        p = subprocess.run([build_path("apps/pbox"), "job", "list", "--control",
                             d.control], env=env, capture_output=True, text=True, timeout=60)
         print("pbox job list -> %d\n%s" % (p.returncode, p.stdout))
         if p.returncode != 0 or ("plan: tree rev %d" % rev) not in p.stdout:

@@ -284,7 +284,7 @@ def main():
                 fail("rank %d failed" % r)
         time.sleep(0.5)
         st = json.loads(subprocess.run(
-            [build_path("dataplane/tools/pbox"), "stats", "--control", d.control, "--json"],
+            [build_path("apps/pbox"), "stats", "--control", d.control, "--json"],
             env={"PBOX_ADMIN_TOKEN": d.admin_token}, stdout=subprocess.PIPE, text=True,
             timeout=30, check=True).stdout)
         fams = scrape(d.mport)

@@ -300,7 +300,7 @@ def main():
             fail("refusals not counted: %s" % ctl)
         if ctl["admin_refused"] != 2 or ctl["wrong_admin_token"] != 1:
             fail("admin refusals not counted: %s" % ctl)
-        out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--socket", sock],
+        out = subprocess.run([build_path("apps/pbox"), "stats", "--socket", sock],
                              capture_output=True, text=True, timeout=30).stdout
         if not re.search(r"^runtime jobs: %d created, %d removed$" % (ctl["jobs_created"],
                                                                        ctl["jobs_removed"]),

@@ -502,7 +502,7 @@ def part_hostile():
         tot = d.stats()["totals"]
         if tot["iterations"] == 0:
             fail("pboxd aggregated nothing")
-        out = subprocess.run([build_path("dataplane/tools/pbox"), "stats", "--control",
+        out = subprocess.run([build_path("apps/pbox"), "stats", "--control",
                               d.control], capture_output=True, text=True, timeout=30,
                              env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token)).stdout
         shm_lines = [ln for ln in out.splitlines() if ln.startswith("shm")]

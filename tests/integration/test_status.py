@@ -34,7 +34,7 @@ BOUND_S = 20
 
 def status(d, *args, ok=True, where=None, env=None):
     where = where or ["--socket", d.appliance["control_socket"]]
-    p = subprocess.run([build_path("dataplane/tools/pbox"), "status"] + where + list(args),
+    p = subprocess.run([build_path("apps/pbox"), "status"] + where + list(args),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30,
                        env=env)
     if (p.returncode == 0) != ok:

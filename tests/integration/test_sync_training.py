@@ -34,7 +34,7 @@ def killed_worker():
         ranks = []
         for r in range(3):
             ranks.append(subprocess.Popen(
-                [build_path("dataplane/tools/pbox"), "train", "--json", "--server", d.control,
+                [build_path("apps/pbox"), "train", "--json", "--server", d.control,
                  "--job", "1", "--token", "t", "--rank", str(r), "--workers", "3",
                  "--epochs", "2", "--timeout-ms", "20000"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -72,7 +72,7 @@ def set_mtu(topo, mtu):
 
 
 def train(topo, d, outdir, tag):
-    cmds = [[build_path("dataplane/tools/pbox"), "train", "--server", d.control, "--job", "3",
+    cmds = [[build_path("apps/pbox"), "train", "--server", d.control, "--job", "3",
              "--token", "train", "--rank", str(r), "--workers", str(RANKS), "--batch",
              str(BATCH), "--max-steps", str(STEPS), "--data", DATA, "--save-model",
              os.path.join(outdir, "%s-rank%d.model" % (tag, r))]
@@ -206,7 +206,7 @@ def main():
                 fail("flood datagrams reached the engine: %s" % st["totals"]["drops"])
             check_afxdp_counters(st, "afxdp with a flood", chained=False)
             text = subprocess.run(["ip", "netns", "exec", topo.app_ns,
-                                   build_path("dataplane/tools/pbox"), "stats", "--control",
+                                   build_path("apps/pbox"), "stats", "--control",
                                    d.control],
                                   env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token),
                                   capture_output=True, text=True).stdout

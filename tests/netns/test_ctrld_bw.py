@@ -47,7 +47,7 @@ def main():
     build = os.environ.get("PBOX_BUILD_DIR") or os.path.join(ROOT, "build")
     pboxd = os.path.join(build, "dataplane", "pboxd")
     ctrld = os.path.join(build, "ctrlplane", "ctrld", "pbox-ctrld")
-    pbox = os.path.join(build, "dataplane", "tools", "pbox")
+    pbox = os.path.join(build, "apps", "pbox")
     for b in (pboxd, ctrld, pbox, bench_slops.probe_bin(build)):
         if not os.path.exists(b):
             fail("%s is not built" % b)

@@ -90,7 +90,7 @@ def main():
     build = os.environ.get("PBOX_BUILD_DIR") or os.path.join(ROOT, "build")
     pboxd = os.path.join(build, "dataplane", "pboxd")
     ctrld = os.path.join(build, "ctrlplane", "ctrld", "pbox-ctrld")
-    pbox = os.path.join(build, "dataplane", "tools", "pbox")
+    pbox = os.path.join(build, "apps", "pbox")
     cw = os.path.join(build, "tests", "integration", "pbox-check-worker")
     for b in (pboxd, ctrld, pbox, cw):
         if not os.path.exists(b):

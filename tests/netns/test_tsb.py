@@ -64,7 +64,7 @@ def run(lab, build, tmp, name, tree, kill=None, fault=None):
     """One training run; returns (models, the appliance link's tx / rx bytes once the tree
     is in use (the whole run without a tree), pboxd log, pboxd's totals)."""
     import netns
-    pbox = os.path.join(build, "dataplane", "tools", "pbox")
+    pbox = os.path.join(build, "apps", "pbox")
     models = [os.path.join(tmp, "%s-%d.bin" % (name, r)) for r in range(WORKERS)]
     steps = KILL_STEPS if kill is not None else STEPS
     t0 = time.time()
@@ -142,7 +142,7 @@ def main():
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="pbox-tsb-") as tmp, netlab.Lab(sc) as lab:
         ref = os.path.join(tmp, "ref.bin")
-        r = subprocess.run([os.path.join(build, "dataplane", "tools", "pbox"), "train",
+        r = subprocess.run([os.path.join(build, "apps", "pbox"), "train",
                             "--local", "--workers", str(WORKERS), "--max-steps", str(STEPS),
                             "--save-model", ref], capture_output=True, text=True)
         if r.returncode != 0:

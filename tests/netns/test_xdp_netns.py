@@ -236,7 +236,7 @@ def main():
             if st["totals"]["dropped"] != 0:
                 fail("engine drops after the second session: %s" % st["totals"]["drops"])
             out = subprocess.run(["ip", "netns", "exec", topo.app_ns,
-                                  build_path("dataplane/tools/pbox"), "stats", "--control",
+                                  build_path("apps/pbox"), "stats", "--control",
                                   d.control], env=dict(os.environ, PBOX_ADMIN_TOKEN=d.admin_token),
                                  capture_output=True, text=True).stdout
             if "xdp ct0 (native)" not in out or "bad_cookie=%d" % sent["bad_cookie"] not in out:
