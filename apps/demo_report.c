@@ -211,7 +211,7 @@ void demo_print_json(struct demo *d, int rc, const char *error)
 			    d->o.dvf ? json_pack("{s:f, s:f, s:s}", "low", d->o.dvf_low, "up",
 						 d->o.dvf_up, "codec", d->o.dvf_codec)
 				     : json_null());
-	{
+	if (d->w != NULL) { /* NULL when the set-up failed before the workers' table */
 		json_t *crcs = json_array();
 
 		for (uint32_t r = 0; r < d->o.workers; r++) {

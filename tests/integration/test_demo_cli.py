@@ -72,6 +72,12 @@ def check_option_errors():
     p = run(["demo"], env=env)
     if p.returncode == 0 or "PBOX_PBOXD=/nonexistent/pboxd: not an executable" not in p.stderr:
         fail("demo with a bad PBOX_PBOXD: exit %d, %s" % (p.returncode, p.stderr))
+    # the same with --json: a report saying it failed, not a crash (it read the workers'
+    # table before there was one: exit 139)
+    p = run(["demo", "--json"], env=env)
+    if p.returncode != 1 or json.loads(p.stdout).get("ok") is not False:
+        fail("demo --json with a bad PBOX_PBOXD: exit %d, %s%s" % (p.returncode, p.stdout,
+                                                                  p.stderr))
     print("option errors: ok")
 
 
