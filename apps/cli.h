@@ -7,8 +7,8 @@
  *
  * Thread safety: no state; pbox_cli_bytes() writes the caller's buffer.
  */
-#ifndef PBOX_TOOLS_CLI_H
-#define PBOX_TOOLS_CLI_H
+#ifndef PBOX_APPS_CLI_H
+#define PBOX_APPS_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -94,4 +94,4 @@ void pbox_cli_print_json(const json_t *o);
 /* "1.41 GB", "940.6 KB", "512 B" (decimal units). Returns buf. */
 const char *pbox_cli_bytes(double bytes, char *buf, size_t len);
 
-#endif /* PBOX_TOOLS_CLI_H */
+#endif /* PBOX_APPS_CLI_H */
