@@ -21,7 +21,6 @@
  * Output: one line, or with --json one JSON object {"iter_seconds": [...], "median_s",
  * "cpu_s" (the process's CPU seconds over the timed exchanges), "isa", ...}.
  */
-#include <emmintrin.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -35,6 +34,7 @@
 #include <time.h>
 
 #include "common/args.h"
+#include "common/stream.h"
 #include "kernels/kernels.h"
 
 #define PROG        "pbox-shm-bound"
@@ -98,33 +98,6 @@ static float *buffer(uint64_t n, float fill)
 	return f;
 }
 
-/* A result chunk into a worker's buffer with non-temporal stores, as libpbox's
- * result_copy does (no read-for-ownership of lines about to be overwritten). */
-static void stream_copy(void *dst, const void *src, uint64_t len)
-{
-	uint8_t *to = dst;
-	const uint8_t *from = src;
-	uint64_t head = (uint64_t)(-(uintptr_t)to & 15u);
-
-	head = head < len ? head : len;
-	memcpy(to, from, head);
-	to += head;
-	from += head;
-	len -= head;
-	for (; len >= 64; len -= 64, to += 64, from += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)(const void *)from);
-		__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(from + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(from + 32));
-		__m128i d = _mm_loadu_si128((const __m128i *)(const void *)(from + 48));
-
-		_mm_stream_si128((__m128i *)(void *)to, a);
-		_mm_stream_si128((__m128i *)(void *)(to + 16), b);
-		_mm_stream_si128((__m128i *)(void *)(to + 32), c);
-		_mm_stream_si128((__m128i *)(void *)(to + 48), d);
-	}
-	memcpy(to, from, len);
-}
-
 /* One exchange's share of thread a: its chunks summed and delivered. */
 static void exchange(struct shared *s, uint32_t id)
 {
@@ -143,7 +116,7 @@ static void exchange(struct shared *s, uint32_t id)
 		}
 		s->k->reduce(s->sum + off, src, o->workers, n, 1.0f);
 		for (uint32_t w = 0; w < o->workers; w++) {
-			stream_copy(s->res[w] + off, s->sum + off, len);
+			pbox_copy_stream(s->res[w] + off, s->sum + off, len);
 		}
 	}
 	_mm_sfence();

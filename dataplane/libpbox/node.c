@@ -16,6 +16,7 @@
 #include "common/compiler.h"
 #include "common/crc.h"
 #include "common/log.h"
+#include "common/stream.h"
 #include "dvf_push.h"
 #include "relay.h"
 
@@ -1434,24 +1435,9 @@ static void result_copy(uint8_t *to, const uint8_t *from, uint32_t len)
 		g_stream_init = true;
 	}
 	if (len >= STREAM_MIN && !g_stream_off) {
-		uint32_t head = (uint32_t)(-(uintptr_t)to & 15u);
-
-		memcpy(to, from, head);
-		to += head;
-		from += head;
-		len -= head;
-		for (; len >= 64; len -= 64, to += 64, from += 64) {
-			__m128i a = _mm_loadu_si128((const __m128i *)(const void *)from);
-			__m128i b = _mm_loadu_si128((const __m128i *)(const void *)(from + 16));
-			__m128i c = _mm_loadu_si128((const __m128i *)(const void *)(from + 32));
-			__m128i d = _mm_loadu_si128((const __m128i *)(const void *)(from + 48));
-
-			_mm_stream_si128((__m128i *)(void *)to, a);
-			_mm_stream_si128((__m128i *)(void *)(to + 16), b);
-			_mm_stream_si128((__m128i *)(void *)(to + 32), c);
-			_mm_stream_si128((__m128i *)(void *)(to + 48), d);
-		}
+		pbox_copy_stream(to, from, len);
 		_mm_sfence(); /* ordered before the completion that hands the buffer over */
+		return;
 	}
 #endif
 	memcpy(to, from, len);
