@@ -73,11 +73,10 @@ enum pbox_job_run_state {
 /* Iterations in flight per chunk. BSP needs 2: the result of iteration t is kept (so a
  * lost reply can be re-sent) while iteration t + 1 accumulates; models that let workers
  * run ahead need more (pbox_sync_ops.min_window). */
-#define PBOX_DEFAULT_WINDOW 2u
-#define PBOX_MAX_WINDOW     64u
-/* Unacknowledged contributions a worker may have per chunk (NOTIFY-ACK credits). */
+#define PBOX_DEFAULT_WINDOW 2u /* at most PBOX_MAX_WINDOW (pbox/wire.h) */
+/* Unacknowledged contributions a worker may have per chunk (NOTIFY-ACK credits; at most
+ * PBOX_MAX_CREDITS, pbox/wire.h). */
 #define PBOX_DEFAULT_CREDITS 1u
-#define PBOX_MAX_CREDITS     PBOX_MAX_WINDOW
 
 /* One in-flight iteration of one chunk. */
 struct pbox_slot {

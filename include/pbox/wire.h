@@ -74,6 +74,12 @@ extern "C" {
 /* Bytes of Ethernet + IPv4 + UDP in front of the pbox header. */
 #define PBOX_WIRE_L2L4_LEN 42u
 
+/* Iterations in flight per chunk at most (a job's window), and unacknowledged
+ * contributions a worker may have per chunk at most (its NOTIFY-ACK credits): limits both
+ * ends check, pboxd on its configuration, libpbox on pboxd's register answer. */
+#define PBOX_MAX_WINDOW  64u
+#define PBOX_MAX_CREDITS PBOX_MAX_WINDOW
+
 enum pbox_msg_type {
 	/* worker -> appliance: a gradient fragment for (chunk, iter). arg0: 0; arg1: the
 	 * fragment's CRC32C version word if PBOX_F_CRC. PBOX_F_WANT_REPLY asks for the
