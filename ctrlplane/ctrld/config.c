@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/confkit.h"
+#include "common/hostport.h"
 #include "common/jobspec.h"
 #include "agent.h"
 #include "probe_wire.h"
@@ -282,8 +283,8 @@ int ctrld_config_load(struct ctrld_config *cfg, const char *path, char *err, siz
 					&cfg->metrics)) != 0) {
 		goto out;
 	}
-	if (pboxd_parse_hostport(listen, cfg->listen_host, sizeof(cfg->listen_host),
-				 &cfg->listen_port) != 0) {
+	if (pbox_hostport_split(listen, false, 0, cfg->listen_host, sizeof(cfg->listen_host),
+				&cfg->listen_port) != 0) {
 		rc = pbox_conf_bad(&ck, where ? where : root, "expected HOST:PORT (got '%s')",
 				   listen);
 		goto out;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
+#include "common/hostport.h"
 #include "common/ctlproto.h"
 #include "common/log.h"
 
@@ -69,16 +70,14 @@ static uint64_t now_ms(void)
 static int resolve(struct ctrld_pconn *c)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	const char *colon = strrchr(c->control, ':');
-	char host[256];
+	char host[256], port[8];
+	uint16_t pn;
 
-	if (colon == NULL || colon == c->control || colon[1] == '\0' ||
-	    (size_t)(colon - c->control) >= sizeof(host)) {
+	if (pbox_hostport_split(c->control, false, 1, host, sizeof(host), &pn) != 0) {
 		return -EINVAL;
 	}
-	memcpy(host, c->control, (size_t)(colon - c->control));
-	host[colon - c->control] = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || ai == NULL) {
+	snprintf(port, sizeof(port), "%u", pn);
+	if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
 		return -EINVAL;
 	}
 	memcpy(&c->sa, ai->ai_addr, sizeof(c->sa));

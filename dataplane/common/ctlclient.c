@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
+#include "common/hostport.h"
 #include "common/ctlproto.h"
 
 static long long ms_left(const struct timespec *deadline)
@@ -62,8 +63,8 @@ static int connect_unix(const char *path, char *err, size_t errlen)
 static int connect_to(const char *addr, const struct timespec *deadline, char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai = NULL;
-	char host[256];
-	const char *colon = strrchr(addr, ':');
+	char host[256], port[8];
+	uint16_t pn;
 	int fd, rc, soerr = 0;
 	socklen_t sl = sizeof(soerr);
 	struct pollfd p;
@@ -71,14 +72,12 @@ static int connect_to(const char *addr, const struct timespec *deadline, char *e
 	if (addr[0] == '/') {
 		return connect_unix(addr, err, errlen);
 	}
-	if (colon == NULL || colon == addr || colon[1] == '\0' ||
-	    (size_t)(colon - addr) >= sizeof(host)) {
+	if (pbox_hostport_split(addr, false, 1, host, sizeof(host), &pn) != 0) {
 		snprintf(err, errlen, "%s: expected HOST:PORT", addr);
 		return -EINVAL;
 	}
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	rc = getaddrinfo(host, colon + 1, &hints, &ai);
+	snprintf(port, sizeof(port), "%u", pn);
+	rc = getaddrinfo(host, port, &hints, &ai);
 	if (rc != 0) {
 		snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
 		return -EINVAL;

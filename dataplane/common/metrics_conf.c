@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostport.h"
 #include "metrics.h"
 
 void pbox_metrics_cfg_defaults(struct pbox_metrics_cfg *cfg, uint16_t default_port)
@@ -24,9 +25,8 @@ int pbox_metrics_cfg_load(struct pbox_confkit *c, const config_setting_t *g,
 	static const char *const keys[] = { "listen", "max_connections", "timeout", "max_bytes",
 					    NULL };
 	const config_setting_t *where = NULL;
-	char listen[96] = "", *colon, *end;
+	char listen[96] = "";
 	struct in_addr in;
-	unsigned long port;
 	int rc;
 
 	if (g == NULL) {
@@ -44,25 +44,24 @@ int pbox_metrics_cfg_load(struct pbox_confkit *c, const config_setting_t *g,
 		return rc;
 	}
 	if (where != NULL) {
-		colon = strrchr(listen, ':');
+		char host[sizeof(cfg->host)];
+		uint16_t port;
+		const char *colon = strrchr(listen, ':');
+
 		if (colon == NULL || (size_t)(colon - listen) >= sizeof(cfg->host)) {
 			return pbox_conf_bad(c, where, "'%s': expected \"ADDRESS:PORT\"", listen);
 		}
-		*colon = '\0';
-		errno = 0;
-		port = strtoul(colon + 1, &end, 10);
-		if (errno != 0 || *end != '\0' || end == colon + 1 || port > 65535) {
-			return pbox_conf_bad(c, where, "'%s:%s': the port must be 0..65535", listen,
-					     colon + 1);
+		if (pbox_hostport_split(listen, true, 0, host, sizeof(host), &port) != 0) {
+			return pbox_conf_bad(c, where, "'%s': the port must be 0..65535", listen);
 		}
-		if (inet_pton(AF_INET, listen, &in) != 1) {
+		if (inet_pton(AF_INET, host, &in) != 1) {
 			return pbox_conf_bad(c, where,
 					     "'%s': expected a numeric IPv4 address (e.g. "
 					     "127.0.0.1, or 0.0.0.0 for every interface)",
-					     listen);
+					     host);
 		}
-		snprintf(cfg->host, sizeof(cfg->host), "%s", listen);
-		cfg->port = (uint16_t)port;
+		snprintf(cfg->host, sizeof(cfg->host), "%s", host);
+		cfg->port = port;
 	}
 	cfg->enabled = true;
 	return 0;

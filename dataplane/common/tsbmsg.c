@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* TSB's control-channel messages (see tsbmsg.h). */
 #include "tsbmsg.h"
+#include "hostport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,30 +26,16 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
 int pbox_tsb_addr_parse(const char *s, struct pbox_peer *p)
 {
 	char host[INET_ADDRSTRLEN];
-	const char *colon;
-	char *end;
-	unsigned long port;
+	uint16_t port;
 	struct in_addr a;
-	size_t hl;
 
-	if (s == NULL || (colon = strrchr(s, ':')) == NULL) {
-		return -EINVAL;
-	}
-	hl = (size_t)(colon - s);
-	if (hl == 0 || hl >= sizeof(host) || colon[1] < '0' || colon[1] > '9') {
-		return -EINVAL;
-	}
-	memcpy(host, s, hl);
-	host[hl] = '\0';
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || port == 0 || port > 65535 ||
+	if (pbox_hostport_split(s, false, 1, host, sizeof(host), &port) != 0 ||
 	    inet_pton(AF_INET, host, &a) != 1) {
 		return -EINVAL;
 	}
 	memset(p, 0, sizeof(*p));
 	p->ip = a.s_addr;
-	p->port = htons((uint16_t)port);
+	p->port = htons(port);
 	return 0;
 }
 

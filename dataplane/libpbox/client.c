@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "transport/shm/shm.h"
 #include "transport/udp/udp.h"
@@ -88,8 +89,8 @@ int pbox_connect(const struct pbox_client_opts *o, struct pbox_client **out)
 		snprintf(c->probe_spec, sizeof(c->probe_spec), "%s", o->probe);
 		c->opts.probe = c->probe_spec;
 	}
-	if (pbox_client_split_hostport(o->server ? o->server : "127.0.0.1:7000", c->server_host,
-				       sizeof(c->server_host), &c->server_port) != 0) {
+	if (pbox_hostport_split(o->server ? o->server : "127.0.0.1:7000", false, 1, c->server_host,
+				sizeof(c->server_host), &c->server_port) != 0) {
 		rc = pbox_client_error(-EINVAL, "server address '%s': expected host:port",
 				       o->server);
 		goto err;

@@ -19,25 +19,6 @@
 #include "common/log.h"
 #include "dvf_push.h"
 
-int pbox_client_split_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
-{
-	const char *colon = strrchr(s, ':');
-	char *end;
-	unsigned long p;
-
-	if (colon == NULL || colon == s || (size_t)(colon - s) >= hlen) {
-		return -EINVAL;
-	}
-	p = strtoul(colon + 1, &end, 10);
-	if (*end != '\0' || p == 0 || p > 65535) {
-		return -EINVAL;
-	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = '\0';
-	*port = (uint16_t)p;
-	return 0;
-}
-
 int pbox_client_ctl_connect(struct pbox_client *c)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;

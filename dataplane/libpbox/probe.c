@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "common/hostport.h"
 #include "common/ctlproto.h"
 #include "common/log.h"
 #include "probe_msg.h"
@@ -119,22 +120,15 @@ static int limits_from_env(struct pbox_probe_limits *lim)
 /* "[ADDR]:PORT" (ADDR empty or 0.0.0.0: def_addr when given; PORT 0: any) into *sin. */
 static int parse_spec(const char *spec, const char *def_addr, struct sockaddr_in *sin)
 {
-	const char *colon = strrchr(spec, ':');
-	char host[INET_ADDRSTRLEN], *end;
-	unsigned long port;
+	char host[INET_ADDRSTRLEN];
+	uint16_t port;
 
 	memset(sin, 0, sizeof(*sin));
 	sin->sin_family = AF_INET;
-	if (colon == NULL || (size_t)(colon - spec) >= sizeof(host)) {
+	if (pbox_hostport_split(spec, true, 0, host, sizeof(host), &port) != 0) {
 		return -EINVAL;
 	}
-	memcpy(host, spec, (size_t)(colon - spec));
-	host[colon - spec] = '\0';
-	port = strtoul(colon + 1, &end, 10);
-	if (colon[1] == '\0' || *end != '\0' || port > 65535) {
-		return -EINVAL;
-	}
-	sin->sin_port = htons((uint16_t)port);
+	sin->sin_port = htons(port);
 	if (host[0] != '\0' && inet_pton(AF_INET, host, &sin->sin_addr) != 1) {
 		return -EINVAL;
 	}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Internal glue between libpbox's client (client.c) and the broadcast-update API
+ * Internal glue between libpbox's client (client*.c) and the broadcast-update API
  * (update.c, pbox_update_* in pbox/pbox.h). Not installed.
  */
 #ifndef PBOX_LIBPBOX_UPDATE_H
@@ -24,7 +24,7 @@
 int pbox_update_parse_optimizer(const json_t *o, const struct pbox_optimizer_ops **opt,
 				struct pbox_opt_params *params, char *why, size_t whylen);
 
-/* client.c: the job's optimizer and the registered keys of a registered broadcast job;
+/* client_ops.c: the job's optimizer and the registered keys of a registered broadcast job;
  * -ENOTCONN (not registered) or -EINVAL (another mode), with pbox_last_error() set. */
 int pbox_client_update_cfg(const struct pbox_client *c, const struct pbox_optimizer_ops **opt,
 			   struct pbox_opt_params *params, const struct pbox_jobdesc **desc);

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "common/compiler.h"
+#include "common/hostport.h"
 #include "common/confkit.h"
 #include "common/jobspec.h"
 #include "dvf/dvf_job.h"
@@ -89,26 +90,6 @@ static int get_bytes(struct pbox_confkit *c, const config_setting_t *g, const ch
 			"e.g. \"4G\"%s)",
 			v, auto_ok ? ", or \"auto\"" : "");
 	}
-	return 0;
-}
-
-int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port)
-{
-	const char *colon = strrchr(s, ':');
-	unsigned long p;
-	char *end;
-
-	if (colon == NULL || colon == s || (size_t)(colon - s) >= hlen) {
-		return -EINVAL;
-	}
-	errno = 0;
-	p = strtoul(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || end == colon + 1 || p > 65535) {
-		return -EINVAL;
-	}
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = '\0';
-	*port = (uint16_t)p;
 	return 0;
 }
 
@@ -923,8 +904,8 @@ int pboxd_config_load(struct pboxd_config *cfg, const char *path, char *err, siz
 			goto out;
 		}
 		if (where != NULL &&
-		    pboxd_parse_hostport(buf, cfg->control_host, sizeof(cfg->control_host),
-					 &cfg->control_port) != 0) {
+		    pbox_hostport_split(buf, false, 0, cfg->control_host, sizeof(cfg->control_host),
+					&cfg->control_port) != 0) {
 			rc = pbox_conf_bad(&c, where, "'%s': expected \"host:port\"", buf);
 			goto out;
 		}

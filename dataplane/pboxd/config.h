@@ -281,9 +281,6 @@ void pboxd_config_free(struct pboxd_config *cfg);
  * case) into *out; false unless it is one from 2 Mbit/s to 1000 Gbit/s. */
 bool pboxd_parse_rate(const char *s, double *out);
 
-/* Parse "host:port"; 0 or -EINVAL. */
-int pboxd_parse_hostport(const char *s, char *host, size_t hlen, uint16_t *port);
-
 /*
  * Parse a byte size: a decimal count with an optional suffix K, M, G or T (powers of 1024,
  * optionally followed by "B" or "iB"), e.g. "4G", "512MiB", "1048576". Returns 0 or

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hostport.h"
 #include "common/log.h"
 #include "common/notify.h"
 #include "budget.h"
@@ -303,9 +304,9 @@ static int apply_cli(struct pboxd_config *cfg, int argc, char **argv, bool *chec
 			cfg->base_port = (uint16_t)v;
 			break;
 		case OPT_CONTROL:
-			if (pboxd_parse_hostport(optarg, cfg->control_host,
-						 sizeof(cfg->control_host),
-						 &cfg->control_port) != 0) {
+			if (pbox_hostport_split(optarg, false, 0, cfg->control_host,
+						sizeof(cfg->control_host),
+						&cfg->control_port) != 0) {
 				fprintf(stderr, "pboxd: --control %s: expected HOST:PORT\n",
 					optarg);
 				return EX_USAGE;

@@ -16,6 +16,7 @@
 #include <pbox/pbox.h>
 
 #include "common/bitmap.h"
+#include "common/hostport.h"
 #include "common/ctlproto.h"
 #include "common/jobspec.h"
 #include "common/log.h"
@@ -821,18 +822,12 @@ static json_t *start_session(struct pboxd_sessions *s, struct job *j, struct pbo
 /* "a.b.c.d:port" with a port 1..65535. */
 static bool probe_addr_ok(const char *a)
 {
-	const char *colon = a != NULL ? strrchr(a, ':') : NULL;
-	char host[INET_ADDRSTRLEN], *end;
+	char host[INET_ADDRSTRLEN];
 	struct in_addr ia;
-	unsigned long port;
+	uint16_t port;
 
-	if (colon == NULL || (size_t)(colon - a) >= sizeof(host) || strlen(a) >= 64) {
-		return false;
-	}
-	memcpy(host, a, (size_t)(colon - a));
-	host[colon - a] = '\0';
-	port = strtoul(colon + 1, &end, 10);
-	return colon[1] != '\0' && *end == '\0' && port >= 1 && port <= 65535 &&
+	return a != NULL && strlen(a) < 64 &&
+	       pbox_hostport_split(a, false, 1, host, sizeof(host), &port) == 0 &&
 	       inet_pton(AF_INET, host, &ia) == 1;
 }
 

@@ -265,8 +265,6 @@ static void test_missing_file(void **state)
 static void test_parsers(void **state)
 {
 	int cpus[8];
-	char host[64];
-	uint16_t port;
 
 	(void)state;
 	assert_int_equal(pboxd_parse_cpulist("0,2-4,7", cpus, 8), 5);
@@ -276,12 +274,6 @@ static void test_parsers(void **state)
 	assert_int_equal(pboxd_parse_cpulist("3-1", cpus, 8), -EINVAL);
 	assert_int_equal(pboxd_parse_cpulist("0-9", cpus, 8), -EINVAL);
 	assert_int_equal(pboxd_parse_cpulist("x", cpus, 8), -EINVAL);
-	assert_int_equal(pboxd_parse_hostport("10.0.0.1:7000", host, sizeof(host), &port), 0);
-	assert_string_equal(host, "10.0.0.1");
-	assert_int_equal(port, 7000);
-	assert_int_equal(pboxd_parse_hostport("10.0.0.1", host, sizeof(host), &port), -EINVAL);
-	assert_int_equal(pboxd_parse_hostport("h:99999", host, sizeof(host), &port), -EINVAL);
-	assert_int_equal(pboxd_parse_hostport(":80", host, sizeof(host), &port), -EINVAL);
 }
 
 /* Memory budgets: the options, the size syntax, and the admission arithmetic with the

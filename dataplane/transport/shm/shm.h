@@ -59,7 +59,7 @@
 #define PBOX_SHM_VERSION 3u
 /* Data-plane cores a connection can span (one eventfd each in the welcome). */
 #define PBOX_SHM_MAX_CORES 64u
-/* The worker's RTO floor over shared memory, ms (see client.c). */
+/* The worker's RTO floor over shared memory, ms (see libpbox/client_register.c). */
 #define PBOX_SHM_RTO_MIN_MS 100u
 /* Longest a worker's send waits for room in a full ring before dropping, ms. */
 #define PBOX_SHM_SEND_WAIT_MS 100
