@@ -52,9 +52,9 @@ int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, siz
  * The daemon an operator command asks: --control HOST:PORT, --socket PATH (absolute) and
  * --admin-token-file FILE, shared by pbox stats, status, job and bw, with --json and
  * -h/--help. Every message the helpers below print starts with cmd ("pbox status: ...").
- * Fill cmd, addr (the default address) and usage, put PBOX_CLI_CTL_LONGOPTS in the
- * command's option table beside its --json ('j') and --help ('h') entries, and read the
- * options with pbox_cli_ctl_getopt().
+ * Fill cmd, addr (the default address) and usage, write the command's option table as
+ * PBOX_CLI_CTL_LONGOPTS, its own options, PBOX_CLI_CTL_LONGOPTS_END, and read the options
+ * with pbox_cli_ctl_getopt().
  */
 struct pbox_cli_ctl {
 	const char *cmd;        /* "pbox status": the prefix of every message */
@@ -69,11 +69,18 @@ struct pbox_cli_ctl {
 	char token[512]; /* set by pbox_cli_ctl_token() */
 };
 
-/* The three options' entries in a struct option table. */
+/* The three options' entries at the start of a struct option table ... */
 #define PBOX_CLI_CTL_LONGOPTS                                                                    \
 	{ "control", required_argument, NULL, 'c' }, { "socket", required_argument, NULL, 's' }, \
 	{                                                                                        \
 		"admin-token-file", required_argument, NULL, 't'                                 \
+	}
+
+/* ... and its last entries: --json, --help and the end of the table. */
+#define PBOX_CLI_CTL_LONGOPTS_END                                               \
+	{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, \
+	{                                                                       \
+		NULL, 0, NULL, 0                                                \
 	}
 
 /* pbox_cli_ctl_getopt(): the command returns c->exit_status now. */

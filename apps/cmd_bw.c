@@ -120,9 +120,7 @@ int pbox_cmd_bw(int argc, char **argv)
 	static const struct option longopts[] = {
 		PBOX_CLI_CTL_LONGOPTS,
 		{ "wait", required_argument, NULL, 'w' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
 	struct pbox_cli_ctl ctl = { .cmd = "pbox bw", .addr = "127.0.0.1:7300", .usage = usage };
 	const char *verb = "list";

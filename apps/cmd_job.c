@@ -191,9 +191,7 @@ int pbox_cmd_job(int argc, char **argv)
 	static const struct option longopts[] = {
 		PBOX_CLI_CTL_LONGOPTS,
 		{ "file", required_argument, NULL, 'f' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
 	struct pbox_cli_ctl ctl = { .cmd = "pbox job", .addr = "127.0.0.1:7000", .usage = usage };
 	const char *file = NULL, *verb;

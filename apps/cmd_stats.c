@@ -281,9 +281,7 @@ int pbox_cmd_stats(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		PBOX_CLI_CTL_LONGOPTS,
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
 	struct pbox_cli_ctl ctl = { .cmd = "pbox stats",
 				    .addr = "127.0.0.1:7000",

@@ -347,9 +347,7 @@ int pbox_cmd_status(int argc, char **argv)
 		{ "max-groups", required_argument, NULL, 'g' },
 		{ "max-ranges", required_argument, NULL, 'r' },
 		{ "max-ranks", required_argument, NULL, 'k' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
 	struct pbox_cli_ctl ctl = { .cmd = "pbox status",
 				    .addr = "127.0.0.1:7000",
