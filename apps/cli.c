@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Control requests, JSON counters and byte formatting for the pbox subcommands. */
+/* The operator options, control requests, JSON counters and byte formatting for the pbox
+ * subcommands. */
 #include "cli.h"
 
 #include <errno.h>
@@ -63,26 +64,40 @@ int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, siz
 	return 0;
 }
 
-int pbox_cli_ctl_opt(struct pbox_cli_ctl *c, int opt, const char *arg)
+int pbox_cli_ctl_getopt(struct pbox_cli_ctl *c, int argc, char **argv, const char *shortopts,
+			const struct option *longopts)
 {
-	switch (opt) {
-	case 'c':
-		c->addr = arg;
-		return 0;
-	case 's':
-		if (arg[0] != '/') {
-			fprintf(stderr, "%s: --socket %s: expected an absolute path\n", c->cmd,
-				arg);
-			return -EINVAL;
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			c->addr = optarg;
+			break;
+		case 's':
+			if (optarg[0] != '/') {
+				fprintf(stderr, "%s: --socket %s: expected an absolute path\n",
+					c->cmd, optarg);
+				c->exit_status = 64;
+				return PBOX_CLI_CTL_EXIT;
+			}
+			c->addr = optarg;
+			break;
+		case 't':
+			c->token_file = optarg;
+			break;
+		case 'j':
+			c->json = true;
+			break;
+		case 'h':
+			c->usage(stdout);
+			c->exit_status = 0;
+			return PBOX_CLI_CTL_EXIT;
+		default:
+			return opt;
 		}
-		c->addr = arg;
-		return 0;
-	case 't':
-		c->token_file = arg;
-		return 0;
-	default:
-		return -EINVAL;
 	}
+	return -1;
 }
 
 int pbox_cli_ctl_token(struct pbox_cli_ctl *c)

@@ -10,9 +10,11 @@
 #ifndef PBOX_APPS_CLI_H
 #define PBOX_APPS_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -48,31 +50,53 @@ int pbox_cli_admin_token(const char *path, char *tok, size_t len, char *err, siz
 
 /*
  * The daemon an operator command asks: --control HOST:PORT, --socket PATH (absolute) and
- * --admin-token-file FILE, shared by pbox stats, status, job and bw. Every message the
- * helpers below print starts with cmd ("pbox status: ..."). Fill cmd and addr (the default
- * address), put PBOX_CLI_CTL_LONGOPTS in the command's option table and hand its 'c', 's'
- * and 't' options to pbox_cli_ctl_opt().
+ * --admin-token-file FILE, shared by pbox stats, status, job and bw, with --json and
+ * -h/--help. Every message the helpers below print starts with cmd ("pbox status: ...").
+ * Fill cmd, addr (the default address) and usage, write the command's option table as
+ * PBOX_CLI_CTL_LONGOPTS, its own options, PBOX_CLI_CTL_LONGOPTS_END, and read the options
+ * with pbox_cli_ctl_getopt().
  */
 struct pbox_cli_ctl {
 	const char *cmd;        /* "pbox status": the prefix of every message */
 	const char *addr;       /* the default, then --control or --socket */
+	void (*usage)(FILE *f); /* the command's help text (--help prints it on stdout) */
 	const char *token_file; /* --admin-token-file, or NULL */
 	/* pbox stats sends the token inside its request ({"op":"stats","admin_token":...})
 	 * instead of proving it first, and says "ADDR refused the request: REASON". */
 	bool token_in_request;
+	bool json;       /* --json */
+	int exit_status; /* what the command returns after PBOX_CLI_CTL_EXIT */
 	char token[512]; /* set by pbox_cli_ctl_token() */
 };
 
-/* The three options' entries in a struct option table (needs <getopt.h>). */
+/* The three options' entries at the start of a struct option table ... */
 #define PBOX_CLI_CTL_LONGOPTS                                                                    \
 	{ "control", required_argument, NULL, 'c' }, { "socket", required_argument, NULL, 's' }, \
 	{                                                                                        \
 		"admin-token-file", required_argument, NULL, 't'                                 \
 	}
 
-/* Take the option opt ('c', 's' or 't') with its argument arg. 0, or -EINVAL after
- * printing "CMD: --socket ARG: expected an absolute path" (the caller exits with 64). */
-int pbox_cli_ctl_opt(struct pbox_cli_ctl *c, int opt, const char *arg);
+/* ... and its last entries: --json, --help and the end of the table. */
+#define PBOX_CLI_CTL_LONGOPTS_END                                               \
+	{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' }, \
+	{                                                                       \
+		NULL, 0, NULL, 0                                                \
+	}
+
+/* pbox_cli_ctl_getopt(): the command returns c->exit_status now. */
+#define PBOX_CLI_CTL_EXIT (-2)
+
+/*
+ * getopt_long(argc, argv, shortopts, longopts) for an operator command, taking the options
+ * every one of them has: --control, --socket and --admin-token-file, --json (sets c->json)
+ * and -h/--help (prints c->usage on stdout). The caller sets optind first. Returns the next
+ * option the command takes itself ('?' for an unknown one, after getopt's message), -1
+ * after the last option (optind: the first operand), or PBOX_CLI_CTL_EXIT with
+ * c->exit_status set: 0 after --help, 64 after printing "CMD: --socket ARG: expected an
+ * absolute path".
+ */
+int pbox_cli_ctl_getopt(struct pbox_cli_ctl *c, int argc, char **argv, const char *shortopts,
+			const struct option *longopts);
 
 /* Read the admin token (pbox_cli_admin_token) into c->token. 0, or -errno after printing
  * "CMD: CAUSE" (the caller exits with 64). */

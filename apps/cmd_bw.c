@@ -120,15 +120,12 @@ int pbox_cmd_bw(int argc, char **argv)
 	static const struct option longopts[] = {
 		PBOX_CLI_CTL_LONGOPTS,
 		{ "wait", required_argument, NULL, 'w' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
-	struct pbox_cli_ctl ctl = { .cmd = "pbox bw", .addr = "127.0.0.1:7300" };
+	struct pbox_cli_ctl ctl = { .cmd = "pbox bw", .addr = "127.0.0.1:7300", .usage = usage };
 	const char *verb = "list";
 	json_t *reply = NULL;
 	uint32_t wait_s = 0;
-	bool as_json = false;
 	int opt, status = 1;
 
 	if (argc >= 2 && argv[1][0] != '-') {
@@ -141,26 +138,15 @@ int pbox_cmd_bw(int argc, char **argv)
 		return 64;
 	}
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((opt = pbox_cli_ctl_getopt(&ctl, argc, argv, "h", longopts)) != -1) {
 		switch (opt) {
-		case 'c':
-		case 's':
-		case 't':
-			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
-				return 64;
-			}
-			break;
+		case PBOX_CLI_CTL_EXIT:
+			return ctl.exit_status;
 		case 'w':
 			if (pbox_arg_u32("pbox bw", "--wait", optarg, 0, 3600, &wait_s) != 0) {
 				return 64;
 			}
 			break;
-		case 'j':
-			as_json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
 			usage(stderr);
 			return 64;
@@ -227,7 +213,7 @@ int pbox_cmd_bw(int argc, char **argv)
 			}
 			usleep(200000);
 		}
-		if (as_json) {
+		if (ctl.json) {
 			pbox_cli_print_json(p);
 		} else {
 			printf("%-12s %-22s %-8s %-17s %-15s %-7s %-7s %s\n", "from", "to", "state",
@@ -239,7 +225,7 @@ int pbox_cmd_bw(int argc, char **argv)
 		json_decref(reply);
 		return status;
 	}
-	if (as_json) {
+	if (ctl.json) {
 		pbox_cli_print_json(reply);
 	} else {
 		print_matrix(reply);

@@ -191,15 +191,12 @@ int pbox_cmd_job(int argc, char **argv)
 	static const struct option longopts[] = {
 		PBOX_CLI_CTL_LONGOPTS,
 		{ "file", required_argument, NULL, 'f' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
-	struct pbox_cli_ctl ctl = { .cmd = "pbox job", .addr = "127.0.0.1:7000" };
+	struct pbox_cli_ctl ctl = { .cmd = "pbox job", .addr = "127.0.0.1:7000", .usage = usage };
 	const char *file = NULL, *verb;
 	json_t *req = NULL, *reply = NULL, *desc = NULL;
 	char err[768];
-	bool as_json = false;
 	int opt;
 
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -214,24 +211,13 @@ int pbox_cmd_job(int argc, char **argv)
 	argc--;
 	argv++;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "f:h", longopts, NULL)) != -1) {
+	while ((opt = pbox_cli_ctl_getopt(&ctl, argc, argv, "f:h", longopts)) != -1) {
 		switch (opt) {
-		case 'c':
-		case 's':
-		case 't':
-			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
-				return 64;
-			}
-			break;
+		case PBOX_CLI_CTL_EXIT:
+			return ctl.exit_status;
 		case 'f':
 			file = optarg;
 			break;
-		case 'j':
-			as_json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
 			usage(stderr);
 			return 64;
@@ -281,7 +267,7 @@ int pbox_cmd_job(int argc, char **argv)
 		return 1;
 	}
 	if (strcmp(verb, "list") == 0) {
-		if (as_json) {
+		if (ctl.json) {
 			pbox_cli_print_json(reply);
 		} else {
 			print_list(json_object_get(reply, "jobs"));

@@ -281,37 +281,24 @@ int pbox_cmd_stats(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		PBOX_CLI_CTL_LONGOPTS,
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
 	struct pbox_cli_ctl ctl = { .cmd = "pbox stats",
 				    .addr = "127.0.0.1:7000",
+				    .usage = usage,
 				    .token_in_request = true };
-	bool as_json = false;
 	json_t *reply;
-	int o;
 
 	optind = 1;
-	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (o) {
-		case 'c':
-		case 's':
-		case 't':
-			if (pbox_cli_ctl_opt(&ctl, o, optarg) != 0) {
-				return 64;
-			}
-			break;
-		case 'j':
-			as_json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			fprintf(stderr, "Try 'pbox stats --help'.\n");
-			return 64;
-		}
+	/* No options of its own: anything pbox_cli_ctl_getopt() hands back is unknown. */
+	switch (pbox_cli_ctl_getopt(&ctl, argc, argv, "h", lo)) {
+	case -1:
+		break;
+	case PBOX_CLI_CTL_EXIT:
+		return ctl.exit_status;
+	default:
+		fprintf(stderr, "Try 'pbox stats --help'.\n");
+		return 64;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "pbox stats: unexpected argument '%s'\n", argv[optind]);
@@ -324,7 +311,7 @@ int pbox_cmd_stats(int argc, char **argv)
 			      STATS_TIMEOUT_MS) != 0) {
 		return 1;
 	}
-	if (as_json) {
+	if (ctl.json) {
 		pbox_cli_print_json(reply);
 	} else {
 		print_stats(ctl.addr, reply);

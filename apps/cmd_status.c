@@ -347,28 +347,22 @@ int pbox_cmd_status(int argc, char **argv)
 		{ "max-groups", required_argument, NULL, 'g' },
 		{ "max-ranges", required_argument, NULL, 'r' },
 		{ "max-ranks", required_argument, NULL, 'k' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		PBOX_CLI_CTL_LONGOPTS_END,
 	};
-	struct pbox_cli_ctl ctl = { .cmd = "pbox status", .addr = "127.0.0.1:7000" };
+	struct pbox_cli_ctl ctl = { .cmd = "pbox status",
+				    .addr = "127.0.0.1:7000",
+				    .usage = usage };
 	struct pbox_statusmsg m;
 	json_t *reply;
-	bool as_json = false;
 	uint32_t id;
 	int opt;
 
 	pbox_statusmsg_defaults(&m);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((opt = pbox_cli_ctl_getopt(&ctl, argc, argv, "h", longopts)) != -1) {
 		switch (opt) {
-		case 'c':
-		case 's':
-		case 't':
-			if (pbox_cli_ctl_opt(&ctl, opt, optarg) != 0) {
-				return 64;
-			}
-			break;
+		case PBOX_CLI_CTL_EXIT:
+			return ctl.exit_status;
 		case 'J':
 			if (pbox_arg_u32("pbox status", "--job", optarg, 0, UINT32_MAX, &id) != 0) {
 				return 64;
@@ -393,12 +387,6 @@ int pbox_cmd_status(int argc, char **argv)
 				return 64;
 			}
 			break;
-		case 'j':
-			as_json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
 			usage(stderr);
 			return 64;
@@ -415,7 +403,7 @@ int pbox_cmd_status(int argc, char **argv)
 	    0) {
 		return 1;
 	}
-	if (as_json) {
+	if (ctl.json) {
 		pbox_cli_print_json(reply);
 	} else {
 		print_reply(reply);

@@ -31,9 +31,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "common/args.h"
+#include "common/clock.h"
 #include "common/stream.h"
 #include "kernels/kernels.h"
 
@@ -62,14 +62,6 @@ struct thread_arg {
 	struct shared *s;
 	uint32_t id;
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static double cpu_s(void)
 {
@@ -133,12 +125,12 @@ static void *run(void *arg)
 
 		pthread_barrier_wait(&s->bar);
 		if (a->id == 0) {
-			t0 = now_s();
+			t0 = pbox_mono_s();
 		}
 		exchange(s, a->id);
 		pthread_barrier_wait(&s->bar);
 		if (a->id == 0 && it >= o->warmup) {
-			s->iter_s[it - o->warmup] = now_s() - t0;
+			s->iter_s[it - o->warmup] = pbox_mono_s() - t0;
 		}
 	}
 	return NULL;

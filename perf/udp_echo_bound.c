@@ -33,10 +33,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/args.h"
+#include "common/clock.h"
 #include "common/compiler.h"
 
 #define PROG       "pbox-udp-echo-bound"
@@ -52,14 +52,6 @@ struct opts {
 	uint32_t size;
 	bool gso, json;
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int open_sock(bool gso)
 {
@@ -226,7 +218,7 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 	for (unsigned it = 0; it < o->warmup + o->iters; it++) {
 		uint64_t sent = 0, back = 0;
 		unsigned next_t = 0;
-		double t0 = now_s(), last_rx = t0;
+		double t0 = pbox_mono_s(), last_rx = t0;
 
 		while (back < o->bytes) {
 			unsigned nm = 0;
@@ -287,7 +279,7 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 					struct pollfd p = { .fd = fd, .events = POLLIN };
 
 					if (poll(&p, 1, 100) == 0) {
-						if (now_s() - last_rx > 1.0) {
+						if (pbox_mono_s() - last_rx > 1.0) {
 							fprintf(stderr,
 								PROG
 								": iteration %u: %llu of %llu "
@@ -307,14 +299,14 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 				for (int i = 0; i < n; i++) {
 					back += rm[i].msg_len;
 				}
-				last_rx = now_s();
+				last_rx = pbox_mono_s();
 				if (back >= o->bytes || (unsigned)n < burst) {
 					break;
 				}
 			}
 		}
 		if (it >= o->warmup) {
-			secs[it - o->warmup] = now_s() - t0;
+			secs[it - o->warmup] = pbox_mono_s() - t0;
 		}
 	}
 	close(fd);

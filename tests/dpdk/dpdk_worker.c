@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/numlist.h"
 
 #include <pbox/pbox.h>
@@ -146,14 +146,6 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 int main(int argc, char **argv)
 {
 	struct pbox_client_opts co = { 0 };
@@ -205,7 +197,7 @@ int main(int argc, char **argv)
 		pbox_close(c);
 		return 1;
 	}
-	t0 = now_s();
+	t0 = pbox_mono_s();
 	for (uint32_t t = 0; o.bench || t < o.iters; t++) {
 		for (uint32_t k = 0; k < o.nkeys; k++) {
 			for (uint64_t i = 0; i < o.nelem[k] && (t == 0 || o.hash); i++) {
@@ -229,11 +221,11 @@ int main(int argc, char **argv)
 		for (uint32_t k = 0; k < o.nkeys && o.hash; k++) {
 			h = fnv1a(h, out[k], o.nelem[k] * sizeof(float));
 		}
-		if (o.bench && now_s() - t0 >= o.seconds) {
+		if (o.bench && pbox_mono_s() - t0 >= o.seconds) {
 			break;
 		}
 	}
-	el = now_s() - t0;
+	el = pbox_mono_s() - t0;
 	if (o.hash) {
 		printf("rank %u: hash %016" PRIx64 " after %u iterations\n", o.rank, h, o.iters);
 	} else {
