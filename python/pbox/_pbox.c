@@ -20,8 +20,7 @@
  * outstanding callback before it returns); on a progress thread a thread of its own does
  * the closing (struct core).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_pbox.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -54,11 +53,7 @@ static const char *const g_op_names[] = {
 	[OP_INIT] = "init",
 };
 
-static PyObject *g_error;            /* pbox.PboxError(OSError) */
-static PyObject *g_timeout_error;    /* + TimeoutError */
-static PyObject *g_connection_error; /* + ConnectionError */
-static PyObject *g_permission_error; /* + PermissionError */
-static PyObject *g_adapter;          /* callable: non-buffer object -> buffer object */
+static PyObject *g_adapter; /* callable: non-buffer object -> buffer object */
 /* Set on libpbox progress threads (they run Python code only inside op_done). */
 static __thread bool g_progress_thread;
 
@@ -131,67 +126,6 @@ struct mem {
 static PyTypeObject g_client_type;
 static PyTypeObject g_handle_type;
 static PyTypeObject g_mem_type;
-
-/* ---- errors ------------------------------------------------------------------------- */
-
-static PyObject *error_class(int err)
-{
-	switch (err) {
-	case ETIMEDOUT:
-		return g_timeout_error;
-	case ECONNREFUSED:
-	case ECONNRESET:
-	case ECONNABORTED:
-	case ENOTCONN:
-	case EPIPE:
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-		return g_connection_error;
-	case EACCES:
-	case EPERM:
-		return g_permission_error;
-	default:
-		return g_error;
-	}
-}
-
-/* An instance of the PboxError subclass for errno err. Messages come from C code and
- * may hold anything: bytes that are not UTF-8 are replaced rather than lost in a
- * UnicodeDecodeError. */
-static PyObject *new_exception(int err, const char *msg)
-{
-	PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
-	PyObject *exc;
-
-	if (text == NULL) {
-		return NULL;
-	}
-	exc = PyObject_CallFunction(error_class(err), "iO", err, text);
-	Py_DECREF(text);
-	return exc;
-}
-
-/* Raise the PboxError subclass for -status with msg (libpbox's message). Returns NULL. */
-static PyObject *raise_status(int status, const char *msg)
-{
-	int err = status < 0 ? -status : EIO;
-	PyObject *exc;
-
-	if (msg == NULL || msg[0] == '\0') {
-		msg = strerror(err);
-	}
-	exc = new_exception(err, msg);
-	if (exc != NULL) {
-		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-		Py_DECREF(exc);
-	}
-	return NULL;
-}
-
-static PyObject *raise_last(int status)
-{
-	return raise_status(status, pbox_last_error());
-}
 
 /* ---- argument helpers --------------------------------------------------------------- */
 
@@ -385,7 +319,7 @@ static PyObject *handle_exception(struct handle *h)
 {
 	int err = -h->status;
 
-	return new_exception(err, h->msg);
+	return pbox_py_new_exception(err, h->msg);
 }
 
 /* GIL held: complete the notify object (set_result / set_exception). */
@@ -524,7 +458,7 @@ static PyObject *handle_result(struct handle *h)
 	snprintf(msg, sizeof(msg), "%s", h->msg);
 	pthread_mutex_unlock(&h->lock);
 	if (status < 0) {
-		return raise_status(status, msg);
+		return pbox_py_raise_status(status, msg);
 	}
 	Py_RETURN_NONE;
 }
@@ -676,7 +610,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 	rc = pbox_connect(&o, &c);
 	PyEval_RestoreThread(ts);
 	if (rc < 0) {
-		raise_last(rc);
+		pbox_py_raise_last(rc);
 		return -1;
 	}
 	pbox_job_info(c, &self->info);
@@ -684,7 +618,7 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 		ts = PyEval_SaveThread();
 		pbox_close(c);
 		PyEval_RestoreThread(ts);
-		PyErr_Format(g_error,
+		PyErr_Format(g_pbox_py_error,
 			     "job %u on pboxd at %s has %u workers, but this process runs "
 			     "with world size %u: the job and the launch must agree",
 			     o.job, self->server, self->info.workers, ws);
@@ -808,7 +742,7 @@ static void client_dealloc(struct client *self)
 static int check_open(struct client *self)
 {
 	if (self->c == NULL) {
-		PyErr_SetString(g_error, "the pbox client is closed");
+		PyErr_SetString(g_pbox_py_error, "the pbox client is closed");
 		return -1;
 	}
 	return 0;
@@ -902,7 +836,7 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
 		return NULL;
 	}
 	if (self->keys != NULL || self->registering) {
-		PyErr_SetString(g_error, "keys are already registered with this client");
+		PyErr_SetString(g_pbox_py_error, "keys are already registered with this client");
 		return NULL;
 	}
 	if (PyDict_Check(keys_o)) {
@@ -962,7 +896,7 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
 	PyEval_RestoreThread(ts);
 	self->registering = false;
 	if (rc < 0) {
-		raise_last(rc);
+		pbox_py_raise_last(rc);
 		goto err;
 	}
 	pbox_job_info(self->c, &self->info);
@@ -990,7 +924,7 @@ static const struct ckey *lookup(struct client *self, PyObject *key_o, uint32_t 
 		return NULL;
 	}
 	if (self->keys == NULL) {
-		PyErr_SetString(g_error, "no keys registered yet (call register first)");
+		PyErr_SetString(g_pbox_py_error, "no keys registered yet (call register first)");
 		return NULL;
 	}
 	k = find_key(self, *id);
@@ -1140,7 +1074,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	rc = submit(h, id, iter, src, dst);
 	if (rc < 0) {
 		Py_DECREF(h);
-		raise_last(rc);
+		pbox_py_raise_last(rc);
 		goto err;
 	}
 	return h;
@@ -1205,7 +1139,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 		return NULL;
 	}
 	if (self->keys == NULL) {
-		PyErr_SetString(g_error, "no keys registered yet (call register first)");
+		PyErr_SetString(g_pbox_py_error, "no keys registered yet (call register first)");
 		return NULL;
 	}
 	seq = PySequence_Fast(sl_o, "slices must be a sequence of (key, iteration, offset)");
@@ -1288,7 +1222,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			if (i == 0) {
 				h->remaining = 0;
 				Py_DECREF(h);
-				raise_last(rc);
+				pbox_py_raise_last(rc);
 				goto err;
 			}
 			/* Keys before i are in flight and complete through callbacks; the
@@ -1480,7 +1414,7 @@ static PyObject *client_alloc(struct client *self, PyObject *args, PyObject *kw)
 	self->allocating--;
 	if (rc != 0) {
 		Py_DECREF(m);
-		return raise_last(rc);
+		return pbox_py_raise_last(rc);
 	}
 	m->p = p;
 	m->registered = pbox_mem_registered(self->c, p);
@@ -1533,7 +1467,7 @@ static int mem_traverse(struct mem *m, visitproc visit, void *arg)
 static int mem_getbuffer(struct mem *m, Py_buffer *v, int flags)
 {
 	if (m->detached || m->p == NULL) {
-		PyErr_SetString(g_error,
+		PyErr_SetString(g_pbox_py_error,
 				"pbox.Memory: its client is closed (views taken before close keep "
 				"their bytes; new ones are refused)");
 		v->obj = NULL;
@@ -1747,19 +1681,6 @@ static struct PyModuleDef g_module = {
 	.m_methods = g_mod_methods,
 };
 
-static PyObject *new_error(const char *name, PyObject *base2, const char *doc)
-{
-	PyObject *bases = base2 ? PyTuple_Pack(2, g_error, base2) : NULL;
-	PyObject *e;
-
-	if (base2 != NULL && bases == NULL) {
-		return NULL;
-	}
-	e = PyErr_NewExceptionWithDoc(name, doc, bases, NULL);
-	Py_XDECREF(bases);
-	return e;
-}
-
 PyMODINIT_FUNC PyInit__pbox(void);
 
 PyMODINIT_FUNC PyInit__pbox(void)
@@ -1774,20 +1695,7 @@ PyMODINIT_FUNC PyInit__pbox(void)
 	if (m == NULL) {
 		return NULL;
 	}
-	g_error = PyErr_NewExceptionWithDoc("pbox.PboxError",
-					    "An error of libpbox: errno is the cause, strerror "
-					    "libpbox's message.",
-					    PyExc_OSError, NULL);
-	if (g_error == NULL) {
-		goto err;
-	}
-	g_timeout_error = new_error("pbox.PboxTimeoutError", PyExc_TimeoutError,
-				    "An operation or connection passed its deadline.");
-	g_connection_error = new_error("pbox.PboxConnectionError", PyExc_ConnectionError,
-				       "pboxd cannot be reached, or the connection or job ended.");
-	g_permission_error = new_error("pbox.PboxPermissionError", PyExc_PermissionError,
-				       "The appliance refused admission (wrong token).");
-	if (g_timeout_error == NULL || g_connection_error == NULL || g_permission_error == NULL) {
+	if (pbox_py_errors_create() < 0) {
 		goto err;
 	}
 	Py_INCREF(&g_client_type);
@@ -1798,14 +1706,7 @@ PyMODINIT_FUNC PyInit__pbox(void)
 	    PyModule_AddObject(m, "Memory", (PyObject *)&g_mem_type) < 0) {
 		goto err;
 	}
-	Py_INCREF(g_error);
-	Py_INCREF(g_timeout_error);
-	Py_INCREF(g_connection_error);
-	Py_INCREF(g_permission_error);
-	if (PyModule_AddObject(m, "PboxError", g_error) < 0 ||
-	    PyModule_AddObject(m, "PboxTimeoutError", g_timeout_error) < 0 ||
-	    PyModule_AddObject(m, "PboxConnectionError", g_connection_error) < 0 ||
-	    PyModule_AddObject(m, "PboxPermissionError", g_permission_error) < 0) {
+	if (pbox_py_errors_add(m) < 0) {
 		goto err;
 	}
 	return m;
