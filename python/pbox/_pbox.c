@@ -53,7 +53,6 @@ static const char *const g_op_names[] = {
 	[OP_INIT] = "init",
 };
 
-static PyObject *g_adapter; /* callable: non-buffer object -> buffer object */
 /* Set on libpbox progress threads (they run Python code only inside op_done). */
 static __thread bool g_progress_thread;
 
@@ -126,142 +125,6 @@ struct mem {
 static PyTypeObject g_client_type;
 static PyTypeObject g_handle_type;
 static PyTypeObject g_mem_type;
-
-/* ---- argument helpers --------------------------------------------------------------- */
-
-static int get_u64(PyObject *o, const char *name, uint64_t max, uint64_t *out)
-{
-	unsigned long long v;
-
-	if (!PyLong_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s must be an integer, not %.80s", name,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	v = PyLong_AsUnsignedLongLong(o);
-	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-		PyErr_Clear();
-		PyErr_Format(PyExc_ValueError, "%s must be between 0 and %llu", name,
-			     (unsigned long long)max);
-		return -1;
-	}
-	if (v > max) {
-		PyErr_Format(PyExc_ValueError, "%s must be between 0 and %llu (got %llu)", name,
-			     (unsigned long long)max, v);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int get_u32(PyObject *o, const char *name, uint32_t *out)
-{
-	uint64_t v;
-
-	if (get_u64(o, name, UINT32_MAX, &v) < 0) {
-		return -1;
-	}
-	*out = (uint32_t)v;
-	return 0;
-}
-
-/* Seconds (float or int, > 0 unless zero_ok) to milliseconds; None leaves *ms unchanged. */
-static int get_seconds_ms(PyObject *o, const char *name, uint32_t *ms)
-{
-	double s;
-
-	if (o == NULL || o == Py_None) {
-		return 0;
-	}
-	s = PyFloat_AsDouble(o);
-	if (s == -1.0 && PyErr_Occurred()) {
-		PyErr_Clear();
-		PyErr_Format(PyExc_TypeError, "%s must be a number of seconds, not %.80s", name,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	if (!(s >= 0.001 && s <= 86400.0)) {
-		PyErr_Format(PyExc_ValueError,
-			     "%s must be between 0.001 and 86400 seconds (got %g)", name, s);
-		return -1;
-	}
-	*ms = (uint32_t)(s * 1000.0 + 0.5);
-	return 0;
-}
-
-static bool is_float32_format(const char *f)
-{
-	if (f == NULL) {
-		return false; /* unsigned bytes */
-	}
-	if (f[0] == '@' || f[0] == '=' ||
-	    (f[0] == '<' && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)) {
-		f++;
-	}
-	return strcmp(f, "f") == 0;
-}
-
-/*
- * Export obj as a C-contiguous float32 buffer (writable if asked). Objects without the
- * buffer protocol (torch tensors) go through the adapter. Errors name the key and role.
- */
-static int get_view(PyObject *obj, bool writable, const char *role, uint32_t key, Py_buffer *v)
-{
-	PyObject *conv = NULL;
-	int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-
-	if (!PyObject_CheckBuffer(obj)) {
-		if (g_adapter == NULL) {
-			PyErr_Format(
-				PyExc_TypeError,
-				"key %u: %s must support the buffer protocol (a numpy array, a "
-				"bytearray, ...), not %.80s",
-				key, role, Py_TYPE(obj)->tp_name);
-			return -1;
-		}
-		conv = PyObject_CallFunction(g_adapter, "Os", obj, role);
-		if (conv == NULL) {
-			return -1;
-		}
-		if (!PyObject_CheckBuffer(conv)) {
-			PyErr_Format(PyExc_TypeError,
-				     "key %u: %s (%.80s) must support the buffer protocol (a numpy "
-				     "array, a contiguous CPU torch tensor, ...)",
-				     key, role, Py_TYPE(obj)->tp_name);
-			Py_DECREF(conv);
-			return -1;
-		}
-		obj = conv;
-	}
-	if (PyObject_GetBuffer(obj, v, flags) < 0) {
-		PyObject *et, *ev, *tb, *s;
-
-		PyErr_Fetch(&et, &ev, &tb);
-		PyErr_NormalizeException(&et, &ev, &tb);
-		s = ev ? PyObject_Str(ev) : NULL;
-		PyErr_Format(PyExc_ValueError, "key %u: %s cannot be used%s: %s", key, role,
-			     writable ? " as a writable C-contiguous buffer"
-				      : " as a C-contiguous buffer",
-			     s ? PyUnicode_AsUTF8(s) : "unknown reason");
-		Py_XDECREF(s);
-		Py_XDECREF(et);
-		Py_XDECREF(ev);
-		Py_XDECREF(tb);
-		Py_XDECREF(conv);
-		return -1;
-	}
-	Py_XDECREF(conv); /* the view keeps its own reference to the exporter */
-	if (v->itemsize != 4 || !is_float32_format(v->format)) {
-		PyErr_Format(
-			PyExc_TypeError,
-			"key %u: %s has items of format '%s' (%zd bytes); pbox exchanges float32 "
-			"(numpy.float32, torch.float32)",
-			key, role, v->format ? v->format : "B", v->itemsize);
-		PyBuffer_Release(v);
-		return -1;
-	}
-	return 0;
-}
 
 /* ---- Handle ------------------------------------------------------------------------- */
 
@@ -587,11 +450,12 @@ static int client_init(struct client *self, PyObject *args, PyObject *kw)
 					 &local_addr, &busy_poll, &fault)) {
 		return -1;
 	}
-	if (get_u32(job_o, "job", &o.job) < 0 || get_u32(rank_o, "rank", &o.rank) < 0 ||
-	    get_seconds_ms(to_o, "timeout", &o.timeout_ms) < 0 ||
-	    get_seconds_ms(rto_o, "rto", &o.rto_ms) < 0 ||
-	    (mi_o != NULL && get_u32(mi_o, "max_inflight", &o.max_inflight) < 0) ||
-	    (ws_o != Py_None && get_u32(ws_o, "world_size", &ws) < 0)) {
+	if (pbox_py_get_u32(job_o, "job", &o.job) < 0 ||
+	    pbox_py_get_u32(rank_o, "rank", &o.rank) < 0 ||
+	    pbox_py_get_seconds_ms(to_o, "timeout", &o.timeout_ms) < 0 ||
+	    pbox_py_get_seconds_ms(rto_o, "rto", &o.rto_ms) < 0 ||
+	    (mi_o != NULL && pbox_py_get_u32(mi_o, "max_inflight", &o.max_inflight) < 0) ||
+	    (ws_o != Py_None && pbox_py_get_u32(ws_o, "world_size", &ws) < 0)) {
 		return -1;
 	}
 	if (ws_o != Py_None && (ws == 0 || o.rank >= ws)) {
@@ -809,8 +673,8 @@ static const struct ckey *find_key(const struct client *self, uint32_t id)
 
 static int add_key(PyObject *id_o, PyObject *n_o, struct pbox_key_info *k)
 {
-	if (get_u32(id_o, "key id", &k->id) < 0 ||
-	    get_u64(n_o, "key length", UINT64_MAX, &k->nelem) < 0) {
+	if (pbox_py_get_u32(id_o, "key id", &k->id) < 0 ||
+	    pbox_py_get_u64(n_o, "key length", UINT64_MAX, &k->nelem) < 0) {
 		return -1;
 	}
 	if (k->nelem == 0) {
@@ -920,7 +784,7 @@ static const struct ckey *lookup(struct client *self, PyObject *key_o, uint32_t 
 {
 	const struct ckey *k;
 
-	if (check_open(self) < 0 || get_u32(key_o, "key", id) < 0) {
+	if (check_open(self) < 0 || pbox_py_get_u32(key_o, "key", id) < 0) {
 		return NULL;
 	}
 	if (self->keys == NULL) {
@@ -1020,7 +884,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 		}
 	}
 	k = lookup(self, key_o, &id);
-	if (k == NULL || (it_o != NULL && get_u32(it_o, "iteration", &iter) < 0)) {
+	if (k == NULL || (it_o != NULL && pbox_py_get_u32(it_o, "iteration", &iter) < 0)) {
 		return NULL;
 	}
 	h = handle_new(kind, 1);
@@ -1034,7 +898,8 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	}
 	if (kind == OP_PULL || (kind == OP_PUSH_PULL && out_o == Py_None)) {
 		/* pull, or push-pull in place: one writable view */
-		if (get_view(buf_o, true, kind == OP_PULL ? "out" : "buffer", id, &h->out) < 0) {
+		if (pbox_py_get_view(buf_o, true, kind == OP_PULL ? "out" : "buffer", id, &h->out) <
+		    0) {
 			goto err;
 		}
 		h->has_out = true;
@@ -1044,7 +909,8 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 		dst = h->out.buf;
 		src = dst;
 	} else {
-		if (get_view(buf_o, false, kind == OP_INIT ? "values" : "grad", id, &h->in) < 0) {
+		if (pbox_py_get_view(buf_o, false, kind == OP_INIT ? "values" : "grad", id,
+				     &h->in) < 0) {
 			goto err;
 		}
 		h->has_in = true;
@@ -1053,7 +919,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 		}
 		src = h->in.buf;
 		if (kind == OP_PUSH_PULL) {
-			if (get_view(out_o, true, "out", id, &h->out) < 0) {
+			if (pbox_py_get_view(out_o, true, "out", id, &h->out) < 0) {
 				goto err;
 			}
 			h->has_out = true;
@@ -1176,8 +1042,10 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			goto err;
 		}
 		k = lookup(self, PyTuple_GET_ITEM(it, 0), &ops[i].id);
-		if (k == NULL || get_u32(PyTuple_GET_ITEM(it, 1), "iteration", &ops[i].iter) < 0 ||
-		    get_u64(PyTuple_GET_ITEM(it, 2), "offset", UINT64_MAX, &ops[i].off) < 0) {
+		if (k == NULL ||
+		    pbox_py_get_u32(PyTuple_GET_ITEM(it, 1), "iteration", &ops[i].iter) < 0 ||
+		    pbox_py_get_u64(PyTuple_GET_ITEM(it, 2), "offset", UINT64_MAX, &ops[i].off) <
+			    0) {
 			goto err;
 		}
 		if (seen[k - self->keys]) {
@@ -1187,7 +1055,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 		}
 		seen[k - self->keys] = 1;
 	}
-	if (get_view(buf_o, true, "buffer", ops[0].id, &h->out) < 0) {
+	if (pbox_py_get_view(buf_o, true, "buffer", ops[0].id, &h->out) < 0) {
 		goto err;
 	}
 	h->has_out = true;
@@ -1389,7 +1257,8 @@ static PyObject *client_alloc(struct client *self, PyObject *args, PyObject *kw)
 	int rc;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", (char **)kwlist, &n_o) ||
-	    get_u64(n_o, "nbytes", (uint64_t)PY_SSIZE_T_MAX, &n) < 0 || check_open(self) < 0) {
+	    pbox_py_get_u64(n_o, "nbytes", (uint64_t)PY_SSIZE_T_MAX, &n) < 0 ||
+	    check_open(self) < 0) {
 		return NULL;
 	}
 	if (n == 0) {
@@ -1652,22 +1521,9 @@ static PyObject *mod_version(PyObject *m, PyObject *unused)
 	return PyUnicode_FromString(pbox_version());
 }
 
-static PyObject *mod_set_adapter(PyObject *m, PyObject *fn)
-{
-	(void)m;
-	if (fn != Py_None && !PyCallable_Check(fn)) {
-		PyErr_SetString(PyExc_TypeError, "the buffer adapter must be callable or None");
-		return NULL;
-	}
-	Py_XDECREF(g_adapter);
-	g_adapter = fn == Py_None ? NULL : fn;
-	Py_XINCREF(g_adapter);
-	Py_RETURN_NONE;
-}
-
 static PyMethodDef g_mod_methods[] = {
 	{ "version", mod_version, METH_NOARGS, "version()\n--\n\nlibpbox's version string." },
-	{ "_set_buffer_adapter", mod_set_adapter, METH_O,
+	{ "_set_buffer_adapter", pbox_py_set_buffer_adapter, METH_O,
 	  "Install fn(obj, role) -> buffer object, used for arguments without the buffer "
 	  "protocol (torch tensors)." },
 	{ NULL, NULL, 0, NULL },
