@@ -36,26 +36,6 @@
 
 #include <pbox/pbox.h>
 
-/* Handle.wait sleeps in slices this long so that Ctrl-C (signals) is noticed. */
-#define WAIT_SLICE_NS 100000000ll
-
-enum op_kind {
-	OP_PUSH,
-	OP_PULL,
-	OP_PUSH_PULL,
-	OP_INIT,
-};
-
-static const char *const g_op_names[] = {
-	[OP_PUSH] = "push",
-	[OP_PULL] = "pull",
-	[OP_PUSH_PULL] = "push-pull",
-	[OP_INIT] = "init",
-};
-
-/* Set on libpbox progress threads (they run Python code only inside op_done). */
-static __thread bool g_progress_thread;
-
 struct ckey {
 	uint32_t id;
 	uint64_t nelem;
@@ -86,22 +66,6 @@ struct client {
 	PyObject *weakreflist;
 };
 
-struct handle {
-	PyObject ob_base;
-	struct pbox_client *pc; /* to submit with: set just before, with the GIL held */
-	enum op_kind kind;
-	uint32_t key, iter, nops; /* key / iter: the first operation's, for messages */
-	Py_buffer in, out;
-	bool has_in, has_out;
-	PyObject *notify, *result;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	uint32_t remaining; /* callbacks still due (atomic) */
-	bool done;          /* under lock */
-	int status;         /* under lock: 0 or the first error */
-	char msg[512];      /* under lock: the first error's message */
-};
-
 /*
  * Memory: a block of pbox_mem_alloc (registered with pboxd over the shm transport), with
  * the buffer protocol. It holds a reference to its Client, so the client outlives it
@@ -123,306 +87,7 @@ struct mem {
 };
 
 static PyTypeObject g_client_type;
-static PyTypeObject g_handle_type;
 static PyTypeObject g_mem_type;
-
-/* ---- Handle ------------------------------------------------------------------------- */
-
-static struct handle *handle_new(enum op_kind kind, uint32_t nops)
-{
-	struct handle *h = PyObject_New(struct handle, &g_handle_type);
-	pthread_condattr_t ca;
-
-	if (h == NULL) {
-		return NULL;
-	}
-	h->pc = NULL;
-	h->kind = kind;
-	h->key = 0;
-	h->iter = 0;
-	h->nops = nops;
-	h->has_in = h->has_out = false;
-	h->notify = h->result = NULL;
-	h->remaining = 0;
-	h->done = false;
-	h->status = 0;
-	h->msg[0] = '\0';
-	pthread_mutex_init(&h->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&h->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	return h;
-}
-
-/* GIL held. Release what the operation borrowed. */
-static void handle_release_refs(struct handle *h)
-{
-	if (h->has_in) {
-		PyBuffer_Release(&h->in);
-		h->has_in = false;
-	}
-	if (h->has_out) {
-		PyBuffer_Release(&h->out);
-		h->has_out = false;
-	}
-	Py_CLEAR(h->notify);
-	Py_CLEAR(h->result);
-}
-
-static void handle_dealloc(struct handle *h)
-{
-	handle_release_refs(h);
-	pthread_mutex_destroy(&h->lock);
-	pthread_cond_destroy(&h->cond);
-	PyObject_Free(h);
-}
-
-static PyObject *handle_exception(struct handle *h)
-{
-	int err = -h->status;
-
-	return pbox_py_new_exception(err, h->msg);
-}
-
-/* GIL held: complete the notify object (set_result / set_exception). */
-static void handle_notify(struct handle *h)
-{
-	PyObject *r;
-
-	if (h->notify == NULL) {
-		return;
-	}
-	if (h->status == 0) {
-		r = PyObject_CallMethod(h->notify, "set_result", "O",
-					h->result ? h->result : Py_None);
-	} else {
-		PyObject *exc = handle_exception(h);
-
-		r = exc ? PyObject_CallMethod(h->notify, "set_exception", "O", exc) : NULL;
-		Py_XDECREF(exc);
-	}
-	if (r == NULL) {
-		PyErr_WriteUnraisable(h->notify);
-	}
-	Py_XDECREF(r);
-}
-
-/*
- * The last callback of h (progress thread, or the submitting thread when a group could
- * not be started whole). Wake waiters first: they need no GIL. Then take the GIL once.
- */
-static void handle_complete(struct handle *h)
-{
-	PyGILState_STATE gs;
-
-	pthread_mutex_lock(&h->lock);
-	h->done = true;
-	pthread_cond_broadcast(&h->cond);
-	pthread_mutex_unlock(&h->lock);
-
-	gs = PyGILState_Ensure();
-	handle_notify(h);
-	handle_release_refs(h);
-	Py_DECREF(h); /* the reference the operations held */
-	PyGILState_Release(gs);
-}
-
-static void handle_note_error(struct handle *h, int status, const char *msg)
-{
-	pthread_mutex_lock(&h->lock);
-	if (h->status == 0) {
-		h->status = status;
-		snprintf(h->msg, sizeof(h->msg), "%s", msg);
-	}
-	pthread_mutex_unlock(&h->lock);
-}
-
-/* libpbox completion callback: progress thread, no GIL. */
-static void op_done(uint32_t key, int status, void *arg)
-{
-	struct handle *h = arg;
-
-	g_progress_thread = true;
-	if (status < 0) {
-		/* libpbox sets this thread's last error to the operation's message before it
-		 * calls back (pbox_done_fn). */
-		const char *why = pbox_last_error();
-		char msg[512];
-
-		if (why[0] != '\0') {
-			snprintf(msg, sizeof(msg), "%s", why);
-		} else {
-			snprintf(msg, sizeof(msg), "%s of key %u failed: %s", g_op_names[h->kind],
-				 key, strerror(-status));
-		}
-		handle_note_error(h, status, msg);
-	}
-	if (__atomic_sub_fetch(&h->remaining, 1, __ATOMIC_ACQ_REL) == 0) {
-		handle_complete(h);
-	}
-}
-
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
-/*
- * Wait for h with the GIL released, in slices so that signals are handled. timeout_ns < 0:
- * no limit. Returns 1 when done, 0 when the timeout passed, -1 with an exception set
- * (a signal handler raised).
- */
-static int handle_wait_done(struct handle *h, int64_t timeout_ns)
-{
-	int64_t deadline = timeout_ns < 0 ? INT64_MAX : mono_ns() + timeout_ns;
-
-	for (;;) {
-		int64_t until = mono_ns() + WAIT_SLICE_NS;
-		struct timespec abs;
-		PyThreadState *tstate;
-		bool done;
-
-		if (until > deadline) {
-			until = deadline;
-		}
-		abs.tv_sec = (time_t)(until / 1000000000ll);
-		abs.tv_nsec = (long)(until % 1000000000ll);
-		tstate = PyEval_SaveThread();
-		pthread_mutex_lock(&h->lock);
-		while (!h->done && pthread_cond_timedwait(&h->cond, &h->lock, &abs) != ETIMEDOUT) {
-		}
-		done = h->done;
-		pthread_mutex_unlock(&h->lock);
-		PyEval_RestoreThread(tstate);
-		if (done) {
-			return 1;
-		}
-		if (PyErr_CheckSignals() < 0) {
-			return -1;
-		}
-		if (mono_ns() >= deadline) {
-			return 0;
-		}
-	}
-}
-
-/* After h is done: None, or raise its error. */
-static PyObject *handle_result(struct handle *h)
-{
-	int status;
-	char msg[sizeof(h->msg)];
-
-	pthread_mutex_lock(&h->lock);
-	status = h->status;
-	snprintf(msg, sizeof(msg), "%s", h->msg);
-	pthread_mutex_unlock(&h->lock);
-	if (status < 0) {
-		return pbox_py_raise_status(status, msg);
-	}
-	Py_RETURN_NONE;
-}
-
-static PyObject *handle_wait(struct handle *h, PyObject *args, PyObject *kw)
-{
-	static const char *kwlist[] = { "timeout", NULL };
-	PyObject *to = Py_None;
-	int64_t tns = -1;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", (char **)kwlist, &to)) {
-		return NULL;
-	}
-	if (to != Py_None) {
-		double s = PyFloat_AsDouble(to);
-
-		if (s == -1.0 && PyErr_Occurred()) {
-			return NULL;
-		}
-		if (!(s >= 0.0 && s < 1e9)) {
-			PyErr_Format(PyExc_ValueError, "timeout must be >= 0 seconds (got %g)", s);
-			return NULL;
-		}
-		tns = (int64_t)(s * 1e9);
-	}
-	rc = handle_wait_done(h, tns);
-	if (rc < 0) {
-		return NULL;
-	}
-	if (rc == 0) {
-		PyErr_Format(
-			PyExc_TimeoutError,
-			"%s of key %u (iteration %u%s): not complete after %.3f s; the operation "
-			"is still in flight (wait again, or let it fail at its deadline)",
-			g_op_names[h->kind], h->key, h->iter,
-			h->nops > 1 ? ", with other keys" : "", (double)tns / 1e9);
-		return NULL;
-	}
-	return handle_result(h);
-}
-
-static PyObject *handle_done(struct handle *h, PyObject *unused)
-{
-	bool done;
-
-	(void)unused;
-	pthread_mutex_lock(&h->lock);
-	done = h->done;
-	pthread_mutex_unlock(&h->lock);
-	return PyBool_FromLong(done);
-}
-
-static PyObject *handle_repr(struct handle *h)
-{
-	bool done;
-	int status;
-
-	pthread_mutex_lock(&h->lock);
-	done = h->done;
-	status = h->status;
-	pthread_mutex_unlock(&h->lock);
-	return PyUnicode_FromFormat("<pbox.Handle %s key %u iteration %u%s: %s>",
-				    g_op_names[h->kind], h->key, h->iter,
-				    h->nops > 1 ? " (+ more keys)" : "",
-				    !done         ? "in flight"
-				    : status == 0 ? "done"
-						  : "failed");
-}
-
-static PyObject *handle_get_keys(struct handle *h, void *unused)
-{
-	(void)unused;
-	return PyLong_FromUnsignedLong(h->nops);
-}
-
-static PyMethodDef g_handle_methods[] = {
-	{ "wait", (PyCFunction)(void (*)(void))handle_wait, METH_VARARGS | METH_KEYWORDS,
-	  "wait(timeout=None)\n--\n\nWait for the operation (GIL released). Returns None, raises "
-	  "the operation's PboxError, or TimeoutError if timeout (seconds) passes first; the "
-	  "operation then stays in flight." },
-	{ "done", (PyCFunction)handle_done, METH_NOARGS,
-	  "done()\n--\n\nTrue once the operation has completed (successfully or not)." },
-	{ NULL, NULL, 0, NULL },
-};
-
-static PyGetSetDef g_handle_getset[] = {
-	{ "nkeys", (getter)handle_get_keys, NULL, "number of keys in the operation", NULL },
-	{ NULL, NULL, NULL, NULL, NULL },
-};
-
-static PyTypeObject g_handle_type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pbox.Handle",
-	.tp_basicsize = sizeof(struct handle),
-	.tp_dealloc = (destructor)handle_dealloc,
-	.tp_repr = (reprfunc)handle_repr,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "An asynchronous pbox operation in flight (see Client.push_pull_async).",
-	.tp_methods = g_handle_methods,
-	.tp_getset = g_handle_getset,
-};
 
 /* ---- Client: lifecycle -------------------------------------------------------------- */
 
@@ -565,7 +230,7 @@ static void client_shutdown(struct client *self)
 	}
 	mem_detach_all(self);
 	self->c = NULL;
-	if (g_progress_thread) {
+	if (g_pbox_py_progress_thread) {
 		pthread_attr_t attr;
 		pthread_t t;
 		int rc;
@@ -815,13 +480,13 @@ static int submit(struct handle *h, uint32_t key, uint32_t iter, const float *sr
 {
 	switch (h->kind) {
 	case OP_PUSH:
-		return pbox_push_async(h->pc, key, iter, src, op_done, h);
+		return pbox_push_async(h->pc, key, iter, src, pbox_py_op_done, h);
 	case OP_PULL:
-		return pbox_pull_async(h->pc, key, iter, dst, op_done, h);
+		return pbox_pull_async(h->pc, key, iter, dst, pbox_py_op_done, h);
 	case OP_PUSH_PULL:
-		return pbox_push_pull_async(h->pc, key, iter, src, dst, op_done, h);
+		return pbox_push_pull_async(h->pc, key, iter, src, dst, pbox_py_op_done, h);
 	case OP_INIT:
-		return pbox_init_async(h->pc, key, src, op_done, h);
+		return pbox_init_async(h->pc, key, src, pbox_py_op_done, h);
 	}
 	return -EINVAL;
 }
@@ -887,7 +552,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	if (k == NULL || (it_o != NULL && pbox_py_get_u32(it_o, "iteration", &iter) < 0)) {
 		return NULL;
 	}
-	h = handle_new(kind, 1);
+	h = pbox_py_handle_new(kind, 1);
 	if (h == NULL) {
 		return NULL;
 	}
@@ -956,11 +621,11 @@ static PyObject *run_sync(struct handle *h)
 	if (h == NULL) {
 		return NULL;
 	}
-	if (handle_wait_done(h, -1) < 0) {
+	if (pbox_py_handle_wait_done(h, -1) < 0) {
 		Py_DECREF(h);
 		return NULL;
 	}
-	r = handle_result(h);
+	r = pbox_py_handle_result(h);
 	Py_DECREF(h);
 	return r;
 }
@@ -1018,7 +683,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			     n, self->nkeys);
 		goto err;
 	}
-	h = handle_new(OP_PUSH_PULL, (uint32_t)n);
+	h = pbox_py_handle_new(OP_PUSH_PULL, (uint32_t)n);
 	ops = PyMem_Calloc((size_t)n, sizeof(*ops));
 	seen = PyMem_Calloc(self->nkeys, 1);
 	if (h == NULL || ops == NULL || seen == NULL) {
@@ -1084,7 +749,8 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 	base = h->out.buf;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		float *p = base + ops[i].off;
-		int rc = pbox_push_pull_async(h->pc, ops[i].id, ops[i].iter, p, p, op_done, h);
+		int rc = pbox_push_pull_async(h->pc, ops[i].id, ops[i].iter, p, p, pbox_py_op_done,
+					      h);
 
 		if (rc < 0) {
 			if (i == 0) {
@@ -1095,10 +761,10 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 			}
 			/* Keys before i are in flight and complete through callbacks; the
 			 * Handle reports this error once they have. */
-			handle_note_error(h, rc, pbox_last_error());
+			pbox_py_handle_note_error(h, rc, pbox_last_error());
 			if (__atomic_sub_fetch(&h->remaining, (uint32_t)(n - i),
 					       __ATOMIC_ACQ_REL) == 0) {
-				handle_complete(h);
+				pbox_py_handle_complete(h);
 			}
 			break;
 		}
@@ -1543,7 +1209,7 @@ PyMODINIT_FUNC PyInit__pbox(void)
 {
 	PyObject *m;
 
-	if (PyType_Ready(&g_client_type) < 0 || PyType_Ready(&g_handle_type) < 0 ||
+	if (PyType_Ready(&g_client_type) < 0 || PyType_Ready(&g_pbox_py_handle_type) < 0 ||
 	    PyType_Ready(&g_mem_type) < 0) {
 		return NULL;
 	}
@@ -1555,10 +1221,10 @@ PyMODINIT_FUNC PyInit__pbox(void)
 		goto err;
 	}
 	Py_INCREF(&g_client_type);
-	Py_INCREF(&g_handle_type);
+	Py_INCREF(&g_pbox_py_handle_type);
 	Py_INCREF(&g_mem_type);
 	if (PyModule_AddObject(m, "Client", (PyObject *)&g_client_type) < 0 ||
-	    PyModule_AddObject(m, "Handle", (PyObject *)&g_handle_type) < 0 ||
+	    PyModule_AddObject(m, "Handle", (PyObject *)&g_pbox_py_handle_type) < 0 ||
 	    PyModule_AddObject(m, "Memory", (PyObject *)&g_mem_type) < 0) {
 		goto err;
 	}

@@ -6,8 +6,9 @@
  *   _pbox.c    the types, the operations and the module definition
  *   errors.c   the exception classes (PboxError and its subclasses) and raising them
  *   args.c     arguments: integers, seconds and float32 buffers checked and converted
+ *   handle.c   Handle: an operation in flight, its completion (libpbox's callback), waiting
  *
- * Every function here is called with the GIL held.
+ * Every function here is called with the GIL held unless its comment says otherwise.
  */
 #ifndef PBOX_PYTHON_PBOX_H
 #define PBOX_PYTHON_PBOX_H
@@ -16,10 +17,37 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include <pbox/pbox.h>
+
+/* ---- types -------------------------------------------------------------------------- */
+
+enum op_kind {
+	OP_PUSH,
+	OP_PULL,
+	OP_PUSH_PULL,
+	OP_INIT,
+};
+
+/* pbox.Handle (handle.c): the operations (ops.c) fill it in and start it. */
+struct handle {
+	PyObject ob_base;
+	struct pbox_client *pc; /* to submit with: set just before, with the GIL held */
+	enum op_kind kind;
+	uint32_t key, iter, nops; /* key / iter: the first operation's, for messages */
+	Py_buffer in, out;
+	bool has_in, has_out;
+	PyObject *notify, *result;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint32_t remaining; /* callbacks still due (atomic) */
+	bool done;          /* under lock */
+	int status;         /* under lock: 0 or the first error */
+	char msg[512];      /* under lock: the first error's message */
+};
 
 /* ---- errors.c ----------------------------------------------------------------------- */
 
@@ -65,5 +93,38 @@ int pbox_py_get_view(PyObject *obj, bool writable, const char *role, uint32_t ke
 /* pbox._pbox._set_buffer_adapter(fn): install fn(obj, role) -> buffer object, used by
  * pbox_py_get_view (None: none). Returns None, or NULL with TypeError set. */
 PyObject *pbox_py_set_buffer_adapter(PyObject *m, PyObject *fn);
+
+/* ---- handle.c ----------------------------------------------------------------------- */
+
+extern PyTypeObject g_pbox_py_handle_type; /* pbox.Handle: struct handle */
+
+/* Set on libpbox progress threads (they run Python code only inside pbox_py_op_done). */
+extern __thread bool g_pbox_py_progress_thread;
+
+/* A new Handle for nops operations of kind, not started (remaining 0, no buffers); NULL
+ * with an exception set. */
+struct handle *pbox_py_handle_new(enum op_kind kind, uint32_t nops);
+
+/* The last callback of h (progress thread, or the submitting thread when a group could
+ * not be started whole), without the GIL: marks h done, wakes its waiters, then takes the
+ * GIL to complete its notify object, release its buffers and drop the operations'
+ * reference to h. */
+void pbox_py_handle_complete(struct handle *h);
+
+/* Record status and msg as h's error unless it has one already. Any thread, no GIL
+ * needed. */
+void pbox_py_handle_note_error(struct handle *h, int status, const char *msg);
+
+/* libpbox's completion callback (pbox_done_fn) for every operation of a Handle, arg the
+ * Handle: progress thread, no GIL. */
+void pbox_py_op_done(uint32_t key, int status, void *arg);
+
+/* Wait for h with the GIL released, in slices so that signals are handled; timeout_ns < 0:
+ * no limit. Returns 1 when done, 0 when the timeout passed, -1 with an exception set (a
+ * signal handler raised). */
+int pbox_py_handle_wait_done(struct handle *h, int64_t timeout_ns);
+
+/* After h is done: None, or raise its error (the PboxError subclass of its status). */
+PyObject *pbox_py_handle_result(struct handle *h);
 
 #endif /* PBOX_PYTHON_PBOX_H */
