@@ -36,11 +36,6 @@
 
 #include <pbox/pbox.h>
 
-struct ckey {
-	uint32_t id;
-	uint64_t nelem;
-};
-
 /*
  * What closing a client needs, apart from the Python object: a Client can be collected,
  * or closed, on a libpbox progress thread (by a completion's callback, or by the garbage
@@ -52,42 +47,7 @@ struct core {
 	uint32_t refs; /* atomic: the Client and a closer */
 };
 
-struct client {
-	PyObject ob_base;
-	struct pbox_client *c; /* NULL once closed (or being closed) */
-	struct core *core;
-	struct ckey *keys; /* sorted by id; NULL before register */
-	uint32_t nkeys;
-	bool registering;
-	uint32_t allocating; /* Client.alloc calls running without the GIL */
-	struct mem *mems;    /* live Memory objects of this client (GIL) */
-	char server[256];
-	struct pbox_job_info info;
-	PyObject *weakreflist;
-};
-
-/*
- * Memory: a block of pbox_mem_alloc (registered with pboxd over the shm transport), with
- * the buffer protocol. It holds a reference to its Client, so the client outlives it
- * unless closed explicitly: closing detaches every live block first (pbox_mem_detach),
- * so views taken before keep valid memory, with the bytes they had, which the Memory
- * unmaps when it goes; new views of it are refused then. The last reference frees it
- * (pbox_mem_free). All fields under the GIL.
- */
-struct mem {
-	PyObject ob_base;
-	struct client *owner; /* strong reference */
-	void *p;
-	size_t nbytes;
-	bool registered; /* pboxd shares it (until detached) */
-	bool detached;   /* owner closed: p is ours to munmap */
-	Py_ssize_t exports;
-	struct mem *prev, *next; /* owner->mems */
-	PyObject *weakreflist;
-};
-
 static PyTypeObject g_client_type;
-static PyTypeObject g_mem_type;
 
 /* ---- Client: lifecycle -------------------------------------------------------------- */
 
@@ -203,21 +163,6 @@ static void *closer_main(void *arg)
 	return NULL;
 }
 
-/* GIL held, before closing: every live Memory keeps its mapping, no longer libpbox's. */
-static void mem_detach_all(struct client *self)
-{
-	for (struct mem *m = self->mems; m != NULL; m = m->next) {
-		if (pbox_mem_detach(self->c, m->p) != 0) {
-			/* Not libpbox's: cannot happen; leak rather than unmap what it owns. */
-			fprintf(stderr, "pbox: %s\n", pbox_last_error());
-			m->p = NULL;
-		}
-		m->detached = true;
-		m->registered = false;
-	}
-	self->mems = NULL;
-}
-
 /* GIL held. Close the client: here, or on a thread of its own when this is a progress
  * thread (see struct core). */
 static void client_shutdown(struct client *self)
@@ -228,7 +173,7 @@ static void client_shutdown(struct client *self)
 	if (self->c == NULL) {
 		return;
 	}
-	mem_detach_all(self);
+	pbox_py_mem_detach_all(self);
 	self->c = NULL;
 	if (g_pbox_py_progress_thread) {
 		pthread_attr_t attr;
@@ -268,7 +213,7 @@ static void client_dealloc(struct client *self)
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int check_open(struct client *self)
+int pbox_py_check_open(struct client *self)
 {
 	if (self->c == NULL) {
 		PyErr_SetString(g_pbox_py_error, "the pbox client is closed");
@@ -300,7 +245,7 @@ static PyObject *client_close(struct client *self, PyObject *unused)
 static PyObject *client_enter(struct client *self, PyObject *unused)
 {
 	(void)unused;
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	Py_INCREF(self);
@@ -361,7 +306,7 @@ static PyObject *client_register(struct client *self, PyObject *args, PyObject *
 	int rc;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:register", (char **)kwlist, &keys_o) ||
-	    check_open(self) < 0) {
+	    pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	if (self->keys != NULL || self->registering) {
@@ -449,7 +394,7 @@ static const struct ckey *lookup(struct client *self, PyObject *key_o, uint32_t 
 {
 	const struct ckey *k;
 
-	if (check_open(self) < 0 || pbox_py_get_u32(key_o, "key", id) < 0) {
+	if (pbox_py_check_open(self) < 0 || pbox_py_get_u32(key_o, "key", id) < 0) {
 		return NULL;
 	}
 	if (self->keys == NULL) {
@@ -596,7 +541,7 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	}
 	/* The buffer adapter runs Python code, during which another thread may have closed
 	 * the client: look again, and submit without letting go of the GIL. */
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		goto err;
 	}
 	h->pc = self->c;
@@ -666,7 +611,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:push_pull_many", (char **)kwlist, &buf_o,
 					 &sl_o, &notify, &result) ||
-	    check_open(self) < 0) {
+	    pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	if (self->keys == NULL) {
@@ -738,7 +683,7 @@ static PyObject *client_push_pull_many(struct client *self, PyObject *args, PyOb
 		}
 	}
 	/* As in start_one: the adapter may have let another thread close the client. */
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		goto err;
 	}
 	h->pc = self->c;
@@ -798,7 +743,7 @@ static PyObject *client_get_info(struct client *self, void *unused)
 	PyObject *sync, *stale, *credits, *d = NULL;
 
 	(void)unused;
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	if (self->keys == NULL) {
@@ -855,7 +800,7 @@ static PyObject *client_get_closed(struct client *self, void *unused)
 static PyObject *client_get_transport(struct client *self, void *unused)
 {
 	(void)unused;
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	return PyUnicode_FromString(pbox_transport(self->c));
@@ -866,7 +811,7 @@ static PyObject *client_stats(struct client *self, PyObject *unused)
 	struct pbox_client_stats s;
 
 	(void)unused;
-	if (check_open(self) < 0) {
+	if (pbox_py_check_open(self) < 0) {
 		return NULL;
 	}
 	pbox_client_stats(self->c, &s);
@@ -910,192 +855,6 @@ static PyObject *client_repr(struct client *self)
 				    self->nkeys);
 }
 
-/* ---- Memory: registered buffers (pbox_mem_alloc) ------------------------------------ */
-
-static PyObject *client_alloc(struct client *self, PyObject *args, PyObject *kw)
-{
-	static const char *kwlist[] = { "nbytes", NULL };
-	PyObject *n_o;
-	uint64_t n;
-	struct mem *m;
-	PyThreadState *ts;
-	void *p = NULL;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:alloc", (char **)kwlist, &n_o) ||
-	    pbox_py_get_u64(n_o, "nbytes", (uint64_t)PY_SSIZE_T_MAX, &n) < 0 ||
-	    check_open(self) < 0) {
-		return NULL;
-	}
-	if (n == 0) {
-		PyErr_SetString(PyExc_ValueError, "nbytes must be at least 1");
-		return NULL;
-	}
-	m = PyObject_GC_New(struct mem, &g_mem_type);
-	if (m == NULL) {
-		return NULL;
-	}
-	m->owner = NULL;
-	m->p = NULL;
-	m->nbytes = (size_t)n;
-	m->registered = m->detached = false;
-	m->exports = 0;
-	m->prev = m->next = NULL;
-	m->weakreflist = NULL;
-	self->allocating++;
-	ts = PyEval_SaveThread(); /* waits for pboxd's answer over shm */
-	rc = pbox_mem_alloc(self->c, (size_t)n, &p);
-	PyEval_RestoreThread(ts);
-	self->allocating--;
-	if (rc != 0) {
-		Py_DECREF(m);
-		return pbox_py_raise_last(rc);
-	}
-	m->p = p;
-	m->registered = pbox_mem_registered(self->c, p);
-	Py_INCREF(self);
-	m->owner = self;
-	m->next = self->mems;
-	if (self->mems != NULL) {
-		self->mems->prev = m;
-	}
-	self->mems = m;
-	PyObject_GC_Track(m);
-	return (PyObject *)m;
-}
-
-static void mem_dealloc(struct mem *m)
-{
-	struct client *owner = m->owner;
-
-	PyObject_GC_UnTrack(m);
-	if (m->weakreflist != NULL) {
-		PyObject_ClearWeakRefs((PyObject *)m);
-	}
-	if (m->p != NULL && m->detached) {
-		munmap(m->p, m->nbytes);
-	} else if (m->p != NULL && owner != NULL) {
-		if (m->prev != NULL) {
-			m->prev->next = m->next;
-		} else {
-			owner->mems = m->next;
-		}
-		if (m->next != NULL) {
-			m->next->prev = m->prev;
-		}
-		/* Nothing uses it: every operation holds a view (of an object holding one). */
-		if (pbox_mem_free(owner->c, m->p) != 0) {
-			fprintf(stderr, "pbox: %s\n", pbox_last_error());
-		}
-	}
-	Py_XDECREF(owner);
-	PyObject_GC_Del(m);
-}
-
-/* The owner stays alive while the Memory does; nothing to traverse but it. */
-static int mem_traverse(struct mem *m, visitproc visit, void *arg)
-{
-	Py_VISIT(m->owner);
-	return 0;
-}
-
-static int mem_getbuffer(struct mem *m, Py_buffer *v, int flags)
-{
-	if (m->detached || m->p == NULL) {
-		PyErr_SetString(g_pbox_py_error,
-				"pbox.Memory: its client is closed (views taken before close keep "
-				"their bytes; new ones are refused)");
-		v->obj = NULL;
-		return -1;
-	}
-	if (PyBuffer_FillInfo(v, (PyObject *)m, m->p, (Py_ssize_t)m->nbytes, 0, flags) < 0) {
-		return -1;
-	}
-	m->exports++;
-	return 0;
-}
-
-static void mem_releasebuffer(struct mem *m, Py_buffer *v)
-{
-	(void)v;
-	m->exports--;
-}
-
-static PyBufferProcs g_mem_buffer = {
-	.bf_getbuffer = (getbufferproc)mem_getbuffer,
-	.bf_releasebuffer = (releasebufferproc)mem_releasebuffer,
-};
-
-static Py_ssize_t mem_length(struct mem *m)
-{
-	return (Py_ssize_t)m->nbytes;
-}
-
-static PySequenceMethods g_mem_sequence = {
-	.sq_length = (lenfunc)mem_length,
-};
-
-static PyObject *mem_get_registered(struct mem *m, void *unused)
-{
-	(void)unused;
-	return PyBool_FromLong(m->registered);
-}
-
-static PyObject *mem_get_nbytes(struct mem *m, void *unused)
-{
-	(void)unused;
-	return PyLong_FromSize_t(m->nbytes);
-}
-
-static PyObject *mem_get_closed(struct mem *m, void *unused)
-{
-	(void)unused;
-	return PyBool_FromLong(m->detached);
-}
-
-static PyObject *mem_get_address(struct mem *m, void *unused)
-{
-	(void)unused;
-	return PyLong_FromVoidPtr(m->p);
-}
-
-static PyObject *mem_repr(struct mem *m)
-{
-	return PyUnicode_FromFormat("<pbox.Memory %zu bytes, %s>", m->nbytes,
-				    m->detached     ? "client closed"
-				    : m->registered ? "registered with pboxd"
-						    : "not registered (plain memory)");
-}
-
-static PyGetSetDef g_mem_getset[] = {
-	{ "registered", (getter)mem_get_registered, NULL,
-	  "True when pboxd shares the memory (shm transport): pushes from it are not copied",
-	  NULL },
-	{ "nbytes", (getter)mem_get_nbytes, NULL, "size in bytes, as asked", NULL },
-	{ "closed", (getter)mem_get_closed, NULL,
-	  "True after the client closed: new views are refused", NULL },
-	{ "address", (getter)mem_get_address, NULL, "the first byte's address", NULL },
-	{ NULL, NULL, NULL, NULL, NULL },
-};
-
-static PyTypeObject g_mem_type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pbox.Memory",
-	.tp_basicsize = sizeof(struct mem),
-	.tp_dealloc = (destructor)mem_dealloc,
-	.tp_repr = (reprfunc)mem_repr,
-	.tp_as_buffer = &g_mem_buffer,
-	.tp_as_sequence = &g_mem_sequence,
-	.tp_traverse = (traverseproc)mem_traverse,
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-	.tp_weaklistoffset = offsetof(struct mem, weakreflist),
-	.tp_getset = g_mem_getset,
-	.tp_doc = "Memory from Client.alloc(nbytes): writable bytes (buffer protocol, format "
-		  "'B'), page-aligned and zeroed, for numpy.frombuffer(m, numpy.float32) or "
-		  "torch.frombuffer(m, dtype=torch.float32). Over the shm transport pboxd "
-		  "shares it (registered): pushes from it are not copied. Freed when the last "
-		  "reference (views included) goes.",
-};
-
 #define METH_KW(f) (PyCFunction)(void (*)(void))(f), METH_VARARGS | METH_KEYWORDS
 
 static PyMethodDef g_client_methods[] = {
@@ -1126,7 +885,7 @@ static PyMethodDef g_client_methods[] = {
 	  "push_pull_many(buffer, slices, notify=None, result=None) -> Handle\n--\n\n"
 	  "Push-pull several keys stored in one float32 buffer, in place; slices is a sequence "
 	  "of (key, iteration, offset in elements). One Handle for all of them." },
-	{ "alloc", METH_KW(client_alloc),
+	{ "alloc", METH_KW(pbox_py_client_alloc),
 	  "alloc(nbytes) -> Memory\n--\n\nMemory for buffers (after register): shared with "
 	  "pboxd over the shm transport (Memory.registered), so pushes from it are not "
 	  "copied; plain memory otherwise. View it with numpy.frombuffer(m, numpy.float32) "
@@ -1210,7 +969,7 @@ PyMODINIT_FUNC PyInit__pbox(void)
 	PyObject *m;
 
 	if (PyType_Ready(&g_client_type) < 0 || PyType_Ready(&g_pbox_py_handle_type) < 0 ||
-	    PyType_Ready(&g_mem_type) < 0) {
+	    PyType_Ready(&g_pbox_py_mem_type) < 0) {
 		return NULL;
 	}
 	m = PyModule_Create(&g_module);
@@ -1222,10 +981,10 @@ PyMODINIT_FUNC PyInit__pbox(void)
 	}
 	Py_INCREF(&g_client_type);
 	Py_INCREF(&g_pbox_py_handle_type);
-	Py_INCREF(&g_mem_type);
+	Py_INCREF(&g_pbox_py_mem_type);
 	if (PyModule_AddObject(m, "Client", (PyObject *)&g_client_type) < 0 ||
 	    PyModule_AddObject(m, "Handle", (PyObject *)&g_pbox_py_handle_type) < 0 ||
-	    PyModule_AddObject(m, "Memory", (PyObject *)&g_mem_type) < 0) {
+	    PyModule_AddObject(m, "Memory", (PyObject *)&g_pbox_py_mem_type) < 0) {
 		goto err;
 	}
 	if (pbox_py_errors_add(m) < 0) {

@@ -7,6 +7,7 @@
  *   errors.c   the exception classes (PboxError and its subclasses) and raising them
  *   args.c     arguments: integers, seconds and float32 buffers checked and converted
  *   handle.c   Handle: an operation in flight, its completion (libpbox's callback), waiting
+ *   memory.c   Memory: Client.alloc's buffers, registered with pboxd (shm)
  *
  * Every function here is called with the GIL held unless its comment says otherwise.
  */
@@ -25,6 +26,30 @@
 
 /* ---- types -------------------------------------------------------------------------- */
 
+struct core; /* the closing of a client, shared with a closer thread (_pbox.c) */
+struct mem;  /* pbox.Memory (memory.c) */
+
+/* A registered key of a client: its id and length (float32 values). */
+struct ckey {
+	uint32_t id;
+	uint64_t nelem;
+};
+
+/* pbox.Client (_pbox.c). */
+struct client {
+	PyObject ob_base;
+	struct pbox_client *c; /* NULL once closed (or being closed) */
+	struct core *core;
+	struct ckey *keys; /* sorted by id; NULL before register */
+	uint32_t nkeys;
+	bool registering;
+	uint32_t allocating; /* Client.alloc calls running without the GIL */
+	struct mem *mems;    /* live Memory objects of this client (GIL) */
+	char server[256];
+	struct pbox_job_info info;
+	PyObject *weakreflist;
+};
+
 enum op_kind {
 	OP_PUSH,
 	OP_PULL,
@@ -32,7 +57,7 @@ enum op_kind {
 	OP_INIT,
 };
 
-/* pbox.Handle (handle.c): the operations (ops.c) fill it in and start it. */
+/* pbox.Handle (handle.c): the operations fill it in and start it. */
 struct handle {
 	PyObject ob_base;
 	struct pbox_client *pc; /* to submit with: set just before, with the GIL held */
@@ -126,5 +151,21 @@ int pbox_py_handle_wait_done(struct handle *h, int64_t timeout_ns);
 
 /* After h is done: None, or raise its error (the PboxError subclass of its status). */
 PyObject *pbox_py_handle_result(struct handle *h);
+
+/* ---- memory.c ----------------------------------------------------------------------- */
+
+extern PyTypeObject g_pbox_py_mem_type; /* pbox.Memory: struct mem */
+
+/* Before self closes: every live Memory of self keeps its mapping, no longer libpbox's
+ * (pbox_mem_detach), and new views of it are refused. */
+void pbox_py_mem_detach_all(struct client *self);
+
+/* Client.alloc(nbytes) -> Memory. */
+PyObject *pbox_py_client_alloc(struct client *self, PyObject *args, PyObject *kw);
+
+/* ---- _pbox.c ------------------------------------------------------------------------ */
+
+/* 0 if self is open, else -1 with PboxError ("the pbox client is closed") set. */
+int pbox_py_check_open(struct client *self);
 
 #endif /* PBOX_PYTHON_PBOX_H */
