@@ -3,11 +3,12 @@
  * pbox._pbox's private declarations: what the files of the extension share. One module,
  * built from these files, one purpose each:
  *
- *   _pbox.c    the types, the operations and the module definition
+ *   _pbox.c    Client (but its operations) and the module definition
  *   errors.c   the exception classes (PboxError and its subclasses) and raising them
  *   args.c     arguments: integers, seconds and float32 buffers checked and converted
  *   handle.c   Handle: an operation in flight, its completion (libpbox's callback), waiting
  *   memory.c   Memory: Client.alloc's buffers, registered with pboxd (shm)
+ *   ops.c      Client's operations: push, pull, push_pull, init (and _async), push_pull_many
  *
  * Every function here is called with the GIL held unless its comment says otherwise.
  */
@@ -57,7 +58,7 @@ enum op_kind {
 	OP_INIT,
 };
 
-/* pbox.Handle (handle.c): the operations fill it in and start it. */
+/* pbox.Handle (handle.c): the operations (ops.c) fill it in and start it. */
 struct handle {
 	PyObject ob_base;
 	struct pbox_client *pc; /* to submit with: set just before, with the GIL held */
@@ -167,5 +168,25 @@ PyObject *pbox_py_client_alloc(struct client *self, PyObject *args, PyObject *kw
 
 /* 0 if self is open, else -1 with PboxError ("the pbox client is closed") set. */
 int pbox_py_check_open(struct client *self);
+
+/* The registered key id of self, or NULL (no exception set). */
+const struct ckey *pbox_py_find_key(const struct client *self, uint32_t id);
+
+/* ---- ops.c -------------------------------------------------------------------------- */
+
+/* The methods of Client for its operations, blocking (they return None once the
+ * operation completes) and _async (they return its Handle). Each raises PboxError, or a
+ * TypeError / ValueError / KeyError for its arguments. */
+PyObject *pbox_py_client_op_push(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_pull(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_pull_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_pull(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_pull_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_init(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_init_async(struct client *self, PyObject *args, PyObject *kw);
+
+/* Client.push_pull_many(buffer, slices, notify=None, result=None) -> Handle. */
+PyObject *pbox_py_client_push_pull_many(struct client *self, PyObject *args, PyObject *kw);
 
 #endif /* PBOX_PYTHON_PBOX_H */
