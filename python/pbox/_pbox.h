@@ -1,14 +1,34 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * pbox._pbox's private declarations: what the files of the extension share. One module,
- * built from these files, one purpose each:
+ * pbox._pbox: the CPython binding of libpbox (include/pbox/pbox.h). This header is
+ * private to the extension: what its files share. One module, built from these files,
+ * one purpose each:
  *
- *   _pbox.c    Client (but its operations) and the module definition
+ *   module.c   the module: its functions and PyInit__pbox
  *   errors.c   the exception classes (PboxError and its subclasses) and raising them
  *   args.c     arguments: integers, seconds and float32 buffers checked and converted
+ *   client.c   Client: connect, register, information, close; its method table
+ *   ops.c      Client's operations: push, pull, push_pull, init (and _async), push_pull_many
  *   handle.c   Handle: an operation in flight, its completion (libpbox's callback), waiting
  *   memory.c   Memory: Client.alloc's buffers, registered with pboxd (shm)
- *   ops.c      Client's operations: push, pull, push_pull, init (and _async), push_pull_many
+ *
+ * Client wraps one struct pbox_client; Handle is one operation, or a group of operations
+ * on several keys of one buffer (push_pull_many, used by the PyTorch DDP hook), in flight.
+ * Buffers are any C-contiguous float32 buffer-protocol object; torch tensors go through an
+ * adapter installed by pbox/__init__.py that returns a numpy view of the same memory. The
+ * exported Py_buffer is held by the Handle until the operation completes, so libpbox's
+ * progress thread reads and writes the caller's memory in place, with no copy.
+ *
+ * Threads and the GIL: every call that can block (connect, register, waiting, close) runs
+ * with the GIL released. Completion arrives on libpbox's progress thread as one callback
+ * per key; only the last callback of a Handle takes the GIL, once, to release the buffers
+ * and complete the optional notify object (e.g. a torch.futures.Future). Waiters sleep on
+ * the Handle's own condition variable and are woken before the GIL is taken, so a thread
+ * in Handle.wait() never depends on the GIL to make progress. A Handle does not keep its
+ * Client alive: closing (or collecting) a Client fails the operations in flight with
+ * ECANCELED before close returns, through libpbox's callbacks (pbox_close runs every
+ * outstanding callback before it returns); on a progress thread a thread of its own does
+ * the closing (struct core, client.c).
  *
  * Every function here is called with the GIL held unless its comment says otherwise.
  */
@@ -27,7 +47,7 @@
 
 /* ---- types -------------------------------------------------------------------------- */
 
-struct core; /* the closing of a client, shared with a closer thread (_pbox.c) */
+struct core; /* the closing of a client, shared with a closer thread (client.c) */
 struct mem;  /* pbox.Memory (memory.c) */
 
 /* A registered key of a client: its id and length (float32 values). */
@@ -36,7 +56,7 @@ struct ckey {
 	uint64_t nelem;
 };
 
-/* pbox.Client (_pbox.c). */
+/* pbox.Client (client.c). */
 struct client {
 	PyObject ob_base;
 	struct pbox_client *c; /* NULL once closed (or being closed) */
@@ -120,6 +140,33 @@ int pbox_py_get_view(PyObject *obj, bool writable, const char *role, uint32_t ke
  * pbox_py_get_view (None: none). Returns None, or NULL with TypeError set. */
 PyObject *pbox_py_set_buffer_adapter(PyObject *m, PyObject *fn);
 
+/* ---- client.c ----------------------------------------------------------------------- */
+
+extern PyTypeObject g_pbox_py_client_type; /* pbox.Client: struct client */
+
+/* 0 if self is open, else -1 with PboxError ("the pbox client is closed") set. */
+int pbox_py_check_open(struct client *self);
+
+/* Key id among the keys registered with self, or NULL (no exception set). */
+const struct ckey *pbox_py_find_key(const struct client *self, uint32_t id);
+
+/* ---- ops.c -------------------------------------------------------------------------- */
+
+/* The methods of Client for its operations, blocking (they return None once the
+ * operation completes) and _async (they return its Handle). Each raises PboxError, or a
+ * TypeError / ValueError / KeyError for its arguments. */
+PyObject *pbox_py_client_op_push(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_pull(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_pull_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_pull(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_push_pull_async(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_init(struct client *self, PyObject *args, PyObject *kw);
+PyObject *pbox_py_client_op_init_async(struct client *self, PyObject *args, PyObject *kw);
+
+/* Client.push_pull_many(buffer, slices, notify=None, result=None) -> Handle. */
+PyObject *pbox_py_client_push_pull_many(struct client *self, PyObject *args, PyObject *kw);
+
 /* ---- handle.c ----------------------------------------------------------------------- */
 
 extern PyTypeObject g_pbox_py_handle_type; /* pbox.Handle: struct handle */
@@ -132,9 +179,9 @@ extern __thread bool g_pbox_py_progress_thread;
 struct handle *pbox_py_handle_new(enum op_kind kind, uint32_t nops);
 
 /* The last callback of h (progress thread, or the submitting thread when a group could
- * not be started whole), without the GIL: marks h done, wakes its waiters, then takes the
- * GIL to complete its notify object, release its buffers and drop the operations'
- * reference to h. */
+ * not be started whole), with or without the GIL: marks h done and wakes its waiters,
+ * then takes the GIL (PyGILState_Ensure) to complete its notify object, release its
+ * buffers and drop the operations' reference to h. */
 void pbox_py_handle_complete(struct handle *h);
 
 /* Record status and msg as h's error unless it has one already. Any thread, no GIL
@@ -163,30 +210,5 @@ void pbox_py_mem_detach_all(struct client *self);
 
 /* Client.alloc(nbytes) -> Memory. */
 PyObject *pbox_py_client_alloc(struct client *self, PyObject *args, PyObject *kw);
-
-/* ---- _pbox.c ------------------------------------------------------------------------ */
-
-/* 0 if self is open, else -1 with PboxError ("the pbox client is closed") set. */
-int pbox_py_check_open(struct client *self);
-
-/* The registered key id of self, or NULL (no exception set). */
-const struct ckey *pbox_py_find_key(const struct client *self, uint32_t id);
-
-/* ---- ops.c -------------------------------------------------------------------------- */
-
-/* The methods of Client for its operations, blocking (they return None once the
- * operation completes) and _async (they return its Handle). Each raises PboxError, or a
- * TypeError / ValueError / KeyError for its arguments. */
-PyObject *pbox_py_client_op_push(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_push_async(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_pull(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_pull_async(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_push_pull(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_push_pull_async(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_init(struct client *self, PyObject *args, PyObject *kw);
-PyObject *pbox_py_client_op_init_async(struct client *self, PyObject *args, PyObject *kw);
-
-/* Client.push_pull_many(buffer, slices, notify=None, result=None) -> Handle. */
-PyObject *pbox_py_client_push_pull_many(struct client *self, PyObject *args, PyObject *kw);
 
 #endif /* PBOX_PYTHON_PBOX_H */

@@ -1,40 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * pbox._pbox: the CPython binding of libpbox (include/pbox/pbox.h).
- *
- * Client wraps one struct pbox_client; Handle is one operation, or a group of operations
- * on several keys of one buffer (push_pull_many, used by the PyTorch DDP hook), in flight.
- * Buffers are any C-contiguous float32 buffer-protocol object; torch tensors go through an
- * adapter installed by pbox/__init__.py that returns a numpy view of the same memory. The
- * exported Py_buffer is held by the Handle until the operation completes, so libpbox's
- * progress thread reads and writes the caller's memory in place, with no copy.
- *
- * Threads and the GIL: every call that can block (connect, register, waiting, close) runs
- * with the GIL released. Completion arrives on libpbox's progress thread as one callback
- * per key; only the last callback of a Handle takes the GIL, once, to release the buffers
- * and complete the optional notify object (e.g. a torch.futures.Future). Waiters sleep on
- * the Handle's own condition variable and are woken before the GIL is taken, so a thread
- * in Handle.wait() never depends on the GIL to make progress. A Handle does not keep its
- * Client alive: closing (or collecting) a Client fails the operations in flight with
- * ECANCELED before close returns, through libpbox's callbacks (pbox_close runs every
- * outstanding callback before it returns); on a progress thread a thread of its own does
- * the closing (struct core).
+ * pbox.Client: one struct pbox_client. Connecting (Client(...)), registering the keys,
+ * the job's information and counters, and closing, here or, on a libpbox progress thread,
+ * on a thread of its own (struct core). Its operations are in ops.c, Client.alloc in
+ * memory.c; its method table, here, lists them all.
  */
 #include "_pbox.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <sys/mman.h>
-
-#include <pbox/pbox.h>
 
 /*
  * What closing a client needs, apart from the Python object: a Client can be collected,
@@ -46,8 +23,6 @@ struct core {
 	struct pbox_client *c;
 	uint32_t refs; /* atomic: the Client and a closer */
 };
-
-static PyTypeObject g_client_type;
 
 /* ---- Client: lifecycle -------------------------------------------------------------- */
 
@@ -578,7 +553,7 @@ static PyGetSetDef g_client_getset[] = {
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 
-static PyTypeObject g_client_type = {
+PyTypeObject g_pbox_py_client_type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pbox.Client",
 	.tp_basicsize = sizeof(struct client),
 	.tp_dealloc = (destructor)client_dealloc,
@@ -598,62 +573,3 @@ static PyTypeObject g_client_type = {
 	.tp_init = (initproc)client_init,
 	.tp_new = client_new,
 };
-
-/* ---- module ------------------------------------------------------------------------- */
-
-static PyObject *mod_version(PyObject *m, PyObject *unused)
-{
-	(void)m;
-	(void)unused;
-	return PyUnicode_FromString(pbox_version());
-}
-
-static PyMethodDef g_mod_methods[] = {
-	{ "version", mod_version, METH_NOARGS, "version()\n--\n\nlibpbox's version string." },
-	{ "_set_buffer_adapter", pbox_py_set_buffer_adapter, METH_O,
-	  "Install fn(obj, role) -> buffer object, used for arguments without the buffer "
-	  "protocol (torch tensors)." },
-	{ NULL, NULL, 0, NULL },
-};
-
-static struct PyModuleDef g_module = {
-	PyModuleDef_HEAD_INIT,
-	.m_name = "pbox._pbox",
-	.m_doc = "CPython binding of libpbox, the pbox worker library.",
-	.m_size = -1,
-	.m_methods = g_mod_methods,
-};
-
-PyMODINIT_FUNC PyInit__pbox(void);
-
-PyMODINIT_FUNC PyInit__pbox(void)
-{
-	PyObject *m;
-
-	if (PyType_Ready(&g_client_type) < 0 || PyType_Ready(&g_pbox_py_handle_type) < 0 ||
-	    PyType_Ready(&g_pbox_py_mem_type) < 0) {
-		return NULL;
-	}
-	m = PyModule_Create(&g_module);
-	if (m == NULL) {
-		return NULL;
-	}
-	if (pbox_py_errors_create() < 0) {
-		goto err;
-	}
-	Py_INCREF(&g_client_type);
-	Py_INCREF(&g_pbox_py_handle_type);
-	Py_INCREF(&g_pbox_py_mem_type);
-	if (PyModule_AddObject(m, "Client", (PyObject *)&g_client_type) < 0 ||
-	    PyModule_AddObject(m, "Handle", (PyObject *)&g_pbox_py_handle_type) < 0 ||
-	    PyModule_AddObject(m, "Memory", (PyObject *)&g_pbox_py_mem_type) < 0) {
-		goto err;
-	}
-	if (pbox_py_errors_add(m) < 0) {
-		goto err;
-	}
-	return m;
-err:
-	Py_DECREF(m);
-	return NULL;
-}
