@@ -127,23 +127,25 @@ static struct handle *start_one(struct client *self, enum op_kind kind, PyObject
 	}
 	if (kind == OP_PULL || (kind == OP_PUSH_PULL && out_o == Py_None)) {
 		/* pull, or push-pull in place: one writable view */
-		if (pbox_py_get_view(buf_o, true, kind == OP_PULL ? "out" : "buffer", id, &h->out) <
-		    0) {
+		const char *role = kind == OP_PULL ? "out" : "buffer";
+
+		if (pbox_py_get_view(buf_o, true, role, id, &h->out) < 0) {
 			goto err;
 		}
 		h->has_out = true;
-		if (check_len(&h->out, k, kind == OP_PULL ? "out" : "buffer") < 0) {
+		if (check_len(&h->out, k, role) < 0) {
 			goto err;
 		}
 		dst = h->out.buf;
 		src = dst;
 	} else {
-		if (pbox_py_get_view(buf_o, false, kind == OP_INIT ? "values" : "grad", id,
-				     &h->in) < 0) {
+		const char *role = kind == OP_INIT ? "values" : "grad";
+
+		if (pbox_py_get_view(buf_o, false, role, id, &h->in) < 0) {
 			goto err;
 		}
 		h->has_in = true;
-		if (check_len(&h->in, k, kind == OP_INIT ? "values" : "grad") < 0) {
+		if (check_len(&h->in, k, role) < 0) {
 			goto err;
 		}
 		src = h->in.buf;
