@@ -291,6 +291,27 @@ def closed_within(s, seconds):
     return False
 
 
+def stop_process(proc, timeout=10):
+    """SIGSTOP proc and return once every one of its threads is stopped: the signal is
+    taken by each thread on its way back to user space, so a thread busy in a system call
+    (a core's recvmmsg) may still handle a datagram after kill() returned."""
+    proc.send_signal(signal.SIGSTOP)
+    task = "/proc/%d/task" % proc.pid
+
+    def all_stopped():
+        try:
+            for t in os.listdir(task):
+                with open(os.path.join(task, t, "stat")) as f:
+                    # the state follows the ")" that ends the command name
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile: not running
+        return True
+    wait_for(all_stopped, "pid %d stopped (SIGSTOP)" % proc.pid, timeout=timeout,
+             interval=0.005)
+
+
 def cpu_seconds(pid):
     """User + system CPU time process pid has used so far."""
     with open("/proc/%d/stat" % pid) as f:

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 
 from pboxtest import Pboxd, _lc_value, build_path, control_request, fail, finish, free_port, \
-    pbox_job, wait_for
+    pbox_job, stop_process, wait_for
 
 EINVAL = 22
 
@@ -250,7 +250,7 @@ def main():
                 fail("after the restarts job 2's traffic is not on core 1")
             # A removal that cannot reach its pboxd (stopped) is kept in the state file
             # and delivered after a restart of pbox-ctrld.
-            d.proc.send_signal(signal.SIGSTOP)
+            stop_process(d.proc)
             try:
                 if "job 1 removed" not in pbox_job("rm", *via, "1"):
                     fail("pbox job rm 1 through pbox-ctrld")

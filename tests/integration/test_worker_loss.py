@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 
-from pboxtest import Pboxd, build_path, fail
+from pboxtest import Pboxd, build_path, fail, stop_process
 from pboxtest import finish as finish_tail
 
 # These ranks' whole output is printed; they have 60 s unless told otherwise.
@@ -91,7 +91,7 @@ def silent_worker():
             if time.time() > deadline:
                 fail("job 1 did not start training: %s" % job)
             time.sleep(0.05)
-        stopped.send_signal(signal.SIGSTOP)
+        stop_process(stopped)
         t0 = time.time()
         try:
             for r, p in enumerate(ranks):

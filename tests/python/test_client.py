@@ -264,7 +264,7 @@ def test_hung_appliance_times_out(appliance):
     c = connect(d, 0, 1, timeout=1.5)
     try:
         c.register({0: 100})
-        d.proc.send_signal(signal.SIGSTOP)
+        pboxtest.stop_process(d.proc)
         try:
             g = np.ones(100, np.float32)
             t0 = time.monotonic()
