@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
-#include "common/hostport.h"
 #include "common/ctlproto.h"
+#include "common/hostport.h"
 #include "common/log.h"
 
 struct preq {

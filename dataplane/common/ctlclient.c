@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "common/compiler.h"
-#include "common/hostport.h"
 #include "common/ctlproto.h"
+#include "common/hostport.h"
 
 static long long ms_left(const struct timespec *deadline)
 {

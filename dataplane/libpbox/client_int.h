@@ -123,8 +123,8 @@ struct mem_block {
 /* pbox_last_error()'s buffer, per thread (client.c). */
 #define PBOX_CLIENT_ERRMSG_LEN 512
 
-/* Control channel (client_ctl.c). Connect c->ctl_fd to c->server_host:server_port (bounded by opts'
- * timeout): 0 or a negative errno, with pbox_last_error() saying why. */
+/* Control channel (client_ctl.c). Connect c->ctl_fd to c->server_host:server_port
+ * (bounded by opts' timeout): 0 or a negative errno, with pbox_last_error() saying why. */
 int pbox_client_ctl_connect(struct pbox_client *c);
 /* Send req (consumed) and wait for the response object (*resp, the caller's reference);
  * events arriving first are handled. 0, or a negative errno with pbox_last_error() set

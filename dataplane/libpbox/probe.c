@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "agent.h"
-#include "common/hostport.h"
 #include "common/ctlproto.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "probe_msg.h"
 
