@@ -13,7 +13,11 @@ and pboxd's counters. Three parts, each a table:
   compare  pbox against Gloo allreduce (torch.distributed over TCP on loopback, DDP's
          buckets, all in flight: perf/netlab/gloo_worker.py) and against the echo bound
          (pbox-udp-echo-bound: a minimal recvmmsg / sendmmsg echo with pbox's datagram
-         size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB)
+         size, --cores echo threads; with GSO/GRO when pbox's datagrams are below 64 KB),
+         against the aggregating bound where pbox's datagrams are 32 KB or more ("agg":
+         pbox-udp-echo-bound --reduce, the same echo summing each datagram of all
+         workers once and sending the one result to each, which streams it into its
+         result buffer: aggregation with no protocol)
          and pbox with its workers on the shared-memory transport ("shm": their buffers
          from pbox_mem_alloc, registered with pboxd; "shm copy": malloc'ed buffers,
          every push copied into the ring; "shm bnd": pbox-shm-bound, the least memory
@@ -228,15 +232,19 @@ def model_bytes(model):
     return 4 * sum(sizes), sizes
 
 
-def run_echo(args, model, workers, chunk_bytes, mtu, iters):
+def run_echo(args, model, workers, chunk_bytes, mtu, iters, reduce=False, copy=True):
     """The echo bound: pbox's datagram size (fragment + 64-byte header), GSO/GRO below
-    64 KB. Returns {"median_s", ...} or {"error"}."""
+    64 KB. reduce: the aggregating bound (--reduce; datagrams of 32 KB and more only);
+    copy=False: without the workers' result copy (--no-copy). Returns {"median_s", ...}
+    or {"error"}."""
     nbytes, _ = model_bytes(model)
     size = frag_bytes_for_mtu(mtu, chunk_bytes) + 64
     cmd = [os.path.join(args.build_dir, "perf", "pbox-udp-echo-bound"),
            "--bytes", str(nbytes), "--size", str(size), "--workers", str(workers),
            "--threads", str(args.cores), "--iters", str(iters), "--json"]
-    if size < 32768:
+    if reduce:
+        cmd += ["--reduce"] + ([] if copy else ["--no-copy"])
+    elif size < 32768:
         cmd.append("--gso")
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -317,8 +325,11 @@ def run_gloo_once(args, model, workers, iters):
 def compare(args, model, workers, mtu):
     """--reps rounds of pbox (and the baseline build's pbox), Gloo and the echo bound,
     interleaved; returns the row dict."""
+    # agg: the aggregating echo bound, for datagrams that need no GSO
+    # (aggn: without the workers' result copy)
+    agg = ["agg", "aggn"] if frag_bytes_for_mtu(mtu, args.chunk_bytes) + 64 >= 32768 else []
     systems = (["pbox"] + (["shm", "shmp", "shmb"] if args.shm else []) + ["gloo", "echo"] +
-               (["base"] if args.baseline_build else []))
+               agg + (["base"] if args.baseline_build else []))
     samples = {k: [] for k in systems}
     extra = {k: [] for k in systems}
     cpu = {k: [] for k in systems}
@@ -342,7 +353,8 @@ def compare(args, model, workers, mtu):
             elif sysname == "shmb":
                 r = run_shm_bound(args, model, workers, args.compare_iters)
             else:
-                r = run_echo(args, model, workers, args.chunk_bytes, mtu, args.compare_iters)
+                r = run_echo(args, model, workers, args.chunk_bytes, mtu, args.compare_iters,
+                             reduce=sysname in ("agg", "aggn"), copy=sysname != "aggn")
             if "error" in r:
                 errors.append("%s: %s" % (sysname, r["error"]))
                 continue
@@ -352,7 +364,7 @@ def compare(args, model, workers, mtu):
             # per exchange round, untimed rounds included: robust to a loaded machine.
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             rounds = (r["iters"] + 2) if sysname in ("pbox", "base", "shm", "shmp") else (
-                args.compare_iters + 2 if sysname in ("echo", "shmb") else 0)
+                args.compare_iters + 2 if sysname in ("echo", "agg", "aggn", "shmb") else 0)
             if rounds:
                 cpu[sysname].append((ru1.ru_utime - ru0.ru_utime + ru1.ru_stime -
                                      ru0.ru_stime) / rounds)
@@ -401,6 +413,8 @@ def compare_table(rows, args, load, secs):
         "gloo/pbox", "pbox/echo", "%9s " % "base/pbox" if base else "", "dg/call", "retx")
     hdr += " %7s %8s %8s %9s %6s %8s" % ("rcvbuf", "cpu pbox", "cpu echo", "echo/pbox",
                                          "placed", "wcpu")
+    hdr += " %8s %8s %9s %9s %8s %9s" % ("agg", "cpu agg", "pbox/agg", "agg/echo", "agg nc",
+                                         "aggn/echo")
     if base:
         hdr += " %8s %8s" % ("cpu base", "wcpu bas")
     if shm:
@@ -425,6 +439,9 @@ def compare_table(rows, args, load, secs):
                                        "%.2f" % r["pbox_placed"]
                                        if r.get("pbox_placed") is not None else "-")
         line += " %s" % f(r.get("pbox_wcpu"))
+        line += " %s %s %s %s %s %s" % (
+            f(r.get("agg")), f(r.get("agg_cpu")), q(r.get("agg"), r["pbox"]),
+            q(r["echo"], r.get("agg")), f(r.get("aggn")), q(r["echo"], r.get("aggn")))
         if base:
             line += " %s %s" % (f(r.get("base_cpu")), f(r.get("base_wcpu")))
         if shm:
@@ -455,7 +472,13 @@ def compare_table(rows, args, load, secs):
           "processes per exchange round (medians; echo/pbox: pbox's CPU efficiency against "
           "the bound); placed: share of the workers' received datagrams that went straight "
           "into the caller's buffer; wcpu: the workers' own CPU seconds per exchange (summed "
-          "over workers, timed iterations only; '-' for builds that do not report it)" %
+          "over workers, timed iterations only; '-' for builds that do not report it); agg: "
+          "the aggregating bound (pbox-udp-echo-bound --reduce: each datagram summed once from "
+          "its receive buffers, the result sent to every worker and streamed into its result "
+          "buffer; no protocol; '-' below 32 KB datagrams); pbox/agg: share of it pbox "
+          "reaches; agg/echo: share of the echo bound any aggregating exchange can reach; agg "
+          "nc, aggn/echo: the same without the workers' result copy (--no-copy: a bound even "
+          "for receiving every result in place)" %
           ("; base/pbox: speed-up over the baseline build" if base else ""))
     sys.stdout.flush()
 

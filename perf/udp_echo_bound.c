@@ -15,6 +15,19 @@
  * UDP_GRO (the echo returns a coalesced message as one GSO message): the bound for small
  * datagrams (MTU 1500) when the kernel offloads are used.
  *
+ * --reduce makes it the kernel-UDP bound of an aggregating exchange instead: each datagram
+ * carries a 64-byte header (pbox's size; its first 8 bytes the iteration and the
+ * datagram's index) and a slice of the worker's gradient (float32, every element 1.0). An
+ * echo thread keeps the receive buffer of each contribution while the other workers' are
+ * missing (no copy), sums all of a datagram's contributions in one pass with pbox's own
+ * reduce kernel (a mean) when the last arrives, and sends that one result to every
+ * contributor; each worker streams each result into its result buffer (as large as the
+ * gradient) with the non-temporal copy libpbox's result copy uses, and checks every
+ * element after the last iteration (exit 1 if one is not 1.0). What pbox must do beyond
+ * it: a protocol (acknowledgements, reliability, flow control), its checks, and the
+ * copy of a first contribution into an accumulator. No aggregating exchange over kernel
+ * UDP sockets can be faster. Not with --gso (one datagram per message here).
+ *
  * Output: one line per worker, or with --json one JSON object with every worker's
  * seconds per iteration. A datagram lost (nothing back for 1 s) fails the run (exit 1):
  * loopback with the socket buffers this program asks for does not drop.
@@ -38,19 +51,29 @@
 #include "common/args.h"
 #include "common/clock.h"
 #include "common/compiler.h"
+#include "common/stream.h"
+#include "kernels/kernels.h"
 
 #define PROG       "pbox-udp-echo-bound"
 #define MAX_BURST  256
 #define MAX_MSG    65507u /* largest UDP payload over IPv4 */
 #define MAX_SEGS   64u
 #define MAX_THREAD 16
+#define MAX_WORKER 64
 #define SOCK_BUF   (32 << 20)
+#define AGG_HDR    64u /* --reduce: pbox's header size; the first 8 bytes: struct agg_hdr */
 
 struct opts {
 	uint32_t workers, threads, burst, iters, warmup;
 	uint64_t bytes, window;
 	uint32_t size;
-	bool gso, json;
+	bool gso, json, reduce;
+	bool deliver; /* --reduce: results copied into the result buffer (not --no-copy) */
+};
+
+/* --reduce: what a datagram's header says (host order: both ends are this host). */
+struct agg_hdr {
+	uint32_t iter, idx;
 };
 
 static int open_sock(bool gso)
@@ -190,16 +213,229 @@ static void *echo_main(void *arg)
 	return NULL;
 }
 
-/* One worker: --iters + --warmup exchanges of --bytes; fills secs[] (timed ones). */
-static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, double *secs)
+/* --reduce: a datagram's contributions held until the last arrives (their receive
+ * buffers, not copies), and where to send the result. */
+struct agg_entry {
+	struct agg_hdr h;
+	uint32_t n;   /* contributions held */
+	uint32_t len; /* the shortest held datagram's length */
+	uint8_t *buf[MAX_WORKER];
+	struct sockaddr_in from[MAX_WORKER];
+};
+
+/* Receive buffers: a stack of free ones, more allocated on demand (each worker has at most
+ * --window bytes outstanding, so the held ones are bounded; agg_main checks the table). */
+struct agg_pool {
+	uint8_t **free;
+	size_t nfree, cap;
+	uint32_t buflen;
+};
+
+static uint8_t *pool_get(struct agg_pool *p)
+{
+	uint8_t *b = p->nfree > 0 ? p->free[--p->nfree] : malloc(p->buflen);
+
+	if (b == NULL) {
+		fprintf(stderr, PROG ": echo: out of memory\n");
+		exit(1);
+	}
+	return b;
+}
+
+static void pool_put(struct agg_pool *p, uint8_t *b)
+{
+	if (p->nfree == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 256;
+		uint8_t **f = realloc(p->free, cap * sizeof(*f));
+
+		if (f == NULL) {
+			fprintf(stderr, PROG ": echo: out of memory\n");
+			exit(1);
+		}
+		p->free = f;
+		p->cap = cap;
+	}
+	p->free[p->nfree++] = b;
+}
+
+/* The aggregating echo (--reduce): a burst of contributions in; every datagram whose last
+ * contribution came is summed (mean) once and the result sent to each contributor, a
+ * burst out. Runs until the process is killed. */
+static void *agg_main(void *arg)
+{
+	struct echo *e = arg;
+	const struct opts *o = e->o;
+	const struct pbox_kernels *k = pbox_kernels_get();
+	unsigned burst = o->burst, nw = o->workers;
+	/* Pending datagrams span at most about a window (a worker's sends stop a window past
+	 * its oldest missing result, and a datagram returns only once every worker sent it):
+	 * slots for 4 windows, indexed by the datagram's index, collide only after a loss,
+	 * which fails the run loudly. */
+	uint64_t span = o->window / (o->size - AGG_HDR) + 2 * burst + 1;
+	uint32_t nslot = 64;
+	struct agg_pool pool = { .buflen = o->size };
+	struct agg_entry *tab;
+	/* Sends: each result goes to every worker. */
+	size_t nsm = (size_t)burst * nw;
+	struct mmsghdr *m = calloc(burst, sizeof(*m)), *sm = calloc(nsm, sizeof(*sm));
+	struct iovec *iov = calloc(burst, sizeof(*iov)), *siov = calloc(nsm, sizeof(*siov));
+	struct sockaddr_in *from = calloc(burst, sizeof(*from));
+	uint8_t **rx = calloc(burst, sizeof(*rx)), *out = malloc((size_t)burst * o->size);
+	const float *srcs[MAX_WORKER];
+
+	while (nslot < 4 * span) {
+		nslot *= 2;
+	}
+	tab = calloc(nslot, sizeof(*tab));
+	if (m == NULL || sm == NULL || iov == NULL || siov == NULL || from == NULL || rx == NULL ||
+	    out == NULL || tab == NULL) {
+		fprintf(stderr, PROG ": echo: out of memory\n");
+		exit(1);
+	}
+	for (unsigned i = 0; i < burst; i++) {
+		rx[i] = pool_get(&pool);
+	}
+	for (;;) {
+		unsigned nout = 0, ns = 0;
+		int n;
+
+		for (unsigned i = 0; i < burst; i++) {
+			iov[i] = (struct iovec){ .iov_base = rx[i], .iov_len = o->size };
+			memset(&m[i].msg_hdr, 0, sizeof(m[i].msg_hdr));
+			m[i].msg_hdr.msg_name = &from[i];
+			m[i].msg_hdr.msg_namelen = sizeof(from[i]);
+			m[i].msg_hdr.msg_iov = &iov[i];
+			m[i].msg_hdr.msg_iovlen = 1;
+		}
+		n = recvmmsg(e->fd, m, burst, MSG_WAITFORONE, NULL);
+		if (n <= 0) {
+			continue;
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t len = m[i].msg_len;
+			struct agg_hdr h;
+			struct agg_entry *a;
+			uint8_t *res;
+
+			if (len < AGG_HDR + sizeof(float)) {
+				continue; /* not one of ours */
+			}
+			memcpy(&h, rx[i], sizeof(h));
+			a = &tab[h.idx & (nslot - 1)];
+			if (a->n != 0 && (a->h.iter != h.iter || a->h.idx != h.idx)) {
+				fprintf(stderr,
+					PROG
+					": echo: datagram %u of iteration %u meets datagram %u of "
+					"iteration %u, still pending: a contribution was lost (a "
+					"socket buffer overflowed?)\n",
+					h.idx, h.iter, a->h.idx, a->h.iter);
+				exit(1);
+			}
+			if (a->n == 0) {
+				a->h = h;
+				a->len = len;
+			}
+			a->len = PBOX_MIN(a->len, len);
+			if (a->n + 1 < nw) {
+				/* Kept where it was received; the slot gets a fresh buffer. */
+				a->buf[a->n] = rx[i];
+				a->from[a->n++] = from[i];
+				rx[i] = pool_get(&pool);
+				continue;
+			}
+			for (uint32_t w = 0; w < a->n; w++) {
+				srcs[w] = (const float *)(const void *)(a->buf[w] + AGG_HDR);
+			}
+			srcs[a->n] = (const float *)(const void *)(rx[i] + AGG_HDR);
+			a->from[a->n] = from[i];
+			res = out + (size_t)nout++ * o->size;
+			memcpy(res, rx[i], AGG_HDR);
+			k->reduce((float *)(void *)(res + AGG_HDR), srcs, nw,
+				  (a->len - AGG_HDR) / sizeof(float), (float)nw);
+			for (uint32_t w = 0; w < nw; w++) {
+				siov[ns] = (struct iovec){ .iov_base = res, .iov_len = a->len };
+				memset(&sm[ns].msg_hdr, 0, sizeof(sm[ns].msg_hdr));
+				sm[ns].msg_hdr.msg_name = &a->from[w];
+				sm[ns].msg_hdr.msg_namelen = sizeof(a->from[w]);
+				sm[ns].msg_hdr.msg_iov = &siov[ns];
+				sm[ns].msg_hdr.msg_iovlen = 1;
+				ns++;
+			}
+			for (uint32_t w = 0; w < a->n; w++) {
+				pool_put(&pool, a->buf[w]);
+			}
+			a->n = 0;
+		}
+		for (unsigned done = 0; done < ns;) {
+			int r = sendmmsg(e->fd, sm + done, ns - done, 0);
+
+			if (r < 0) {
+				if (errno == EINTR || errno == EAGAIN || errno == ENOBUFS) {
+					continue;
+				}
+				fprintf(stderr, PROG ": echo sendmmsg: %s\n", strerror(errno));
+				exit(1);
+			}
+			done += (unsigned)r;
+		}
+	}
+	return NULL;
+}
+
+/* --reduce: every element of the result buffer is the mean of the workers' 1.0s. */
+static int check_result(const float *dst, uint64_t bytes)
+{
+	for (uint64_t i = 0; i < bytes / sizeof(float); i++) {
+		if (dst[i] != 1.0f) {
+			fprintf(stderr, PROG ": result element %llu is %g, not 1\n",
+				(unsigned long long)i, (double)dst[i]);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* --reduce: take one result datagram (rb, len bytes) of iteration it; returns its payload
+ * bytes, or 0 if it is not a result of this iteration (reported). */
+static uint64_t take_result(const struct opts *o, unsigned it, const uint8_t *rb, uint32_t len,
+			    uint8_t *dst)
+{
+	uint32_t pl = o->size - AGG_HDR;
+	struct agg_hdr h;
+	uint64_t off;
+
+	if (len <= AGG_HDR) {
+		fprintf(stderr, PROG ": a result of %u bytes, no payload\n", len);
+		return 0;
+	}
+	memcpy(&h, rb, sizeof(h));
+	off = (uint64_t)h.idx * pl;
+	if (h.iter != it || off + (len - AGG_HDR) > o->bytes) {
+		fprintf(stderr, PROG ": iteration %u: a result for iteration %u datagram %u\n", it,
+			h.iter, h.idx);
+		return 0;
+	}
+	if (o->deliver) {
+		pbox_copy_stream(dst + off, rb + AGG_HDR, len - AGG_HDR);
+	}
+	return len - AGG_HDR;
+}
+
+/* One worker: --iters + --warmup exchanges of --bytes; fills secs[] (timed ones). With
+ * --reduce, dst receives the results. */
+static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, uint8_t *dst,
+		  double *secs)
 {
 	int fd = open_sock(o->gso);
 	unsigned burst = o->burst;
 	uint32_t per = o->gso ? PBOX_MAX(1u, MAX_MSG / o->size) : 1;
+	/* --reduce: a datagram is a header and size - AGG_HDR bytes of the gradient */
+	uint32_t unit = o->reduce ? o->size - AGG_HDR : o->size;
 	struct mmsghdr m[MAX_BURST], rm[MAX_BURST];
-	struct iovec iov[MAX_BURST], riov[MAX_BURST];
+	struct iovec iov[2 * MAX_BURST], riov[MAX_BURST];
 	struct sockaddr_in to[MAX_THREAD];
 	union ctl tc[MAX_BURST], rc[MAX_BURST];
+	static uint8_t hdr[MAX_BURST][AGG_HDR];
 	uint32_t rbuflen = o->gso ? MAX_MSG : o->size;
 	uint8_t *rbuf = malloc((size_t)burst * rbuflen);
 
@@ -229,16 +465,28 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 				uint64_t room = o->window - (sent - back);
 				uint32_t nseg = per, len;
 
-				len = (uint32_t)PBOX_MIN(PBOX_MIN(left, (uint64_t)nseg * o->size),
-							 PBOX_MAX(room, (uint64_t)o->size));
+				len = (uint32_t)PBOX_MIN(PBOX_MIN(left, (uint64_t)nseg * unit),
+							 PBOX_MAX(room, (uint64_t)unit));
 				len = (uint32_t)PBOX_MIN(len, left);
-				iov[nm].iov_base = src + sent;
-				iov[nm].iov_len = len;
 				memset(&m[nm].msg_hdr, 0, sizeof(m[nm].msg_hdr));
 				m[nm].msg_hdr.msg_name = &to[next_t];
 				m[nm].msg_hdr.msg_namelen = sizeof(to[next_t]);
-				m[nm].msg_hdr.msg_iov = &iov[nm];
-				m[nm].msg_hdr.msg_iovlen = 1;
+				m[nm].msg_hdr.msg_iov = &iov[2 * nm];
+				if (o->reduce) {
+					struct agg_hdr h = { .iter = it,
+							     .idx = (uint32_t)(sent / unit) };
+
+					memcpy(hdr[nm], &h, sizeof(h));
+					iov[2 * nm] = (struct iovec){ .iov_base = hdr[nm],
+								      .iov_len = AGG_HDR };
+					iov[2 * nm + 1] = (struct iovec){ .iov_base = src + sent,
+									  .iov_len = len };
+					m[nm].msg_hdr.msg_iovlen = 2;
+				} else {
+					iov[2 * nm] = (struct iovec){ .iov_base = src + sent,
+								      .iov_len = len };
+					m[nm].msg_hdr.msg_iovlen = 1;
+				}
 				if (len > o->size) {
 					set_segment(&m[nm].msg_hdr, &tc[nm], (uint16_t)o->size);
 				}
@@ -297,7 +545,16 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 					break;
 				}
 				for (int i = 0; i < n; i++) {
-					back += rm[i].msg_len;
+					uint64_t got = rm[i].msg_len;
+
+					if (o->reduce) {
+						got = take_result(o, it, riov[i].iov_base,
+								  rm[i].msg_len, dst);
+						if (got == 0) {
+							return 1;
+						}
+					}
+					back += got;
 				}
 				last_rx = pbox_mono_s();
 				if (back >= o->bytes || (unsigned)n < burst) {
@@ -311,6 +568,9 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, dou
 	}
 	close(fd);
 	free(rbuf);
+	if (o->reduce && o->deliver) {
+		return check_result((const float *)(const void *)dst, o->bytes);
+	}
 	return 0;
 }
 
@@ -325,7 +585,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " [--bytes N] [--size N] [--workers N] [--threads N] [--burst N]\n"
-		"       [--window N] [--iters N] [--warmup N] [--gso] [--json]\n"
+		"       [--window N] [--iters N] [--warmup N] [--gso] [--reduce [--no-copy]]\n"
+		"       [--json]\n"
 		"  --bytes   bytes exchanged per iteration by each worker (default 102228128,\n"
 		"            the ResNet-50 gradient)\n"
 		"  --size    datagram size, UDP payload bytes (default 32832: a 32 KB fragment\n"
@@ -334,7 +595,14 @@ static void usage(FILE *f)
 		"  --burst   datagrams per recvmmsg / sendmmsg (default 32)\n"
 		"  --window  bytes outstanding per worker (default 4M)\n"
 		"  --iters   timed iterations (default 10); --warmup untimed ones (default 2)\n"
-		"  --gso     UDP_SEGMENT sends and UDP_GRO receives\n");
+		"  --gso     UDP_SEGMENT sends and UDP_GRO receives\n"
+		"  --reduce  aggregate: the echo threads sum (mean) each datagram of all workers\n"
+		"            and send the one result to each; the workers copy the results into\n"
+		"            a result buffer and check them (--size: a 64-byte header and a\n"
+		"            multiple of 4 bytes of gradient; not with --gso)\n"
+		"  --no-copy with --reduce: the results are left in the receive buffers, not\n"
+		"            copied (the bound even for receiving every result in place)\n"
+		"  --json    one JSON object on standard output\n");
 }
 
 int main(int argc, char **argv)
@@ -349,6 +617,8 @@ int main(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'i' },
 		{ "warmup", required_argument, NULL, 'u' },
 		{ "gso", no_argument, NULL, 'g' },
+		{ "reduce", no_argument, NULL, 'r' },
+		{ "no-copy", no_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -360,10 +630,11 @@ int main(int argc, char **argv)
 			  .warmup = 2,
 			  .bytes = 102228128ull,
 			  .window = 4u << 20,
-			  .size = 32832 };
+			  .size = 32832,
+			  .deliver = true };
 	uint16_t ports[MAX_THREAD];
 	int fds[MAX_THREAD], go[2], res[2], c;
-	pid_t echo_pid, wpid[64];
+	pid_t echo_pid, wpid[MAX_WORKER];
 	uint8_t *src;
 	double *all;
 	int rc = 0;
@@ -381,7 +652,7 @@ int main(int argc, char **argv)
 			o.size = (uint32_t)v;
 			break;
 		case 'w':
-			bad = pbox_arg_u32(PROG, "--workers", optarg, 1, 64, &o.workers);
+			bad = pbox_arg_u32(PROG, "--workers", optarg, 1, MAX_WORKER, &o.workers);
 			break;
 		case 't':
 			bad = pbox_arg_u32(PROG, "--threads", optarg, 1, MAX_THREAD, &o.threads);
@@ -401,6 +672,12 @@ int main(int argc, char **argv)
 		case 'g':
 			o.gso = true;
 			break;
+		case 'r':
+			o.reduce = true;
+			break;
+		case 'n':
+			o.deliver = false;
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -415,6 +692,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (o.reduce &&
+	    (o.gso || o.size <= AGG_HDR || (o.size - AGG_HDR) % 4 != 0 || o.bytes % 4 != 0)) {
+		fprintf(stderr,
+			PROG ": --reduce needs --size of %u bytes of header and a multiple "
+			     "of 4 bytes, --bytes a multiple of 4, and no --gso\n",
+			AGG_HDR);
+		return 2;
+	}
 	if (o.window < o.size) {
 		o.window = o.size;
 	}
@@ -428,7 +713,7 @@ int main(int argc, char **argv)
 
 		for (unsigned t = 0; t < o.threads; t++) {
 			e[t] = (struct echo){ .fd = fds[t], .o = &o };
-			pthread_create(&e[t].t, NULL, echo_main, &e[t]);
+			pthread_create(&e[t].t, NULL, o.reduce ? agg_main : echo_main, &e[t]);
 		}
 		pthread_join(e[0].t, NULL);
 		_exit(0);
@@ -443,7 +728,14 @@ int main(int argc, char **argv)
 		kill(echo_pid, SIGKILL);
 		return 1;
 	}
-	memset(src, 1, o.bytes); /* no page faults in the timed region */
+	/* No page faults in the timed region. */
+	if (o.reduce) {
+		for (uint64_t i = 0; i < o.bytes / sizeof(float); i++) {
+			((float *)(void *)src)[i] = 1.0f;
+		}
+	} else {
+		memset(src, 1, o.bytes);
+	}
 	for (unsigned w = 0; w < o.workers; w++) {
 		wpid[w] = fork();
 		if (wpid[w] == 0) {
@@ -454,7 +746,18 @@ int main(int argc, char **argv)
 			if (read(go[0], &b, 1) != 1) {
 				_exit(1);
 			}
-			r = worker(&o, ports, src, all);
+			uint8_t *dst = NULL;
+
+			if (o.reduce) {
+				dst = malloc(o.bytes);
+				if (dst == NULL) {
+					fprintf(stderr, PROG ": cannot allocate %llu bytes\n",
+						(unsigned long long)o.bytes);
+					_exit(1);
+				}
+				memset(dst, 0, o.bytes);
+			}
+			r = worker(&o, ports, src, dst, all);
 			if (r == 0 && write(res[1], all, sizeof(double) * o.iters) < 0) {
 				r = 1;
 			}
@@ -512,10 +815,12 @@ int main(int argc, char **argv)
 		qsort(s, n, sizeof(double), cmp_d);
 		if (o.json) {
 			printf("{\"workers\": %u, \"threads\": %u, \"size\": %u, \"burst\": %u, "
-			       "\"gso\": %s, \"bytes\": %llu, \"window\": %llu, \"median_s\": "
+			       "\"gso\": %s, \"reduce\": %s, \"copy\": %s, \"bytes\": %llu, "
+			       "\"window\": %llu, \"median_s\": "
 			       "%.6f, "
 			       "\"mean_s\": %.6f, \"min_s\": %.6f, \"iter_seconds\": [",
 			       o.workers, o.threads, o.size, o.burst, o.gso ? "true" : "false",
+			       o.reduce ? "true" : "false", o.deliver ? "true" : "false",
 			       (unsigned long long)o.bytes, (unsigned long long)o.window, s[n / 2],
 			       sum / n, s[0]);
 			for (unsigned i = 0; i < n; i++) {
@@ -523,11 +828,12 @@ int main(int argc, char **argv)
 			}
 			printf("]}\n");
 		} else {
-			printf("%u workers x %.1f MB in %u-byte datagrams%s, %u echo threads: "
+			printf("%u workers x %.1f MB in %u-byte datagrams%s, %u %s threads: "
 			       "median %.4f s per exchange (mean %.4f, min %.4f), %.2f "
 			       "exchanges/s per worker\n",
 			       o.workers, (double)o.bytes / 1e6, o.size, o.gso ? " (GSO/GRO)" : "",
-			       o.threads, s[n / 2], sum / n, s[0], 1.0 / s[n / 2]);
+			       o.threads, o.reduce ? "aggregating" : "echo", s[n / 2], sum / n,
+			       s[0], 1.0 / s[n / 2]);
 		}
 		free(s);
 	}
