@@ -286,5 +286,8 @@ int main(int argc, char **argv)
 		       sorted[o.iters / 2], sorted[0], sorted[o.iters - 1],
 		       (double)o.bytes * o.workers / sorted[o.iters / 2] / 1e9);
 	}
+	pthread_barrier_destroy(&s.bar);
+	free(s.iter_s);
+	free(sorted);
 	return 0;
 }
