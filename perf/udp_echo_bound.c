@@ -27,6 +27,9 @@
  * it: a protocol (acknowledgements, reliability, flow control), its checks, and the
  * copy of a first contribution into an accumulator. No aggregating exchange over kernel
  * UDP sockets can be faster. Not with --gso (one datagram per message here).
+ * --no-copy leaves the results in the receive buffers (the bound even for receiving in
+ * place); --copy-first accumulates as pboxd does instead of holding (perf/agg_hold.py
+ * compares the two).
  *
  * Output: one line per worker, or with --json one JSON object with every worker's
  * seconds per iteration. A datagram lost (nothing back for 1 s) fails the run (exit 1):
@@ -68,7 +71,8 @@ struct opts {
 	uint64_t bytes, window;
 	uint32_t size;
 	bool gso, json, reduce;
-	bool deliver; /* --reduce: results copied into the result buffer (not --no-copy) */
+	bool deliver;    /* --reduce: results copied into the result buffer (not --no-copy) */
+	bool copy_first; /* --reduce --copy-first: accumulate as pboxd does, no holding */
 };
 
 /* --reduce: what a datagram's header says (host order: both ends are this host). */
@@ -316,6 +320,9 @@ static void *agg_main(void *arg)
 			struct agg_hdr h;
 			struct agg_entry *a;
 			uint8_t *res;
+			const float *g;
+			uint32_t nheld;
+			size_t nf;
 
 			if (len < AGG_HDR + sizeof(float)) {
 				continue; /* not one of ours */
@@ -336,6 +343,25 @@ static void *agg_main(void *arg)
 				a->len = len;
 			}
 			a->len = PBOX_MIN(a->len, len);
+			nf = (a->len - AGG_HDR) / sizeof(float);
+			g = (const float *)(const void *)(rx[i] + AGG_HDR);
+			if (a->n + 1 < nw && o->copy_first && a->n == 0) {
+				/* pboxd's way: the first contribution copied into an
+				 * accumulator, the receive buffer reused at once */
+				a->buf[0] = pool_get(&pool);
+				memcpy(a->buf[0], rx[i], len);
+				a->from[a->n++] = from[i];
+				continue;
+			}
+			if (a->n + 1 < nw && o->copy_first) {
+				/* ... and each later one but the last added to it */
+				float *acc = (float *)(void *)(a->buf[0] + AGG_HDR);
+				const float *two[2] = { acc, g };
+
+				k->reduce(acc, two, 2, nf, 1.0f);
+				a->from[a->n++] = from[i];
+				continue;
+			}
 			if (a->n + 1 < nw) {
 				/* Kept where it was received; the slot gets a fresh buffer. */
 				a->buf[a->n] = rx[i];
@@ -343,15 +369,17 @@ static void *agg_main(void *arg)
 				rx[i] = pool_get(&pool);
 				continue;
 			}
-			for (uint32_t w = 0; w < a->n; w++) {
+			/* The last: the sum of the held contributions (or the accumulator) and
+			 * this one, in one pass. */
+			nheld = o->copy_first ? PBOX_MIN(a->n, 1u) : a->n;
+			for (uint32_t w = 0; w < nheld; w++) {
 				srcs[w] = (const float *)(const void *)(a->buf[w] + AGG_HDR);
 			}
-			srcs[a->n] = (const float *)(const void *)(rx[i] + AGG_HDR);
+			srcs[nheld] = g;
 			a->from[a->n] = from[i];
 			res = out + (size_t)nout++ * o->size;
 			memcpy(res, rx[i], AGG_HDR);
-			k->reduce((float *)(void *)(res + AGG_HDR), srcs, nw,
-				  (a->len - AGG_HDR) / sizeof(float), (float)nw);
+			k->reduce((float *)(void *)(res + AGG_HDR), srcs, nheld + 1, nf, (float)nw);
 			for (uint32_t w = 0; w < nw; w++) {
 				siov[ns] = (struct iovec){ .iov_base = res, .iov_len = a->len };
 				memset(&sm[ns].msg_hdr, 0, sizeof(sm[ns].msg_hdr));
@@ -361,7 +389,7 @@ static void *agg_main(void *arg)
 				sm[ns].msg_hdr.msg_iovlen = 1;
 				ns++;
 			}
-			for (uint32_t w = 0; w < a->n; w++) {
+			for (uint32_t w = 0; w < nheld; w++) {
 				pool_put(&pool, a->buf[w]);
 			}
 			a->n = 0;
@@ -585,8 +613,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " [--bytes N] [--size N] [--workers N] [--threads N] [--burst N]\n"
-		"       [--window N] [--iters N] [--warmup N] [--gso] [--reduce [--no-copy]]\n"
-		"       [--json]\n"
+		"       [--window N] [--iters N] [--warmup N] [--gso]\n"
+		"       [--reduce [--no-copy] [--copy-first]] [--json]\n"
 		"  --bytes   bytes exchanged per iteration by each worker (default 102228128,\n"
 		"            the ResNet-50 gradient)\n"
 		"  --size    datagram size, UDP payload bytes (default 32832: a 32 KB fragment\n"
@@ -602,6 +630,10 @@ static void usage(FILE *f)
 		"            multiple of 4 bytes of gradient; not with --gso)\n"
 		"  --no-copy with --reduce: the results are left in the receive buffers, not\n"
 		"            copied (the bound even for receiving every result in place)\n"
+		"  --copy-first with --reduce: the echo copies each datagram's first contribution\n"
+		"            into an accumulator and adds the others to it, as pboxd does, "
+		"instead\n"
+		"            of keeping the receive buffers (what keeping them saves)\n"
 		"  --json    one JSON object on standard output\n");
 }
 
@@ -619,6 +651,7 @@ int main(int argc, char **argv)
 		{ "gso", no_argument, NULL, 'g' },
 		{ "reduce", no_argument, NULL, 'r' },
 		{ "no-copy", no_argument, NULL, 'n' },
+		{ "copy-first", no_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -677,6 +710,9 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			o.deliver = false;
+			break;
+		case 'c':
+			o.copy_first = true;
 			break;
 		case 'j':
 			o.json = true;
@@ -815,14 +851,15 @@ int main(int argc, char **argv)
 		qsort(s, n, sizeof(double), cmp_d);
 		if (o.json) {
 			printf("{\"workers\": %u, \"threads\": %u, \"size\": %u, \"burst\": %u, "
-			       "\"gso\": %s, \"reduce\": %s, \"copy\": %s, \"bytes\": %llu, "
+			       "\"gso\": %s, \"reduce\": %s, \"copy\": %s, \"copy_first\": %s, "
+			       "\"bytes\": %llu, "
 			       "\"window\": %llu, \"median_s\": "
 			       "%.6f, "
 			       "\"mean_s\": %.6f, \"min_s\": %.6f, \"iter_seconds\": [",
 			       o.workers, o.threads, o.size, o.burst, o.gso ? "true" : "false",
 			       o.reduce ? "true" : "false", o.deliver ? "true" : "false",
-			       (unsigned long long)o.bytes, (unsigned long long)o.window, s[n / 2],
-			       sum / n, s[0]);
+			       o.copy_first ? "true" : "false", (unsigned long long)o.bytes,
+			       (unsigned long long)o.window, s[n / 2], sum / n, s[0]);
 			for (unsigned i = 0; i < n; i++) {
 				printf("%s%.6f", i ? ", " : "", all[i]);
 			}
