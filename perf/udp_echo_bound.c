@@ -28,8 +28,9 @@
  * copy of a first contribution into an accumulator. No aggregating exchange over kernel
  * UDP sockets can be faster. Not with --gso (one datagram per message here).
  * --no-copy leaves the results in the receive buffers (the bound even for receiving in
- * place); --copy-first accumulates as pboxd does instead of holding (perf/agg_hold.py
- * compares the two).
+ * place); --copy-first accumulates as pboxd does instead of holding, --ack acknowledges
+ * each contribution that waits, --scan checks each for NaN / Inf in a pass of its own
+ * (perf/agg_costs.py measures what each of these costs against the bound).
  *
  * Output: one line per worker, or with --json one JSON object with every worker's
  * seconds per iteration. A datagram lost (nothing back for 1 s) fails the run (exit 1):
@@ -73,6 +74,8 @@ struct opts {
 	bool gso, json, reduce;
 	bool deliver;    /* --reduce: results copied into the result buffer (not --no-copy) */
 	bool copy_first; /* --reduce --copy-first: accumulate as pboxd does, no holding */
+	bool ack;        /* --reduce --ack: acknowledge each contribution that waits */
+	bool scan;       /* --reduce --scan: check each contribution for NaN / Inf apart */
 };
 
 /* --reduce: what a datagram's header says (host order: both ends are this host). */
@@ -280,11 +283,12 @@ static void *agg_main(void *arg)
 	struct agg_pool pool = { .buflen = o->size };
 	struct agg_entry *tab;
 	/* Sends: each result goes to every worker. */
-	size_t nsm = (size_t)burst * nw;
+	size_t nsm = (size_t)burst * (nw + 1); /* results, and --ack's ACKs */
 	struct mmsghdr *m = calloc(burst, sizeof(*m)), *sm = calloc(nsm, sizeof(*sm));
 	struct iovec *iov = calloc(burst, sizeof(*iov)), *siov = calloc(nsm, sizeof(*siov));
 	struct sockaddr_in *from = calloc(burst, sizeof(*from));
 	uint8_t **rx = calloc(burst, sizeof(*rx)), *out = malloc((size_t)burst * o->size);
+	uint8_t *ackb = malloc((size_t)burst * AGG_HDR);
 	const float *srcs[MAX_WORKER];
 
 	while (nslot < 4 * span) {
@@ -292,7 +296,7 @@ static void *agg_main(void *arg)
 	}
 	tab = calloc(nslot, sizeof(*tab));
 	if (m == NULL || sm == NULL || iov == NULL || siov == NULL || from == NULL || rx == NULL ||
-	    out == NULL || tab == NULL) {
+	    out == NULL || tab == NULL || ackb == NULL) {
 		fprintf(stderr, PROG ": echo: out of memory\n");
 		exit(1);
 	}
@@ -300,7 +304,7 @@ static void *agg_main(void *arg)
 		rx[i] = pool_get(&pool);
 	}
 	for (;;) {
-		unsigned nout = 0, ns = 0;
+		unsigned nout = 0, ns = 0, nack = 0;
 		int n;
 
 		for (unsigned i = 0; i < burst; i++) {
@@ -345,6 +349,24 @@ static void *agg_main(void *arg)
 			a->len = PBOX_MIN(a->len, len);
 			nf = (a->len - AGG_HDR) / sizeof(float);
 			g = (const float *)(const void *)(rx[i] + AGG_HDR);
+			if (o->scan && k->nonfinite(g, nf) != 0) {
+				/* pboxd's check under non_finite = "reject", apart */
+				fprintf(stderr, PROG ": echo: NaN or Inf in datagram %u\n", h.idx);
+				exit(1);
+			}
+			if (o->ack && a->n + 1 < nw) {
+				/* pboxd's ACK of a contribution that waits for its peers */
+				uint8_t *ack = ackb + (size_t)nack++ * AGG_HDR;
+
+				memcpy(ack, rx[i], AGG_HDR);
+				siov[ns] = (struct iovec){ .iov_base = ack, .iov_len = AGG_HDR };
+				memset(&sm[ns].msg_hdr, 0, sizeof(sm[ns].msg_hdr));
+				sm[ns].msg_hdr.msg_name = &from[i];
+				sm[ns].msg_hdr.msg_namelen = sizeof(from[i]);
+				sm[ns].msg_hdr.msg_iov = &siov[ns];
+				sm[ns].msg_hdr.msg_iovlen = 1;
+				ns++;
+			}
 			if (a->n + 1 < nw && o->copy_first && a->n == 0) {
 				/* pboxd's way: the first contribution copied into an
 				 * accumulator, the receive buffer reused at once */
@@ -436,6 +458,7 @@ static uint64_t take_result(const struct opts *o, unsigned it, const uint8_t *rb
 		fprintf(stderr, PROG ": a result of %u bytes, no payload\n", len);
 		return 0;
 	}
+	/* (--ack's ACKs are taken by the caller) */
 	memcpy(&h, rb, sizeof(h));
 	off = (uint64_t)h.idx * pl;
 	if (h.iter != it || off + (len - AGG_HDR) > o->bytes) {
@@ -575,6 +598,9 @@ static int worker(const struct opts *o, const uint16_t *ports, uint8_t *src, uin
 				for (int i = 0; i < n; i++) {
 					uint64_t got = rm[i].msg_len;
 
+					if (o->ack && rm[i].msg_len == AGG_HDR) {
+						continue; /* an ACK: nothing comes back */
+					}
 					if (o->reduce) {
 						got = take_result(o, it, riov[i].iov_base,
 								  rm[i].msg_len, dst);
@@ -614,7 +640,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: " PROG " [--bytes N] [--size N] [--workers N] [--threads N] [--burst N]\n"
 		"       [--window N] [--iters N] [--warmup N] [--gso]\n"
-		"       [--reduce [--no-copy] [--copy-first]] [--json]\n"
+		"       [--reduce [--no-copy] [--copy-first] [--ack] [--scan]] [--json]\n"
 		"  --bytes   bytes exchanged per iteration by each worker (default 102228128,\n"
 		"            the ResNet-50 gradient)\n"
 		"  --size    datagram size, UDP payload bytes (default 32832: a 32 KB fragment\n"
@@ -634,6 +660,10 @@ static void usage(FILE *f)
 		"            into an accumulator and adds the others to it, as pboxd does, "
 		"instead\n"
 		"            of keeping the receive buffers (what keeping them saves)\n"
+		"  --ack     with --reduce: a 64-byte ACK to each contribution that waits for\n"
+		"            others, as pboxd sends (what those ACKs cost)\n"
+		"  --scan    with --reduce: each contribution checked for NaN / Inf in a pass\n"
+		"            of its own on arrival, as pboxd's \"reject\" does (what that costs)\n"
 		"  --json    one JSON object on standard output\n");
 }
 
@@ -652,6 +682,8 @@ int main(int argc, char **argv)
 		{ "reduce", no_argument, NULL, 'r' },
 		{ "no-copy", no_argument, NULL, 'n' },
 		{ "copy-first", no_argument, NULL, 'c' },
+		{ "ack", no_argument, NULL, 'a' },
+		{ "scan", no_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -714,6 +746,12 @@ int main(int argc, char **argv)
 		case 'c':
 			o.copy_first = true;
 			break;
+		case 'a':
+			o.ack = true;
+			break;
+		case 'S':
+			o.scan = true;
+			break;
 		case 'j':
 			o.json = true;
 			break;
@@ -727,6 +765,11 @@ int main(int argc, char **argv)
 		if (bad != 0) {
 			return 2;
 		}
+	}
+	if (!o.reduce && (!o.deliver || o.copy_first || o.ack || o.scan)) {
+		fprintf(stderr,
+			PROG ": --no-copy, --copy-first, --ack and --scan go with --reduce\n");
+		return 2;
 	}
 	if (o.reduce &&
 	    (o.gso || o.size <= AGG_HDR || (o.size - AGG_HDR) % 4 != 0 || o.bytes % 4 != 0)) {
@@ -852,13 +895,14 @@ int main(int argc, char **argv)
 		if (o.json) {
 			printf("{\"workers\": %u, \"threads\": %u, \"size\": %u, \"burst\": %u, "
 			       "\"gso\": %s, \"reduce\": %s, \"copy\": %s, \"copy_first\": %s, "
-			       "\"bytes\": %llu, "
+			       "\"ack\": %s, \"scan\": %s, \"bytes\": %llu, "
 			       "\"window\": %llu, \"median_s\": "
 			       "%.6f, "
 			       "\"mean_s\": %.6f, \"min_s\": %.6f, \"iter_seconds\": [",
 			       o.workers, o.threads, o.size, o.burst, o.gso ? "true" : "false",
 			       o.reduce ? "true" : "false", o.deliver ? "true" : "false",
-			       o.copy_first ? "true" : "false", (unsigned long long)o.bytes,
+			       o.copy_first ? "true" : "false", o.ack ? "true" : "false",
+			       o.scan ? "true" : "false", (unsigned long long)o.bytes,
 			       (unsigned long long)o.window, s[n / 2], sum / n, s[0]);
 			for (unsigned i = 0; i < n; i++) {
 				printf("%s%.6f", i ? ", " : "", all[i]);
